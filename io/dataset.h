@@ -1,0 +1,86 @@
+/*
+ * dataset.h - dtrain's HDF5 dataset format (version 1) and reading it.
+ *
+ * Layout of a file:
+ *   /                  attributes: dtrain_format = "dataset" (string),
+ *                      format_version = 1 (int), task = "classification",
+ *                      num_classes (int), class_names (string array),
+ *                      norm_scale, norm_mean, norm_std (float):
+ *                      an input value v becomes (v * norm_scale - norm_mean) / norm_std
+ *   /<split>/x         N x sample shape (e.g. N x 28 x 28), uint8, float16 or float32
+ *   /<split>/y         N labels, integer type, each in [0, num_classes)
+ * Splits are groups at the root ("train", "test", ...).
+ *
+ * A handle may be used from several threads: HDF5 calls are serialised by
+ * one process-wide lock inside io/, because the parallel HDF5 build is not
+ * thread-safe.
+ */
+#ifndef DT_DATASET_H
+#define DT_DATASET_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../runtime/status.h"
+
+#define DT_DATASET_FORMAT_VERSION 1
+#define DT_DATASET_MAX_SPLITS 16
+#define DT_DATASET_MAX_DIMS 4
+#define DT_DATASET_MAX_CLASSES 1024
+#define DT_NAME_MAX 64
+
+typedef struct dt_dataset dt_dataset_t;
+
+enum dt_dtype { DT_DTYPE_U8 = 0, DT_DTYPE_F16, DT_DTYPE_F32, DT_DTYPE_I32, DT_DTYPE_I64 };
+const char *dt_dtype_name(enum dt_dtype t);
+
+struct dt_split_info {
+    char name[DT_NAME_MAX];
+    int64_t n;                              /* samples */
+    int ndim;                               /* dims of one sample */
+    int64_t shape[DT_DATASET_MAX_DIMS];     /* sample shape */
+    int64_t sample_elems;                   /* product of shape */
+    enum dt_dtype x_dtype;
+    enum dt_dtype y_dtype;
+    int64_t x_bytes;                        /* stored size of x in the file */
+    int64_t class_counts[DT_DATASET_MAX_CLASSES]; /* samples per label */
+};
+
+struct dt_dataset_info {
+    char path[4096];
+    int format_version;
+    int num_classes;
+    char class_names[DT_DATASET_MAX_CLASSES][DT_NAME_MAX];
+    float norm_scale, norm_mean, norm_std;
+    int nsplits;
+    struct dt_split_info splits[DT_DATASET_MAX_SPLITS];
+    int64_t file_bytes;
+};
+
+/* Opens and validates a dataset file: format attributes, every split's x
+ * and y (shapes agree, supported dtypes), every label in range.
+ * Errors: DT_ERR_NOT_FOUND (no such file), DT_ERR_BAD_DATA (not HDF5, not
+ * a dtrain dataset, wrong version, bad shapes, labels out of range), each
+ * message naming the file and the object. */
+dt_status dt_dataset_open(const char *path, dt_dataset_t **out);
+void dt_dataset_close(dt_dataset_t *ds);
+
+const struct dt_dataset_info *dt_dataset_get_info(const dt_dataset_t *ds);
+
+/* The split called `name`, or DT_ERR_BAD_DATA naming the file, the split
+ * and the splits it does have. */
+dt_status dt_dataset_split(const dt_dataset_t *ds, const char *name,
+                           const struct dt_split_info **out);
+
+/* Reads samples idx[0..n) (any order, no duplicates needed) of `split`:
+ * x gets n * sample_elems normalised floats, y gets n labels (y may be NULL).
+ * Adds the bytes read from the file to *bytes_read when not NULL.
+ * Thread-safe. */
+dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
+                          float *x, int32_t *y, uint64_t *bytes_read);
+
+/* Prints a human summary (splits, shapes, dtypes, classes, sizes) of an
+ * opened dataset to out. */
+void dt_dataset_print(const dt_dataset_t *ds, FILE *out);
+
+#endif

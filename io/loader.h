@@ -1,0 +1,72 @@
+/*
+ * loader.h - the prefetching batch loader.
+ *
+ * An epoch is a sequence of global batches taken from the permutation of
+ * the split for (seed, epoch) (dt_rng_permutation; identity when shuffle is
+ * off). Global batch g holds permutation positions [g*G, (g+1)*G). This rank
+ * reads rows [rank*G/world, (rank+1)*G/world) of each global batch, in
+ * micro-batches of `micro_batch` rows, so 1 rank with accumulation k and k
+ * ranks without see the same samples. With drop_last the short last global
+ * batch of an epoch is skipped; otherwise it is split evenly over ranks and
+ * micro-batches (never a sample twice in one epoch).
+ *
+ * Worker threads read ahead up to `prefetch` micro-batches; batches are
+ * handed out strictly in order, so results never depend on thread timing.
+ * One thread (the training loop) calls next/release.
+ */
+#ifndef DT_LOADER_H
+#define DT_LOADER_H
+
+#include <stdint.h>
+
+#include "../runtime/status.h"
+#include "dataset.h"
+
+typedef struct dt_loader dt_loader_t;
+
+struct dt_loader_opts {
+    dt_dataset_t *ds;
+    const char *split;
+    int64_t global_batch; /* G */
+    int64_t micro_batch;  /* rows per micro-batch on this rank */
+    int rank, world;
+    uint64_t seed;
+    int shuffle;
+    int drop_last;
+    int workers;  /* reader threads, >= 1 */
+    int prefetch; /* micro-batches read ahead, >= 1 */
+};
+
+struct dt_batch {
+    const float *x;     /* rows * sample_elems normalised inputs */
+    const int32_t *y;   /* rows labels */
+    int64_t rows;       /* rows in this micro-batch */
+    int64_t row0;       /* index of the first row within its global batch */
+    int64_t global_rows;/* rows of the whole global batch (all ranks) */
+    int64_t epoch;
+    int64_t batch;      /* global batch index within the epoch */
+    int micro;          /* micro-batch index within this rank's slice */
+    int micro_count;    /* micro-batches of this rank in this global batch */
+    const uint64_t *sample_ids; /* dataset row of each of the rows */
+    int slot;           /* internal */
+};
+
+dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out);
+void dt_loader_destroy(dt_loader_t *ld);
+
+/* Global batches per epoch (after drop_last). */
+int64_t dt_loader_batches_per_epoch(const dt_loader_t *ld);
+
+/* Starts (or restarts) reading epoch `epoch` at global batch `first_batch`. */
+dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_batch);
+
+/* Next micro-batch of the epoch, waiting for it if needed. Sets *end = 1
+ * (and leaves b untouched) when the epoch is done. The batch stays valid
+ * until dt_loader_release. */
+dt_status dt_loader_next(dt_loader_t *ld, struct dt_batch *b, int *end);
+void dt_loader_release(dt_loader_t *ld, struct dt_batch *b);
+
+/* Bytes this loader has read from the dataset file so far. */
+uint64_t dt_loader_bytes_read(const dt_loader_t *ld);
+
+#endif

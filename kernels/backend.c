@@ -1,0 +1,79 @@
+/*
+ * backend.c - the registry of compute backends and the thin wrappers that
+ * dispatch through a backend's vtable. The #ifdef for CUDA lives here and
+ * in kernels/cuda/ only.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "../runtime/backend_impl.h"
+
+#ifdef DT_HAVE_CUDA
+#include "cuda/cuda_probe.h"
+#endif
+
+const char *dt_backend_list(void)
+{
+#ifdef DT_HAVE_CUDA
+    return "cpu, cuda";
+#else
+    return "cpu";
+#endif
+}
+
+int dt_cuda_usable(char *why, size_t len)
+{
+#ifdef DT_HAVE_CUDA
+    return dt_cuda_probe(why, len);
+#else
+    snprintf(why, len, "this dtrain was built without CUDA (DTRAIN_CUDA=OFF or no nvcc)");
+    return 0;
+#endif
+}
+
+dt_status dt_backend_create(const char *name, const struct dt_backend_opts *opts,
+                            dt_backend_t **out)
+{
+    *out = NULL;
+    if (strcmp(name, "cpu") == 0)
+        return dt_cpu_backend_create(opts, out);
+    if (strcmp(name, "cuda") == 0) {
+        char why[512];
+        if (!dt_cuda_usable(why, sizeof why))
+            return dt_set_error(DT_ERR_UNSUPPORTED, "the cuda backend is not usable: %s", why);
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "the cuda compute backend is not implemented yet in this version of "
+                            "dtrain (GPU found: %s); use runtime.device=cpu",
+                            why);
+    }
+    return dt_set_error(DT_ERR_UNSUPPORTED, "unknown compute backend '%s' (this build has: %s)",
+                        name, dt_backend_list());
+}
+
+void dt_backend_destroy(dt_backend_t *be)
+{
+    if (be)
+        be->destroy(be);
+}
+
+const char *dt_backend_name(const dt_backend_t *be) { return be->name; }
+const struct dt_ops *dt_backend_ops(const dt_backend_t *be) { return be->ops; }
+
+dt_status dt_backend_alloc(dt_backend_t *be, size_t bytes, void **out)
+{
+    return be->alloc(be, bytes, out);
+}
+
+void dt_backend_free(dt_backend_t *be, void *ptr)
+{
+    if (ptr)
+        be->free(be, ptr);
+}
+
+dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t bytes,
+                          enum dt_copy_kind kind)
+{
+    return be->copy(be, dst, src, bytes, kind);
+}
+
+dt_status dt_backend_sync(dt_backend_t *be) { return be->sync(be); }

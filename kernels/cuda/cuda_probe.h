@@ -1,0 +1,23 @@
+/*
+ * cuda_probe.h - asks the CUDA runtime whether a usable GPU is present.
+ * Plain C interface to kernels/cuda/probe.cu.
+ */
+#ifndef DT_CUDA_PROBE_H
+#define DT_CUDA_PROBE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 and "device 0: NAME (sm_XY, N GiB)" in why when a GPU can run this
+ * build's kernels; 0 and the reason otherwise (no driver, driver older than
+ * the runtime, no device, no kernel image for its compute capability). */
+int dt_cuda_probe(char *why, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

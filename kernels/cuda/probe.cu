@@ -1,0 +1,85 @@
+/*
+ * probe.cu - the first CUDA translation unit: finds out whether this
+ * machine can run dtrain's kernels, by asking the runtime for devices and
+ * launching one tiny kernel. The runtime is linked statically, so the
+ * binary starts on machines without a driver and reports why it cannot
+ * use a GPU instead of failing to load.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "cuda_probe.h"
+
+#define PROBE_THREADS 32
+
+static __global__ void probe_fill(int *out, int value)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        *out = value;
+}
+
+static int kernel_runs(char *why, size_t len, const cudaDeviceProp *prop)
+{
+    int *dev = NULL;
+    int host = 0;
+    const int magic = 0x5eed;
+    cudaError_t err = cudaMalloc((void **)&dev, sizeof(int));
+    if (err == cudaSuccess) {
+        probe_fill<<<1, PROBE_THREADS>>>(dev, magic);
+        err = cudaGetLastError();
+    }
+    if (err == cudaSuccess)
+        err = cudaMemcpy(&host, dev, sizeof(int), cudaMemcpyDeviceToHost);
+    if (dev)
+        cudaFree(dev);
+    if (err == cudaErrorNoKernelImageForDevice) {
+        snprintf(why, len,
+                 "this binary has no kernels for the GPU's compute capability %d.%d; rebuild "
+                 "with -DCMAKE_CUDA_ARCHITECTURES=%d%d",
+                 prop->major, prop->minor, prop->major, prop->minor);
+        return 0;
+    }
+    if (err != cudaSuccess || host != magic) {
+        snprintf(why, len, "a test kernel failed on the GPU: %s", cudaGetErrorString(err));
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int dt_cuda_probe(char *why, size_t len)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaErrorInsufficientDriver) {
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        if (drv == 0)
+            snprintf(why, len, "no NVIDIA driver is installed");
+        else
+            snprintf(why, len,
+                     "the NVIDIA driver supports CUDA %d.%d but this dtrain needs CUDA %d.%d; "
+                     "upgrade the driver",
+                     drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+        return 0;
+    }
+    if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+        snprintf(why, len, "no CUDA device is visible (CUDA_VISIBLE_DEVICES may hide them)");
+        return 0;
+    }
+    if (err != cudaSuccess) {
+        snprintf(why, len, "CUDA cannot start: %s", cudaGetErrorString(err));
+        return 0;
+    }
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, 0);
+    if (err != cudaSuccess) {
+        snprintf(why, len, "cannot query device 0: %s", cudaGetErrorString(err));
+        return 0;
+    }
+    if (!kernel_runs(why, len, &prop))
+        return 0;
+    snprintf(why, len, "%d device(s); device 0: %s (sm_%d%d, %.0f GiB)", count, prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return 1;
+}

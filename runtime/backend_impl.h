@@ -1,0 +1,25 @@
+/*
+ * backend_impl.h - the backend vtable. Only backend implementations and
+ * the registry in backend.c include this.
+ */
+#ifndef DT_BACKEND_IMPL_H
+#define DT_BACKEND_IMPL_H
+
+#include "backend.h"
+
+struct dt_backend {
+    const char *name;
+    const struct dt_ops *ops;
+    dt_status (*alloc)(dt_backend_t *be, size_t bytes, void **out);
+    void (*free)(dt_backend_t *be, void *ptr);
+    dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
+                      enum dt_copy_kind kind);
+    dt_status (*sync)(dt_backend_t *be);
+    void (*destroy)(dt_backend_t *be); /* frees impl and the struct itself */
+    void *impl;
+};
+
+/* kernels/cpu/backend_cpu.c */
+dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out);
+
+#endif

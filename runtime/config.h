@@ -1,0 +1,98 @@
+/*
+ * config.h - the job file.
+ *
+ * A job is YAML (read with libyaml) mapped onto struct dt_job through one
+ * schema table: every key has a type, a default, allowed values or range,
+ * and a line of documentation. The same table prints the resolved job, the
+ * reference page (docs/config.md) and the nearest-key hints for typos.
+ * Errors name the file (or "--set"), line and column, the key and what was
+ * expected, and return DT_ERR_USAGE (exit 64).
+ */
+#ifndef DT_CONFIG_H
+#define DT_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+#define DT_JOB_STR 256
+#define DT_JOB_PATH 4096
+#define DT_JOB_MAX_HIDDEN 32
+
+struct dt_job {
+    char source[DT_JOB_PATH]; /* the job file it came from ("" for defaults) */
+    struct {
+        char type[DT_JOB_STR];       /* mlp */
+        int64_t hidden[DT_JOB_MAX_HIDDEN]; /* hidden layer widths */
+        int nhidden;
+        char activation[DT_JOB_STR]; /* relu | gelu | tanh */
+        double dropout;              /* after each hidden activation, [0, 1) */
+        char init[DT_JOB_STR];       /* kaiming | xavier */
+    } model;
+    struct {
+        char path[DT_JOB_PATH];      /* HDF5 dataset */
+        char train_split[DT_JOB_STR];
+        char test_split[DT_JOB_STR];
+        int shuffle;
+        int drop_last;
+        int64_t workers;             /* loader threads */
+        int64_t prefetch;            /* micro-batches read ahead */
+    } data;
+    struct {
+        int64_t epochs;              /* used when steps == 0 */
+        int64_t steps;               /* optimizer steps; 0 = use epochs */
+        int64_t global_batch;
+        int64_t micro_batch;         /* 0 = global_batch / world (no accumulation) */
+        int64_t seed;
+        int64_t eval_batch;
+        int64_t log_every;           /* steps between progress lines / metrics */
+        double clip_norm;            /* global-norm clipping; 0 = off */
+        struct {
+            char name[DT_JOB_STR];   /* sgd | adamw */
+            double lr;
+            double momentum;         /* sgd */
+            int nesterov;            /* sgd */
+            double weight_decay;
+            double beta1, beta2, eps;/* adamw */
+        } optimizer;
+        struct {
+            char name[DT_JOB_STR];   /* constant | step | cosine */
+            int64_t warmup_steps;    /* linear warm-up from 0 */
+            int64_t step_size;       /* step: decay every step_size steps */
+            double gamma;            /* step: factor */
+            double min_lr;           /* cosine: floor */
+        } schedule;
+    } train;
+    struct {
+        char device[DT_JOB_STR];     /* auto | cpu | cuda */
+        int64_t threads;             /* 0 = cores available to this rank */
+        char log_level[DT_JOB_STR];  /* error | warn | info | debug */
+        int reference_kernels;       /* plain C reference ops (slow; tests) */
+        char progress[DT_JOB_STR];   /* auto | bar | lines | off */
+    } runtime;
+    struct {
+        char dir[DT_JOB_PATH];       /* run directory */
+    } output;
+};
+
+/* Fills job with every default. */
+void dt_job_defaults(struct dt_job *job);
+
+/* Defaults, then the YAML file at path on top. */
+dt_status dt_job_load(const char *path, struct dt_job *job);
+
+/* Applies one "key.sub=value" override (value is a YAML scalar or a flow
+ * sequence such as [512, 512]). */
+dt_status dt_job_set(struct dt_job *job, const char *assignment);
+
+/* Checks relations between keys (e.g. warmup within steps). */
+dt_status dt_job_validate(const struct dt_job *job);
+
+/* Writes the resolved job as YAML that dt_job_load reads back to an equal job. */
+void dt_job_write_yaml(const struct dt_job *job, FILE *out);
+
+/* Writes the reference page (every key: type, default, allowed, meaning) as Markdown. */
+void dt_job_write_reference(FILE *out);
+
+#endif

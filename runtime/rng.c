@@ -1,0 +1,104 @@
+/*
+ * rng.c - Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy
+ * as 1, 2, 3", SC'11). Ten rounds of a multiply-xor bijection on a 128-bit
+ * counter under a 64-bit key; the standard constants give Crush-resistant
+ * output. The key is the seed mixed with purpose and stream; the counter is
+ * (index, sub, step).
+ */
+#include "rng.h"
+
+#include <math.h>
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+#define PHILOX_ROUNDS 10
+
+static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo)
+{
+    uint64_t p = (uint64_t)a * b;
+    *hi = (uint32_t)(p >> 32);
+    *lo = (uint32_t)p;
+}
+
+static void philox4x32(uint32_t ctr[4], uint32_t k0, uint32_t k1)
+{
+    for (int r = 0; r < PHILOX_ROUNDS; r++) {
+        uint32_t hi0, lo0, hi1, lo1;
+        mulhilo(PHILOX_M0, ctr[0], &hi0, &lo0);
+        mulhilo(PHILOX_M1, ctr[2], &hi1, &lo1);
+        uint32_t c0 = hi1 ^ ctr[1] ^ k0;
+        uint32_t c1 = lo1;
+        uint32_t c2 = hi0 ^ ctr[3] ^ k1;
+        uint32_t c3 = lo0;
+        ctr[0] = c0;
+        ctr[1] = c1;
+        ctr[2] = c2;
+        ctr[3] = c3;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+}
+
+/* splitmix64 finaliser: spreads purpose/stream bits over the whole key. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void dt_rng_block(const struct dt_rng_key *key, uint64_t index, uint32_t sub, uint32_t out[4])
+{
+    uint64_t k = mix64(key->seed ^ mix64(((uint64_t)key->purpose << 32) | key->stream));
+    uint64_t hi = mix64(key->step + 0x9E3779B97F4A7C15ull) ^ sub;
+    out[0] = (uint32_t)index;
+    out[1] = (uint32_t)(index >> 32);
+    out[2] = (uint32_t)hi;
+    out[3] = (uint32_t)(hi >> 32);
+    philox4x32(out, (uint32_t)k, (uint32_t)(k >> 32));
+}
+
+float dt_rng_uniform(const struct dt_rng_key *key, uint64_t index)
+{
+    uint32_t r[4];
+    dt_rng_block(key, index, 0, r);
+    return dt_rng_u32_to_unit(r[0]);
+}
+
+float dt_rng_normal(const struct dt_rng_key *key, uint64_t index)
+{
+    uint32_t r[4];
+    dt_rng_block(key, index, 0, r);
+    /* u1 in (0, 1] so log() is finite */
+    double u1 = ((double)r[0] + 1.0) / 4294967296.0;
+    double u2 = (double)r[1] / 4294967296.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+uint64_t dt_rng_below(const struct dt_rng_key *key, uint64_t index, uint64_t n)
+{
+    /* Rejection on a 64-bit draw; retries use the sub-counter. */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    for (uint32_t sub = 0;; sub++) {
+        uint32_t r[4];
+        dt_rng_block(key, index, sub, r);
+        uint64_t x = ((uint64_t)r[1] << 32) | r[0];
+        if (x < limit)
+            return x % n;
+    }
+}
+
+void dt_rng_permutation(uint64_t seed, uint64_t epoch, uint64_t *perm, uint64_t n)
+{
+    struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_SHUFFLE, .stream = 0, .step = epoch};
+    for (uint64_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = dt_rng_below(&key, i - 1, i);
+        uint64_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}

@@ -1,0 +1,49 @@
+/*
+ * rng.h - counter-based random numbers (Philox4x32-10).
+ *
+ * Every random draw in dtrain is a pure function of a key and an index:
+ * the key is (seed, purpose, stream, step), the index is usually a sample
+ * or element number. Nothing depends on how many draws came before or on
+ * how many ranks share the work, so 1 rank and N ranks draw the same
+ * numbers for the same sample, and a resumed run draws what an
+ * uninterrupted one would. Thread-safe (no state).
+ */
+#ifndef DT_RNG_H
+#define DT_RNG_H
+
+#include <stdint.h>
+
+enum dt_rng_purpose {
+    DT_RNG_INIT = 1,    /* parameter initialisation; stream = parameter tensor id */
+    DT_RNG_SHUFFLE = 2, /* per-epoch data permutation; step = epoch */
+    DT_RNG_DROPOUT = 3, /* dropout masks; stream = layer id, step = optimizer step */
+    DT_RNG_TEST = 99,   /* tests */
+};
+
+struct dt_rng_key {
+    uint64_t seed;
+    uint32_t purpose;
+    uint32_t stream;
+    uint64_t step;
+};
+
+/* Four 32-bit random words for counter `index` (and sub-counter `sub`). */
+void dt_rng_block(const struct dt_rng_key *key, uint64_t index, uint32_t sub, uint32_t out[4]);
+
+/* Uniform float in [0, 1) with 24 random bits. */
+float dt_rng_uniform(const struct dt_rng_key *key, uint64_t index);
+
+/* Standard normal (Box-Muller on one block). */
+float dt_rng_normal(const struct dt_rng_key *key, uint64_t index);
+
+/* Uniform integer in [0, n) without modulo bias (n > 0). */
+uint64_t dt_rng_below(const struct dt_rng_key *key, uint64_t index, uint64_t n);
+
+/* Converts one random word to a float in [0, 1). */
+static inline float dt_rng_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+/* Fills perm[0..n) with the permutation of 0..n-1 for (seed, epoch):
+ * a Fisher-Yates shuffle whose i-th swap uses draw i of the key. */
+void dt_rng_permutation(uint64_t seed, uint64_t epoch, uint64_t *perm, uint64_t n);
+
+#endif
