@@ -9,6 +9,13 @@
  *
  * Convention: gradients of parameters ACCUMULATE (+=), so micro-batches
  * can add into one gradient buffer; gradients of activations are WRITTEN (=).
+ *
+ * Also part of the contract, on every backend: element-wise ops may run in
+ * place (out == in) but not on partly overlapping buffers; ReLU passes NaN
+ * through; dropout's key may be NULL when p == 0; the SGD buffer may be
+ * NULL when momentum == 0; loss_sum and correct are never NULL; labels
+ * outside [0, C) are DT_ERR_INVALID_ARG (the loader rejects such data
+ * earlier as bad data).
  */
 #ifndef DT_OPS_H
 #define DT_OPS_H
@@ -40,13 +47,13 @@ struct dt_adamw_args {
 };
 
 struct dt_ops {
-    /* out(B,O) = in(B,I) @ w(O,I)^T */
+    /* out(B,Out) = in(B,In) @ w(Out,In)^T */
     dt_status (*linear_fwd)(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                            int I, int O);
-    /* din(B,I) = dout(B,O) @ w(O,I)  (written; skipped when din is NULL)
-     * dw(O,I) += dout(B,O)^T @ in(B,I) */
+                            int In, int Out);
+    /* din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)
+     * dw(Out,In) += dout(B,Out)^T @ in(B,In) */
     dt_status (*linear_bwd)(dt_backend_t *be, float *din, float *dw, const float *dout,
-                            const float *in, const float *w, int B, int I, int O);
+                            const float *in, const float *w, int B, int In, int Out);
     /* x(B,C) += b(C), in place */
     dt_status (*bias_fwd)(dt_backend_t *be, float *x, const float *b, int B, int C);
     /* db(C) += sum over B of dout(B,C) */

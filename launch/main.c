@@ -1,2 +1,76 @@
+/*
+ * main.c - the dtrain command line: dispatches subcommands and maps
+ * failures to one message and a sysexits exit code.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
-int main(void) { fprintf(stderr, "dtrain: not built yet\n"); return 70; }
+#include <string.h>
+
+#include "../runtime/backend.h"
+#include "../runtime/log.h"
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: dtrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train JOB.yaml [--set key=value ...] [--print-config]\n"
+    "                       train the model the job file describes\n"
+    "  data import idx DIR -o OUT.h5 [--classes a,b,...] [--force]\n"
+    "  data import idx --train-images F --train-labels F [--test-images F --test-labels F]\n"
+    "                  -o OUT.h5 [--classes a,b,...] [--force]\n"
+    "                       convert IDX files (MNIST format, raw or gzipped) to a dataset\n"
+    "  data info FILE.h5    show a dataset's splits, shapes, dtypes, classes and sizes\n"
+    "  config reference     print the job-file reference (every key and default)\n"
+    "  config defaults      print the default job as YAML\n"
+    "  version              print the version and the backends built in\n"
+    "\n"
+    "Logging: DTRAIN_LOG=error|warn|info|debug. Exit codes follow sysexits: 0 done,\n"
+    "64 usage or job error, 65 bad data, 66 missing input, 74 I/O error, 70 internal.\n";
+
+int dt_cli_fail(dt_status st)
+{
+    const char *msg = dt_last_error();
+    fprintf(stderr, "dtrain: %s\n", msg[0] ? msg : dt_status_str(st));
+    return dt_status_exit_code(st);
+}
+
+int dt_cli_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "dtrain: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(see 'dtrain --help')\n");
+    return 64;
+}
+
+static const char *const not_yet[] = {"eval", "ckpt", "doctor", "find-batch", "bench", "launch"};
+
+int main(int argc, char **argv)
+{
+    if (dt_log_init_from_env() != 0)
+        return dt_cli_usage("DTRAIN_LOG='%s' is not a log level (error, warn, info, debug)",
+                            getenv("DTRAIN_LOG"));
+    if (argc < 2)
+        return fprintf(stderr, "%s", usage_text), 64;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help"))
+        return fputs(usage_text, stdout), 0;
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("dtrain %s (backends: %s)\n", DT_VERSION, dt_backend_list());
+        return 0;
+    }
+    if (!strcmp(cmd, "train"))
+        return dt_cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "data"))
+        return dt_cmd_data(argc - 1, argv + 1);
+    if (!strcmp(cmd, "config"))
+        return dt_cmd_config(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
+        if (!strcmp(cmd, not_yet[i]))
+            return dt_cli_usage("'dtrain %s' is not implemented in this version", cmd);
+    return dt_cli_usage("unknown command '%s'", cmd);
+}

@@ -9,38 +9,6 @@
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-#define PHILOX_ROUNDS 10
-
-static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo)
-{
-    uint64_t p = (uint64_t)a * b;
-    *hi = (uint32_t)(p >> 32);
-    *lo = (uint32_t)p;
-}
-
-static void philox4x32(uint32_t ctr[4], uint32_t k0, uint32_t k1)
-{
-    for (int r = 0; r < PHILOX_ROUNDS; r++) {
-        uint32_t hi0, lo0, hi1, lo1;
-        mulhilo(PHILOX_M0, ctr[0], &hi0, &lo0);
-        mulhilo(PHILOX_M1, ctr[2], &hi1, &lo1);
-        uint32_t c0 = hi1 ^ ctr[1] ^ k0;
-        uint32_t c1 = lo1;
-        uint32_t c2 = hi0 ^ ctr[3] ^ k1;
-        uint32_t c3 = lo0;
-        ctr[0] = c0;
-        ctr[1] = c1;
-        ctr[2] = c2;
-        ctr[3] = c3;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-}
-
 /* splitmix64 finaliser: spreads purpose/stream bits over the whole key. */
 static uint64_t mix64(uint64_t z)
 {
@@ -49,15 +17,21 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-void dt_rng_block(const struct dt_rng_key *key, uint64_t index, uint32_t sub, uint32_t out[4])
+void dt_rng_stream_init(const struct dt_rng_key *key, uint32_t sub, struct dt_rng_stream *s)
 {
     uint64_t k = mix64(key->seed ^ mix64(((uint64_t)key->purpose << 32) | key->stream));
     uint64_t hi = mix64(key->step + 0x9E3779B97F4A7C15ull) ^ sub;
-    out[0] = (uint32_t)index;
-    out[1] = (uint32_t)(index >> 32);
-    out[2] = (uint32_t)hi;
-    out[3] = (uint32_t)(hi >> 32);
-    philox4x32(out, (uint32_t)k, (uint32_t)(k >> 32));
+    s->k0 = (uint32_t)k;
+    s->k1 = (uint32_t)(k >> 32);
+    s->c2 = (uint32_t)hi;
+    s->c3 = (uint32_t)(hi >> 32);
+}
+
+void dt_rng_block(const struct dt_rng_key *key, uint64_t index, uint32_t sub, uint32_t out[4])
+{
+    struct dt_rng_stream s;
+    dt_rng_stream_init(key, sub, &s);
+    dt_rng_stream_block(&s, index, out);
 }
 
 float dt_rng_uniform(const struct dt_rng_key *key, uint64_t index)

@@ -27,6 +27,44 @@ struct dt_rng_key {
     uint64_t step;
 };
 
+/* A key with its mixing done once, for drawing many blocks in a loop. */
+struct dt_rng_stream {
+    uint32_t k0, k1; /* Philox key */
+    uint32_t c2, c3; /* high counter words: step and sub-counter */
+};
+
+#define DT_PHILOX_M0 0xD2511F53u
+#define DT_PHILOX_M1 0xCD9E8D57u
+#define DT_PHILOX_W0 0x9E3779B9u
+#define DT_PHILOX_W1 0xBB67AE85u
+#define DT_PHILOX_ROUNDS 10
+
+void dt_rng_stream_init(const struct dt_rng_key *key, uint32_t sub, struct dt_rng_stream *s);
+
+/* Same four words as dt_rng_block(key, index, sub) for the stream's key and sub. */
+static inline void dt_rng_stream_block(const struct dt_rng_stream *s, uint64_t index,
+                                       uint32_t out[4])
+{
+    uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = s->c2, c3 = s->c3;
+    uint32_t k0 = s->k0, k1 = s->k1;
+    for (int r = 0; r < DT_PHILOX_ROUNDS; r++) {
+        uint64_t p0 = (uint64_t)DT_PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)DT_PHILOX_M1 * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += DT_PHILOX_W0;
+        k1 += DT_PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
 /* Four 32-bit random words for counter `index` (and sub-counter `sub`). */
 void dt_rng_block(const struct dt_rng_key *key, uint64_t index, uint32_t sub, uint32_t out[4]);
 

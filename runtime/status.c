@@ -69,17 +69,21 @@ dt_status dt_set_error(dt_status st, const char *fmt, ...)
 
 dt_status dt_error_context(dt_status st, const char *fmt, ...)
 {
-    char prefix[DT_ERRMSG_MAX];
-    char old[DT_ERRMSG_MAX];
+    char joined[2 * DT_ERRMSG_MAX + 2];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(joined, DT_ERRMSG_MAX, fmt, ap);
     va_end(ap);
-    memcpy(old, errmsg, sizeof old);
-    if (old[0])
-        snprintf(errmsg, sizeof errmsg, "%s: %s", prefix, old);
-    else
-        snprintf(errmsg, sizeof errmsg, "%s", prefix);
+    if (n < 0)
+        n = 0;
+    if (n >= DT_ERRMSG_MAX)
+        n = DT_ERRMSG_MAX - 1;
+    if (errmsg[0]) {
+        memcpy(joined + n, ": ", 2);
+        memcpy(joined + n + 2, errmsg, strlen(errmsg) + 1);
+    }
+    memcpy(errmsg, joined, DT_ERRMSG_MAX - 1);
+    errmsg[DT_ERRMSG_MAX - 1] = '\0';
     return st;
 }
 

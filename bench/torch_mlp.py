@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/mlp_vs_torch.sh: the same MLP, data, batch,
+optimizer and dropout as configs/fashion-mnist-mlp.yaml, trained for a fixed
+number of steps on the given thread count. Prints 'torch_samples_per_s X'.
+
+The data is read once from the IDX files into memory (numpy), normalised
+like dtrain's importer, and shuffled each epoch; like dtrain's figure, the
+time covers the training steps only.
+"""
+import gzip
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def main():
+    root, steps, threads, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    torch.set_num_threads(threads)
+    x = read_idx(f"{root}/train-images-idx3-ubyte.gz").astype(np.float32) / 255.0
+    y = read_idx(f"{root}/train-labels-idx1-ubyte.gz").astype(np.int64)
+    x = torch.from_numpy((x - x.mean()) / x.std())
+    y = torch.from_numpy(y)
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+        torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(512, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per_epoch = len(x) // batch
+    gen = torch.Generator().manual_seed(42)
+
+    def batches():
+        while True:
+            perm = torch.randperm(len(x), generator=gen)
+            for b in range(per_epoch):
+                idx = perm[b * batch:(b + 1) * batch]
+                yield x[idx], y[idx]
+
+    it = batches()
+    warm = 20
+    for i in range(steps + warm):
+        if i == warm:
+            t0 = time.perf_counter()
+        xb, yb = next(it)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+    dt = time.perf_counter() - t0
+    print(f"torch_samples_per_s {steps * batch / dt:.1f}")
+
+
+if __name__ == "__main__":
+    main()

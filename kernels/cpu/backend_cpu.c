@@ -1,0 +1,158 @@
+/*
+ * backend_cpu.c - the CPU compute backend: host memory and the CPU op
+ * tables.
+ *
+ * "Device" memory is host memory, 64-byte aligned (one cache line, one
+ * AVX-512 vector) and zero-filled, so copies are memcpy and sync has
+ * nothing to wait for. The backend carries two op tables: the plain C
+ * reference ops (opts.reference_kernels, for tests and for checking other
+ * backends) and the fast ops (BLAS and vectorised loops), which are what
+ * training uses. Each op's two versions live in the op-family files beside
+ * this one (linear.c, activation.c, ...), with the same stems as the CUDA
+ * backend's files.
+ *
+ * The BLAS thread count is process-wide in OpenBLAS, so creating a backend
+ * sets it for every backend in the process; dtrain runs one per process.
+ * Op conventions (see kernels/ops.h): gradients of parameters ACCUMULATE
+ * (+=), gradients of activations are WRITTEN (=).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/backend_impl.h"
+#include "cpu_ops.h"
+
+/* Last: it pulls in <complex.h>, whose macro `I` clashes with ops.h. */
+#include <cblas.h>
+#undef I
+
+#define CPU_ALIGN 64
+
+struct cpu_backend {
+    struct dt_backend base;
+    int threads;
+};
+
+static const struct dt_ops cpu_ops_ref = {
+    .linear_fwd = dt_cpu_linear_fwd_ref,
+    .linear_bwd = dt_cpu_linear_bwd_ref,
+    .bias_fwd = dt_cpu_bias_fwd_ref,
+    .bias_bwd = dt_cpu_bias_bwd_ref,
+    .relu_fwd = dt_cpu_relu_fwd_ref,
+    .relu_bwd = dt_cpu_relu_bwd_ref,
+    .gelu_fwd = dt_cpu_gelu_fwd_ref,
+    .gelu_bwd = dt_cpu_gelu_bwd_ref,
+    .tanh_fwd = dt_cpu_tanh_fwd_ref,
+    .tanh_bwd = dt_cpu_tanh_bwd_ref,
+    .dropout_fwd = dt_cpu_dropout_fwd_ref,
+    .dropout_bwd = dt_cpu_dropout_bwd_ref,
+    .flatten_fwd = dt_cpu_flatten_fwd_ref,
+    .flatten_bwd = dt_cpu_flatten_bwd_ref,
+    .softmax_xent_fwd = dt_cpu_softmax_xent_fwd_ref,
+    .softmax_xent_bwd = dt_cpu_softmax_xent_bwd_ref,
+    .sgd_update = dt_cpu_sgd_update_ref,
+    .adamw_update = dt_cpu_adamw_update_ref,
+    .sumsq = dt_cpu_sumsq_ref,
+    .scale = dt_cpu_scale_ref,
+    .fill = dt_cpu_fill_ref,
+    .all_finite = dt_cpu_all_finite_ref,
+};
+
+/* GELU, tanh and softmax-xent backward have no faster version than the
+ * reference (see activation.c, softmax_xent.c). */
+static const struct dt_ops cpu_ops_fast = {
+    .linear_fwd = dt_cpu_linear_fwd,
+    .linear_bwd = dt_cpu_linear_bwd,
+    .bias_fwd = dt_cpu_bias_fwd,
+    .bias_bwd = dt_cpu_bias_bwd,
+    .relu_fwd = dt_cpu_relu_fwd,
+    .relu_bwd = dt_cpu_relu_bwd,
+    .gelu_fwd = dt_cpu_gelu_fwd_ref,
+    .gelu_bwd = dt_cpu_gelu_bwd_ref,
+    .tanh_fwd = dt_cpu_tanh_fwd_ref,
+    .tanh_bwd = dt_cpu_tanh_bwd_ref,
+    .dropout_fwd = dt_cpu_dropout_fwd,
+    .dropout_bwd = dt_cpu_dropout_bwd,
+    .flatten_fwd = dt_cpu_flatten_fwd,
+    .flatten_bwd = dt_cpu_flatten_bwd,
+    .softmax_xent_fwd = dt_cpu_softmax_xent_fwd,
+    .softmax_xent_bwd = dt_cpu_softmax_xent_bwd_ref,
+    .sgd_update = dt_cpu_sgd_update,
+    .adamw_update = dt_cpu_adamw_update,
+    .sumsq = dt_cpu_sumsq,
+    .scale = dt_cpu_scale,
+    .fill = dt_cpu_fill,
+    .all_finite = dt_cpu_all_finite,
+};
+
+/* Zero bytes still get a real (one-line) allocation, so a valid buffer is
+ * never NULL. */
+static dt_status cpu_alloc(dt_backend_t *be, size_t bytes, void **out)
+{
+    if (!out)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu alloc: out must not be NULL");
+    *out = NULL;
+    if (bytes > SIZE_MAX - (CPU_ALIGN - 1))
+        return dt_set_error(DT_ERR_NOMEM, "cpu alloc: %zu bytes is more than memory can hold",
+                            bytes);
+    size_t padded = bytes == 0 ? CPU_ALIGN : (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    void *p = NULL;
+    if (posix_memalign(&p, CPU_ALIGN, padded) != 0)
+        return dt_set_error(DT_ERR_NOMEM,
+                            "cpu alloc: out of host memory allocating %zu bytes (use a smaller "
+                            "batch or model)",
+                            bytes);
+    memset(p, 0, padded);
+    *out = p;
+    return DT_OK;
+}
+
+static void cpu_free(dt_backend_t *be, void *ptr) { free(ptr); }
+
+static dt_status cpu_copy(dt_backend_t *be, void *dst, const void *src, size_t bytes,
+                          enum dt_copy_kind kind)
+{
+    if (bytes == 0)
+        return DT_OK;
+    if (!dst || !src)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu copy: NULL %s for %zu bytes",
+                            dst ? "source" : "destination", bytes);
+    if (dst != src)
+        memcpy(dst, src, bytes);
+    return DT_OK;
+}
+
+static dt_status cpu_sync(dt_backend_t *be) { return DT_OK; }
+
+static void cpu_destroy(dt_backend_t *be) { free(be->impl); }
+
+dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out)
+{
+    if (!out)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu backend: out must not be NULL");
+    *out = NULL;
+    struct dt_backend_opts o = opts ? *opts : (struct dt_backend_opts){.threads = 1};
+    if (o.threads < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu backend: threads must be >= 1 (got %d; set runtime.threads)",
+                            o.threads);
+    struct cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return dt_set_error(DT_ERR_NOMEM, "cpu backend: out of memory");
+    cb->threads = o.threads;
+    cb->base = (struct dt_backend){
+        .name = "cpu",
+        .ops = o.reference_kernels ? &cpu_ops_ref : &cpu_ops_fast,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .copy = cpu_copy,
+        .sync = cpu_sync,
+        .destroy = cpu_destroy,
+        .impl = cb,
+    };
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(o.threads);
+#endif
+    *out = &cb->base;
+    return DT_OK;
+}

@@ -1,0 +1,220 @@
+/*
+ * linear.c - fully connected layer on the CPU: out = in @ w^T, and the
+ * bias add that follows it, with their backward passes.
+ *
+ * The reference versions are the textbook triple loops. The fast versions
+ * hand the three matrix products to BLAS (OpenBLAS here) with no copies or
+ * transposes: row-major in(B,I) and w(O,I) are already the operands sgemm
+ * wants, and the weight gradient accumulates through beta = 1. The bias
+ * loops work on fixed blocks of DT_CPU_LANES columns so they vectorise at
+ * -O2, and add in the same order as the reference (same bits).
+ *
+ * Gradients of parameters (dw, db) ACCUMULATE (+=); the gradient of the
+ * activation (din) is WRITTEN (=).
+ */
+#include <string.h>
+
+#include "cpu_ops.h"
+
+/* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
+ * would rewrite the I (input width) parameters of the op prototypes. */
+#include <cblas.h>
+#undef I
+
+/* bias_bwd sums this many columns at a time in a stack buffer. */
+#define BIAS_BWD_CHUNK 256
+
+static dt_status check_linear_fwd(const float *out, const float *in, const float *w, int B, int I,
+                                  int O)
+{
+    DT_CPU_REQUIRE(out && in && w, "linear_fwd", "out, in and w must not be NULL");
+    DT_CPU_REQUIRE(B >= 0 && I >= 0 && O >= 0, "linear_fwd",
+                   "sizes must be >= 0 (B=%d, I=%d, O=%d)", B, I, O);
+    return DT_OK;
+}
+
+static dt_status check_linear_bwd(const float *din, const float *dw, const float *dout,
+                                  const float *in, const float *w, int B, int I, int O)
+{
+    DT_CPU_REQUIRE(dw && dout && in, "linear_bwd", "dw, dout and in must not be NULL");
+    DT_CPU_REQUIRE(!din || w, "linear_bwd", "w must not be NULL when din is asked for");
+    DT_CPU_REQUIRE(B >= 0 && I >= 0 && O >= 0, "linear_bwd",
+                   "sizes must be >= 0 (B=%d, I=%d, O=%d)", B, I, O);
+    return DT_OK;
+}
+
+static dt_status check_bias(const char *op, const float *x, const float *b, int B, int C)
+{
+    if (!x || !b)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: pointers must not be NULL", op);
+    if (B < 0 || C < 0)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: sizes must be >= 0 (B=%d, C=%d)", op, B,
+                            C);
+    return DT_OK;
+}
+
+/* ---- reference ------------------------------------------------------- */
+
+/* out(B,O) = in(B,I) @ w(O,I)^T */
+dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, const float *w,
+                                int B, int I, int O)
+{
+    dt_status st = check_linear_fwd(out, in, w, B, I, O);
+    if (st != DT_OK)
+        return st;
+    for (int b = 0; b < B; b++) {
+        const float *x = in + (size_t)b * I; /* (I) */
+        for (int o = 0; o < O; o++) {
+            const float *wo = w + (size_t)o * I; /* (I) */
+            float s = 0.0f;
+            for (int i = 0; i < I; i++)
+                s += x[i] * wo[i];
+            out[(size_t)b * O + o] = s;
+        }
+    }
+    return DT_OK;
+}
+
+/* din(B,I) = dout(B,O) @ w(O,I);  dw(O,I) += dout(B,O)^T @ in(B,I) */
+dt_status dt_cpu_linear_bwd_ref(dt_backend_t *be, float *din, float *dw, const float *dout,
+                                const float *in, const float *w, int B, int I, int O)
+{
+    dt_status st = check_linear_bwd(din, dw, dout, in, w, B, I, O);
+    if (st != DT_OK)
+        return st;
+    if (din) {
+        for (int b = 0; b < B; b++) {
+            for (int i = 0; i < I; i++) {
+                float s = 0.0f;
+                for (int o = 0; o < O; o++)
+                    s += dout[(size_t)b * O + o] * w[(size_t)o * I + i];
+                din[(size_t)b * I + i] = s;
+            }
+        }
+    }
+    for (int o = 0; o < O; o++) {
+        for (int i = 0; i < I; i++) {
+            float s = 0.0f;
+            for (int b = 0; b < B; b++)
+                s += dout[(size_t)b * O + o] * in[(size_t)b * I + i];
+            dw[(size_t)o * I + i] += s;
+        }
+    }
+    return DT_OK;
+}
+
+/* x(B,C) += b(C) */
+dt_status dt_cpu_bias_fwd_ref(dt_backend_t *be, float *x, const float *b, int B, int C)
+{
+    dt_status st = check_bias("bias_fwd", x, b, B, C);
+    if (st != DT_OK)
+        return st;
+    for (int r = 0; r < B; r++)
+        for (int c = 0; c < C; c++)
+            x[(size_t)r * C + c] += b[c];
+    return DT_OK;
+}
+
+/* db(C) += sum over rows of dout(B,C) */
+dt_status dt_cpu_bias_bwd_ref(dt_backend_t *be, float *db, const float *dout, int B, int C)
+{
+    dt_status st = check_bias("bias_bwd", db, dout, B, C);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        float s = 0.0f;
+        for (int r = 0; r < B; r++)
+            s += dout[(size_t)r * C + c];
+        db[c] += s;
+    }
+    return DT_OK;
+}
+
+/* ---- fast ------------------------------------------------------------ */
+
+dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
+                            int I, int O)
+{
+    dt_status st = check_linear_fwd(out, in, w, B, I, O);
+    if (st != DT_OK)
+        return st;
+    if (B == 0 || O == 0)
+        return DT_OK;
+    if (I == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */
+        memset(out, 0, (size_t)B * O * sizeof *out);
+        return DT_OK;
+    }
+    /* out(B,O) = in(B,I) . w(O,I)^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, O, I, 1.0f, in, I, w, I, 0.0f, out, O);
+    return DT_OK;
+}
+
+dt_status dt_cpu_linear_bwd(dt_backend_t *be, float *din, float *dw, const float *dout,
+                            const float *in, const float *w, int B, int I, int O)
+{
+    dt_status st = check_linear_bwd(din, dw, dout, in, w, B, I, O);
+    if (st != DT_OK)
+        return st;
+    if (din && B > 0 && I > 0) {
+        if (O == 0)
+            memset(din, 0, (size_t)B * I * sizeof *din);
+        else /* din(B,I) = dout(B,O) . w(O,I) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, I, O, 1.0f, dout, O, w, I,
+                        0.0f, din, I);
+    }
+    if (B > 0 && I > 0 && O > 0) /* dw(O,I) += dout(B,O)^T . in(B,I) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, B, 1.0f, dout, O, in, I, 1.0f,
+                    dw, I);
+    return DT_OK;
+}
+
+dt_status dt_cpu_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C)
+{
+    dt_status st = check_bias("bias_fwd", x, b, B, C);
+    if (st != DT_OK)
+        return st;
+    for (int r = 0; r < B; r++) {
+        float *xr = x + (size_t)r * C; /* (C) */
+        int c = 0;
+        for (; c + DT_CPU_LANES <= C; c += DT_CPU_LANES) {
+            float t[DT_CPU_LANES];
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                t[k] = xr[c + k] + b[c + k];
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                xr[c + k] = t[k];
+        }
+        for (; c < C; c++)
+            xr[c] += b[c];
+    }
+    return DT_OK;
+}
+
+/* Sums a strip of n <= BIAS_BWD_CHUNK columns over all rows, row by row
+ * (contiguous reads), in the reference's order: acc starts at 0, then db +=. */
+static void bias_bwd_strip(float *db, const float *dout, int B, int C, int n)
+{
+    float acc[BIAS_BWD_CHUNK] = {0};
+    for (int r = 0; r < B; r++) {
+        const float *row = dout + (size_t)r * C; /* (n) of (C) */
+        int c = 0;
+        for (; c + DT_CPU_LANES <= n; c += DT_CPU_LANES)
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                acc[c + k] += row[c + k];
+        for (; c < n; c++)
+            acc[c] += row[c];
+    }
+    for (int c = 0; c < n; c++)
+        db[c] += acc[c];
+}
+
+dt_status dt_cpu_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B, int C)
+{
+    dt_status st = check_bias("bias_bwd", db, dout, B, C);
+    if (st != DT_OK)
+        return st;
+    for (int c0 = 0; c0 < C; c0 += BIAS_BWD_CHUNK) {
+        int n = C - c0 < BIAS_BWD_CHUNK ? C - c0 : BIAS_BWD_CHUNK;
+        bias_bwd_strip(db + c0, dout + c0, B, C, n);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,134 @@
+/*
+ * reduce.c - whole-buffer helpers on the CPU: sum of squares (gradient
+ * norms for clipping), scale (unscaling, clipping), fill, and the finite
+ * check that decides whether a step is skipped.
+ *
+ * The fast versions work on fixed blocks of DT_CPU_LANES elements so GCC
+ * vectorises them at -O2. sumsq keeps one double accumulator per lane (so
+ * its rounding differs from the reference's single running sum, by far less
+ * than fp32 resolution). all_finite tests the exponent bits instead of
+ * calling isfinite(), which vectorises and cannot be folded away by
+ * -ffinite-math-only; it reads the whole buffer (no early exit), since the
+ * common case is a clean buffer.
+ *
+ * These ops produce no gradients (parameter gradients ACCUMULATE (+=) and
+ * activation gradients are WRITTEN (=) elsewhere); scale and fill work in
+ * place.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+/* fp32 exponent field; all ones means Inf or NaN */
+#define F32_EXP_MASK 0x7f800000u
+
+static inline uint32_t nonfinite_bits(uint32_t u) { return (u & F32_EXP_MASK) == F32_EXP_MASK; }
+
+/* ---- reference ------------------------------------------------------- */
+
+/* *out = sum_i x_i^2, in double */
+dt_status dt_cpu_sumsq_ref(dt_backend_t *be, const float *x, size_t n, double *out)
+{
+    DT_CPU_REQUIRE(x && out, "sumsq", "pointers must not be NULL");
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    *out = s;
+    return DT_OK;
+}
+
+/* x *= s */
+dt_status dt_cpu_scale_ref(dt_backend_t *be, float *x, size_t n, float s)
+{
+    DT_CPU_REQUIRE(x, "scale", "x must not be NULL");
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+    return DT_OK;
+}
+
+/* x = v */
+dt_status dt_cpu_fill_ref(dt_backend_t *be, float *x, size_t n, float v)
+{
+    DT_CPU_REQUIRE(x, "fill", "x must not be NULL");
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+    return DT_OK;
+}
+
+/* *out = 1 if every x_i is finite, else 0 */
+dt_status dt_cpu_all_finite_ref(dt_backend_t *be, const float *x, size_t n, int *out)
+{
+    DT_CPU_REQUIRE(x && out, "all_finite", "pointers must not be NULL");
+    int ok = 1;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = isfinite(x[i]);
+    *out = ok;
+    return DT_OK;
+}
+
+/* ---- fast ------------------------------------------------------------ */
+
+dt_status dt_cpu_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
+{
+    DT_CPU_REQUIRE(x && out, "sumsq", "pointers must not be NULL");
+    double acc[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            acc[k] += (double)x[i + k] * x[i + k];
+    double s = 0.0;
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += acc[k];
+    for (; i < n; i++)
+        s += (double)x[i] * x[i];
+    *out = s;
+    return DT_OK;
+}
+
+dt_status dt_cpu_scale(dt_backend_t *be, float *x, size_t n, float s)
+{
+    DT_CPU_REQUIRE(x, "scale", "x must not be NULL");
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            x[i + k] *= s;
+    for (; i < n; i++)
+        x[i] *= s;
+    return DT_OK;
+}
+
+dt_status dt_cpu_fill(dt_backend_t *be, float *x, size_t n, float v)
+{
+    DT_CPU_REQUIRE(x, "fill", "x must not be NULL");
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            x[i + k] = v;
+    for (; i < n; i++)
+        x[i] = v;
+    return DT_OK;
+}
+
+dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out)
+{
+    DT_CPU_REQUIRE(x && out, "all_finite", "pointers must not be NULL");
+    uint32_t bad[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        uint32_t u[DT_CPU_LANES];
+        memcpy(u, x + i, sizeof u);
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            bad[k] |= nonfinite_bits(u[k]);
+    }
+    uint32_t any = 0;
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        any |= bad[k];
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        any |= nonfinite_bits(u);
+    }
+    *out = !any;
+    return DT_OK;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets dtrain up on a Debian/Ubuntu machine: installs the Debian packages it
+# needs (when missing), builds into build/ and imports Fashion-MNIST into
+# data/fashion-mnist.h5. Safe to run again: each step is skipped when done.
+#   BUILD_DIR=build  CMAKE_ARGS="..."  DTRAIN_SKIP_APT=1  DTRAIN_WITH_TORCH=1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+PKGS="build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
+      libcunit1-dev libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist"
+if [ "${DTRAIN_WITH_TORCH:-0}" = 1 ]; then
+  PKGS="$PKGS python3 python3-numpy python3-torch"
+fi
+
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ] && [ "${DTRAIN_SKIP_APT:-0}" != 1 ]; then
+  echo "setup: installing Debian packages:$missing"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+
+echo "setup: building in $BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+if [ ! -f data/fashion-mnist.h5 ]; then
+  echo "setup: importing Fashion-MNIST"
+  mkdir -p data
+  "$BUILD_DIR"/dtrain data import idx /usr/share/datasets/fashion-mnist -o data/fashion-mnist.h5 \
+    --classes "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
+fi
+echo "setup: done"

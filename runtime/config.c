@@ -1,0 +1,574 @@
+/*
+ * config.c - reading job files and --set overrides into struct dt_job.
+ *
+ * Both go through libyaml's document API, so a value on the command line is
+ * read exactly like the same text in a file, and the schema's defaults are
+ * read exactly like user input too (the table stores them as text). Nodes
+ * keep their marks, so an error names file:line:column, the dotted key and
+ * what was expected. A load or a --set either succeeds whole or leaves the
+ * job as it was.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#include "config_impl.h"
+#include "util.h"
+
+#define KEY_MAX 512  /* longest dotted key reported as such */
+#define GOT_MAX 60   /* bytes of a bad value quoted back in a message */
+#define MSG_MAX 1536 /* one error message before its location */
+#define LIST_MAX 256 /* entries of the largest int list field */
+#define WHY_MAX 64   /* " (out of range)" and the like */
+
+/* What is being parsed and where it came from, for messages. */
+struct ctx {
+    struct dt_job *job;
+    yaml_document_t *doc;
+    const char *file;  /* job file; NULL for --set and defaults */
+    const char *where; /* "--set k=v" or "default" when file is NULL */
+};
+
+/* Records "file:line:col: key: message" (or "--set k=v: key: message"). */
+__attribute__((format(printf, 4, 5))) static dt_status
+fail(const struct ctx *c, const yaml_mark_t *mark, const char *key, const char *fmt, ...)
+{
+    char msg[MSG_MAX], loc[DT_JOB_PATH + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->file && mark)
+        snprintf(loc, sizeof loc, "%s:%zu:%zu", c->file, mark->line + 1, mark->column + 1);
+    else
+        snprintf(loc, sizeof loc, "%s", c->file ? c->file : c->where);
+    return dt_set_error(DT_ERR_USAGE, "%s: %s%s%s", loc, key, key[0] ? ": " : "", msg);
+}
+
+/* ---- nodes ------------------------------------------------------------- */
+
+static yaml_node_t *node(const struct ctx *c, int id) { return yaml_document_get_node(c->doc, id); }
+
+/* A plain empty, "~" or "null" scalar: YAML's null. */
+static int is_null(const yaml_node_t *n)
+{
+    if (!n)
+        return 1;
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    const char *s = (const char *)n->data.scalar.value;
+    return !s[0] || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+           !strcmp(s, "NULL");
+}
+
+/* A scalar quoted back to the user: at most GOT_MAX bytes, control
+ * characters shown as '?', so the message stays one line. */
+static void quote_value(const yaml_node_t *n, char *buf, size_t len)
+{
+    char text[GOT_MAX + 1];
+    size_t l = n->data.scalar.length, shown = l > GOT_MAX ? GOT_MAX : l;
+    for (size_t i = 0; i < shown; i++) {
+        unsigned char ch = n->data.scalar.value[i];
+        text[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    }
+    text[shown] = '\0';
+    snprintf(buf, len, "'%s%s'", text, l > GOT_MAX ? "..." : "");
+}
+
+/* What a node is, for "got ...": "'abc'", "a mapping", "no value". */
+static void describe(const yaml_node_t *n, char *buf, size_t len)
+{
+    if (is_null(n)) {
+        snprintf(buf, len, "no value");
+    } else if (n->type == YAML_MAPPING_NODE) {
+        snprintf(buf, len, "a mapping");
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        snprintf(buf, len, "a sequence");
+    } else {
+        quote_value(n, buf, len);
+    }
+}
+
+static const yaml_mark_t *mark_of(const yaml_node_t *n) { return n ? &n->start_mark : NULL; }
+
+static dt_status bad_value(const struct ctx *c, const char *key, const yaml_node_t *n,
+                           const char *want, const char *why)
+{
+    char got[GOT_MAX + 16];
+    describe(n, got, sizeof got);
+    return fail(c, mark_of(n), key, "expected %s, got %s%s", want, got, why);
+}
+
+/* ---- scalars ----------------------------------------------------------- */
+
+static int parse_int(const char *s, size_t n, int64_t *out, char *why)
+{
+    char *end;
+    if (n == 0 || isspace((unsigned char)s[0]))
+        return 0;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end != s + n)
+        return 0;
+    if (errno == ERANGE) {
+        snprintf(why, WHY_MAX, " (out of range)");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_float(const char *s, size_t n, double *out, char *why)
+{
+    char *end;
+    if (n == 0 || isspace((unsigned char)s[0]))
+        return 0;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end != s + n)
+        return 0;
+    if ((errno == ERANGE && fabs(v) > 1) || !isfinite(v)) { /* overflow; underflow is fine */
+        snprintf(why, WHY_MAX, " (out of range)");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (!strcasecmp(s, yes[i]) || !strcasecmp(s, no[i])) {
+            *out = !strcasecmp(s, yes[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int in_range(const struct dt_cfg_key *k, double x)
+{
+    unsigned r = k->range;
+    if ((r & DT_CFG_LO) && (x < k->lo || ((r & DT_CFG_LO_EXCL) && x == k->lo)))
+        return 0;
+    if ((r & DT_CFG_HI) && (x > k->hi || ((r & DT_CFG_HI_EXCL) && x == k->hi)))
+        return 0;
+    return 1;
+}
+
+static int is_choice(const struct dt_cfg_key *k, const char *s)
+{
+    for (const char *const *c = k->choices; *c; c++)
+        if (!strcmp(*c, s))
+            return 1;
+    return 0;
+}
+
+/* Text fields: non-empty, no NUL inside, fits with its terminator. */
+static int check_text(const struct dt_cfg_key *k, const char *s, size_t n, char *why)
+{
+    if (n == 0 || strlen(s) != n)
+        return 0;
+    if (n >= k->size) {
+        snprintf(why, WHY_MAX, " (%zu bytes; at most %zu)", n, k->size - 1);
+        return 0;
+    }
+    return k->type != DT_CFG_ENUM || is_choice(k, s);
+}
+
+/* Parses scalar text for a non-list key and stores it into the job. */
+static int store_scalar(struct dt_job *job, const struct dt_cfg_key *k, const char *s, size_t n,
+                        char *why)
+{
+    char *field = (char *)job + k->offset;
+    int64_t i;
+    double f;
+    int b;
+    switch (k->type) {
+    case DT_CFG_INT:
+        if (!parse_int(s, n, &i, why) || !in_range(k, (double)i))
+            return 0;
+        memcpy(field, &i, sizeof i);
+        return 1;
+    case DT_CFG_FLOAT:
+        if (!parse_float(s, n, &f, why) || !in_range(k, f))
+            return 0;
+        memcpy(field, &f, sizeof f);
+        return 1;
+    case DT_CFG_BOOL:
+        if (!parse_bool(s, &b))
+            return 0;
+        memcpy(field, &b, sizeof b);
+        return 1;
+    default:
+        if (!check_text(k, s, n, why))
+            return 0;
+        memset(field, 0, k->size);
+        memcpy(field, s, n);
+        return 1;
+    }
+}
+
+static dt_status apply_scalar(const struct ctx *c, const struct dt_cfg_key *k,
+                              const yaml_node_t *n)
+{
+    char want[512], why[WHY_MAX] = "";
+    dt_cfg_expect(k, want, sizeof want);
+    if (is_null(n) || n->type != YAML_SCALAR_NODE)
+        return bad_value(c, k->key, n, want, "");
+    const char *s = (const char *)n->data.scalar.value;
+    if (!store_scalar(c->job, k, s, n->data.scalar.length, why))
+        return bad_value(c, k->key, n, want, why);
+    return DT_OK;
+}
+
+/* ---- int lists --------------------------------------------------------- */
+
+static dt_status list_entry(const struct ctx *c, const struct dt_cfg_key *k, size_t idx,
+                            const yaml_node_t *n, int64_t *out)
+{
+    char key[KEY_MAX], want[128], why[WHY_MAX] = "";
+    snprintf(key, sizeof key, "%s[%zu]", k->key, idx);
+    dt_cfg_expect_entry(k, want, sizeof want);
+    if (is_null(n) || n->type != YAML_SCALAR_NODE)
+        return bad_value(c, key, n, want, "");
+    if (!parse_int((const char *)n->data.scalar.value, n->data.scalar.length, out, why) ||
+        !in_range(k, (double)*out))
+        return bad_value(c, key, n, want, why);
+    return DT_OK;
+}
+
+static dt_status apply_list(const struct ctx *c, const struct dt_cfg_key *k, const yaml_node_t *n)
+{
+    char want[512];
+    int64_t vals[LIST_MAX];
+    size_t max = k->size / sizeof(int64_t);
+    dt_cfg_expect(k, want, sizeof want);
+    DT_ASSERT(max <= LIST_MAX);
+    if (is_null(n) || n->type != YAML_SEQUENCE_NODE)
+        return bad_value(c, k->key, n, want, "");
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count < (size_t)k->min_count || count > max)
+        return fail(c, mark_of(n), k->key, "expected %s, got %zu %s", want, count,
+                    count == 1 ? "entry" : "entries");
+    for (size_t i = 0; i < count; i++) {
+        dt_status st = list_entry(c, k, i, node(c, n->data.sequence.items.start[i]), &vals[i]);
+        if (st != DT_OK)
+            return st;
+    }
+    char *field = (char *)c->job + k->offset;
+    int ncount = (int)count;
+    memset(field, 0, k->size);
+    memcpy(field, vals, count * sizeof vals[0]);
+    memcpy((char *)c->job + k->count_offset, &ncount, sizeof ncount);
+    return DT_OK;
+}
+
+static dt_status apply_leaf(const struct ctx *c, const struct dt_cfg_key *k, const yaml_node_t *n)
+{
+    return k->type == DT_CFG_INT_LIST ? apply_list(c, k, n) : apply_scalar(c, k, n);
+}
+
+/* ---- keys and sections ------------------------------------------------- */
+
+static dt_status unknown_key(const struct ctx *c, const yaml_mark_t *mark, const char *dotted)
+{
+    char hint[KEY_MAX], parent[KEY_MAX], kids[1024];
+    if (dt_cfg_suggest(dotted, hint, sizeof hint))
+        return fail(c, mark, dotted, "unknown key; did you mean '%s'?", hint);
+    dt_cfg_parent(dotted, parent, sizeof parent);
+    while (parent[0] && !dt_cfg_find_section(parent))
+        dt_cfg_parent(parent, parent, sizeof parent);
+    dt_cfg_children(parent, kids, sizeof kids);
+    if (!parent[0])
+        return fail(c, mark, dotted, "unknown key; the sections are %s", kids);
+    return fail(c, mark, dotted, "unknown key; the keys of %s are %s", parent, kids);
+}
+
+/* The first leaf key inside a section, for an example. */
+static const char *first_key_in(const char *section)
+{
+    size_t n = strlen(section);
+    for (size_t i = 0; i < dt_cfg_nkeys; i++)
+        if (!strncmp(dt_cfg_keys[i].key, section, n) && dt_cfg_keys[i].key[n] == '.')
+            return dt_cfg_keys[i].key;
+    return section;
+}
+
+static dt_status walk_mapping(const struct ctx *c, const yaml_node_t *map, const char *section);
+
+static dt_status apply_section(const struct ctx *c, const char *dotted, const yaml_node_t *v)
+{
+    char kids[1024], got[GOT_MAX + 16];
+    if (is_null(v))
+        return DT_OK; /* "runtime:" with every key commented out */
+    if (v->type == YAML_MAPPING_NODE)
+        return walk_mapping(c, v, dotted);
+    dt_cfg_children(dotted, kids, sizeof kids);
+    describe(v, got, sizeof got);
+    return fail(c, mark_of(v), dotted, "expected a mapping (a section with keys %s), got %s", kids,
+                got);
+}
+
+/* The dotted name of a mapping key under section; an error unless a plain name. */
+static dt_status key_text(const struct ctx *c, const char *section, const yaml_node_t *kn,
+                          char *dotted, size_t len)
+{
+    char got[GOT_MAX + 16];
+    describe(kn, got, sizeof got);
+    if (kn->type != YAML_SCALAR_NODE)
+        return fail(c, mark_of(kn), section, "expected a key name, got %s", got);
+    const char *k = (const char *)kn->data.scalar.value;
+    snprintf(dotted, len, "%s%s%s", section, section[0] ? "." : "", k);
+    if (strchr(k, '.'))
+        return fail(c, mark_of(kn), dotted,
+                    "dotted names are for --set; in a job file nest each part as a mapping");
+    return DT_OK;
+}
+
+static dt_status check_duplicate(const struct ctx *c, const yaml_node_t *map,
+                                 const yaml_node_pair_t *pair, const char *dotted)
+{
+    const yaml_node_t *kn = node(c, pair->key);
+    for (const yaml_node_pair_t *p = map->data.mapping.pairs.start; p < pair; p++) {
+        const yaml_node_t *prev = node(c, p->key);
+        if (prev->type == YAML_SCALAR_NODE && prev->data.scalar.length == kn->data.scalar.length &&
+            !memcmp(prev->data.scalar.value, kn->data.scalar.value, kn->data.scalar.length))
+            return fail(c, mark_of(kn), dotted, "duplicate key (first given at line %zu)",
+                        prev->start_mark.line + 1);
+    }
+    return DT_OK;
+}
+
+static dt_status walk_mapping(const struct ctx *c, const yaml_node_t *map, const char *section)
+{
+    dt_status st = DT_OK;
+    for (const yaml_node_pair_t *p = map->data.mapping.pairs.start;
+         st == DT_OK && p < map->data.mapping.pairs.top; p++) {
+        char dotted[KEY_MAX];
+        const yaml_node_t *kn = node(c, p->key), *vn = node(c, p->value);
+        const struct dt_cfg_key *k;
+        DT_CHECK(key_text(c, section, kn, dotted, sizeof dotted));
+        DT_CHECK(check_duplicate(c, map, p, dotted));
+        if ((k = dt_cfg_find(dotted)))
+            st = apply_leaf(c, k, vn);
+        else if (dt_cfg_find_section(dotted))
+            st = apply_section(c, dotted, vn);
+        else
+            st = unknown_key(c, mark_of(kn), dotted);
+    }
+out:
+    return st;
+}
+
+static dt_status apply_document(const struct ctx *c)
+{
+    char kids[256], got[GOT_MAX + 16];
+    const yaml_node_t *root = yaml_document_get_root_node(c->doc);
+    if (is_null(root))
+        return DT_OK; /* empty file: all defaults */
+    if (root->type == YAML_MAPPING_NODE)
+        return walk_mapping(c, root, "");
+    dt_cfg_children("", kids, sizeof kids);
+    describe(root, got, sizeof got);
+    return fail(c, mark_of(root), "", "expected a mapping of sections (%s), got %s", kids, got);
+}
+
+/* ---- libyaml ----------------------------------------------------------- */
+
+/* libyaml's own words for a syntax error, at the place it points to. key is
+ * the key a --set value was meant for ("" for a file). */
+static dt_status yaml_failure(const struct ctx *c, const yaml_parser_t *p, FILE *f,
+                              const char *key)
+{
+    char ctxt[256] = "";
+    const char *what = c->file ? c->file : c->where;
+    if (p->error == YAML_MEMORY_ERROR)
+        return dt_set_error(DT_ERR_NOMEM, "%s: out of memory while parsing YAML", what);
+    if (f && ferror(f))
+        return dt_set_error(DT_ERR_IO, "cannot read job file '%s': %s", c->file, strerror(errno));
+    const char *problem = p->problem ? p->problem : "invalid YAML";
+    if (p->error == YAML_READER_ERROR)
+        return dt_set_error(DT_ERR_USAGE, "%s: byte %zu: %s", what, p->problem_offset, problem);
+    if (p->context && c->file)
+        snprintf(ctxt, sizeof ctxt, " (%s at line %zu, column %zu)", p->context,
+                 p->context_mark.line + 1, p->context_mark.column + 1);
+    else if (p->context)
+        snprintf(ctxt, sizeof ctxt, " (%s)", p->context);
+    if (c->file)
+        return dt_set_error(DT_ERR_USAGE, "%s:%zu:%zu: invalid YAML: %s%s", c->file,
+                            p->problem_mark.line + 1, p->problem_mark.column + 1, problem, ctxt);
+    return dt_set_error(DT_ERR_USAGE, "%s: %s: invalid YAML value: %s%s", what, key, problem,
+                        ctxt);
+}
+
+/* A job is one YAML document; a second one is an error, not ignored. */
+static dt_status check_single_document(const struct ctx *c, yaml_parser_t *p, FILE *f,
+                                       const char *key)
+{
+    yaml_document_t next;
+    if (!yaml_parser_load(p, &next))
+        return yaml_failure(c, p, f, key);
+    yaml_node_t *root = yaml_document_get_root_node(&next);
+    int empty = is_null(root); /* a stray "---" at the end is harmless */
+    yaml_mark_t mark = next.start_mark;
+    yaml_document_delete(&next);
+    if (empty)
+        return DT_OK;
+    return fail(c, &mark, key, "found a second YAML document; a job is one document");
+}
+
+/* Parses the parser's input and applies it to c->job (c->doc is set here). */
+static dt_status parse_input(struct ctx *c, yaml_parser_t *p, FILE *f,
+                             const struct dt_cfg_key *leaf)
+{
+    yaml_document_t doc;
+    dt_status st;
+    const char *key = leaf ? leaf->key : "";
+    if (!yaml_parser_load(p, &doc))
+        return yaml_failure(c, p, f, key);
+    c->doc = &doc;
+    st = check_single_document(c, p, f, key); /* first, so a failed --set changes nothing */
+    if (st == DT_OK && leaf)
+        st = apply_leaf(c, leaf, yaml_document_get_root_node(&doc));
+    else if (st == DT_OK)
+        st = apply_document(c);
+    yaml_document_delete(&doc);
+    c->doc = NULL;
+    return st;
+}
+
+/* Reads value text (a YAML scalar or flow sequence) into one key. */
+static dt_status apply_text(struct ctx *c, const struct dt_cfg_key *k, const char *text)
+{
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return dt_set_error(DT_ERR_NOMEM, "%s: out of memory starting the YAML parser", c->where);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
+    dt_status st = parse_input(c, &p, NULL, k);
+    yaml_parser_delete(&p);
+    return st;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+void dt_job_defaults(struct dt_job *job)
+{
+    DT_ASSERT(job);
+    dt_cfg_check_schema();
+    memset(job, 0, sizeof *job);
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        struct ctx c = {.job = job, .where = "schema default"};
+        if (apply_text(&c, &dt_cfg_keys[i], dt_cfg_keys[i].def) != DT_OK) {
+            fprintf(stderr, "dtrain: internal error: %s\n", dt_last_error());
+            DT_ASSERT(!"every schema default parses");
+        }
+    }
+}
+
+static dt_status open_job(const char *path, FILE **out)
+{
+    struct stat sb;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt_set_error(DT_ERR_NOT_FOUND, "cannot open job file '%s': %s", path,
+                            strerror(errno));
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return dt_set_error(DT_ERR_NOT_FOUND, "cannot open job file '%s': %s", path,
+                            strerror(EISDIR));
+    }
+    *out = f;
+    return DT_OK;
+}
+
+static dt_status parse_file(FILE *f, const char *path, struct dt_job *job)
+{
+    yaml_parser_t p;
+    struct ctx c = {.job = job, .file = path};
+    if (!yaml_parser_initialize(&p))
+        return dt_set_error(DT_ERR_NOMEM, "%s: out of memory starting the YAML parser", path);
+    yaml_parser_set_input_file(&p, f);
+    dt_status st = parse_input(&c, &p, f, NULL);
+    yaml_parser_delete(&p);
+    return st;
+}
+
+dt_status dt_job_load(const char *path, struct dt_job *job)
+{
+    DT_ASSERT(path && job);
+    dt_status st = DT_OK;
+    struct dt_job *tmp = NULL;
+    FILE *f = NULL;
+    if (strlen(path) >= sizeof job->source)
+        return dt_set_error(DT_ERR_USAGE, "job file path is too long (%zu bytes; at most %zu)",
+                            strlen(path), sizeof job->source - 1);
+    DT_CHECK(open_job(path, &f));
+    DT_CHECK(dt_malloc(sizeof *tmp, "the job", (void **)&tmp));
+    dt_job_defaults(tmp);
+    snprintf(tmp->source, sizeof tmp->source, "%s", path);
+    DT_CHECK(parse_file(f, path, tmp));
+    memcpy(job, tmp, sizeof *job);
+out:
+    free(tmp);
+    if (f)
+        fclose(f);
+    return st;
+}
+
+/* The key part of "key=value" with surrounding blanks removed. */
+static void assignment_key(const char *a, const char *eq, char *buf, size_t len)
+{
+    while (a < eq && isspace((unsigned char)*a))
+        a++;
+    while (eq > a && isspace((unsigned char)eq[-1]))
+        eq--;
+    snprintf(buf, len, "%.*s", (int)(eq - a), a);
+}
+
+dt_status dt_job_set(struct dt_job *job, const char *assignment)
+{
+    DT_ASSERT(job && assignment);
+    char where[KEY_MAX + 64], key[KEY_MAX], kids[1024];
+    struct ctx c = {.job = job, .where = where};
+    snprintf(where, sizeof where, "--set %s", assignment);
+    const char *eq = strchr(assignment, '=');
+    if (!eq)
+        return dt_set_error(DT_ERR_USAGE, "%s: expected key=value, e.g. train.optimizer.lr=0.01",
+                            where);
+    assignment_key(assignment, eq, key, sizeof key);
+    if (!key[0])
+        return dt_set_error(DT_ERR_USAGE, "%s: no key before '='", where);
+    const struct dt_cfg_key *k = dt_cfg_find(key);
+    if (k)
+        return apply_text(&c, k, eq + 1);
+    if (!dt_cfg_find_section(key))
+        return unknown_key(&c, NULL, key);
+    dt_cfg_children(key, kids, sizeof kids);
+    return fail(&c, NULL, key, "is a section with keys %s; set one key in it, e.g. --set %s=...",
+                kids, first_key_in(key));
+}
+
+dt_status dt_job_validate(const struct dt_job *job)
+{
+    DT_ASSERT(job);
+    char msg[MSG_MAX];
+    for (size_t i = 0; i < dt_cfg_nrelations; i++) {
+        if (!dt_cfg_relations[i].check(job, msg, sizeof msg))
+            continue;
+        if (job->source[0])
+            return dt_set_error(DT_ERR_USAGE, "%s: %s", job->source, msg);
+        return dt_set_error(DT_ERR_USAGE, "%s", msg);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,514 @@
+/*
+ * config_schema.c - the job schema: every key of struct dt_job, once.
+ *
+ * Each row names a dotted key, its type, where it lives in struct dt_job,
+ * its default (text, parsed exactly like user input), its allowed values and
+ * a line of documentation. Defaults, the file parser, --set, the YAML dump,
+ * the reference page and the typo hints all read this table, so adding a
+ * key is adding a row (and the field in config.h). Sections get a line of
+ * their own; checks that involve two keys live in the relation table below.
+ */
+#include "config_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define FIELD(f) .offset = offsetof(struct dt_job, f), .size = sizeof(((struct dt_job *)0)->f)
+#define ROW(k, t, f, d, doc_, ...) {.key = k, .type = t, FIELD(f), .def = d, .doc = doc_, __VA_ARGS__}
+
+/* Ranges, used as the variadic tail of ROW. */
+#define ANY .range = 0
+#define AT_LEAST(v) .range = DT_CFG_LO, .lo = (v)
+#define ABOVE(v) .range = DT_CFG_LO | DT_CFG_LO_EXCL, .lo = (v)
+#define FROM_TO(a, b) .range = DT_CFG_LO | DT_CFG_HI, .lo = (a), .hi = (b)
+#define FROM_BELOW(a, b) .range = DT_CFG_LO | DT_CFG_HI | DT_CFG_HI_EXCL, .lo = (a), .hi = (b)
+#define ABOVE_TO(a, b) .range = DT_CFG_LO | DT_CFG_LO_EXCL | DT_CFG_HI, .lo = (a), .hi = (b)
+#define ONE_OF(list) .choices = (list)
+
+static const char *const model_types[] = {"mlp", NULL};
+static const char *const activations[] = {"relu", "gelu", "tanh", NULL};
+static const char *const inits[] = {"kaiming", "xavier", NULL};
+static const char *const optimizers[] = {"sgd", "adamw", NULL};
+static const char *const schedules[] = {"constant", "step", "cosine", NULL};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const progress_modes[] = {"auto", "bar", "lines", "off", NULL};
+
+/* Short type names for the rows. */
+#define I DT_CFG_INT
+#define F DT_CFG_FLOAT
+#define B DT_CFG_BOOL
+#define S DT_CFG_STRING
+#define E DT_CFG_ENUM
+#define L DT_CFG_INT_LIST
+#define P DT_CFG_PATH
+
+/* clang-format off */
+const struct dt_cfg_key dt_cfg_keys[] = {
+    ROW("model.type", E, model.type, "mlp",
+        "model family; mlp is a stack of fully connected layers", ONE_OF(model_types)),
+    ROW("model.hidden", L, model.hidden, "[512, 512]",
+        "widths of the hidden layers, input side first", AT_LEAST(1),
+        .count_offset = offsetof(struct dt_job, model.nhidden), .min_count = 1),
+    ROW("model.activation", E, model.activation, "relu",
+        "activation after each hidden layer", ONE_OF(activations)),
+    ROW("model.dropout", F, model.dropout, "0.1",
+        "dropout probability after each hidden activation; 0 = off", FROM_BELOW(0, 1)),
+    ROW("model.init", E, model.init, "kaiming", "weight initialisation", ONE_OF(inits)),
+
+    ROW("data.path", P, data.path, "data/fashion-mnist.h5",
+        "HDF5 dataset file; a relative path is taken from the working directory", ANY),
+    ROW("data.train_split", S, data.train_split, "train", "split (group) to train on", ANY),
+    ROW("data.test_split", S, data.test_split, "test", "split (group) to evaluate on", ANY),
+    ROW("data.shuffle", B, data.shuffle, "true",
+        "shuffle the training samples each epoch (from train.seed)", ANY),
+    ROW("data.drop_last", B, data.drop_last, "true",
+        "drop the incomplete last global batch of an epoch", ANY),
+    ROW("data.workers", I, data.workers, "2", "loader threads per rank", FROM_TO(1, 64)),
+    ROW("data.prefetch", I, data.prefetch, "4", "micro-batches each rank reads ahead",
+        FROM_TO(1, 1024)),
+
+    ROW("train.epochs", I, train.epochs, "10",
+        "passes over the training split; used when train.steps is 0", AT_LEAST(0)),
+    ROW("train.steps", I, train.steps, "0", "optimizer steps to run; 0 = use train.epochs",
+        AT_LEAST(0)),
+    ROW("train.global_batch", I, train.global_batch, "128",
+        "samples per optimizer step, summed over all ranks", AT_LEAST(1)),
+    ROW("train.micro_batch", I, train.micro_batch, "0",
+        "samples per forward/backward pass on one rank; 0 = global_batch / world size "
+        "(no accumulation)", AT_LEAST(0)),
+    ROW("train.seed", I, train.seed, "42", "seed of every random draw (init, shuffle, dropout)",
+        AT_LEAST(0)),
+    ROW("train.eval_batch", I, train.eval_batch, "1000", "samples per evaluation batch",
+        AT_LEAST(1)),
+    ROW("train.log_every", I, train.log_every, "100",
+        "optimizer steps between progress lines and metrics records", AT_LEAST(1)),
+    ROW("train.clip_norm", F, train.clip_norm, "0",
+        "clip gradients to this global L2 norm; 0 = off", AT_LEAST(0)),
+
+    ROW("train.optimizer.name", E, train.optimizer.name, "adamw", "optimizer",
+        ONE_OF(optimizers)),
+    ROW("train.optimizer.lr", F, train.optimizer.lr, "0.001",
+        "peak learning rate (reached after warm-up)", ABOVE(0)),
+    ROW("train.optimizer.momentum", F, train.optimizer.momentum, "0.9", "sgd: momentum",
+        FROM_BELOW(0, 1)),
+    ROW("train.optimizer.nesterov", B, train.optimizer.nesterov, "false",
+        "sgd: Nesterov momentum", ANY),
+    ROW("train.optimizer.weight_decay", F, train.optimizer.weight_decay, "0.01",
+        "weight decay factor", AT_LEAST(0)),
+    ROW("train.optimizer.beta1", F, train.optimizer.beta1, "0.9",
+        "adamw: decay of the first-moment average", FROM_BELOW(0, 1)),
+    ROW("train.optimizer.beta2", F, train.optimizer.beta2, "0.999",
+        "adamw: decay of the second-moment average", FROM_BELOW(0, 1)),
+    ROW("train.optimizer.eps", F, train.optimizer.eps, "1e-8",
+        "adamw: added to the denominator", ABOVE(0)),
+
+    ROW("train.schedule.name", E, train.schedule.name, "cosine",
+        "learning-rate schedule after warm-up", ONE_OF(schedules)),
+    ROW("train.schedule.warmup_steps", I, train.schedule.warmup_steps, "0",
+        "steps of linear warm-up from 0 to the peak learning rate", AT_LEAST(0)),
+    ROW("train.schedule.step_size", I, train.schedule.step_size, "1000",
+        "step: multiply the learning rate by gamma every step_size steps", AT_LEAST(1)),
+    ROW("train.schedule.gamma", F, train.schedule.gamma, "0.1", "step: decay factor",
+        ABOVE_TO(0, 1)),
+    ROW("train.schedule.min_lr", F, train.schedule.min_lr, "0",
+        "cosine: learning rate at the last step", AT_LEAST(0)),
+
+    ROW("runtime.device", E, runtime.device, "auto",
+        "where to train; auto = cuda when a GPU is visible, else cpu", ONE_OF(devices)),
+    ROW("runtime.threads", I, runtime.threads, "0",
+        "CPU threads per rank; 0 = all cores available to the rank", AT_LEAST(0)),
+    ROW("runtime.log_level", E, runtime.log_level, "info",
+        "least severe level logged; DTRAIN_LOG overrides", ONE_OF(log_levels)),
+    ROW("runtime.reference_kernels", B, runtime.reference_kernels, "false",
+        "use the plain C reference ops (slow; for tests)", ANY),
+    ROW("runtime.progress", E, runtime.progress, "auto",
+        "progress display; auto = a bar on a terminal, lines otherwise",
+        ONE_OF(progress_modes)),
+
+    ROW("output.dir", P, output.dir, "runs/fashion-mnist-mlp",
+        "run directory: resolved job, log, metrics, checkpoints", ANY),
+};
+/* clang-format on */
+#undef I
+#undef F
+#undef B
+#undef S
+#undef E
+#undef L
+#undef P
+const size_t dt_cfg_nkeys = sizeof dt_cfg_keys / sizeof dt_cfg_keys[0];
+
+const struct dt_cfg_section dt_cfg_sections[] = {
+    {"model", "The network."},
+    {"data", "The dataset and how each rank reads it."},
+    {"train", "Length of the run, batch sizes and the seed."},
+    {"train.optimizer", "The optimizer. Keys marked sgd or adamw apply to that optimizer only."},
+    {"train.schedule", "The learning-rate schedule. Keys marked step or cosine apply to that "
+                       "schedule only."},
+    {"runtime", "How each rank runs: device, threads, logging."},
+    {"output", "Where the run writes."},
+};
+const size_t dt_cfg_nsections = sizeof dt_cfg_sections / sizeof dt_cfg_sections[0];
+
+static int check_epochs(const struct dt_job *j, char *msg, size_t len)
+{
+    if (j->train.steps > 0 || j->train.epochs >= 1)
+        return 0;
+    snprintf(msg, len, "train.epochs must be at least 1 when train.steps is 0 (got %lld)",
+             (long long)j->train.epochs);
+    return 1;
+}
+
+static int check_micro(const struct dt_job *j, char *msg, size_t len)
+{
+    if (j->train.micro_batch <= j->train.global_batch)
+        return 0;
+    snprintf(msg, len, "train.micro_batch (%lld) must not exceed train.global_batch (%lld)",
+             (long long)j->train.micro_batch, (long long)j->train.global_batch);
+    return 1;
+}
+
+static int check_warmup(const struct dt_job *j, char *msg, size_t len)
+{
+    if (j->train.steps == 0 || j->train.schedule.warmup_steps <= j->train.steps)
+        return 0;
+    snprintf(msg, len,
+             "train.schedule.warmup_steps (%lld) must not exceed train.steps (%lld)",
+             (long long)j->train.schedule.warmup_steps, (long long)j->train.steps);
+    return 1;
+}
+
+static int check_min_lr(const struct dt_job *j, char *msg, size_t len)
+{
+    if (strcmp(j->train.schedule.name, "cosine") != 0 ||
+        j->train.schedule.min_lr <= j->train.optimizer.lr)
+        return 0;
+    snprintf(msg, len,
+             "train.schedule.min_lr (%g) must not exceed train.optimizer.lr (%g) with the cosine "
+             "schedule",
+             j->train.schedule.min_lr, j->train.optimizer.lr);
+    return 1;
+}
+
+static int check_nesterov(const struct dt_job *j, char *msg, size_t len)
+{
+    if (strcmp(j->train.optimizer.name, "sgd") != 0 || !j->train.optimizer.nesterov ||
+        j->train.optimizer.momentum > 0)
+        return 0;
+    snprintf(msg, len, "train.optimizer.nesterov needs train.optimizer.momentum > 0 with sgd");
+    return 1;
+}
+
+const struct dt_cfg_relation dt_cfg_relations[] = {
+    {"`train.epochs` >= 1 when `train.steps` is 0.", check_epochs},
+    {"`train.micro_batch` <= `train.global_batch`.", check_micro},
+    {"`train.schedule.warmup_steps` <= `train.steps` when `train.steps` > 0.", check_warmup},
+    {"`train.schedule.min_lr` <= `train.optimizer.lr` with the cosine schedule.", check_min_lr},
+    {"`train.optimizer.nesterov` needs `train.optimizer.momentum` > 0 with sgd.", check_nesterov},
+};
+const size_t dt_cfg_nrelations = sizeof dt_cfg_relations / sizeof dt_cfg_relations[0];
+
+/* ---- names ------------------------------------------------------------ */
+
+void dt_cfg_parent(const char *dotted, char *buf, size_t len)
+{
+    const char *dot = strrchr(dotted, '.');
+    size_t n = dot ? (size_t)(dot - dotted) : 0;
+    snprintf(buf, len, "%.*s", (int)n, dotted);
+}
+
+const char *dt_cfg_leaf(const char *dotted)
+{
+    const char *dot = strrchr(dotted, '.');
+    return dot ? dot + 1 : dotted;
+}
+
+/* Whether name lies inside section (at any depth); everything lies in "". */
+static int within(const char *name, const char *section)
+{
+    size_t n = strlen(section);
+    if (n == 0)
+        return 1;
+    return strncmp(name, section, n) == 0 && name[n] == '.';
+}
+
+const struct dt_cfg_key *dt_cfg_find(const char *dotted)
+{
+    for (size_t i = 0; i < dt_cfg_nkeys; i++)
+        if (strcmp(dt_cfg_keys[i].key, dotted) == 0)
+            return &dt_cfg_keys[i];
+    return NULL;
+}
+
+const struct dt_cfg_section *dt_cfg_find_section(const char *dotted)
+{
+    for (size_t i = 0; i < dt_cfg_nsections; i++)
+        if (strcmp(dt_cfg_sections[i].name, dotted) == 0)
+            return &dt_cfg_sections[i];
+    return NULL;
+}
+
+/* The component of key that comes right after section, as (start, length). */
+static size_t child_of(const char *key, const char *section, const char **start)
+{
+    *start = key + (section[0] ? strlen(section) + 1 : 0);
+    const char *dot = strchr(*start, '.');
+    return dot ? (size_t)(dot - *start) : strlen(*start);
+}
+
+void dt_cfg_children(const char *section, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        const char *c, *prev;
+        if (!within(dt_cfg_keys[i].key, section))
+            continue;
+        size_t n = child_of(dt_cfg_keys[i].key, section, &c);
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = within(dt_cfg_keys[j].key, section) &&
+                   child_of(dt_cfg_keys[j].key, section, &prev) == n && !strncmp(prev, c, n);
+        if (seen || used >= len)
+            continue;
+        used += (size_t)snprintf(buf + used, len - used, "%s%.*s", used ? ", " : "", (int)n, c);
+    }
+}
+
+/* ---- schema self-check ------------------------------------------------- */
+
+static size_t type_size(const struct dt_cfg_key *k)
+{
+    switch (k->type) {
+    case DT_CFG_INT: return sizeof(int64_t);
+    case DT_CFG_FLOAT: return sizeof(double);
+    case DT_CFG_BOOL: return sizeof(int);
+    case DT_CFG_INT_LIST: return k->size - k->size % sizeof(int64_t);
+    default: return k->size; /* strings: any buffer */
+    }
+}
+
+/* Keys under one section must be contiguous, or the YAML dump would open the
+ * section twice. */
+static void check_contiguous(const char *section)
+{
+    size_t first = dt_cfg_nkeys, last = 0;
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        if (within(dt_cfg_keys[i].key, section)) {
+            if (first == dt_cfg_nkeys)
+                first = i;
+            last = i;
+        }
+    }
+    DT_ASSERT(first < dt_cfg_nkeys); /* a section with no keys */
+    for (size_t i = first; i <= last; i++)
+        DT_ASSERT(within(dt_cfg_keys[i].key, section));
+}
+
+void dt_cfg_check_schema(void)
+{
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        const struct dt_cfg_key *k = &dt_cfg_keys[i];
+        char parent[DT_JOB_STR];
+        dt_cfg_parent(k->key, parent, sizeof parent);
+        DT_ASSERT(dt_cfg_find_section(parent) != NULL);
+        DT_ASSERT(k->size == type_size(k) && k->def && k->doc);
+        DT_ASSERT((k->type == DT_CFG_ENUM) == (k->choices != NULL));
+        DT_ASSERT(k->type != DT_CFG_INT_LIST || (k->min_count >= 1 && k->count_offset > 0));
+    }
+    for (size_t s = 0; s < dt_cfg_nsections; s++) {
+        char parent[DT_JOB_STR];
+        dt_cfg_parent(dt_cfg_sections[s].name, parent, sizeof parent);
+        DT_ASSERT(!parent[0] || dt_cfg_find_section(parent) != NULL);
+        check_contiguous(dt_cfg_sections[s].name);
+    }
+}
+
+/* ---- nearest-key hints ------------------------------------------------- */
+
+/* Largest edit distance still taken for a typo of a name this long. */
+static int leaf_limit(size_t n) { return n <= 3 ? 1 : n <= 5 ? 2 : 3; }
+static int full_limit(size_t n) { return n < 12 ? 1 : n < 18 ? 2 : 3; }
+
+/* Whether two dotted names start in the same top-level section. */
+static int same_top(const char *a, const char *b)
+{
+    size_t n = strcspn(a, ".");
+    return n == strcspn(b, ".") && !strncmp(a, b, n);
+}
+
+/* How far name (a key or section) is from the typed dotted name, or a large
+ * number when too far to suggest. Three ways to be close: the whole dotted
+ * name is a small edit away; the last component is a small edit away within
+ * the same section; or the last component is exactly that of a key or
+ * section elsewhere in the same top-level section (train.lr for
+ * train.optimizer.lr), or anywhere when typed at the top level (lr). */
+static int closeness(const char *typed, const char *name)
+{
+    enum { FAR = 1 << 20 };
+    char tp[DT_JOB_STR], np[DT_JOB_STR];
+    const char *tl = dt_cfg_leaf(typed), *nl = dt_cfg_leaf(name);
+    int best = FAR;
+    int d = dt_edit_distance(typed, name);
+    if (d <= full_limit(strlen(typed)))
+        best = d;
+    dt_cfg_parent(typed, tp, sizeof tp);
+    dt_cfg_parent(name, np, sizeof np);
+    d = dt_edit_distance(tl, nl);
+    if (strcmp(tp, np) == 0 && d <= leaf_limit(strlen(tl)) && d < best)
+        best = d;
+    if (strcmp(tl, nl) == 0 && best > 1 && (!tp[0] || same_top(typed, name)))
+        best = 1;
+    return best;
+}
+
+int dt_cfg_suggest(const char *dotted, char *buf, size_t len)
+{
+    const char *best = NULL;
+    int best_d = 1 << 20;
+    for (size_t i = 0; i < dt_cfg_nsections + dt_cfg_nkeys; i++) {
+        const char *name = i < dt_cfg_nsections ? dt_cfg_sections[i].name
+                                                : dt_cfg_keys[i - dt_cfg_nsections].key;
+        int d = closeness(dotted, name);
+        if (d < best_d) {
+            best_d = d;
+            best = name;
+        }
+    }
+    if (!best)
+        return 0;
+    snprintf(buf, len, "%s", best);
+    return 1;
+}
+
+/* ---- words for values -------------------------------------------------- */
+
+const char *dt_cfg_type_name(enum dt_cfg_type t)
+{
+    switch (t) {
+    case DT_CFG_INT: return "int";
+    case DT_CFG_FLOAT: return "float";
+    case DT_CFG_BOOL: return "bool";
+    case DT_CFG_STRING: return "string";
+    case DT_CFG_ENUM: return "enum";
+    case DT_CFG_INT_LIST: return "int list";
+    case DT_CFG_PATH: return "path";
+    }
+    return "?";
+}
+
+/* The bounds in math form: ">= 1", "> 0", "[0, 1)", "(0, 1]", "1 to 64". */
+static void bounds(const struct dt_cfg_key *k, char *buf, size_t len)
+{
+    unsigned r = k->range;
+    if ((r & DT_CFG_LO) && (r & DT_CFG_HI)) {
+        if (k->type != DT_CFG_FLOAT && !(r & (DT_CFG_LO_EXCL | DT_CFG_HI_EXCL)))
+            snprintf(buf, len, "%g to %g", k->lo, k->hi);
+        else
+            snprintf(buf, len, "%c%g, %g%c", r & DT_CFG_LO_EXCL ? '(' : '[', k->lo, k->hi,
+                     r & DT_CFG_HI_EXCL ? ')' : ']');
+    } else if (r & DT_CFG_LO) {
+        snprintf(buf, len, "%s %g", r & DT_CFG_LO_EXCL ? ">" : ">=", k->lo);
+    } else if (r & DT_CFG_HI) {
+        snprintf(buf, len, "%s %g", r & DT_CFG_HI_EXCL ? "<" : "<=", k->hi);
+    } else {
+        buf[0] = '\0';
+    }
+}
+
+/* "a positive integer" / "an integer >= 0" / "an integer from 1 to 64", or
+ * the plural forms for list entries. */
+static void int_phrase(const struct dt_cfg_key *k, int plural, char *buf, size_t len)
+{
+    char b[64];
+    bounds(k, b, sizeof b);
+    const char *noun = plural ? "integers" : "an integer";
+    if (k->range == DT_CFG_LO && k->lo == 1)
+        snprintf(buf, len, "%s", plural ? "positive integers" : "a positive integer");
+    else if (!b[0])
+        snprintf(buf, len, "%s", noun);
+    else if (b[0] == '>' || b[0] == '<')
+        snprintf(buf, len, "%s %s", noun, b);
+    else
+        snprintf(buf, len, "%s %s %s", noun, b[0] == '[' || b[0] == '(' ? "in" : "from", b);
+}
+
+static void choices_text(const struct dt_cfg_key *k, const char *quote, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *const *c = k->choices; *c && used < len; c++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s%s%s", used ? ", " : "", quote, *c,
+                                 quote);
+}
+
+void dt_cfg_expect_entry(const struct dt_cfg_key *k, char *buf, size_t len)
+{
+    int_phrase(k, 0, buf, len);
+}
+
+void dt_cfg_expect(const struct dt_cfg_key *k, char *buf, size_t len)
+{
+    char b[256];
+    switch (k->type) {
+    case DT_CFG_INT: int_phrase(k, 0, buf, len); return;
+    case DT_CFG_FLOAT:
+        bounds(k, b, sizeof b);
+        snprintf(buf, len, "a number%s%s", b[0] == '[' || b[0] == '(' ? " in " : b[0] ? " " : "",
+                 b);
+        return;
+    case DT_CFG_BOOL: snprintf(buf, len, "true or false"); return;
+    case DT_CFG_ENUM:
+        choices_text(k, "", b, sizeof b);
+        snprintf(buf, len, "one of %s", b);
+        return;
+    case DT_CFG_INT_LIST:
+        int_phrase(k, 1, b, sizeof b);
+        snprintf(buf, len, "a list of %d to %zu %s", k->min_count, k->size / sizeof(int64_t), b);
+        return;
+    case DT_CFG_STRING: snprintf(buf, len, "a non-empty string"); return;
+    case DT_CFG_PATH: snprintf(buf, len, "a non-empty path"); return;
+    }
+}
+
+void dt_cfg_allowed(const struct dt_cfg_key *k, char *buf, size_t len)
+{
+    char b[256];
+    switch (k->type) {
+    case DT_CFG_INT:
+    case DT_CFG_FLOAT:
+        bounds(k, b, sizeof b);
+        snprintf(buf, len, "%s", b[0] ? b : "any");
+        return;
+    case DT_CFG_BOOL: snprintf(buf, len, "`true`, `false`"); return;
+    case DT_CFG_ENUM: choices_text(k, "`", buf, len); return;
+    case DT_CFG_INT_LIST:
+        bounds(k, b, sizeof b);
+        snprintf(buf, len, "%d to %zu entries, each %s", k->min_count, k->size / sizeof(int64_t),
+                 b);
+        return;
+    case DT_CFG_STRING:
+    case DT_CFG_PATH: snprintf(buf, len, "non-empty"); return;
+    }
+}
+
+void dt_cfg_format_float(double v, char *buf, size_t len)
+{
+    char tmp[64];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    char *e = strchr(tmp, 'e');
+    if (strchr(tmp, '.') || strchr(tmp, 'n') || strchr(tmp, 'i'))
+        snprintf(buf, len, "%s", tmp); /* has a point already (or inf/nan) */
+    else if (e)
+        snprintf(buf, len, "%.*s.0%s", (int)(e - tmp), tmp, e);
+    else
+        snprintf(buf, len, "%s.0", tmp);
+}

@@ -1,0 +1,202 @@
+/*
+ * config_write.c - printing a job and the job-file reference from the schema.
+ *
+ * dt_job_write_yaml walks the key table in order and opens a nested mapping
+ * whenever the section changes, so the output lists every key and
+ * dt_job_load reads it back to an equal job: floats are printed with the
+ * fewest digits that read back exactly, strings are quoted whenever a plain
+ * scalar could be misread. dt_job_write_reference renders the same table as
+ * Markdown; docs/config.md is its output and a unit test keeps them equal.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config_impl.h"
+
+#define INDENT 2 /* spaces per nesting level in the YAML dump */
+
+/* ---- YAML -------------------------------------------------------------- */
+
+/* Words a YAML 1.1 reader takes for a bool or null when plain. */
+static int is_special_word(const char *s)
+{
+    static const char *const words[] = {"true", "false", "yes", "no",  "on", "off",
+                                        "y",    "n",     "null", "~"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strcasecmp(s, words[i]))
+            return 1;
+    return 0;
+}
+
+/* Whether s must be quoted to read back as the same string. */
+static int needs_quotes(const char *s)
+{
+    char *end;
+    if (!s[0] || is_special_word(s))
+        return 1;
+    strtod(s, &end);
+    if (*end == '\0')
+        return 1; /* looks like a number */
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_/", s[0]))
+        return 1; /* digits, signs and dots may start a number in some YAML reader */
+    for (const char *p = s; *p; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+-", *p))
+            return 1;
+    return 0;
+}
+
+static void write_string(FILE *out, const char *s)
+{
+    if (!needs_quotes(s)) {
+        fputs(s, out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static void write_value(FILE *out, const struct dt_job *job, const struct dt_cfg_key *k)
+{
+    const char *field = (const char *)job + k->offset;
+    char buf[64];
+    int64_t i;
+    double f;
+    int b;
+    switch (k->type) {
+    case DT_CFG_INT:
+        memcpy(&i, field, sizeof i);
+        fprintf(out, "%" PRId64, i);
+        return;
+    case DT_CFG_FLOAT:
+        memcpy(&f, field, sizeof f);
+        dt_cfg_format_float(f, buf, sizeof buf);
+        fputs(buf, out);
+        return;
+    case DT_CFG_BOOL:
+        memcpy(&b, field, sizeof b);
+        fputs(b ? "true" : "false", out);
+        return;
+    case DT_CFG_INT_LIST:
+        memcpy(&b, (const char *)job + k->count_offset, sizeof b);
+        fputc('[', out);
+        for (int e = 0; e < b; e++) {
+            memcpy(&i, field + (size_t)e * sizeof i, sizeof i);
+            fprintf(out, "%s%" PRId64, e ? ", " : "", i);
+        }
+        fputc(']', out);
+        return;
+    default: write_string(out, field); return;
+    }
+}
+
+/* Components of a dotted section name; "" has none. */
+static int depth(const char *section)
+{
+    int d = section[0] ? 1 : 0;
+    for (const char *p = section; *p; p++)
+        d += *p == '.';
+    return d;
+}
+
+/* Opens the mappings of section that prev did not have open already. */
+static void open_sections(FILE *out, const char *prev, const char *section)
+{
+    int d = depth(section), common = 0;
+    const char *a = prev, *b = section;
+    /* count leading components shared by prev and section */
+    while (common < d) {
+        size_t la = strcspn(a, "."), lb = strcspn(b, ".");
+        if (!*a || la != lb || strncmp(a, b, la))
+            break;
+        common++;
+        a += la + (a[la] == '.');
+        b += lb + (b[lb] == '.');
+    }
+    for (int level = common; level < d; level++) {
+        size_t n = strcspn(b, ".");
+        fprintf(out, "%*s%.*s:\n", level * INDENT, "", (int)n, b);
+        b += n + (b[n] == '.');
+    }
+}
+
+void dt_job_write_yaml(const struct dt_job *job, FILE *out)
+{
+    char prev[DT_JOB_STR] = "", section[DT_JOB_STR];
+    fputs("# dtrain job, fully resolved", out);
+    if (job->source[0]) {
+        fputs(" from ", out);
+        write_string(out, job->source);
+    }
+    fputc('\n', out);
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        const struct dt_cfg_key *k = &dt_cfg_keys[i];
+        dt_cfg_parent(k->key, section, sizeof section);
+        open_sections(out, prev, section);
+        fprintf(out, "%*s%s: ", depth(section) * INDENT, "", dt_cfg_leaf(k->key));
+        write_value(out, job, k);
+        fputc('\n', out);
+        memcpy(prev, section, sizeof prev);
+    }
+}
+
+/* ---- reference page ---------------------------------------------------- */
+
+static const char intro[] =
+    "# Job file reference\n"
+    "\n"
+    "<!-- Generated by dt_job_write_reference from the schema in runtime/config_schema.c;\n"
+    "     do not edit by hand. tests/unit/test_config.c checks that this page matches. -->\n"
+    "\n"
+    "A job file is YAML: one mapping per section below, keys nested inside. Every key\n"
+    "is optional; a key left out takes its default, and an empty file is the default\n"
+    "job. Unknown keys, values out of range and duplicate keys are errors that name\n"
+    "the file, line and column.\n"
+    "\n"
+    "Any key can be overridden on the command line with its dotted name, after the\n"
+    "file is read, e.g. `--set train.optimizer.lr=0.01` or `--set model.hidden=[256,128]`\n"
+    "(the value is read as YAML, so lists use the flow form). To see the job a run\n"
+    "will use, with every key resolved, run `dtrain train JOB --print-config`; its\n"
+    "output is itself a valid job file.\n"
+    "\n"
+    "Booleans accept `true`/`false`, `yes`/`no`, `on`/`off` and `1`/`0`.\n";
+
+static void write_section(FILE *out, const struct dt_cfg_section *s)
+{
+    char allowed[512];
+    fprintf(out, "\n## %s\n\n%s\n\n", s->name, s->doc);
+    fputs("| key | type | default | allowed | meaning |\n", out);
+    fputs("|---|---|---|---|---|\n", out);
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        const struct dt_cfg_key *k = &dt_cfg_keys[i];
+        char parent[DT_JOB_STR];
+        dt_cfg_parent(k->key, parent, sizeof parent);
+        if (strcmp(parent, s->name) != 0)
+            continue;
+        dt_cfg_allowed(k, allowed, sizeof allowed);
+        fprintf(out, "| `%s` | %s | `%s` | %s | %s |\n", k->key, dt_cfg_type_name(k->type),
+                k->def, allowed, k->doc);
+    }
+}
+
+void dt_job_write_reference(FILE *out)
+{
+    fputs(intro, out);
+    for (size_t s = 0; s < dt_cfg_nsections; s++)
+        write_section(out, &dt_cfg_sections[s]);
+    fputs("\n## Checks across keys\n\n", out);
+    fputs("Checked after the file and every `--set` are applied:\n\n", out);
+    for (size_t r = 0; r < dt_cfg_nrelations; r++)
+        fprintf(out, "- %s\n", dt_cfg_relations[r].doc);
+}

@@ -1,0 +1,82 @@
+/*
+ * model.h - models built from the job: a sequence of layers over flat
+ * parameter and gradient buffers on a compute backend.
+ *
+ * Parameters live in one flat device buffer, gradients in another of the
+ * same layout, laid out in the order backward finishes them (last layer
+ * first) so a later gradient bucket is a contiguous slice. Activations come
+ * from one arena sized at creation for `max_rows` rows; forward and
+ * backward never allocate. A model is used by one thread.
+ */
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "rng.h"
+#include "status.h"
+
+#define DT_MODEL_MAX_LAYERS 128
+#define DT_MODEL_MAX_PARAMS 128
+
+typedef struct dt_model dt_model_t;
+
+/* One parameter tensor: a named slice of the flat buffers. */
+struct dt_param_info {
+    char name[64];   /* e.g. "fc1.weight" */
+    size_t offset;   /* in floats, into the flat buffers */
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+    int64_t fan_in, fan_out;
+};
+
+/* What the model consumes and produces. */
+struct dt_model_io {
+    int ndim;             /* sample dims */
+    int64_t shape[4];     /* sample shape, e.g. 28 x 28 */
+    int64_t num_classes;
+};
+
+dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io,
+                          dt_backend_t *be, int64_t max_rows, dt_model_t **out);
+void dt_model_destroy(dt_model_t *m);
+
+/* Fills parameters with the job's initialiser from (seed, DT_RNG_INIT,
+ * parameter index), biases zero. The same on every rank and every run. */
+dt_status dt_model_init_params(dt_model_t *m, uint64_t seed);
+
+/* Forward on `rows` samples (x: rows * sample elems host floats, y: labels).
+ * `training` enables dropout keyed by (seed, DT_RNG_DROPOUT, layer, step)
+ * with rows numbered from row0 within the global batch. Adds the summed
+ * loss and the number of correct predictions. */
+dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int64_t rows,
+                           int training, uint64_t seed, int64_t step, int64_t row0,
+                           double *loss_sum, int64_t *correct);
+
+/* Backward for the last forward: parameter gradients += d(loss_sum * scale). */
+dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale);
+
+dt_status dt_model_zero_grads(dt_model_t *m);
+
+size_t dt_model_num_params(const dt_model_t *m);   /* elements */
+int dt_model_param_count(const dt_model_t *m);     /* tensors */
+const struct dt_param_info *dt_model_param(const dt_model_t *m, int i);
+/* Device pointers to the flat parameter and gradient buffers. */
+float *dt_model_params(dt_model_t *m);
+float *dt_model_grads(dt_model_t *m);
+dt_backend_t *dt_model_backend(dt_model_t *m);
+/* Forward FLOPs per sample (multiply-add = 2), for throughput reports. */
+double dt_model_flops_per_sample(const dt_model_t *m);
+/* One line per layer ("fc1 linear 784 -> 512"), for logs. */
+void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *s), void *ctx);
+
+/* Host copies of the flat buffers (n = dt_model_num_params floats). */
+dt_status dt_model_get_params(dt_model_t *m, float *host);
+dt_status dt_model_set_params(dt_model_t *m, const float *host);
+dt_status dt_model_get_grads(dt_model_t *m, float *host);
+
+#endif

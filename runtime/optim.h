@@ -1,0 +1,42 @@
+/*
+ * optim.h - optimizers (SGD with momentum/Nesterov/weight decay, AdamW),
+ * learning-rate schedules (constant, step, cosine; each with linear
+ * warm-up) and global-norm gradient clipping.
+ *
+ * Optimizer state lives on the model's backend beside the flat parameter
+ * buffer and is updated by one fused op per step.
+ */
+#ifndef DT_OPTIM_H
+#define DT_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "status.h"
+
+typedef struct dt_optim dt_optim_t;
+
+dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, dt_optim_t **out);
+void dt_optim_destroy(dt_optim_t *o);
+
+/* One update of params from grads with learning rate lr. */
+dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr);
+
+/* Steps taken so far. */
+int64_t dt_optim_steps(const dt_optim_t *o);
+
+/* Learning rate for 0-based optimizer step `step` of `total` steps:
+ * linear warm-up from lr/warmup to lr over warmup_steps, then the schedule
+ * (constant; step: lr * gamma^floor(s / step_size); cosine: from lr down to
+ * min_lr at the last step), s counting from the end of warm-up. */
+double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total);
+
+/* Global L2 norm of the gradients; when max_norm > 0 and the norm exceeds
+ * it, scales the gradients by max_norm / norm. *norm gets the norm before
+ * clipping. */
+dt_status dt_clip_grad_norm(dt_backend_t *be, float *grads, size_t n, double max_norm,
+                            double *norm);
+
+#endif

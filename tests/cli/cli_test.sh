@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# End-to-end checks of the dtrain command line on small generated data:
+# exit codes and messages for bad input, the run directory, learning,
+# determinism, and the fast kernels against the reference kernels.
+#   cli_test.sh DTRAIN WORKDIR
+set -uo pipefail
+DTRAIN=$1
+W=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=$(command -v python3)
+rm -rf "$W" && mkdir -p "$W/idx" "$W/raw"
+cd "$W"
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+# expect CODE PATTERN -- command...: exit code and a pattern in stdout+stderr
+expect() {
+  local code=$1 pat=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
+  ok
+}
+json_field() { grep "\"type\":\"$2\"" "$1" | tail -n 1 | sed "s/.*\"$3\":\([-0-9.e]*\).*/\1/"; }
+
+"$PY" "$HERE/make_idx.py" idx 1024 256 4 || { echo "cannot generate data"; exit 1; }
+"$PY" "$HERE/make_idx.py" raw 64 32 4 raw
+
+# --- command line -----------------------------------------------------------
+expect 0 "usage: dtrain" -- "$DTRAIN" --help
+expect 64 "unknown command 'trian'" -- "$DTRAIN" trian
+expect 64 "not implemented in this version" -- "$DTRAIN" ckpt list
+expect 0 "^dtrain [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu" -- "$DTRAIN" version
+
+# --- data import / info ------------------------------------------------------
+expect 0 "" -- "$DTRAIN" data import idx idx -o tiny.h5 --classes "a,b,c,d"
+expect 0 "" -- "$DTRAIN" data import idx raw -o raw.h5
+expect 0 "train.*1024" -- "$DTRAIN" data info tiny.h5
+expect 0 "test.*256" -- "$DTRAIN" data info tiny.h5
+sum=$(md5sum tiny.h5)
+expect 64 "exists" -- "$DTRAIN" data import idx idx -o tiny.h5
+[ "$(md5sum tiny.h5)" = "$sum" ] && ok || bad "refused import changed tiny.h5"
+printf 'not an idx file at all' > junk-images
+expect 65 "junk-images" -- "$DTRAIN" data import idx --train-images junk-images \
+  --train-labels idx/train-labels-idx1-ubyte.gz -o junk.h5
+[ ! -e junk.h5 ] && ok || bad "failed import left junk.h5"
+ls junk.h5* 2>/dev/null | grep -q . && bad "failed import left a temporary file" || ok
+expect 66 "nope" -- "$DTRAIN" data import idx nope -o x.h5
+expect 66 "missing.h5" -- "$DTRAIN" data info missing.h5
+head -c 4000 tiny.h5 > cut.h5
+expect 65 "cut.h5" -- "$DTRAIN" data info cut.h5
+
+# --- job files ---------------------------------------------------------------
+cat > job.yaml <<JOB
+model:
+  hidden: [32]
+  dropout: 0.1
+data:
+  path: tiny.h5
+train:
+  epochs: 4
+  global_batch: 32
+  eval_batch: 64
+  log_every: 8
+  optimizer:
+    lr: 0.003
+runtime:
+  threads: 1
+output:
+  dir: run1
+JOB
+printf 'train:\n  optimizer:\n    lrr: 0.1\n' > typo.yaml
+expect 64 "typo.yaml:3:5.*did you mean 'train.optimizer.lr'" -- "$DTRAIN" train typo.yaml
+expect 66 "nojob.yaml" -- "$DTRAIN" train nojob.yaml
+expect 0 "global_batch: 64" -- "$DTRAIN" train job.yaml --set train.global_batch=64 --print-config
+expect 64 "train.global_batch" -- "$DTRAIN" train job.yaml --set train.global_batch=abc
+expect 64 "micro_batch" -- "$DTRAIN" train job.yaml --set train.micro_batch=5
+expect 66 "absent.h5" -- "$DTRAIN" train job.yaml --set data.path=absent.h5 --set output.dir=r0
+expect 65 "holdout" -- "$DTRAIN" train job.yaml --set data.test_split=holdout --set output.dir=r0
+expect 64 "model.type" -- "$DTRAIN" train job.yaml --set model.type=gpt --set output.dir=r0
+
+# --- training ----------------------------------------------------------------
+expect 0 "final test accuracy" -- "$DTRAIN" train job.yaml
+for f in config.yaml train.log metrics.jsonl; do
+  [ -s "run1/$f" ] && ok || bad "run1/$f missing"
+done
+grep -q '"type":"eval"' run1/metrics.jsonl && ok || bad "no eval record"
+grep -q '"data_wait_s"' run1/metrics.jsonl && ok || bad "no timing breakdown"
+acc=$(json_field run1/metrics.jsonl summary test_acc)
+awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }' && ok || bad "tiny job reached only $acc"
+"$DTRAIN" train run1/config.yaml --print-config > again.yaml 2>&1 && \
+  "$DTRAIN" train job.yaml --print-config > first.yaml 2>&1
+diff -q again.yaml first.yaml >/dev/null && ok || bad "resolved config does not load back identically"
+
+# the same job twice: identical losses and accuracy
+"$DTRAIN" train job.yaml --set output.dir=run2 >/dev/null 2>&1 || bad "second run failed"
+strip() { grep -v '"type":"start"' "$1" | sed 's/"time":[0-9.]*,//; s/"samples_per_s":[0-9.]*//g; s/"[a-z_]*_s":[0-9.e-]*//g; s/"gflops":[0-9.]*//'; }
+[ "$(strip run1/metrics.jsonl)" = "$(strip run2/metrics.jsonl)" ] && ok || bad "two runs differ"
+
+# accumulation: micro-batch 8 (x4) gives the same losses as micro-batch 32
+"$DTRAIN" train job.yaml --set output.dir=run3 --set train.micro_batch=8 >/dev/null 2>&1 \
+  || bad "accumulation run failed"
+l1=$(json_field run1/metrics.jsonl summary test_loss)
+l3=$(json_field run3/metrics.jsonl summary test_loss)
+awk -v a="$l1" -v b="$l3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }' \
+  && ok || bad "accumulation changed the test loss: $l1 vs $l3"
+
+# fast kernels against the reference kernels, end to end
+"$DTRAIN" train job.yaml --set output.dir=run4 --set runtime.reference_kernels=true \
+  --set train.epochs=1 >/dev/null 2>&1 || bad "reference run failed"
+"$DTRAIN" train job.yaml --set output.dir=run5 --set train.epochs=1 >/dev/null 2>&1 \
+  || bad "fast run failed"
+l4=$(json_field run4/metrics.jsonl summary test_loss)
+l5=$(json_field run5/metrics.jsonl summary test_loss)
+awk -v a="$l4" -v b="$l5" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }' \
+  && ok || bad "reference and fast kernels disagree: $l4 vs $l5"
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]

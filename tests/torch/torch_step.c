@@ -1,0 +1,129 @@
+/*
+ * torch_step.c - test driver: builds dtrain's model from a job file,
+ * initialises it, runs `steps` optimizer steps on one given batch and
+ * writes everything compare_torch.py needs to redo the same in PyTorch.
+ *
+ *   torch_step JOB.yaml X.bin Y.bin ROWS OUTDIR STEPS
+ *
+ * X.bin: ROWS x 28 x 28 float32; Y.bin: ROWS int32. Writes in OUTDIR:
+ * layout.txt (name offset rows cols per tensor), params0.bin (initial flat
+ * parameters), and per step k: loss_k.txt, grads_k.bin, params_k.bin.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../runtime/backend.h"
+#include "../../runtime/config.h"
+#include "../../runtime/model.h"
+#include "../../runtime/optim.h"
+
+#define SIDE 28
+#define CLASSES 10
+
+static int write_file(const char *dir, const char *name, const void *p, size_t bytes)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fwrite(p, 1, bytes, fp) != bytes) {
+        fprintf(stderr, "torch_step: cannot write %s\n", path);
+        return 1;
+    }
+    return fclose(fp) != 0;
+}
+
+static int read_file(const char *path, void *p, size_t bytes)
+{
+    FILE *fp = fopen(path, "rb");
+    int ok = fp && fread(p, 1, bytes, fp) == bytes;
+    if (fp)
+        fclose(fp);
+    if (!ok)
+        fprintf(stderr, "torch_step: cannot read %zu bytes from %s\n", bytes, path);
+    return !ok;
+}
+
+static int fail(dt_status st)
+{
+    fprintf(stderr, "torch_step: %s\n", dt_last_error());
+    return st == DT_OK ? 1 : 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: torch_step JOB X.bin Y.bin ROWS OUTDIR STEPS\n");
+        return 64;
+    }
+    static struct dt_job job;
+    dt_status st = dt_job_load(argv[1], &job);
+    if (st != DT_OK)
+        return fail(st);
+    int rows = atoi(argv[4]), steps = atoi(argv[6]);
+    const char *out = argv[5];
+    float *x = malloc((size_t)rows * SIDE * SIDE * sizeof(float));
+    int32_t *y = malloc((size_t)rows * sizeof(int32_t));
+    if (read_file(argv[2], x, (size_t)rows * SIDE * SIDE * sizeof(float)) ||
+        read_file(argv[3], y, (size_t)rows * sizeof(int32_t)))
+        return 1;
+
+    dt_backend_t *be;
+    struct dt_backend_opts bo = {.threads = 1};
+    struct dt_model_io io = {.ndim = 2, .shape = {SIDE, SIDE}, .num_classes = CLASSES};
+    dt_model_t *m;
+    dt_optim_t *o;
+    if ((st = dt_backend_create("cpu", &bo, &be)) != DT_OK ||
+        (st = dt_model_create(&job, &io, be, rows, &m)) != DT_OK ||
+        (st = dt_model_init_params(m, (uint64_t)job.train.seed)) != DT_OK ||
+        (st = dt_optim_create(&job, be, dt_model_num_params(m), &o)) != DT_OK)
+        return fail(st);
+
+    size_t n = dt_model_num_params(m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/layout.txt", out);
+    FILE *lay = fopen(path, "w");
+    if (!lay)
+        return 1;
+    for (int i = 0; i < dt_model_param_count(m); i++) {
+        const struct dt_param_info *p = dt_model_param(m, i);
+        fprintf(lay, "%s %zu %lld %lld\n", p->name, p->offset, (long long)p->shape[0],
+                (long long)(p->ndim > 1 ? p->shape[1] : 0));
+    }
+    fclose(lay);
+    float *buf = malloc(n * sizeof(float));
+    if (dt_model_get_params(m, buf) != DT_OK || write_file(out, "params0.bin", buf, n * 4))
+        return 1;
+    for (int k = 1; k <= steps; k++) {
+        double loss = 0;
+        int64_t correct = 0;
+        char name[64];
+        if ((st = dt_model_zero_grads(m)) != DT_OK ||
+            (st = dt_model_forward(m, x, y, rows, 1, 1, k - 1, 0, &loss, &correct)) != DT_OK ||
+            (st = dt_model_backward(m, rows, 1.0f / (float)rows)) != DT_OK ||
+            (st = dt_model_get_grads(m, buf)) != DT_OK)
+            return fail(st);
+        snprintf(name, sizeof name, "grads_%d.bin", k);
+        if (write_file(out, name, buf, n * 4))
+            return 1;
+        snprintf(path, sizeof path, "%s/loss_%d.txt", out, k);
+        FILE *fp = fopen(path, "w");
+        if (!fp)
+            return 1;
+        fprintf(fp, "%.10e\n", loss / rows);
+        fclose(fp);
+        double lr = dt_schedule_lr(&job, k - 1, steps);
+        if ((st = dt_optim_step(o, dt_model_params(m), dt_model_grads(m), lr)) != DT_OK ||
+            (st = dt_model_get_params(m, buf)) != DT_OK)
+            return fail(st);
+        snprintf(name, sizeof name, "params_%d.bin", k);
+        if (write_file(out, name, buf, n * 4))
+            return 1;
+    }
+    free(buf);
+    free(x);
+    free(y);
+    dt_optim_destroy(o);
+    dt_model_destroy(m);
+    dt_backend_destroy(be);
+    return 0;
+}

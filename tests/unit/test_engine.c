@@ -1,0 +1,257 @@
+/*
+ * test_engine.c - the engine above the ops: model building, initialisation,
+ * whole-model gradients, micro-batch accumulation, optimizers, schedules
+ * and clipping, on the CPU backend.
+ */
+#include <string.h>
+
+#include "../../runtime/backend.h"
+#include "../../runtime/config.h"
+#include "../../runtime/model.h"
+#include "../../runtime/optim.h"
+#include "../../runtime/rng.h"
+#include "cu_util.h"
+
+#define IN_H 3
+#define IN_W 4
+#define CLASSES 5
+
+static struct dt_job job;
+static dt_backend_t *be;
+
+static void small_job(const char *act, double dropout)
+{
+    dt_job_defaults(&job);
+    job.model.nhidden = 2;
+    job.model.hidden[0] = 7;
+    job.model.hidden[1] = 6;
+    snprintf(job.model.activation, sizeof job.model.activation, "%s", act);
+    job.model.dropout = dropout;
+}
+
+static dt_model_t *make_model(int64_t rows)
+{
+    struct dt_model_io io = {.ndim = 2, .shape = {IN_H, IN_W}, .num_classes = CLASSES};
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_model_create(&job, &io, be, rows, &m), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_model_init_params(m, 7), DT_OK);
+    return m;
+}
+
+static void random_batch(float *x, int32_t *y, int rows, uint64_t salt)
+{
+    struct dt_rng_key k = {.seed = salt, .purpose = DT_RNG_TEST};
+    for (int i = 0; i < rows * IN_H * IN_W; i++)
+        x[i] = dt_rng_normal(&k, (uint64_t)i);
+    for (int i = 0; i < rows; i++)
+        y[i] = (int32_t)dt_rng_below(&k, 100000 + (uint64_t)i, CLASSES);
+}
+
+static void test_layout_and_init(void)
+{
+    small_job("relu", 0.0);
+    dt_model_t *a = make_model(4), *b = make_model(4);
+    size_t n = dt_model_num_params(a);
+    /* 12*7+7 + 7*6+6 + 6*5+5 */
+    CU_ASSERT_EQUAL(n, (size_t)(12 * 7 + 7 + 7 * 6 + 6 + 6 * 5 + 5));
+    CU_ASSERT_EQUAL(dt_model_param_count(a), 6);
+    /* last layer first in the flat buffer */
+    const struct dt_param_info *first = NULL;
+    for (int i = 0; i < dt_model_param_count(a); i++)
+        if (dt_model_param(a, i)->offset == 0)
+            first = dt_model_param(a, i);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(first);
+    CU_ASSERT_STRING_EQUAL(first->name, "fc3.weight");
+    float pa[256], pb[256];
+    CU_ASSERT_EQUAL(dt_model_get_params(a, pa), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_params(b, pb), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(pa, pb, n * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(dt_model_init_params(b, 8), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_params(b, pb), DT_OK);
+    CU_ASSERT_NOT_EQUAL(memcmp(pa, pb, n * sizeof(float)), 0);
+    /* kaiming-uniform bound for fc1 (fan_in 12): sqrt(2) * sqrt(3/12) */
+    const struct dt_param_info *fc1 = dt_model_param(a, 0);
+    double bound = sqrt(2.0) * sqrt(3.0 / 12.0), maxabs = 0;
+    for (size_t e = 0; e < fc1->numel; e++)
+        maxabs = fmax(maxabs, fabs(pa[fc1->offset + e]));
+    CU_ASSERT(maxabs <= bound && maxabs > 0.5 * bound);
+    dt_model_destroy(a);
+    dt_model_destroy(b);
+}
+
+static double model_loss(dt_model_t *m, const float *x, const int32_t *y, int rows)
+{
+    double loss = 0;
+    int64_t correct = 0;
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, rows, 0, 1, 0, 0, &loss, &correct), DT_OK);
+    return loss;
+}
+
+/* Whole-model gradient against central differences of the summed loss. */
+static void check_model_grad(const char *act)
+{
+    small_job(act, 0.0);
+    enum { R = 6 };
+    dt_model_t *m = make_model(R);
+    float x[R * IN_H * IN_W];
+    int32_t y[R];
+    random_batch(x, y, R, 3);
+    size_t n = dt_model_num_params(m);
+    float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    double loss = 0;
+    int64_t correct = 0;
+    CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, R, 1, 1, 0, 0, &loss, &correct), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(m, R, 1.0f), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_params(m, p), DT_OK);
+    const double h = 1e-2;
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 7) {
+        float keep = p[i];
+        p[i] = keep + (float)h;
+        dt_model_set_params(m, p);
+        double lp = model_loss(m, x, y, R);
+        p[i] = keep - (float)h;
+        dt_model_set_params(m, p);
+        double lm = model_loss(m, x, y, R);
+        p[i] = keep;
+        double fd = (lp - lm) / (2 * h);
+        worst = fmax(worst, fabs(fd - g[i]) / fmax(1e-1, fabs(fd)));
+    }
+    CU_ASSERT(worst < 2e-2);
+    if (worst >= 2e-2)
+        fprintf(stderr, "%s model gradient: worst relative error %g\n", act, worst);
+    free(p);
+    free(g);
+    dt_model_destroy(m);
+}
+
+static void test_grad_tanh(void) { check_model_grad("tanh"); }
+static void test_grad_gelu(void) { check_model_grad("gelu"); }
+
+/* One batch of 8 rows vs two micro-batches of 4 (rows 0-3 and 4-7), with
+ * dropout on: the accumulated gradients and the loss must agree. */
+static void test_accumulation(void)
+{
+    small_job("relu", 0.3);
+    enum { R = 8 };
+    dt_model_t *a = make_model(R), *b = make_model(R / 2);
+    float x[R * IN_H * IN_W];
+    int32_t y[R];
+    random_batch(x, y, R, 5);
+    size_t n = dt_model_num_params(a);
+    float *ga = malloc(n * sizeof(float)), *gb = malloc(n * sizeof(float));
+    double la = 0, lb = 0;
+    int64_t ca = 0, cb = 0;
+    dt_model_zero_grads(a);
+    CU_ASSERT_EQUAL(dt_model_forward(a, x, y, R, 1, 11, 3, 0, &la, &ca), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(a, R, 1.0f / R), DT_OK);
+    dt_model_zero_grads(b);
+    for (int k = 0; k < 2; k++) {
+        int off = k * R / 2;
+        CU_ASSERT_EQUAL(dt_model_forward(b, x + off * IN_H * IN_W, y + off, R / 2, 1, 11, 3, off,
+                                         &lb, &cb),
+                        DT_OK);
+        CU_ASSERT_EQUAL(dt_model_backward(b, R / 2, 1.0f / R), DT_OK);
+    }
+    dt_model_get_grads(a, ga);
+    dt_model_get_grads(b, gb);
+    double worst = 0, gmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(ga[i] - gb[i]));
+        gmax = fmax(gmax, fabs(ga[i]));
+    }
+    CU_ASSERT(gmax > 0);
+    CU_ASSERT(worst <= 1e-6 * gmax);
+    CU_ASSERT(cu_rel_diff(la, lb, 1e-12) < 1e-6);
+    CU_ASSERT_EQUAL(ca, cb);
+    /* a different step draws different dropout masks */
+    double lc = 0;
+    int64_t cc = 0;
+    CU_ASSERT_EQUAL(dt_model_forward(a, x, y, R, 1, 11, 4, 0, &lc, &cc), DT_OK);
+    CU_ASSERT(fabs(lc - la) > 1e-6);
+    free(ga);
+    free(gb);
+    dt_model_destroy(a);
+    dt_model_destroy(b);
+}
+
+static void test_schedules(void)
+{
+    dt_job_defaults(&job);
+    job.train.optimizer.lr = 1.0;
+    job.train.schedule.warmup_steps = 10;
+    snprintf(job.train.schedule.name, sizeof job.train.schedule.name, "constant");
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 0, 100), 0.1, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 9, 100), 1.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 50, 100), 1.0, 1e-12);
+    snprintf(job.train.schedule.name, sizeof job.train.schedule.name, "step");
+    job.train.schedule.step_size = 20;
+    job.train.schedule.gamma = 0.5;
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 29, 100), 1.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 30, 100), 0.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 75, 100), 0.125, 1e-12);
+    snprintf(job.train.schedule.name, sizeof job.train.schedule.name, "cosine");
+    job.train.schedule.min_lr = 0.1;
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 10, 100), 1.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 99, 100), 0.1, 1e-12);
+    /* half way through the decay: (1 + 0.1) / 2 */
+    CU_ASSERT_DOUBLE_EQUAL(dt_schedule_lr(&job, 10 + 89 / 2, 100),
+                           0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 44.0 / 89.0)), 1e-12);
+    CU_ASSERT(dt_schedule_lr(&job, 60, 100) < dt_schedule_lr(&job, 40, 100));
+}
+
+static void test_clip(void)
+{
+    float g[4] = {3, 4, 0, 0};
+    double norm = 0;
+    CU_ASSERT_EQUAL(dt_clip_grad_norm(be, g, 4, 10.0, &norm), DT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(norm, 5.0, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(g[0], 3.0, 1e-6);
+    CU_ASSERT_EQUAL(dt_clip_grad_norm(be, g, 4, 1.0, &norm), DT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(norm, 5.0, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(sqrt(g[0] * g[0] + g[1] * g[1]), 1.0, 1e-5);
+    CU_ASSERT_DOUBLE_EQUAL(g[1] / g[0], 4.0 / 3.0, 1e-5);
+}
+
+static void test_optim_sgd_steps(void)
+{
+    dt_job_defaults(&job);
+    snprintf(job.train.optimizer.name, sizeof job.train.optimizer.name, "sgd");
+    job.train.optimizer.momentum = 0.5;
+    job.train.optimizer.weight_decay = 0;
+    dt_optim_t *o = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_optim_create(&job, be, 2, &o), DT_OK);
+    float p[2] = {1, 2}, g[2] = {1, -1};
+    CU_ASSERT_EQUAL(dt_optim_step(o, p, g, 0.1), DT_OK); /* buf = g */
+    CU_ASSERT_DOUBLE_EQUAL(p[0], 0.9, 1e-6);
+    CU_ASSERT_EQUAL(dt_optim_step(o, p, g, 0.1), DT_OK); /* buf = 0.5 g + g */
+    CU_ASSERT_DOUBLE_EQUAL(p[0], 0.9 - 0.15, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(p[1], 2.1 + 0.15, 1e-6);
+    CU_ASSERT_EQUAL(dt_optim_steps(o), 2);
+    dt_optim_destroy(o);
+    snprintf(job.train.optimizer.name, sizeof job.train.optimizer.name, "lion");
+    CU_ASSERT_EQUAL(dt_optim_create(&job, be, 2, &o), DT_ERR_USAGE);
+}
+
+int main(void)
+{
+    struct dt_backend_opts bo = {.threads = 1};
+    if (dt_backend_create("cpu", &bo, &be) != DT_OK) {
+        fprintf(stderr, "cannot create the cpu backend: %s\n", dt_last_error());
+        return 1;
+    }
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("engine", NULL, NULL);
+    CU_ADD(s, test_layout_and_init);
+    CU_ADD(s, test_grad_tanh);
+    CU_ADD(s, test_grad_gelu);
+    CU_ADD(s, test_accumulation);
+    CU_ADD(s, test_schedules);
+    CU_ADD(s, test_clip);
+    CU_ADD(s, test_optim_sgd_steps);
+    int rc = cu_run_all();
+    dt_backend_destroy(be);
+    return rc;
+}
