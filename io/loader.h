@@ -13,6 +13,21 @@
  * Worker threads read ahead up to `prefetch` micro-batches; batches are
  * handed out strictly in order, so results never depend on thread timing.
  * One thread (the training loop) calls next/release.
+ *
+ * The short last batch (R < G rows, drop_last off): rank r takes rows
+ * [r*R/world, (r+1)*R/world), split into ceil(rows/micro_batch)
+ * micro-batches whose sizes differ by at most one. So micro_count there
+ * can be smaller than in full batches and can differ between ranks; a
+ * rank whose slice is empty gets one micro-batch with rows = 0, so every
+ * rank takes part in every global batch. Use global_rows, not G, to
+ * average.
+ *
+ * Errors: a read error is returned by the dt_loader_next that reaches the
+ * failed micro-batch, with the reader's message, and again by every later
+ * call until dt_loader_start_epoch. start_epoch drops what was read ahead
+ * and invalidates batches still held (releasing them afterwards is
+ * harmless). next before any start_epoch, or with all `prefetch` slots
+ * held and unreleased, is DT_ERR_INVALID_ARG rather than a deadlock.
  */
 #ifndef DT_LOADER_H
 #define DT_LOADER_H

@@ -124,7 +124,7 @@ static dt_status choose_backend(struct run *r)
             DT_LOG_INFO("runtime", "device: cpu (a GPU is present, %s, but this version of dtrain "
                                    "has no CUDA compute backend yet)", why);
         else
-            DT_LOG_INFO("runtime", "device: cpu (%s)", why);
+            DT_LOG_INFO("runtime", "device: cpu; %s", why);
         name = "cpu";
     }
     dt_status st = dt_backend_create(name, &o, &r->be);

@@ -1,0 +1,672 @@
+/*
+ * idx.c - importing IDX files (MNIST, Fashion-MNIST) into a dtrain HDF5
+ * dataset (format v1, see dataset.h).
+ *
+ * IDX: a 4-byte big-endian magic (two zero bytes, an element type byte,
+ * 0x08 = unsigned byte, and a dimension count), one big-endian u32 per
+ * dimension, then the data. zlib's gz* functions read gzipped and raw files
+ * alike, so both work without a branch.
+ *
+ * All headers and both label files are checked before anything is
+ * written: counts agree, labels fit the class names. Images are then
+ * streamed chunk by chunk into /<split>/x (uint8, chunked by about 1 MiB,
+ * no compression: dataset.c explains why random row reads want
+ * uncompressed chunks), and the normalisation statistics are summed
+ * exactly in integers on the way. The file is written as
+ * "<out>.tmp.<pid>" in the output's directory, closed, fsynced and renamed
+ * into place, and the temporary file is removed on any failure.
+ */
+#define _GNU_SOURCE
+#include "idx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "../runtime/util.h"
+#include "dataset.h"
+#include "hdf5_lock.h"
+
+#define IDX_TYPE_U8 0x08
+#define IDX_MAX_DIMS (1 + DT_DATASET_MAX_DIMS)
+#define IDX_GZ_BUFFER (256 * 1024)
+#define CHUNK_TARGET_BYTES (1u << 20) /* x chunk size aimed at */
+#define CHUNK_MAX_ROWS 1024
+
+struct idx_file {
+    const char *path;
+    const char *what; /* "images" or "labels" */
+    gzFile gz;
+    int ndims;
+    uint64_t dims[IDX_MAX_DIMS];
+    uint64_t count;        /* dims[0] */
+    uint64_t sample_bytes; /* product of dims[1..] */
+    uint64_t got;          /* data bytes read so far */
+};
+
+struct split_src {
+    const char *name; /* "train" or "test" */
+    struct idx_file img, lab;
+    unsigned char *labels;
+};
+
+struct class_list {
+    int count; /* 0: not given */
+    char names[DT_DATASET_MAX_CLASSES][DT_NAME_MAX];
+};
+
+/* ---- reading IDX --------------------------------------------------------- */
+
+static const char *idx_type_name(int t)
+{
+    switch (t) {
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "int16";
+    case 0x0C: return "int32";
+    case 0x0D: return "float32";
+    case 0x0E: return "float64";
+    }
+    return NULL;
+}
+
+static void idx_close(struct idx_file *f)
+{
+    if (f->gz)
+        gzclose(f->gz);
+    f->gz = NULL;
+}
+
+/* Reads exactly len bytes, or says why not (EOF: *got_out = bytes read). */
+static dt_status gz_read_full(struct idx_file *f, void *buf, size_t len, size_t *got_out)
+{
+    size_t got = 0;
+    while (got < len) {
+        unsigned want = len - got > (1u << 30) ? (1u << 30) : (unsigned)(len - got);
+        int r = gzread(f->gz, (char *)buf + got, want);
+        if (r < 0) {
+            int errnum = 0;
+            const char *msg = gzerror(f->gz, &errnum);
+            if (errnum == Z_ERRNO)
+                return dt_set_error(DT_ERR_IO, "file %s: read failed: %s", f->path,
+                                    strerror(errno));
+            return dt_set_error(DT_ERR_BAD_DATA, "file %s: corrupt gzip data: %s", f->path, msg);
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    *got_out = got;
+    return DT_OK;
+}
+
+static dt_status idx_open(const char *path, int images, struct idx_file *f)
+{
+    dt_status st = DT_OK;
+    unsigned char hdr[4 * (IDX_MAX_DIMS + 1)];
+    size_t got = 0;
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->what = images ? "images" : "labels";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return dt_set_error(DT_ERR_NOT_FOUND, "file %s: no such file (IDX %s)", path,
+                                f->what);
+        return dt_set_error(DT_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
+    }
+    f->gz = gzdopen(fd, "rb");
+    if (!f->gz) {
+        close(fd);
+        return dt_set_error(DT_ERR_NOMEM, "file %s: cannot set up reading (zlib)", path);
+    }
+    gzbuffer(f->gz, IDX_GZ_BUFFER);
+
+    DT_CHECK(gz_read_full(f, hdr, 4, &got));
+    if (got < 4) {
+        st = dt_set_error(DT_ERR_BAD_DATA, "file %s: not an IDX file (only %zu bytes long)", path,
+                          got);
+        goto out;
+    }
+    uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 |
+                     hdr[3];
+    if (hdr[0] || hdr[1] || !idx_type_name(hdr[2]) || hdr[3] == 0) {
+        st = dt_set_error(DT_ERR_BAD_DATA, "file %s: not an IDX file (magic 0x%08x)", path, magic);
+        goto out;
+    }
+    if (hdr[2] != IDX_TYPE_U8) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "file %s: IDX element type %s (magic 0x%08x) is not supported; only "
+                          "unsigned bytes are",
+                          path, idx_type_name(hdr[2]), magic);
+        goto out;
+    }
+    f->ndims = hdr[3];
+    if (images ? (f->ndims < 2 || f->ndims > IDX_MAX_DIMS) : f->ndims != 1) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "file %s: IDX %s with %d dimension(s) (magic 0x%08x); expected %s "
+                          "(are images and labels swapped?)",
+                          path, f->what, f->ndims, magic,
+                          images ? "N x height x width (magic 0x00000803)"
+                                 : "N labels (magic 0x00000801)");
+        goto out;
+    }
+    DT_CHECK(gz_read_full(f, hdr, 4 * (size_t)f->ndims, &got));
+    if (got < 4 * (size_t)f->ndims) {
+        st = dt_set_error(DT_ERR_BAD_DATA, "file %s: truncated IDX header", path);
+        goto out;
+    }
+    f->sample_bytes = 1;
+    for (int d = 0; d < f->ndims; d++) {
+        const unsigned char *p = hdr + 4 * d;
+        f->dims[d] = (uint64_t)p[0] << 24 | (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3];
+        if (d > 0)
+            f->sample_bytes *= f->dims[d];
+    }
+    f->count = f->dims[0];
+    if (f->count == 0 || f->sample_bytes == 0) {
+        st = dt_set_error(DT_ERR_BAD_DATA, "file %s: IDX %s file holds no data (dimensions %s)",
+                          path, f->what, f->count == 0 ? "start with 0" : "include a 0");
+        goto out;
+    }
+out:
+    if (st != DT_OK)
+        idx_close(f);
+    return st;
+}
+
+static void shape_str(const struct idx_file *f, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int d = 1; d < f->ndims && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%llu", d > 1 ? "x" : "",
+                              (unsigned long long)f->dims[d]);
+}
+
+/* Reads the next `rows` items; a short file is a truncation error. */
+static dt_status idx_read_rows(struct idx_file *f, void *buf, uint64_t rows)
+{
+    size_t want = (size_t)(rows * f->sample_bytes), got = 0;
+    dt_status st = gz_read_full(f, buf, want, &got);
+    if (st != DT_OK)
+        return st;
+    f->got += got;
+    if (got < want) {
+        char shape[64];
+        shape_str(f, shape, sizeof shape);
+        uint64_t expect = f->count * f->sample_bytes;
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: truncated: the header says %llu %s%s%s (%llu data bytes) "
+                            "but the data ends after %llu bytes",
+                            f->path, (unsigned long long)f->count, f->what, shape[0] ? " of " : "",
+                            shape, (unsigned long long)expect, (unsigned long long)f->got);
+    }
+    return DT_OK;
+}
+
+/* ---- options --------------------------------------------------------------- */
+
+static dt_status parse_class_names(const char *s, struct class_list *cl)
+{
+    cl->count = 0;
+    if (!s)
+        return DT_OK;
+    const char *p = s;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (cl->count == DT_DATASET_MAX_CLASSES)
+            return dt_set_error(DT_ERR_USAGE, "class names: more than %d given",
+                                DT_DATASET_MAX_CLASSES);
+        if (len == 0)
+            return dt_set_error(DT_ERR_USAGE, "class names: name %d in '%s' is empty",
+                                cl->count + 1, s);
+        if (len >= DT_NAME_MAX)
+            return dt_set_error(DT_ERR_USAGE, "class names: '%.*s' is longer than %d characters",
+                                (int)len, p, DT_NAME_MAX - 1);
+        memcpy(cl->names[cl->count], p, len);
+        cl->names[cl->count][len] = '\0';
+        for (int c = 0; c < cl->count; c++)
+            if (strcmp(cl->names[c], cl->names[cl->count]) == 0)
+                return dt_set_error(DT_ERR_USAGE, "class names: '%s' appears twice",
+                                    cl->names[c]);
+        cl->count++;
+        if (!end)
+            return DT_OK;
+        p = end + 1;
+    }
+}
+
+static dt_status check_opts(const struct dt_idx_import_opts *o)
+{
+    if (!o)
+        return dt_set_error(DT_ERR_INVALID_ARG, "IDX import: no options given");
+    if (!o->train_images || !o->train_labels)
+        return dt_set_error(DT_ERR_USAGE, "IDX import needs both train images and train labels");
+    if (!o->out_path || !*o->out_path)
+        return dt_set_error(DT_ERR_USAGE, "IDX import needs an output path");
+    if (!o->test_images != !o->test_labels)
+        return dt_set_error(DT_ERR_USAGE,
+                            "IDX import: test images and test labels go together (got only %s)",
+                            o->test_images ? o->test_images : o->test_labels);
+    if (strlen(o->out_path) > 4000)
+        return dt_set_error(DT_ERR_USAGE, "output path is too long");
+    struct stat sb;
+    if (lstat(o->out_path, &sb) == 0 && !o->overwrite)
+        return dt_set_error(DT_ERR_USAGE,
+                            "output %s already exists; pass --overwrite to replace it, or choose "
+                            "another path",
+                            o->out_path);
+    return DT_OK;
+}
+
+/* ---- checking the sources before writing ---------------------------------- */
+
+static void split_close(struct split_src *s)
+{
+    idx_close(&s->img);
+    idx_close(&s->lab);
+    free(s->labels);
+    s->labels = NULL;
+}
+
+/* Opens a split's two files, checks they agree, reads and checks labels. */
+static dt_status split_open(struct split_src *s, const char *name, const char *images,
+                            const char *labels, const struct class_list *cl, int *max_label)
+{
+    dt_status st = DT_OK;
+    s->name = name;
+    DT_CHECK(idx_open(images, 1, &s->img));
+    DT_CHECK(idx_open(labels, 0, &s->lab));
+    if (s->img.count != s->lab.count) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "%s split: %s holds %llu images but %s holds %llu labels", name,
+                          images, (unsigned long long)s->img.count, labels,
+                          (unsigned long long)s->lab.count);
+        goto out;
+    }
+    DT_CHECK(dt_malloc((size_t)s->lab.count, "labels", (void **)&s->labels));
+    DT_CHECK(idx_read_rows(&s->lab, s->labels, s->lab.count));
+    for (uint64_t i = 0; i < s->lab.count; i++) {
+        int v = s->labels[i];
+        if (cl->count && v >= cl->count) {
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "file %s: label %d at index %llu is outside the %d class names "
+                              "given",
+                              labels, v, (unsigned long long)i, cl->count);
+            goto out;
+        }
+        if (v > *max_label)
+            *max_label = v;
+    }
+out:
+    return st;
+}
+
+/* ---- writing HDF5 (lock held in each helper) ------------------------------ */
+
+static dt_status write_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
+                            const void *buf, const char *path)
+{
+    hid_t s = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+    hid_t a = s >= 0 ? H5Acreate2(obj, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    herr_t r = a >= 0 ? H5Awrite(a, mtype, buf) : -1;
+    dt_status st = DT_OK;
+    if (r < 0)
+        st = dt_h5_error(DT_ERR_IO, "cannot write attribute '%s' to %s", name, path);
+    if (a >= 0)
+        H5Aclose(a);
+    if (s >= 0)
+        H5Sclose(s);
+    return st;
+}
+
+static dt_status write_root_attrs(hid_t file, const char *path, int num_classes,
+                                  const struct class_list *cl, double mean, double sd)
+{
+    dt_status st = DT_OK;
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    H5Tset_cset(str, H5T_CSET_UTF8);
+    const char *fmt = "dataset", *task = "classification";
+    const char **names = NULL;
+    char(*numbered)[DT_NAME_MAX] = NULL;
+    int version = DT_DATASET_FORMAT_VERSION;
+    float scale = 1.0f / 255.0f, fmean = (float)mean, fsd = (float)sd;
+
+    DT_CHECK(dt_calloc((size_t)num_classes, sizeof *names, "class names", (void **)&names));
+    if (!cl->count)
+        DT_CHECK(dt_calloc((size_t)num_classes, sizeof *numbered, "class names",
+                           (void **)&numbered));
+    for (int c = 0; c < num_classes; c++) {
+        if (cl->count) {
+            names[c] = cl->names[c];
+        } else {
+            snprintf(numbered[c], DT_NAME_MAX, "%d", c);
+            names[c] = numbered[c];
+        }
+    }
+    DT_CHECK(write_attr(file, "dtrain_format", str, str, 0, &fmt, path));
+    DT_CHECK(write_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version, path));
+    DT_CHECK(write_attr(file, "task", str, str, 0, &task, path));
+    DT_CHECK(write_attr(file, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &num_classes,
+                        path));
+    DT_CHECK(write_attr(file, "class_names", str, str, (hsize_t)num_classes, names, path));
+    DT_CHECK(write_attr(file, "norm_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, &scale, path));
+    DT_CHECK(write_attr(file, "norm_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, &fmean, path));
+    DT_CHECK(write_attr(file, "norm_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, &fsd, path));
+out:
+    free(numbered);
+    free(names);
+    H5Tclose(str);
+    return st;
+}
+
+/* Creates /<split>/x (empty, chunked) and writes /<split>/y. */
+static dt_status create_split(hid_t file, const char *path, const struct split_src *s,
+                              uint64_t chunk_rows, hid_t *x_out)
+{
+    dt_status st = DT_OK;
+    hid_t g = -1, sx = -1, sy = -1, dcpl = -1, x = -1, y = -1;
+    hsize_t dims[IDX_MAX_DIMS], chunk[IDX_MAX_DIMS], ny = s->lab.count;
+    for (int d = 0; d < s->img.ndims; d++) {
+        dims[d] = s->img.dims[d];
+        chunk[d] = d ? s->img.dims[d] : chunk_rows;
+    }
+    g = H5Gcreate2(file, s->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    sx = H5Screate_simple(s->img.ndims, dims, NULL);
+    sy = H5Screate_simple(1, &ny, NULL);
+    dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (g < 0 || sx < 0 || sy < 0 || dcpl < 0 || H5Pset_chunk(dcpl, s->img.ndims, chunk) < 0 ||
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) {
+        st = dt_h5_error(DT_ERR_IO, "cannot create split '%s' in %s", s->name, path);
+        goto out;
+    }
+    x = H5Dcreate2(g, "x", H5T_STD_U8LE, sx, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    y = H5Dcreate2(g, "y", H5T_STD_U8LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (x < 0 || y < 0 || H5Dwrite(y, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                   s->labels) < 0) {
+        st = dt_h5_error(DT_ERR_IO, "cannot write /%s/y to %s", s->name, path);
+        goto out;
+    }
+    *x_out = x;
+    x = -1;
+out:
+    if (x >= 0)
+        H5Dclose(x);
+    if (y >= 0)
+        H5Dclose(y);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (sy >= 0)
+        H5Sclose(sy);
+    if (sx >= 0)
+        H5Sclose(sx);
+    if (g >= 0)
+        H5Gclose(g);
+    return st;
+}
+
+static dt_status write_rows(hid_t x, const char *path, const struct split_src *s, uint64_t row0,
+                            uint64_t rows, const void *buf)
+{
+    hsize_t start[IDX_MAX_DIMS] = {0}, count[IDX_MAX_DIMS];
+    for (int d = 0; d < s->img.ndims; d++)
+        count[d] = d ? s->img.dims[d] : rows;
+    start[0] = row0;
+    hid_t fs = H5Dget_space(x);
+    hid_t ms = H5Screate_simple(s->img.ndims, count, NULL);
+    herr_t r = -1;
+    if (fs >= 0 && ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
+        r = H5Dwrite(x, H5T_NATIVE_UCHAR, ms, fs, H5P_DEFAULT, buf);
+    dt_status st = DT_OK;
+    if (r < 0)
+        st = dt_h5_error(DT_ERR_IO, "cannot write images to /%s/x in %s", s->name, path);
+    if (ms >= 0)
+        H5Sclose(ms);
+    if (fs >= 0)
+        H5Sclose(fs);
+    return st;
+}
+
+struct stats {
+    uint64_t n, sum, sumsq; /* over train pixels, unscaled */
+};
+
+/* Streams a split's images into its x, chunk by chunk. */
+static dt_status copy_images(hid_t file, const char *path, struct split_src *s,
+                             struct stats *stats, FILE *progress)
+{
+    dt_status st = DT_OK;
+    hid_t x = -1;
+    unsigned char *buf = NULL;
+    uint64_t chunk_rows = CHUNK_TARGET_BYTES / s->img.sample_bytes;
+    if (chunk_rows < 1)
+        chunk_rows = 1;
+    if (chunk_rows > CHUNK_MAX_ROWS)
+        chunk_rows = CHUNK_MAX_ROWS;
+    if (chunk_rows > s->img.count)
+        chunk_rows = s->img.count;
+    DT_CHECK(dt_malloc((size_t)(chunk_rows * s->img.sample_bytes), "image chunk",
+                       (void **)&buf));
+    dt_h5_lock();
+    st = create_split(file, path, s, chunk_rows, &x);
+    dt_h5_unlock();
+    if (st != DT_OK)
+        goto out;
+    for (uint64_t r = 0; r < s->img.count; r += chunk_rows) {
+        uint64_t rows = s->img.count - r < chunk_rows ? s->img.count - r : chunk_rows;
+        DT_CHECK(idx_read_rows(&s->img, buf, rows));
+        if (stats) {
+            size_t nb = (size_t)(rows * s->img.sample_bytes);
+            for (size_t k = 0; k < nb; k++) {
+                stats->sum += buf[k];
+                stats->sumsq += (uint64_t)buf[k] * buf[k];
+            }
+            stats->n += nb;
+        }
+        dt_h5_lock();
+        st = write_rows(x, path, s, r, rows, buf);
+        dt_h5_unlock();
+        if (st != DT_OK)
+            goto out;
+    }
+    if (progress) {
+        char shape[64];
+        shape_str(&s->img, shape, sizeof shape);
+        fprintf(progress, "  %s: %llu images of %s from %s\n", s->name,
+                (unsigned long long)s->img.count, shape, s->img.path);
+        fflush(progress);
+    }
+out:
+    if (x >= 0) {
+        dt_h5_lock();
+        H5Dclose(x);
+        dt_h5_unlock();
+    }
+    free(buf);
+    return st;
+}
+
+static dt_status fsync_path(const char *path, int dir)
+{
+    int fd = open(path, (dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_set_error(DT_ERR_IO, "cannot open %s to sync it: %s", path, strerror(errno));
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (r != 0 && !(dir && (e == EINVAL || e == EBADF)))
+        return dt_set_error(DT_ERR_IO, "cannot sync %s: %s", path, strerror(e));
+    return DT_OK;
+}
+
+/* Writes the whole file at tmp; the caller renames or removes it. */
+static dt_status write_file(const char *tmp, const char *out_path, struct split_src *src,
+                            int nsrc, int num_classes, const struct class_list *cl,
+                            FILE *progress)
+{
+    dt_status st = DT_OK;
+    struct stats stats = {0};
+    dt_h5_lock();
+    hid_t file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0)
+        st = dt_h5_error(DT_ERR_IO, "cannot create %s (for %s)", tmp, out_path);
+    dt_h5_unlock();
+    if (st != DT_OK)
+        return st;
+    for (int i = 0; i < nsrc; i++)
+        DT_CHECK(copy_images(file, out_path, &src[i], i == 0 ? &stats : NULL, progress));
+
+    double mean = (double)stats.sum / (double)stats.n;
+    double var = (double)stats.sumsq / (double)stats.n - mean * mean;
+    double sd = var > 0 ? sqrt(var) / 255.0 : 0.0;
+    mean /= 255.0;
+    if (!(sd > 0)) {
+        if (progress)
+            fprintf(progress, "  train images are all the same value: norm_std set to 1\n");
+        sd = 1.0;
+    }
+    dt_h5_lock();
+    st = write_root_attrs(file, out_path, num_classes, cl, mean, sd);
+    dt_h5_unlock();
+    if (st == DT_OK && progress)
+        fprintf(progress, "  %d classes, normalisation mean %.6f std %.6f (after scaling by "
+                          "1/255)\n",
+                num_classes, mean, sd);
+out:
+    dt_h5_lock();
+    if (H5Fclose(file) < 0 && st == DT_OK)
+        st = dt_h5_error(DT_ERR_IO, "cannot finish writing %s (for %s)", tmp, out_path);
+    dt_h5_unlock();
+    if (st == DT_OK)
+        st = fsync_path(tmp, 0);
+    return st;
+}
+
+dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
+{
+    dt_status st = DT_OK;
+    struct split_src src[2];
+    struct class_list *cl = NULL;
+    char tmp[4096 + 32] = "";
+    int nsrc = 0, max_label = 0, made_tmp = 0;
+    double t0 = dt_now();
+    memset(src, 0, sizeof src);
+
+    DT_CHECK(check_opts(opts));
+    DT_CHECK(dt_calloc(1, sizeof *cl, "class names", (void **)&cl));
+    DT_CHECK(parse_class_names(opts->class_names, cl));
+    nsrc = 1;
+    DT_CHECK(split_open(&src[0], "train", opts->train_images, opts->train_labels, cl,
+                        &max_label));
+    if (opts->test_images) {
+        nsrc = 2;
+        DT_CHECK(split_open(&src[1], "test", opts->test_images, opts->test_labels, cl,
+                            &max_label));
+        char a[64], b[64];
+        shape_str(&src[0].img, a, sizeof a);
+        shape_str(&src[1].img, b, sizeof b);
+        if (strcmp(a, b) != 0) {
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "file %s: test images are %s but the train images (%s) are %s",
+                              opts->test_images, b, opts->train_images, a);
+            goto out;
+        }
+    }
+    int num_classes = cl->count ? cl->count : max_label + 1;
+    if (progress) {
+        fprintf(progress, "importing IDX into %s\n", opts->out_path);
+        fflush(progress);
+    }
+
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", opts->out_path, (long)getpid());
+    made_tmp = 1;
+    DT_CHECK(write_file(tmp, opts->out_path, src, nsrc, num_classes, cl, progress));
+    if (rename(tmp, opts->out_path) != 0) {
+        st = dt_set_error(DT_ERR_IO, "cannot rename %s to %s: %s", tmp, opts->out_path,
+                          strerror(errno));
+        goto out;
+    }
+    made_tmp = 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", opts->out_path);
+    DT_CHECK(fsync_path(dirname(dir), 1));
+    if (progress) {
+        struct stat sb;
+        char took[32];
+        dt_format_duration(dt_now() - t0, took, sizeof took);
+        fprintf(progress, "wrote %s (%.1f MiB) in %s\n", opts->out_path,
+                stat(opts->out_path, &sb) == 0 ? (double)sb.st_size / (1 << 20) : 0.0, took);
+        fflush(progress);
+    }
+out:
+    if (made_tmp)
+        unlink(tmp); /* H5F_ACC_EXCL: it is ours, complete or not */
+    for (int i = 0; i < 2; i++)
+        split_close(&src[i]);
+    free(cl);
+    return st;
+}
+
+/* ---- finding the standard file names ---------------------------------------- */
+
+static int is_file(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Finds dir/name or dir/name.gz; 0 if neither is there. */
+static int find_one(const char *dir, const char *name, char *out)
+{
+    snprintf(out, 4096, "%s/%s", dir, name);
+    if (is_file(out))
+        return 1;
+    snprintf(out, 4096, "%s/%s.gz", dir, name);
+    return is_file(out);
+}
+
+dt_status dt_idx_find_in_dir(const char *dir, struct dt_idx_import_opts *opts, char buf[4][4096])
+{
+    static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    struct stat sb;
+    int found[4];
+    if (strlen(dir) > 4000)
+        return dt_set_error(DT_ERR_USAGE, "directory path is too long");
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return dt_set_error(DT_ERR_NOT_FOUND, "IDX directory %s does not exist", dir);
+    for (int i = 0; i < 4; i++)
+        found[i] = find_one(dir, names[i], buf[i]);
+    /* The test pair is optional, but half a pair is a mistake. */
+    int need_test = found[2] || found[3];
+    for (int i = 0; i < (need_test ? 4 : 2); i++)
+        if (!found[i])
+            return dt_set_error(DT_ERR_NOT_FOUND,
+                                "IDX directory %s: no %s (looked for %s/%s and %s/%s.gz; "
+                                "expected names: train-images-idx3-ubyte, "
+                                "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                                "t10k-labels-idx1-ubyte, each optionally .gz)",
+                                dir, names[i], dir, names[i], dir, names[i]);
+    opts->train_images = buf[0];
+    opts->train_labels = buf[1];
+    opts->test_images = need_test ? buf[2] : NULL;
+    opts->test_labels = need_test ? buf[3] : NULL;
+    return DT_OK;
+}

@@ -1,0 +1,453 @@
+/*
+ * loader.c - the prefetching batch loader (see loader.h).
+ *
+ * The work of an epoch is a numbered sequence of this rank's micro-batches,
+ * starting at the global batch given to dt_loader_start_epoch. Item k
+ * always lands in slot k % prefetch of a ring. Worker threads claim items
+ * in order under the loader mutex, read them with the mutex released
+ * (dt_dataset_read takes the HDF5 lock for the file access only, so
+ * workers overlap sorting and normalising), and publish them; the caller
+ * takes items strictly in order. Which worker read an item never shows:
+ * each item's rows are a pure function of (seed, epoch, batch, rank).
+ *
+ * Splitting (G = global batch, W = world, m = micro_batch):
+ *  - full global batch g: permutation positions [g*G, (g+1)*G); rank r
+ *    takes [r*G/W, (r+1)*G/W) of it, in micro-batches of exactly m rows
+ *    (m must divide that slice, checked at create).
+ *  - the short last batch of R < G rows (kept when drop_last is off): rank
+ *    r takes [r*R/W, (r+1)*R/W) (sizes differ by at most one) and splits
+ *    it into ceil(rows/m) micro-batches whose sizes differ by at most one.
+ *    So micro_count may be smaller there, and may differ between ranks; a
+ *    rank whose slice is empty still gets one micro-batch with rows = 0,
+ *    so every rank takes part in every global batch.
+ *
+ * A read error is kept in its slot with the worker's message and returned
+ * by the dt_loader_next that reaches it; the loader then keeps returning
+ * it until the next dt_loader_start_epoch. start_epoch waits for reads in
+ * flight to finish and drops everything read ahead; batches the caller
+ * still holds become invalid (releasing them afterwards is harmless).
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/rng.h"
+#include "../runtime/util.h"
+
+#define LOADER_MAX_WORKERS 64
+#define LOADER_MAX_PREFETCH 1024
+#define LOADER_ERRMSG_MAX 1024
+#define LOADER_GEN_MOD 65536 /* generations encoded in dt_batch.slot */
+
+enum slot_state { SLOT_EMPTY = 0, SLOT_READING, SLOT_READY, SLOT_HANDED };
+
+/* One micro-batch: where its rows sit in the permutation. */
+struct item {
+    int64_t batch, pos0, rows; /* rows at permutation positions pos0.. */
+    int64_t row0, global_rows;
+    int micro, micro_count;
+};
+
+struct slot {
+    enum slot_state state;
+    int64_t k; /* item number in the current run */
+    struct item it;
+    float *x;
+    int32_t *y;
+    uint64_t *ids;
+    dt_status st;
+    char err[LOADER_ERRMSG_MAX];
+};
+
+struct dt_loader {
+    struct dt_loader_opts o;
+    int64_t n;            /* samples in the split */
+    int64_t sample_elems;
+    int64_t full_batches; /* global batches of G rows */
+    int64_t batches;      /* per epoch, after drop_last */
+    int64_t full_micro;   /* micro-batches per full global batch */
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* workers: an item may be claimable, or quit */
+    pthread_cond_t ready_cv; /* caller: a slot became ready */
+    pthread_cond_t idle_cv;  /* start_epoch: no read in flight */
+    pthread_t *threads;
+    int nthreads;
+    int quit;
+
+    /* the current run, guarded by mu */
+    int started;
+    uint64_t gen;
+    int64_t epoch, first_batch;
+    int64_t total;      /* items in the run */
+    int64_t claim_next; /* next item a worker claims */
+    int64_t next;       /* next item handed to the caller */
+    int busy;           /* reads in flight */
+    uint64_t *perm;
+    struct slot *slots;
+
+    _Atomic uint64_t bytes;
+};
+
+/* ---- arithmetic of batches ---------------------------------------------- */
+
+/* Rows of a global batch of R rows that rank r gets: [lo, hi). */
+static void rank_slice(int64_t R, int r, int w, int64_t *lo, int64_t *hi)
+{
+    *lo = R * r / w;
+    *hi = R * (r + 1) / w;
+}
+
+static int64_t batch_rows(const struct dt_loader *ld, int64_t g)
+{
+    return g < ld->full_batches ? ld->o.global_batch : ld->n - g * ld->o.global_batch;
+}
+
+static int micro_count_of(const struct dt_loader *ld, int64_t g)
+{
+    if (g < ld->full_batches)
+        return (int)ld->full_micro;
+    int64_t lo, hi;
+    rank_slice(batch_rows(ld, g), ld->o.rank, ld->o.world, &lo, &hi);
+    int64_t c = (hi - lo + ld->o.micro_batch - 1) / ld->o.micro_batch;
+    return c > 0 ? (int)c : 1;
+}
+
+/* Micro-batches from global batch `first` to the end of the epoch. */
+static int64_t items_from(const struct dt_loader *ld, int64_t first)
+{
+    int64_t total = 0;
+    if (first < ld->full_batches)
+        total = (ld->full_batches - first) * ld->full_micro;
+    if (ld->batches > ld->full_batches && first <= ld->full_batches)
+        total += micro_count_of(ld, ld->full_batches);
+    return total;
+}
+
+/* Describes item k of the run that starts at global batch `first`. */
+static struct item item_at(const struct dt_loader *ld, int64_t first, int64_t k)
+{
+    struct item it;
+    int64_t g, j;
+    int64_t full_left = first < ld->full_batches ? (ld->full_batches - first) * ld->full_micro : 0;
+    if (k < full_left) {
+        g = first + k / ld->full_micro;
+        j = k % ld->full_micro;
+    } else {
+        g = ld->full_batches;
+        j = k - full_left;
+    }
+    int64_t R = batch_rows(ld, g), lo, hi;
+    rank_slice(R, ld->o.rank, ld->o.world, &lo, &hi);
+    int mc = micro_count_of(ld, g);
+    /* an even split of [lo, hi) into mc parts; for full batches each is m */
+    int64_t mine = hi - lo;
+    int64_t a = mine * j / mc, b = mine * (j + 1) / mc;
+    it.batch = g;
+    it.row0 = lo + a;
+    it.rows = b - a;
+    it.pos0 = g * ld->o.global_batch + it.row0;
+    it.global_rows = R;
+    it.micro = (int)j;
+    it.micro_count = mc;
+    return it;
+}
+
+/* ---- workers -------------------------------------------------------------- */
+
+static int claimable(const struct dt_loader *ld)
+{
+    if (!ld->started || ld->claim_next >= ld->total)
+        return 0;
+    const struct slot *s = &ld->slots[ld->claim_next % ld->o.prefetch];
+    return ld->claim_next < ld->next + ld->o.prefetch && s->state == SLOT_EMPTY;
+}
+
+static void *worker_main(void *arg)
+{
+    struct dt_loader *ld = arg;
+    pthread_mutex_lock(&ld->mu);
+    for (;;) {
+        while (!ld->quit && !claimable(ld))
+            pthread_cond_wait(&ld->work_cv, &ld->mu);
+        if (ld->quit)
+            break;
+        int64_t k = ld->claim_next++;
+        struct slot *s = &ld->slots[k % ld->o.prefetch];
+        s->state = SLOT_READING;
+        s->k = k;
+        s->it = item_at(ld, ld->first_batch, k);
+        memcpy(s->ids, ld->perm + s->it.pos0, (size_t)s->it.rows * sizeof *s->ids);
+        ld->busy++;
+        pthread_mutex_unlock(&ld->mu);
+
+        uint64_t bytes = 0;
+        dt_status st = dt_dataset_read(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows, s->x,
+                                       s->y, &bytes);
+        atomic_fetch_add(&ld->bytes, bytes);
+
+        pthread_mutex_lock(&ld->mu);
+        s->st = st;
+        if (st != DT_OK)
+            snprintf(s->err, sizeof s->err, "%s", dt_last_error());
+        s->state = SLOT_READY;
+        ld->busy--;
+        pthread_cond_broadcast(&ld->ready_cv);
+        if (ld->busy == 0)
+            pthread_cond_broadcast(&ld->idle_cv);
+        /* another worker may claim now that the lock is free */
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
+}
+
+/* ---- create / destroy ------------------------------------------------------- */
+
+static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_split_info *si)
+{
+    if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
+        return dt_set_error(DT_ERR_INVALID_ARG, "loader: rank %d is not in a world of %d",
+                            o->rank, o->world);
+    if (o->workers < 1 || o->workers > LOADER_MAX_WORKERS)
+        return dt_set_error(DT_ERR_USAGE, "loader: workers is %d, it must be 1 to %d",
+                            o->workers, LOADER_MAX_WORKERS);
+    if (o->prefetch < 1 || o->prefetch > LOADER_MAX_PREFETCH)
+        return dt_set_error(DT_ERR_USAGE, "loader: prefetch is %d, it must be 1 to %d",
+                            o->prefetch, LOADER_MAX_PREFETCH);
+    if (o->global_batch < o->world)
+        return dt_set_error(DT_ERR_USAGE,
+                            "loader: global batch %lld is smaller than the %d ranks; each rank "
+                            "needs at least one row",
+                            (long long)o->global_batch, o->world);
+    if (o->micro_batch < 1)
+        return dt_set_error(DT_ERR_USAGE, "loader: micro batch %lld must be at least 1",
+                            (long long)o->micro_batch);
+    int64_t lo, hi;
+    rank_slice(o->global_batch, o->rank, o->world, &lo, &hi);
+    int64_t mine = hi - lo;
+    if (mine % o->micro_batch != 0) {
+        char fits[256];
+        size_t len = 0;
+        for (int64_t d = 1; d <= mine && len < sizeof fits - 16; d++)
+            if (mine % d == 0)
+                len += (size_t)snprintf(fits + len, sizeof fits - len, "%s%lld", len ? ", " : "",
+                                        (long long)d);
+        return dt_set_error(DT_ERR_USAGE,
+                            "loader: micro batch %lld does not divide the %lld rows rank %d gets "
+                            "of global batch %lld over %d rank(s); micro batches that fit: %s",
+                            (long long)o->micro_batch, (long long)mine, o->rank,
+                            (long long)o->global_batch, o->world, fits);
+    }
+    if (si->n < 1)
+        return dt_set_error(DT_ERR_BAD_DATA, "loader: split '%s' is empty", si->name);
+    if (o->drop_last && si->n < o->global_batch)
+        return dt_set_error(DT_ERR_USAGE,
+                            "loader: split '%s' has %lld samples, fewer than one global batch "
+                            "(%lld) and drop_last is on, so an epoch would be empty",
+                            si->name, (long long)si->n, (long long)o->global_batch);
+    return DT_OK;
+}
+
+static dt_status alloc_slots(struct dt_loader *ld)
+{
+    dt_status st;
+    size_t m = (size_t)ld->o.micro_batch;
+    DT_CHECK(dt_calloc((size_t)ld->o.prefetch, sizeof *ld->slots, "loader slots",
+                       (void **)&ld->slots));
+    for (int i = 0; i < ld->o.prefetch; i++) {
+        struct slot *s = &ld->slots[i];
+        DT_CHECK(dt_malloc(m * (size_t)ld->sample_elems * sizeof(float), "loader batch inputs",
+                           (void **)&s->x));
+        DT_CHECK(dt_malloc(m * sizeof *s->y, "loader batch labels", (void **)&s->y));
+        DT_CHECK(dt_malloc(m * sizeof *s->ids, "loader batch ids", (void **)&s->ids));
+    }
+    DT_CHECK(dt_malloc((size_t)ld->n * sizeof *ld->perm, "epoch permutation",
+                       (void **)&ld->perm));
+out:
+    return st;
+}
+
+static void free_loader(struct dt_loader *ld)
+{
+    if (ld->slots)
+        for (int i = 0; i < ld->o.prefetch; i++) {
+            free(ld->slots[i].x);
+            free(ld->slots[i].y);
+            free(ld->slots[i].ids);
+        }
+    free(ld->slots);
+    free(ld->perm);
+    free(ld->threads);
+    free(ld);
+}
+
+dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
+{
+    dt_status st = DT_OK;
+    struct dt_loader *ld = NULL;
+    const struct dt_split_info *si = NULL;
+    *out = NULL;
+    if (!opts || !opts->ds || !opts->split)
+        return dt_set_error(DT_ERR_INVALID_ARG, "loader: no dataset or split given");
+    DT_CHECK(dt_dataset_split(opts->ds, opts->split, &si));
+    DT_CHECK(check_opts(opts, si));
+    DT_CHECK(dt_calloc(1, sizeof *ld, "loader", (void **)&ld));
+    ld->o = *opts;
+    ld->n = si->n;
+    ld->sample_elems = si->sample_elems;
+    ld->full_batches = si->n / opts->global_batch;
+    ld->batches = ld->full_batches + (!opts->drop_last && si->n % opts->global_batch ? 1 : 0);
+    int64_t lo, hi;
+    rank_slice(opts->global_batch, opts->rank, opts->world, &lo, &hi);
+    ld->full_micro = (hi - lo) / opts->micro_batch;
+    atomic_init(&ld->bytes, 0);
+    DT_CHECK(alloc_slots(ld));
+    DT_CHECK(dt_calloc((size_t)opts->workers, sizeof *ld->threads, "loader threads",
+                       (void **)&ld->threads));
+    pthread_mutex_init(&ld->mu, NULL);
+    pthread_cond_init(&ld->work_cv, NULL);
+    pthread_cond_init(&ld->ready_cv, NULL);
+    pthread_cond_init(&ld->idle_cv, NULL);
+    for (int i = 0; i < opts->workers; i++) {
+        if (pthread_create(&ld->threads[i], NULL, worker_main, ld) != 0) {
+            st = dt_set_error(DT_ERR_NOMEM, "loader: cannot start reader thread %d of %d", i + 1,
+                              opts->workers);
+            dt_loader_destroy(ld);
+            return st;
+        }
+        ld->nthreads++;
+    }
+    *out = ld;
+    return DT_OK;
+out:
+    if (ld)
+        free_loader(ld);
+    return st;
+}
+
+void dt_loader_destroy(dt_loader_t *ld)
+{
+    if (!ld)
+        return;
+    pthread_mutex_lock(&ld->mu);
+    ld->quit = 1;
+    pthread_cond_broadcast(&ld->work_cv);
+    pthread_mutex_unlock(&ld->mu);
+    for (int i = 0; i < ld->nthreads; i++)
+        pthread_join(ld->threads[i], NULL); /* a read in flight finishes first */
+    pthread_cond_destroy(&ld->idle_cv);
+    pthread_cond_destroy(&ld->ready_cv);
+    pthread_cond_destroy(&ld->work_cv);
+    pthread_mutex_destroy(&ld->mu);
+    free_loader(ld);
+}
+
+int64_t dt_loader_batches_per_epoch(const dt_loader_t *ld) { return ld->batches; }
+
+uint64_t dt_loader_bytes_read(const dt_loader_t *ld)
+{
+    return atomic_load(&((struct dt_loader *)ld)->bytes);
+}
+
+/* ---- the caller's side --------------------------------------------------------- */
+
+dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_batch)
+{
+    if (epoch < 0 || first_batch < 0 || first_batch > ld->batches)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "loader: cannot start epoch %lld at batch %lld (an epoch has %lld "
+                            "batches)",
+                            (long long)epoch, (long long)first_batch, (long long)ld->batches);
+    pthread_mutex_lock(&ld->mu);
+    ld->started = 0; /* no new claims */
+    while (ld->busy > 0)
+        pthread_cond_wait(&ld->idle_cv, &ld->mu);
+    if (ld->o.shuffle) {
+        dt_rng_permutation(ld->o.seed, (uint64_t)epoch, ld->perm, (uint64_t)ld->n);
+    } else {
+        for (int64_t i = 0; i < ld->n; i++)
+            ld->perm[i] = (uint64_t)i;
+    }
+    for (int i = 0; i < ld->o.prefetch; i++)
+        ld->slots[i].state = SLOT_EMPTY;
+    ld->gen++;
+    ld->epoch = epoch;
+    ld->first_batch = first_batch;
+    ld->total = items_from(ld, first_batch);
+    ld->claim_next = 0;
+    ld->next = 0;
+    ld->started = 1;
+    pthread_cond_broadcast(&ld->work_cv);
+    pthread_mutex_unlock(&ld->mu);
+    return DT_OK;
+}
+
+dt_status dt_loader_next(dt_loader_t *ld, struct dt_batch *b, int *end)
+{
+    dt_status st = DT_OK;
+    *end = 0;
+    pthread_mutex_lock(&ld->mu);
+    if (!ld->started) {
+        st = dt_set_error(DT_ERR_INVALID_ARG, "loader: dt_loader_next before "
+                                              "dt_loader_start_epoch");
+        goto out;
+    }
+    if (ld->next >= ld->total) {
+        *end = 1;
+        goto out;
+    }
+    int idx = (int)(ld->next % ld->o.prefetch);
+    struct slot *s = &ld->slots[idx];
+    if (s->state == SLOT_HANDED) {
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "loader: all %d prefetch slots are held; release a batch before "
+                          "asking for the next",
+                          ld->o.prefetch);
+        goto out;
+    }
+    while (!(s->state == SLOT_READY && s->k == ld->next))
+        pthread_cond_wait(&ld->ready_cv, &ld->mu);
+    if (s->st != DT_OK) {
+        /* keep the slot: every later call returns the same error */
+        st = dt_set_error(s->st, "%s", s->err);
+        goto out;
+    }
+    s->state = SLOT_HANDED;
+    ld->next++;
+    *b = (struct dt_batch){
+        .x = s->x,
+        .y = s->y,
+        .rows = s->it.rows,
+        .row0 = s->it.row0,
+        .global_rows = s->it.global_rows,
+        .epoch = ld->epoch,
+        .batch = s->it.batch,
+        .micro = s->it.micro,
+        .micro_count = s->it.micro_count,
+        .sample_ids = s->ids,
+        .slot = (int)(ld->gen % LOADER_GEN_MOD) * ld->o.prefetch + idx,
+    };
+out:
+    pthread_mutex_unlock(&ld->mu);
+    return st;
+}
+
+void dt_loader_release(dt_loader_t *ld, struct dt_batch *b)
+{
+    if (!b || b->slot < 0)
+        return;
+    pthread_mutex_lock(&ld->mu);
+    int idx = b->slot % ld->o.prefetch;
+    uint64_t gen = (uint64_t)(b->slot / ld->o.prefetch);
+    /* a batch from before the last start_epoch is already gone */
+    if (gen == ld->gen % LOADER_GEN_MOD && ld->slots[idx].state == SLOT_HANDED) {
+        ld->slots[idx].state = SLOT_EMPTY;
+        pthread_cond_broadcast(&ld->work_cv);
+    }
+    b->slot = -1;
+    pthread_mutex_unlock(&ld->mu);
+}

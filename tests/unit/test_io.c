@@ -1,0 +1,1322 @@
+/*
+ * test_io.c - CUnit suites for io/: the IDX importer, the HDF5 dataset
+ * reader and the prefetching loader.
+ *
+ * Every file a test needs is made here, in a private directory under
+ * cu_tmpdir(): small IDX files (raw and gzipped, some deliberately
+ * broken) and small HDF5 datasets written directly with HDF5 (with bad
+ * labels, odd dtypes, missing pieces). Loader tests use a dataset whose
+ * first input value of sample i is i, so every row a batch hands out can
+ * be checked against its sample id.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <hdf5.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cu_util.h"
+#include "io/dataset.h"
+#include "io/idx.h"
+#include "io/loader.h"
+#include "runtime/rng.h"
+#include "runtime/status.h"
+
+static char g_dir[2048];
+
+static void tpath(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", g_dir, name);
+}
+
+#define ASSERT_STATUS(expr, want)                                                                  \
+    do {                                                                                           \
+        dt_status st_ = (expr);                                                                    \
+        CU_ASSERT_EQUAL(st_, (want));                                                              \
+        if (st_ != (want))                                                                         \
+            fprintf(stderr, "\n    %s:%d: got '%s' (%s), wanted '%s'\n", __FILE__, __LINE__,       \
+                    dt_status_str(st_), dt_last_error(), dt_status_str(want));                     \
+    } while (0)
+
+#define ASSERT_MSG(sub)                                                                            \
+    do {                                                                                           \
+        int ok_ = strstr(dt_last_error(), (sub)) != NULL;                                          \
+        CU_ASSERT(ok_);                                                                            \
+        if (!ok_)                                                                                  \
+            fprintf(stderr, "\n    %s:%d: message '%s' lacks '%s'\n", __FILE__, __LINE__,          \
+                    dt_last_error(), (sub));                                                       \
+    } while (0)
+
+/* ---- making IDX files ---------------------------------------------------- */
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* Writes an IDX file: magic, dims, then `nbytes` of data (which may be
+ * fewer than the dims say, to make a truncated file). */
+static void write_idx(const char *path, int gz, uint32_t magic, const uint32_t *dims, int nd,
+                      const unsigned char *data, size_t nbytes)
+{
+    unsigned char hdr[4 * 8];
+    put_be32(hdr, magic);
+    for (int d = 0; d < nd; d++)
+        put_be32(hdr + 4 * (d + 1), dims[d]);
+    size_t hlen = 4 * (size_t)(nd + 1);
+    if (gz) {
+        gzFile f = gzopen(path, "wb");
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT(gzwrite(f, hdr, (unsigned)hlen) == (int)hlen);
+        if (nbytes)
+            CU_ASSERT(gzwrite(f, data, (unsigned)nbytes) == (int)nbytes);
+        gzclose(f);
+    } else {
+        FILE *f = fopen(path, "wb");
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT(fwrite(hdr, 1, hlen, f) == hlen);
+        if (nbytes)
+            CU_ASSERT(fwrite(data, 1, nbytes, f) == nbytes);
+        fclose(f);
+    }
+}
+
+static unsigned char pixel(uint32_t i, uint32_t p) { return (unsigned char)(i * 31u + p * 7u); }
+static unsigned char label_of(uint32_t i, int k) { return (unsigned char)((i * 7u + 3u) % (uint32_t)k); }
+
+/* An IDX images/labels pair: n items of rows x cols, labels in [0, k). */
+struct idx_pair {
+    char images[4096], labels[4096];
+};
+
+static void make_pair(const char *stem, int gz, uint32_t n, uint32_t rows, uint32_t cols, int k,
+                      struct idx_pair *out)
+{
+    const char *ext = gz ? ".gz" : "";
+    char name[512];
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte%s", stem, ext);
+    tpath(out->images, sizeof out->images, name);
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte%s", stem, ext);
+    tpath(out->labels, sizeof out->labels, name);
+    size_t elems = (size_t)rows * cols;
+    unsigned char *img = malloc(n * elems), *lab = malloc(n);
+    for (uint32_t i = 0; i < n; i++) {
+        for (size_t p = 0; p < elems; p++)
+            img[i * elems + p] = pixel(i, (uint32_t)p);
+        lab[i] = label_of(i, k);
+    }
+    uint32_t idims[3] = {n, rows, cols}, ldims[1] = {n};
+    write_idx(out->images, gz, 0x00000803, idims, 3, img, n * elems);
+    write_idx(out->labels, gz, 0x00000801, ldims, 1, lab, n);
+    free(img);
+    free(lab);
+}
+
+static int slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    int n = (int)fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* Entries of a directory other than . and .. */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- IDX import ------------------------------------------------------------ */
+
+#define TR_N 50
+#define TE_N 20
+#define IMG_R 5
+#define IMG_C 4
+
+/* Reads /<split>/x of an imported file back as raw bytes with HDF5. */
+static void check_pixels(const char *h5, const char *split, uint32_t n)
+{
+    char obj[64];
+    snprintf(obj, sizeof obj, "/%s/x", split);
+    hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    hid_t d = H5Dopen2(f, obj, H5P_DEFAULT);
+    CU_ASSERT_FATAL(d >= 0);
+    unsigned char *buf = malloc((size_t)n * IMG_R * IMG_C);
+    CU_ASSERT(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+    int bad = 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t p = 0; p < IMG_R * IMG_C; p++)
+            bad += buf[i * IMG_R * IMG_C + p] != pixel(i, p);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(buf);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+/* Imports, then checks the dataset: splits, shapes, labels, pixels. */
+static void roundtrip(int gz, const char *class_names, const char *out_name)
+{
+    struct idx_pair tr, te;
+    char stem[64], out[4096];
+    snprintf(stem, sizeof stem, "rt%d-train", gz);
+    make_pair(stem, gz, TR_N, IMG_R, IMG_C, 10, &tr);
+    snprintf(stem, sizeof stem, "rt%d-t10k", gz);
+    make_pair(stem, gz, TE_N, IMG_R, IMG_C, 10, &te);
+    tpath(out, sizeof out, out_name);
+    struct dt_idx_import_opts o = {.train_images = tr.images, .train_labels = tr.labels,
+                                   .test_images = te.images, .test_labels = te.labels,
+                                   .out_path = out, .class_names = class_names};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_OK);
+
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_dataset_info *in = dt_dataset_get_info(ds);
+    CU_ASSERT_EQUAL(in->format_version, 1);
+    CU_ASSERT_EQUAL(in->num_classes, 10);
+    CU_ASSERT_EQUAL(in->nsplits, 2);
+    CU_ASSERT_STRING_EQUAL(in->class_names[9], class_names ? "j" : "9");
+    const struct dt_split_info *si = NULL;
+    ASSERT_STATUS(dt_dataset_split(ds, "train", &si), DT_OK);
+    CU_ASSERT_FATAL(si != NULL);
+    CU_ASSERT_EQUAL(si->n, TR_N);
+    CU_ASSERT_EQUAL(si->ndim, 2);
+    CU_ASSERT_EQUAL(si->shape[0], IMG_R);
+    CU_ASSERT_EQUAL(si->shape[1], IMG_C);
+    CU_ASSERT_EQUAL(si->x_dtype, DT_DTYPE_U8);
+    int64_t counts[10] = {0};
+    for (uint32_t i = 0; i < TR_N; i++)
+        counts[label_of(i, 10)]++;
+    for (int c = 0; c < 10; c++)
+        CU_ASSERT_EQUAL(si->class_counts[c], counts[c]);
+
+    /* labels and normalised pixels through the reader */
+    uint64_t idx[TR_N];
+    for (uint32_t i = 0; i < TR_N; i++)
+        idx[i] = i;
+    float *x = malloc(sizeof(float) * TR_N * IMG_R * IMG_C);
+    int32_t y[TR_N];
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, TR_N, x, y, NULL), DT_OK);
+    int bad_y = 0, bad_x = 0;
+    for (uint32_t i = 0; i < TR_N; i++) {
+        bad_y += y[i] != label_of(i, 10);
+        for (uint32_t p = 0; p < IMG_R * IMG_C; p++) {
+            float want = (pixel(i, p) * in->norm_scale - in->norm_mean) / in->norm_std;
+            bad_x += cu_rel_diff(x[i * IMG_R * IMG_C + p], want, 1e-6) > 1e-6;
+        }
+    }
+    CU_ASSERT_EQUAL(bad_y, 0);
+    CU_ASSERT_EQUAL(bad_x, 0);
+    ASSERT_STATUS(dt_dataset_split(ds, "test", &si), DT_OK);
+    CU_ASSERT_EQUAL(si->n, TE_N);
+    uint64_t tidx[3] = {19, 0, 7};
+    ASSERT_STATUS(dt_dataset_read(ds, "test", tidx, 3, x, y, NULL), DT_OK);
+    CU_ASSERT_EQUAL(y[0], label_of(19, 10));
+    CU_ASSERT_EQUAL(y[1], label_of(0, 10));
+    CU_ASSERT_EQUAL(y[2], label_of(7, 10));
+    free(x);
+    dt_dataset_close(ds);
+    check_pixels(out, "train", TR_N);
+    check_pixels(out, "test", TE_N);
+}
+
+static void test_idx_roundtrip_raw(void) { roundtrip(0, NULL, "rt-raw.h5"); }
+static void test_idx_roundtrip_gz(void) { roundtrip(1, "a,b,c,d,e,f,g,h,i,j", "rt-gz.h5"); }
+
+static void test_idx_norm_attrs(void)
+{
+    struct idx_pair tr;
+    char out[4096];
+    make_pair("norm-train", 0, TR_N, IMG_R, IMG_C, 4, &tr);
+    tpath(out, sizeof out, "norm.h5");
+    struct dt_idx_import_opts o = {.train_images = tr.images, .train_labels = tr.labels,
+                                   .out_path = out};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_OK);
+    double s = 0, s2 = 0, cnt = (double)TR_N * IMG_R * IMG_C;
+    for (uint32_t i = 0; i < TR_N; i++)
+        for (uint32_t p = 0; p < IMG_R * IMG_C; p++) {
+            double v = pixel(i, p) / 255.0;
+            s += v;
+            s2 += v * v;
+        }
+    double mean = s / cnt, sd = sqrt(s2 / cnt - mean * mean);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_dataset_info *in = dt_dataset_get_info(ds);
+    CU_ASSERT(cu_rel_diff(in->norm_scale, 1.0 / 255.0, 1e-9) < 1e-6);
+    CU_ASSERT(cu_rel_diff(in->norm_mean, mean, 1e-9) < 1e-5);
+    CU_ASSERT(cu_rel_diff(in->norm_std, sd, 1e-9) < 1e-5);
+    CU_ASSERT_EQUAL(in->num_classes, 4); /* max label + 1 */
+    CU_ASSERT_EQUAL(in->nsplits, 1);
+    dt_dataset_close(ds);
+}
+
+/* Runs an import expected to fail and checks the status, that the message
+ * names `names_file`, and that nothing was left in the output directory. */
+static void import_fails(const struct dt_idx_import_opts *base, const char *outdir_name,
+                         dt_status want, const char *names_file, const char *also)
+{
+    char outdir[4096], out[4096 + 16];
+    tpath(outdir, sizeof outdir, outdir_name);
+    mkdir(outdir, 0777);
+    snprintf(out, sizeof out, "%s/out.h5", outdir);
+    struct dt_idx_import_opts o = *base;
+    o.out_path = out;
+    dt_clear_error();
+    ASSERT_STATUS(dt_idx_import(&o, NULL), want);
+    ASSERT_MSG(names_file);
+    if (also)
+        ASSERT_MSG(also);
+    CU_ASSERT_EQUAL(dir_entries(outdir), 0); /* no output, no temporary file */
+}
+
+static void test_idx_bad_magic(void)
+{
+    struct idx_pair p;
+    make_pair("magic-train", 0, 10, 3, 3, 2, &p);
+    unsigned char junk[9 * 10] = {0};
+    uint32_t dims[3] = {10, 3, 3};
+    write_idx(p.images, 0, 0x12345678, dims, 3, junk, sizeof junk);
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels};
+    import_fails(&o, "out-magic", DT_ERR_BAD_DATA, p.images, "0x12345678");
+    ASSERT_MSG("not an IDX file");
+}
+
+static void test_idx_truncated_images(void)
+{
+    struct idx_pair p;
+    make_pair("trunc-img-train", 1, 3000, 4, 4, 3, &p); /* several chunks */
+    unsigned char *img = malloc(3000 * 16);
+    memset(img, 7, 3000 * 16);
+    uint32_t dims[3] = {3000, 4, 4};
+    write_idx(p.images, 1, 0x00000803, dims, 3, img, 3000 * 16 - 100);
+    free(img);
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels};
+    /* found while streaming images, after the temporary file exists */
+    import_fails(&o, "out-trunc-img", DT_ERR_BAD_DATA, p.images, "truncated");
+    ASSERT_MSG("48000"); /* expected data bytes */
+    ASSERT_MSG("47900"); /* what was there */
+}
+
+static void test_idx_truncated_labels(void)
+{
+    struct idx_pair p;
+    make_pair("trunc-lab-train", 0, 40, 2, 2, 3, &p);
+    unsigned char lab[40] = {0};
+    uint32_t dims[1] = {40};
+    write_idx(p.labels, 0, 0x00000801, dims, 1, lab, 33);
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels};
+    import_fails(&o, "out-trunc-lab", DT_ERR_BAD_DATA, p.labels, "truncated");
+}
+
+static void test_idx_count_mismatch(void)
+{
+    struct idx_pair a, b;
+    make_pair("cnt-a-train", 0, 30, 2, 2, 3, &a);
+    make_pair("cnt-b-train", 1, 29, 2, 2, 3, &b);
+    struct dt_idx_import_opts o = {.train_images = a.images, .train_labels = b.labels};
+    import_fails(&o, "out-count", DT_ERR_BAD_DATA, a.images, b.labels);
+    ASSERT_MSG("30");
+    ASSERT_MSG("29");
+}
+
+static void test_idx_label_out_of_range(void)
+{
+    struct idx_pair p;
+    make_pair("range-train", 0, 30, 2, 2, 10, &p); /* labels up to 9 */
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels,
+                                   .class_names = "cat, dog, bird"};
+    import_fails(&o, "out-range", DT_ERR_BAD_DATA, p.labels, "3 class names");
+}
+
+static void test_idx_missing_file(void)
+{
+    struct idx_pair p;
+    make_pair("missing-train", 0, 10, 2, 2, 3, &p);
+    char nope[4096];
+    tpath(nope, sizeof nope, "no-such-labels-idx1-ubyte.gz");
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = nope};
+    import_fails(&o, "out-missing", DT_ERR_NOT_FOUND, nope, NULL);
+}
+
+static void test_idx_swapped(void)
+{
+    struct idx_pair p;
+    make_pair("swap-train", 0, 10, 2, 2, 3, &p);
+    struct dt_idx_import_opts o = {.train_images = p.labels, .train_labels = p.images};
+    import_fails(&o, "out-swapped", DT_ERR_BAD_DATA, p.labels, "swapped");
+}
+
+static void test_idx_existing_output(void)
+{
+    struct idx_pair p;
+    char out[4096], buf[64];
+    make_pair("exist-train", 0, 10, 2, 2, 3, &p);
+    tpath(out, sizeof out, "exists.h5");
+    FILE *f = fopen(out, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("keep me", f);
+    fclose(f);
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels,
+                                   .out_path = out};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_ERR_USAGE);
+    ASSERT_MSG(out);
+    ASSERT_MSG("overwrite");
+    int n = slurp(out, buf, sizeof buf);
+    CU_ASSERT_EQUAL(n, 7);
+    CU_ASSERT(n == 7 && memcmp(buf, "keep me", 7) == 0);
+
+    o.overwrite = 1;
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_OK);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_OK);
+    dt_dataset_close(ds);
+}
+
+static void test_idx_progress(void)
+{
+    struct idx_pair p;
+    char out[4096];
+    make_pair("prog-train", 0, 10, 2, 2, 3, &p);
+    tpath(out, sizeof out, "progress.h5");
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels,
+                                   .out_path = out};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    ASSERT_STATUS(dt_idx_import(&o, mem), DT_OK);
+    fclose(mem);
+    CU_ASSERT(text && strstr(text, "train: 10 images of 2x2") != NULL);
+    CU_ASSERT(text && strstr(text, out) != NULL);
+    free(text);
+}
+
+static void test_idx_find_in_dir(void)
+{
+    char dir[4096], buf[4][4096], f[4096 + 64];
+    tpath(dir, sizeof dir, "mnistdir");
+    mkdir(dir, 0777);
+    const char *names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte.gz",
+                            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte"};
+    struct dt_idx_import_opts o = {0};
+    /* only train images so far: train labels are missing */
+    snprintf(f, sizeof f, "%s/%s", dir, names[0]);
+    fclose(fopen(f, "w"));
+    ASSERT_STATUS(dt_idx_find_in_dir(dir, &o, buf), DT_ERR_NOT_FOUND);
+    ASSERT_MSG("train-labels-idx1-ubyte");
+    ASSERT_MSG(dir);
+    /* train pair alone is enough; test stays unset */
+    snprintf(f, sizeof f, "%s/%s", dir, names[1]);
+    fclose(fopen(f, "w"));
+    ASSERT_STATUS(dt_idx_find_in_dir(dir, &o, buf), DT_OK);
+    CU_ASSERT(o.test_images == NULL && o.test_labels == NULL);
+    /* half a test pair is an error */
+    snprintf(f, sizeof f, "%s/%s", dir, names[2]);
+    fclose(fopen(f, "w"));
+    ASSERT_STATUS(dt_idx_find_in_dir(dir, &o, buf), DT_ERR_NOT_FOUND);
+    ASSERT_MSG("t10k-labels-idx1-ubyte");
+    snprintf(f, sizeof f, "%s/%s", dir, names[3]);
+    fclose(fopen(f, "w"));
+    ASSERT_STATUS(dt_idx_find_in_dir(dir, &o, buf), DT_OK);
+    const char *got[4] = {o.train_images, o.train_labels, o.test_images, o.test_labels};
+    for (int i = 0; i < 4; i++) {
+        snprintf(f, sizeof f, "%s/%s", dir, names[i]);
+        CU_ASSERT(got[i] && strcmp(got[i], f) == 0);
+    }
+    char nodir[4096];
+    tpath(nodir, sizeof nodir, "no-such-dir");
+    ASSERT_STATUS(dt_idx_find_in_dir(nodir, &o, buf), DT_ERR_NOT_FOUND);
+    ASSERT_MSG(nodir);
+}
+
+/* ---- making HDF5 datasets directly --------------------------------------- */
+
+static void put_str_attr(hid_t obj, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(v) + 1); /* fixed-length: the importer writes variable-length */
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Awrite(a, t, v) >= 0);
+    H5Aclose(a);
+    H5Sclose(s);
+    H5Tclose(t);
+}
+
+static void put_num_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Awrite(a, mtype, v) >= 0);
+    H5Aclose(a);
+    H5Sclose(s);
+}
+
+static void put_root_attrs(hid_t f, int version, int num_classes, double scale, double mean,
+                           double sd)
+{
+    put_str_attr(f, "dtrain_format", "dataset");
+    put_num_attr(f, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT, &version);
+    put_str_attr(f, "task", "classification");
+    put_num_attr(f, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, &num_classes);
+    put_num_attr(f, "norm_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale);
+    put_num_attr(f, "norm_mean", H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE, &mean);
+    put_num_attr(f, "norm_std", H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE, &sd);
+}
+
+/* Writes /<split>/x (n x d, stored as ftype, given as floats) and
+ * /<split>/y (ny int32 labels) into an open file. */
+static void put_split(hid_t f, const char *split, hid_t ftype, hsize_t n, hsize_t d,
+                      const float *x, hsize_t ny, const int32_t *y)
+{
+    hid_t g = H5Gcreate2(f, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[2] = {n, d};
+    hid_t sx = H5Screate_simple(2, dims, NULL), sy = H5Screate_simple(1, &ny, NULL);
+    hid_t dx = H5Dcreate2(g, "x", ftype, sx, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dy = H5Dcreate2(g, "y", H5T_STD_I32LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Dwrite(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+    CU_ASSERT(H5Dwrite(dy, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) >= 0);
+    H5Dclose(dx);
+    H5Dclose(dy);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Gclose(g);
+}
+
+/* IEEE half precision as an HDF5 type (HDF5 1.10 has no predefined one). */
+static hid_t f16_type(void)
+{
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(t, 15, 10, 5, 0, 10);
+    H5Tset_size(t, 2);
+    H5Tset_ebias(t, 15);
+    return t;
+}
+
+/* A small dataset: split "train" (and "test"), n x d floats where x[i][j]
+ * = i + j/8 (exact in f16 for small i), labels i % k. */
+static void make_ds(const char *path, hid_t ftype, hsize_t n, hsize_t d, int k, int version,
+                    double scale, double mean, double sd)
+{
+    float *x = malloc(sizeof(float) * n * d);
+    int32_t *y = malloc(sizeof(int32_t) * n);
+    for (hsize_t i = 0; i < n; i++) {
+        for (hsize_t j = 0; j < d; j++)
+            x[i * d + j] = (float)i + (float)j / 8.0f;
+        y[i] = (int32_t)(i % (hsize_t)k);
+    }
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    put_root_attrs(f, version, k, scale, mean, sd);
+    put_split(f, "train", ftype, n, d, x, n, y);
+    put_split(f, "test", ftype, n / 2, d, x, n / 2, y);
+    H5Fclose(f);
+    free(x);
+    free(y);
+}
+
+/* ---- dataset open errors ------------------------------------------------- */
+
+static void test_ds_missing_file(void)
+{
+    char p[4096];
+    dt_dataset_t *ds = (dt_dataset_t *)1;
+    tpath(p, sizeof p, "no-such.h5");
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_NOT_FOUND);
+    ASSERT_MSG(p);
+    CU_ASSERT(ds == NULL);
+}
+
+static void test_ds_not_hdf5(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "random.h5");
+    FILE *f = fopen(p, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 4096; i++)
+        fputc((i * 131 + 17) & 0xff, f);
+    fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(p);
+    ASSERT_MSG("not an HDF5 file");
+}
+
+static void test_ds_not_dtrain(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "plain.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(p);
+    ASSERT_MSG("dtrain_format");
+}
+
+static void test_ds_bad_version_and_norm(void)
+{
+    char p[4096];
+    dt_dataset_t *ds = NULL;
+    tpath(p, sizeof p, "v2.h5");
+    make_ds(p, H5T_IEEE_F32LE, 8, 3, 2, 2, 1, 0, 1);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(p);
+    ASSERT_MSG("version 2");
+    tpath(p, sizeof p, "std0.h5");
+    make_ds(p, H5T_IEEE_F32LE, 8, 3, 2, 1, 1, 0, 0);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("norm_std");
+}
+
+static void test_ds_missing_split(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "splits.h5");
+    make_ds(p, H5T_IEEE_F32LE, 8, 3, 2, 1, 1, 0, 1);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_split_info *si = (const struct dt_split_info *)1;
+    ASSERT_STATUS(dt_dataset_split(ds, "validation", &si), DT_ERR_BAD_DATA);
+    CU_ASSERT(si == NULL);
+    ASSERT_MSG(p);
+    ASSERT_MSG("'validation'");
+    ASSERT_MSG("'train'");
+    ASSERT_MSG("'test'");
+    float x[3];
+    uint64_t i0 = 0;
+    ASSERT_STATUS(dt_dataset_read(ds, "validation", &i0, 1, x, NULL, NULL), DT_ERR_BAD_DATA);
+    dt_dataset_close(ds);
+}
+
+static void test_ds_label_out_of_range(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "badlabel.h5");
+    float x[10 * 2] = {0};
+    int32_t y[10] = {0, 1, 2, 0, 1, 2, 0, 12, 1, 2};
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, 3, 1, 0, 1);
+    put_split(f, "train", H5T_IEEE_F32LE, 10, 2, x, 10, y);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(p);
+    ASSERT_MSG("'train'");
+    ASSERT_MSG("label 12");
+    ASSERT_MSG("index 7");
+}
+
+static void test_ds_count_mismatch(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "xy.h5");
+    float x[10 * 2] = {0};
+    int32_t y[10] = {0};
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, 3, 1, 0, 1);
+    put_split(f, "train", H5T_IEEE_F32LE, 10, 2, x, 9, y);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(p);
+    ASSERT_MSG("10 samples in x but 9 labels");
+}
+
+static void test_ds_unsupported_dtype(void)
+{
+    char p[4096];
+    dt_dataset_t *ds = NULL;
+    tpath(p, sizeof p, "i16.h5");
+    make_ds(p, H5T_STD_I16LE, 8, 3, 2, 1, 1, 0, 1);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(p);
+    ASSERT_MSG("/test/x"); /* splits are checked in name order */
+    ASSERT_MSG("unsupported type");
+    tpath(p, sizeof p, "f64.h5");
+    make_ds(p, H5T_IEEE_F64LE, 8, 3, 2, 1, 1, 0, 1);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("float, 8 bytes");
+}
+
+static void test_ds_missing_y(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "noy.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, 3, 1, 0, 1);
+    hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[2] = {4, 2};
+    hid_t s = H5Screate_simple(2, dims, NULL);
+    hid_t d = H5Dcreate2(g, "x", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(d);
+    H5Sclose(s);
+    H5Gclose(g);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("/train/y");
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+static void test_ds_read_permuted_u8(void)
+{
+    struct idx_pair p;
+    char out[4096];
+    make_pair("perm-train", 0, 3000, IMG_R, IMG_C, 10, &p); /* 3 chunks of x */
+    tpath(out, sizeof out, "perm.h5");
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels,
+                                   .out_path = out};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_OK);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_dataset_info *in = dt_dataset_get_info(ds);
+    /* runs, singletons, a duplicate, chunk boundaries, descending order */
+    const uint64_t idx[] = {2999, 17, 3, 3, 1024, 1023, 0, 41, 40, 42, 2048, 1};
+    const size_t n = sizeof idx / sizeof idx[0];
+    const size_t e = IMG_R * IMG_C;
+    float x[sizeof idx / sizeof idx[0] * IMG_R * IMG_C];
+    int32_t y[sizeof idx / sizeof idx[0]];
+    uint64_t bytes = 5;
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, n, x, y, &bytes), DT_OK);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += y[i] != label_of((uint32_t)idx[i], 10);
+        for (size_t q = 0; q < e; q++) {
+            float want = (pixel((uint32_t)idx[i], (uint32_t)q) * in->norm_scale - in->norm_mean) /
+                         in->norm_std;
+            bad += cu_rel_diff(x[i * e + q], want, 1e-6) > 1e-6;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(bytes, 5 + (n - 1) * e); /* 11 distinct rows of 20 bytes */
+    /* y may be NULL; an index past the end is refused */
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 2, x, NULL, NULL), DT_OK);
+    const uint64_t past = 3000;
+    ASSERT_STATUS(dt_dataset_read(ds, "train", &past, 1, x, y, NULL), DT_ERR_INVALID_ARG);
+    ASSERT_MSG("3000");
+    dt_dataset_close(ds);
+}
+
+static void read_float_ds(hid_t ftype, const char *name, enum dt_dtype want_dtype)
+{
+    char p[4096];
+    tpath(p, sizeof p, name);
+    const double scale = 2.0, mean = 1.0, sd = 4.0;
+    make_ds(p, ftype, 40, 3, 5, 1, scale, mean, sd);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_split_info *si = NULL;
+    ASSERT_STATUS(dt_dataset_split(ds, "train", &si), DT_OK);
+    CU_ASSERT_FATAL(si != NULL);
+    CU_ASSERT_EQUAL(si->x_dtype, want_dtype);
+    CU_ASSERT_EQUAL(si->y_dtype, DT_DTYPE_I32);
+    CU_ASSERT_EQUAL(si->sample_elems, 3);
+    CU_ASSERT_EQUAL(si->class_counts[0], 8);
+    const uint64_t idx[4] = {39, 5, 6, 0};
+    float x[12];
+    int32_t y[4];
+    uint64_t bytes = 0;
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 4, x, y, &bytes), DT_OK);
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        bad += y[i] != (int32_t)(idx[i] % 5);
+        for (int j = 0; j < 3; j++) {
+            double v = (double)idx[i] + j / 8.0;
+            bad += cu_rel_diff(x[i * 3 + j], (v * scale - mean) / sd, 1e-6) > 1e-6;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(bytes, 4 * 3 * (want_dtype == DT_DTYPE_F16 ? 2 : 4));
+    dt_dataset_close(ds);
+}
+
+static void test_ds_read_f32(void) { read_float_ds(H5T_IEEE_F32LE, "f32.h5", DT_DTYPE_F32); }
+
+static void test_ds_read_f16(void)
+{
+    hid_t t = f16_type();
+    read_float_ds(t, "f16.h5", DT_DTYPE_F16);
+    H5Tclose(t);
+}
+
+static void test_ds_print(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "print.h5");
+    make_ds(p, H5T_IEEE_F32LE, 12, 3, 4, 1, 1, 0, 1);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dt_dataset_print(ds, mem);
+    fclose(mem);
+    CU_ASSERT(strstr(text, p) != NULL);
+    CU_ASSERT(strstr(text, "split train: 12 samples of 3, x f32, y i32") != NULL);
+    CU_ASSERT(strstr(text, "split test: 6 samples") != NULL);
+    CU_ASSERT(strstr(text, "3 each") != NULL);         /* train: 12 over 4 classes */
+    CU_ASSERT(strstr(text, "0:2 1:2 2:1 3:1") != NULL); /* test: 6 over 4 */
+    CU_ASSERT(strstr(text, "classes (4)") != NULL);
+    free(text);
+    CU_ASSERT_STRING_EQUAL(dt_dtype_name(DT_DTYPE_F16), "f16");
+    dt_dataset_close(ds);
+}
+
+/* ---- loader ------------------------------------------------------------------ */
+
+#define SEQ_K 7
+
+/* A dataset whose sample i has x = (i, -i) and label i % SEQ_K, with the
+ * identity normalisation, so a batch row can be checked against its id. */
+static dt_dataset_t *open_seq(const char *name, hsize_t n)
+{
+    char p[4096];
+    tpath(p, sizeof p, name);
+    float *x = malloc(sizeof(float) * n * 2);
+    int32_t *y = malloc(sizeof(int32_t) * n);
+    for (hsize_t i = 0; i < n; i++) {
+        x[2 * i] = (float)i;
+        x[2 * i + 1] = -(float)i;
+        y[i] = (int32_t)(i % SEQ_K);
+    }
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, SEQ_K, 1, 0, 1);
+    put_split(f, "train", H5T_IEEE_F32LE, n, 2, x, n, y);
+    H5Fclose(f);
+    free(x);
+    free(y);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    return ds;
+}
+
+struct rec {
+    int64_t batch, row0, rows, global_rows;
+    int micro, micro_count;
+    uint64_t ids[64];
+};
+
+struct run {
+    struct rec r[4096];
+    int n;
+    int bad_rows; /* rows whose x or y do not match the sample id */
+    uint64_t bytes;
+};
+
+static struct dt_loader_opts seq_opts(dt_dataset_t *ds, int64_t G, int64_t micro, int rank,
+                                      int world)
+{
+    return (struct dt_loader_opts){.ds = ds, .split = "train", .global_batch = G,
+                                   .micro_batch = micro, .rank = rank, .world = world,
+                                   .seed = 1234, .shuffle = 1, .drop_last = 0,
+                                   .workers = 1, .prefetch = 1};
+}
+
+/* Runs the loader from (epoch, first) to the end of the epoch. */
+static void collect(const struct dt_loader_opts *o, int64_t epoch, int64_t first, struct run *out)
+{
+    dt_loader_t *ld = NULL;
+    memset(out, 0, sizeof *out);
+    ASSERT_STATUS(dt_loader_create(o, &ld), DT_OK);
+    CU_ASSERT_FATAL(ld != NULL);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, epoch, first), DT_OK);
+    for (;;) {
+        struct dt_batch b;
+        int end = 0;
+        dt_status st = dt_loader_next(ld, &b, &end);
+        ASSERT_STATUS(st, DT_OK);
+        if (st != DT_OK || end)
+            break;
+        CU_ASSERT_FATAL(out->n < 4096 && b.rows <= 64);
+        struct rec *r = &out->r[out->n++];
+        r->batch = b.batch;
+        r->row0 = b.row0;
+        r->rows = b.rows;
+        r->global_rows = b.global_rows;
+        r->micro = b.micro;
+        r->micro_count = b.micro_count;
+        CU_ASSERT_EQUAL(b.epoch, epoch);
+        for (int64_t i = 0; i < b.rows; i++) {
+            uint64_t id = b.sample_ids[i];
+            r->ids[i] = id;
+            out->bad_rows += b.x[2 * i] != (float)id || b.x[2 * i + 1] != -(float)id ||
+                             b.y[i] != (int32_t)(id % SEQ_K);
+        }
+        dt_loader_release(ld, &b);
+    }
+    out->bytes = dt_loader_bytes_read(ld);
+    dt_loader_destroy(ld);
+    CU_ASSERT_EQUAL(out->bad_rows, 0);
+}
+
+/* (global batch, position in it, sample id) of every row, sorted. */
+struct trip {
+    int64_t batch, pos;
+    uint64_t id;
+};
+
+static int trip_cmp(const void *a, const void *b)
+{
+    const struct trip *x = a, *y = b;
+    if (x->batch != y->batch)
+        return x->batch < y->batch ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static size_t trips(const struct run *const *runs, int nruns, struct trip *out)
+{
+    size_t n = 0;
+    for (int k = 0; k < nruns; k++)
+        for (int i = 0; i < runs[k]->n; i++)
+            for (int64_t j = 0; j < runs[k]->r[i].rows; j++)
+                out[n++] = (struct trip){runs[k]->r[i].batch, runs[k]->r[i].row0 + j,
+                                         runs[k]->r[i].ids[j]};
+    qsort(out, n, sizeof *out, trip_cmp);
+    return n;
+}
+
+static int same_trips(const struct trip *a, size_t na, const struct trip *b, size_t nb)
+{
+    return na == nb && memcmp(a, b, na * sizeof *a) == 0;
+}
+
+static struct run g_ra, g_rb, g_rc, g_rd, g_re; /* big: keep off the stack */
+static struct trip g_ta[8192], g_tb[8192];
+
+static void check_visits_once(const struct run *const *runs, int nruns, size_t n, size_t want)
+{
+    static int seen[1000];
+    memset(seen, 0, sizeof seen);
+    size_t total = 0;
+    for (int k = 0; k < nruns; k++)
+        for (int i = 0; i < runs[k]->n; i++)
+            for (int64_t j = 0; j < runs[k]->r[i].rows; j++) {
+                CU_ASSERT_FATAL(runs[k]->r[i].ids[j] < n);
+                seen[runs[k]->r[i].ids[j]]++;
+                total++;
+            }
+    CU_ASSERT_EQUAL(total, want);
+    int twice = 0;
+    for (size_t i = 0; i < n; i++)
+        twice += seen[i] > 1;
+    CU_ASSERT_EQUAL(twice, 0);
+}
+
+static void test_loader_epoch_all_samples(void)
+{
+    dt_dataset_t *ds = open_seq("seq103.h5", 103);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 10, 5, 0, 1);
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    CU_ASSERT_EQUAL(dt_loader_batches_per_epoch(ld), 11);
+    dt_loader_destroy(ld);
+    collect(&o, 0, 0, &g_ra);
+    const struct run *one[1] = {&g_ra};
+    check_visits_once(one, 1, 103, 103);
+    CU_ASSERT_EQUAL(g_ra.n, 10 * 2 + 1); /* short batch of 3: one micro-batch */
+    const struct rec *last = &g_ra.r[g_ra.n - 1];
+    CU_ASSERT_EQUAL(last->batch, 10);
+    CU_ASSERT_EQUAL(last->global_rows, 3);
+    CU_ASSERT_EQUAL(last->rows, 3);
+    CU_ASSERT_EQUAL(last->micro_count, 1);
+    CU_ASSERT_EQUAL(g_ra.bytes, 103 * 2 * sizeof(float));
+
+    /* two ranks, the short batch split 1 + 2 */
+    struct dt_loader_opts o0 = seq_opts(ds, 10, 5, 0, 2), o1 = seq_opts(ds, 10, 5, 1, 2);
+    collect(&o0, 0, 0, &g_rb);
+    collect(&o1, 0, 0, &g_rc);
+    const struct run *two[2] = {&g_rb, &g_rc};
+    check_visits_once(two, 2, 103, 103);
+    CU_ASSERT_EQUAL(g_rb.r[g_rb.n - 1].rows, 1);
+    CU_ASSERT_EQUAL(g_rc.r[g_rc.n - 1].rows, 2);
+    CU_ASSERT_EQUAL(g_rc.r[g_rc.n - 1].row0, 1);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_drop_last(void)
+{
+    dt_dataset_t *ds = open_seq("seq103d.h5", 103);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 10, 5, 0, 1);
+    o.drop_last = 1;
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    CU_ASSERT_EQUAL(dt_loader_batches_per_epoch(ld), 10);
+    dt_loader_destroy(ld);
+    collect(&o, 3, 0, &g_ra);
+    const struct run *one[1] = {&g_ra};
+    check_visits_once(one, 1, 103, 100);
+    int short_ones = 0;
+    for (int i = 0; i < g_ra.n; i++)
+        short_ones += g_ra.r[i].global_rows != 10 || g_ra.r[i].rows != 5;
+    CU_ASSERT_EQUAL(short_ones, 0);
+    CU_ASSERT_EQUAL(g_ra.n, 20);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_deterministic(void)
+{
+    dt_dataset_t *ds = open_seq("seq64.h5", 64);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 8, 4, 0, 1);
+    collect(&o, 5, 0, &g_ra);
+    collect(&o, 5, 0, &g_rb);
+    collect(&o, 6, 0, &g_rc);
+    CU_ASSERT_EQUAL(g_ra.n, 16);
+    CU_ASSERT(g_ra.n == g_rb.n && memcmp(g_ra.r, g_rb.r, sizeof g_ra.r[0] * g_ra.n) == 0);
+    CU_ASSERT(memcmp(g_ra.r, g_rc.r, sizeof g_ra.r[0] * g_ra.n) != 0);
+    /* and the order is the one dt_rng_permutation gives */
+    uint64_t perm[64];
+    dt_rng_permutation(1234, 5, perm, 64);
+    CU_ASSERT(g_ra.r[0].ids[0] == perm[0] && g_ra.r[15].ids[3] == perm[63]);
+    /* no shuffle: rows in file order */
+    o.shuffle = 0;
+    collect(&o, 5, 0, &g_rd);
+    int out_of_order = 0;
+    for (int i = 0; i < g_rd.n; i++)
+        for (int64_t j = 0; j < g_rd.r[i].rows; j++)
+            out_of_order += g_rd.r[i].ids[j] != (uint64_t)(i * 4 + j);
+    CU_ASSERT_EQUAL(out_of_order, 0);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_two_ranks(void)
+{
+    dt_dataset_t *ds = open_seq("seq200.h5", 200);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 16, 8, 0, 1);
+    collect(&o, 2, 0, &g_ra); /* world 1, accumulation 2 */
+    struct dt_loader_opts o0 = seq_opts(ds, 16, 8, 0, 2), o1 = seq_opts(ds, 16, 8, 1, 2);
+    collect(&o0, 2, 0, &g_rb);
+    collect(&o1, 2, 0, &g_rc);
+    const struct run *one[1] = {&g_ra}, *two[2] = {&g_rb, &g_rc};
+    size_t na = trips(one, 1, g_ta), nb = trips(two, 2, g_tb);
+    CU_ASSERT_EQUAL(na, 200);
+    CU_ASSERT(same_trips(g_ta, na, g_tb, nb));
+    /* each rank reads about half */
+    CU_ASSERT_EQUAL(g_rb.bytes + g_rc.bytes, g_ra.bytes);
+    double share = (double)g_rb.bytes / (double)g_ra.bytes;
+    CU_ASSERT(share > 0.45 && share < 0.55);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_accumulation_matches_ranks(void)
+{
+    dt_dataset_t *ds = open_seq("seq70.h5", 70);
+    CU_ASSERT_FATAL(ds != NULL);
+    const int64_t G = 16;
+    for (int drop = 1; drop >= 0; drop--) {
+        struct dt_loader_opts o = seq_opts(ds, G, G / 4, 0, 1);
+        o.drop_last = drop;
+        collect(&o, 1, 0, &g_ra);
+        struct run *ranks[4] = {&g_rb, &g_rc, &g_rd, &g_re};
+        for (int r = 0; r < 4; r++) {
+            struct dt_loader_opts orr = seq_opts(ds, G, G / 4, r, 4);
+            orr.drop_last = drop;
+            collect(&orr, 1, 0, ranks[r]);
+        }
+        const struct run *one[1] = {&g_ra};
+        const struct run *four[4] = {&g_rb, &g_rc, &g_rd, &g_re};
+        size_t na = trips(one, 1, g_ta), nb = trips(four, 4, g_tb);
+        CU_ASSERT_EQUAL(na, drop ? 64u : 70u);
+        CU_ASSERT(same_trips(g_ta, na, g_tb, nb));
+        if (!drop)
+            continue;
+        /* full batches: one rank's micro-batch j is rank j's slice */
+        int mismatched = 0;
+        for (int i = 0; i < g_ra.n; i++) {
+            const struct rec *a = &g_ra.r[i];
+            const struct rec *b = &ranks[a->micro]->r[a->batch];
+            mismatched += a->micro_count != 4 || b->micro_count != 1 || a->row0 != b->row0 ||
+                          a->batch != b->batch ||
+                          memcmp(a->ids, b->ids, sizeof(uint64_t) * (size_t)a->rows) != 0;
+        }
+        CU_ASSERT_EQUAL(g_ra.n, 16);
+        CU_ASSERT_EQUAL(mismatched, 0);
+    }
+    dt_dataset_close(ds);
+}
+
+static void test_loader_prefetch_same_sequence(void)
+{
+    dt_dataset_t *ds = open_seq("seq500.h5", 500);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 24, 4, 1, 2);
+    collect(&o, 7, 0, &g_ra);
+    o.workers = 4;
+    o.prefetch = 8;
+    collect(&o, 7, 0, &g_rb);
+    CU_ASSERT(g_ra.n > 50);
+    CU_ASSERT(g_ra.n == g_rb.n && memcmp(g_ra.r, g_rb.r, sizeof g_ra.r[0] * g_ra.n) == 0);
+    CU_ASSERT_EQUAL(g_ra.bytes, g_rb.bytes);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_restart(void)
+{
+    dt_dataset_t *ds = open_seq("seq300.h5", 300);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 32, 8, 0, 2);
+    o.workers = 3;
+    o.prefetch = 5;
+    collect(&o, 4, 0, &g_ra);
+    const int64_t k = 6;
+    int tail = 0;
+    while (tail < g_ra.n && g_ra.r[tail].batch < k)
+        tail++;
+    CU_ASSERT_EQUAL(tail, k * 2);
+    collect(&o, 4, k, &g_rb);
+    CU_ASSERT(g_rb.n == g_ra.n - tail &&
+              memcmp(g_rb.r, g_ra.r + tail, sizeof g_ra.r[0] * (size_t)g_rb.n) == 0);
+
+    /* restart in the middle of an epoch, with batches read ahead and one held */
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    CU_ASSERT_FATAL(ld != NULL);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, 9, 0), DT_OK);
+    struct dt_batch b, held;
+    int end = 0;
+    for (int i = 0; i < 3; i++) {
+        ASSERT_STATUS(dt_loader_next(ld, &b, &end), DT_OK);
+        dt_loader_release(ld, &b);
+    }
+    ASSERT_STATUS(dt_loader_next(ld, &held, &end), DT_OK);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, 4, k), DT_OK);
+    dt_loader_release(ld, &held); /* stale: ignored */
+    int same = 1;
+    for (int i = tail; i < g_ra.n; i++) {
+        dt_status st = dt_loader_next(ld, &b, &end);
+        if (st != DT_OK || end) {
+            same = 0;
+            break;
+        }
+        same &= b.batch == g_ra.r[i].batch && b.micro == g_ra.r[i].micro &&
+                memcmp(b.sample_ids, g_ra.r[i].ids, sizeof(uint64_t) * (size_t)b.rows) == 0;
+        dt_loader_release(ld, &b);
+    }
+    CU_ASSERT(same);
+    ASSERT_STATUS(dt_loader_next(ld, &b, &end), DT_OK);
+    CU_ASSERT_EQUAL(end, 1);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, 4, 99), DT_ERR_INVALID_ARG);
+    dt_loader_destroy(ld);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_bad_micro(void)
+{
+    dt_dataset_t *ds = open_seq("seq50.h5", 50);
+    CU_ASSERT_FATAL(ds != NULL);
+    dt_loader_t *ld = (dt_loader_t *)1;
+    struct dt_loader_opts o = seq_opts(ds, 24, 5, 0, 2); /* 12 rows per rank */
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
+    CU_ASSERT(ld == NULL);
+    ASSERT_MSG("micro batch 5");
+    ASSERT_MSG("1, 2, 3, 4, 6, 12");
+    o = seq_opts(ds, 3, 1, 0, 4); /* fewer rows than ranks */
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
+    o = seq_opts(ds, 64, 8, 0, 1); /* one batch would be dropped: empty epoch */
+    o.drop_last = 1;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
+    o = seq_opts(ds, 8, 8, 0, 1);
+    o.split = "nope";
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_BAD_DATA);
+    dt_dataset_close(ds);
+}
+
+static void test_loader_held_slots_and_destroy(void)
+{
+    dt_dataset_t *ds = open_seq("seq120.h5", 120);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 8, 4, 0, 1);
+    o.workers = 3;
+    o.prefetch = 2;
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    CU_ASSERT_FATAL(ld != NULL);
+    struct dt_batch a, b, c;
+    int end = 0;
+    ASSERT_STATUS(dt_loader_next(ld, &a, &end), DT_ERR_INVALID_ARG); /* not started */
+    ASSERT_STATUS(dt_loader_start_epoch(ld, 0, 0), DT_OK);
+    ASSERT_STATUS(dt_loader_next(ld, &a, &end), DT_OK);
+    ASSERT_STATUS(dt_loader_next(ld, &b, &end), DT_OK);
+    CU_ASSERT(a.x != b.x && a.micro == 0 && b.micro == 1);
+    /* both slots held: an error, not a deadlock */
+    ASSERT_STATUS(dt_loader_next(ld, &c, &end), DT_ERR_INVALID_ARG);
+    dt_loader_release(ld, &a);
+    ASSERT_STATUS(dt_loader_next(ld, &c, &end), DT_OK);
+    CU_ASSERT_EQUAL(c.batch, 1);
+    /* destroy mid-epoch with reads in flight and batches held */
+    dt_loader_destroy(ld);
+    dt_dataset_close(ds);
+}
+
+/* x stored in two external raw files; removing the second makes every read
+ * of rows 20.. fail inside HDF5, in a loader worker. */
+static void test_loader_read_error(void)
+{
+    char p[4096], ext_a[4096], ext_b[4096];
+    tpath(p, sizeof p, "external.h5");
+    tpath(ext_a, sizeof ext_a, "external-a.raw");
+    tpath(ext_b, sizeof ext_b, "external-b.raw");
+    const hsize_t n = 40;
+    float x[40 * 2];
+    int32_t y[40];
+    for (hsize_t i = 0; i < n; i++) {
+        x[2 * i] = (float)i;
+        x[2 * i + 1] = -(float)i;
+        y[i] = (int32_t)(i % SEQ_K);
+    }
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, SEQ_K, 1, 0, 1);
+    hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[2] = {n, 2};
+    hid_t sx = H5Screate_simple(2, dims, NULL), sy = H5Screate_simple(1, &n, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(dcpl, ext_a, 0, 20 * 2 * sizeof(float));
+    H5Pset_external(dcpl, ext_b, 0, 20 * 2 * sizeof(float));
+    hid_t dx = H5Dcreate2(g, "x", H5T_NATIVE_FLOAT, sx, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    hid_t dy = H5Dcreate2(g, "y", H5T_STD_I32LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Dwrite(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+    CU_ASSERT(H5Dwrite(dy, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) >= 0);
+    H5Dclose(dx);
+    H5Dclose(dy);
+    H5Pclose(dcpl);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Gclose(g);
+    H5Fclose(f);
+
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    CU_ASSERT_EQUAL(unlink(ext_b), 0);
+    struct dt_loader_opts o = seq_opts(ds, 4, 2, 0, 1);
+    o.shuffle = 0;
+    o.workers = 2;
+    o.prefetch = 4;
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    CU_ASSERT_FATAL(ld != NULL);
+    for (int round = 0; round < 2; round++) {
+        ASSERT_STATUS(dt_loader_start_epoch(ld, 0, 0), DT_OK);
+        int ok = 0, end = 0;
+        dt_status st = DT_OK;
+        struct dt_batch b;
+        while ((st = dt_loader_next(ld, &b, &end)) == DT_OK && !end) {
+            ok += b.x[0] == (float)b.sample_ids[0];
+            dt_loader_release(ld, &b);
+        }
+        CU_ASSERT_EQUAL(ok, 10); /* rows 0..19: 5 batches of 2 micro-batches */
+        CU_ASSERT_EQUAL(end, 0);
+        CU_ASSERT_EQUAL(st, DT_ERR_IO);
+        ASSERT_MSG(p);
+        ASSERT_MSG("rows 20..21");
+        /* the error stays until the next start_epoch */
+        ASSERT_STATUS(dt_loader_next(ld, &b, &end), DT_ERR_IO);
+        ASSERT_MSG(p);
+    }
+    dt_loader_destroy(ld);
+    dt_dataset_close(ds);
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+static int suite_init(void)
+{
+    snprintf(g_dir, sizeof g_dir, "%s/test_io.%ld", cu_tmpdir(), (long)getpid());
+    if (mkdir(g_dir, 0777) != 0)
+        return -1;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* tests call HDF5 directly too */
+    return 0;
+}
+
+static int rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return unlink(path);
+    struct dirent *e;
+    char sub[4096];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            rm_tree(sub);
+        }
+    closedir(d);
+    return rmdir(path);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite idx = CU_add_suite("io_idx", suite_init, NULL);
+    CU_ADD(idx, test_idx_roundtrip_raw);
+    CU_ADD(idx, test_idx_roundtrip_gz);
+    CU_ADD(idx, test_idx_norm_attrs);
+    CU_ADD(idx, test_idx_bad_magic);
+    CU_ADD(idx, test_idx_truncated_images);
+    CU_ADD(idx, test_idx_truncated_labels);
+    CU_ADD(idx, test_idx_count_mismatch);
+    CU_ADD(idx, test_idx_label_out_of_range);
+    CU_ADD(idx, test_idx_missing_file);
+    CU_ADD(idx, test_idx_swapped);
+    CU_ADD(idx, test_idx_existing_output);
+    CU_ADD(idx, test_idx_progress);
+    CU_ADD(idx, test_idx_find_in_dir);
+    CU_pSuite dsu = CU_add_suite("io_dataset", NULL, NULL);
+    CU_ADD(dsu, test_ds_missing_file);
+    CU_ADD(dsu, test_ds_not_hdf5);
+    CU_ADD(dsu, test_ds_not_dtrain);
+    CU_ADD(dsu, test_ds_bad_version_and_norm);
+    CU_ADD(dsu, test_ds_missing_split);
+    CU_ADD(dsu, test_ds_label_out_of_range);
+    CU_ADD(dsu, test_ds_count_mismatch);
+    CU_ADD(dsu, test_ds_unsupported_dtype);
+    CU_ADD(dsu, test_ds_missing_y);
+    CU_ADD(dsu, test_ds_read_permuted_u8);
+    CU_ADD(dsu, test_ds_read_f32);
+    CU_ADD(dsu, test_ds_read_f16);
+    CU_ADD(dsu, test_ds_print);
+    CU_pSuite ldr = CU_add_suite("io_loader", NULL, NULL);
+    CU_ADD(ldr, test_loader_epoch_all_samples);
+    CU_ADD(ldr, test_loader_drop_last);
+    CU_ADD(ldr, test_loader_deterministic);
+    CU_ADD(ldr, test_loader_two_ranks);
+    CU_ADD(ldr, test_loader_accumulation_matches_ranks);
+    CU_ADD(ldr, test_loader_prefetch_same_sequence);
+    CU_ADD(ldr, test_loader_restart);
+    CU_ADD(ldr, test_loader_bad_micro);
+    CU_ADD(ldr, test_loader_held_slots_and_destroy);
+    CU_ADD(ldr, test_loader_read_error);
+    int rc = cu_run_all();
+    if (rc == 0 && g_dir[0])
+        rm_tree(g_dir); /* keep the files of a failed run for a look */
+    return rc;
+}
