@@ -30,6 +30,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "../runtime/util.h"
@@ -545,7 +546,9 @@ static dt_status open_locked(struct dt_dataset *ds)
         return dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: not an HDF5 file", path);
     ds->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (ds->file < 0)
-        return dt_h5_error(DT_ERR_IO, "dataset %s: cannot open the HDF5 file", path);
+        return dt_h5_error(DT_ERR_BAD_DATA,
+                           "dataset %s: the HDF5 file is damaged or truncated; import it again",
+                           path);
     DT_CHECK(read_root_attrs(ds));
 
     struct list_ctx ctx = {ds, DT_OK};
@@ -582,6 +585,8 @@ dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
     }
     if (!S_ISREG(sb.st_mode))
         return dt_set_error(DT_ERR_BAD_DATA, "dataset %s: not a regular file", path);
+    if (access(path, R_OK) != 0)
+        return dt_set_error(DT_ERR_IO, "dataset %s: %s", path, strerror(errno));
 
     DT_CHECK(dt_calloc(1, sizeof *ds, "dataset handle", (void **)&ds));
     ds->file = -1;
