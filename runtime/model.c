@@ -54,6 +54,7 @@ struct dt_model {
     char init[DT_JOB_STR];
     char activation[DT_JOB_STR];
     int nlayers;
+    int first_trainable; /* no layer before it needs an input gradient */
     struct layer layers[DT_MODEL_MAX_LAYERS];
     int nparams;
     struct dt_param_info params[DT_MODEL_MAX_PARAMS];
@@ -251,6 +252,10 @@ out:
 static void layout_params(dt_model_t *m)
 {
     size_t off = 0;
+    m->first_trainable = m->nlayers;
+    for (int i = m->nlayers - 1; i >= 0; i--)
+        if (m->layers[i].w >= 0 || m->layers[i].b >= 0)
+            m->first_trainable = i;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const int idx[2] = {m->layers[i].w, m->layers[i].b};
         for (int k = 0; k < 2; k++) {
@@ -410,7 +415,7 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale)
     for (int i = m->nlayers - 1; i >= 0 && st == DT_OK; i--) {
         struct layer *l = &m->layers[i];
         const float *in = i > 0 ? m->layers[i - 1].out : m->x;
-        float *din = i > 0 ? m->gbuf[1 - cur] : NULL;
+        float *din = i > m->first_trainable ? m->gbuf[1 - cur] : NULL;
         st = l->vt->bwd(m, l, in, l->out, m->gbuf[cur], din, rows);
         if (st != DT_OK)
             return dt_error_context(st, "backward of layer %s (%s)", l->name, l->vt->kind);
@@ -428,12 +433,18 @@ float *dt_model_params(dt_model_t *m) { return m->param_buf; }
 float *dt_model_grads(dt_model_t *m) { return m->grad_buf; }
 dt_backend_t *dt_model_backend(dt_model_t *m) { return m->be; }
 
-double dt_model_flops_per_sample(const dt_model_t *m)
+double dt_model_flops_per_sample(const dt_model_t *m, int training)
 {
     double f = 0;
-    for (int i = 0; i < m->nlayers; i++)
-        if (m->layers[i].vt == &LINEAR)
-            f += 2.0 * (double)m->layers[i].in_dim * (double)m->layers[i].out_dim;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct layer *l = &m->layers[i];
+        if (l->vt != &LINEAR)
+            continue;
+        double gemm = 2.0 * (double)l->in_dim * (double)l->out_dim;
+        f += gemm; /* forward */
+        if (training) /* weight gradient, and the input gradient unless first */
+            f += i > m->first_trainable ? 2 * gemm : gemm;
+    }
     return f;
 }
 

@@ -69,8 +69,10 @@ const struct dt_param_info *dt_model_param(const dt_model_t *m, int i);
 float *dt_model_params(dt_model_t *m);
 float *dt_model_grads(dt_model_t *m);
 dt_backend_t *dt_model_backend(dt_model_t *m);
-/* Forward FLOPs per sample (multiply-add = 2), for throughput reports. */
-double dt_model_flops_per_sample(const dt_model_t *m);
+/* GEMM FLOPs per sample (multiply-add = 2) of a forward pass, or with
+ * `training` of forward + backward as run (the first layer computes no
+ * input gradient), for throughput reports. */
+double dt_model_flops_per_sample(const dt_model_t *m, int training);
 /* One line per layer ("fc1 linear 784 -> 512"), for logs. */
 void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *s), void *ctx);
 

@@ -161,7 +161,7 @@ static dt_status build(struct run *r)
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
     DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
-    r->flops_per_sample = dt_model_flops_per_sample(r->model);
+    r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
 
     struct dt_loader_opts lo = {.ds = r->ds,
                                 .split = job->data.train_split,
@@ -190,7 +190,7 @@ static dt_status build(struct run *r)
 
     DT_LOG_INFO("model", "%s: %zu parameters in %d tensors, %.2f MFLOP per sample forward",
                 job->model.type, dt_model_num_params(r->model), dt_model_param_count(r->model),
-                r->flops_per_sample / 1e6);
+                dt_model_flops_per_sample(r->model, 0) / 1e6);
     dt_model_describe(r->model, log_layer, NULL);
     DT_LOG_INFO("data", "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
                         "x %lld accumulation; %lld steps/epoch, %lld steps",
@@ -315,12 +315,16 @@ out:
     return st;
 }
 
+/* The gradient norm costs a pass over the gradients: it is computed when
+ * clipping needs it or when this step is logged. */
 static dt_status optimizer_step(struct run *r, int64_t step, double lr, struct window *w)
 {
-    double t0 = dt_now(), norm = 0;
+    double t0 = dt_now(), norm = w->grad_norm;
     size_t n = dt_model_num_params(r->model);
-    dt_status st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm,
-                                     &norm);
+    dt_status st = DT_OK;
+    int logged = (step + 1) % r->job->train.log_every == 0 || step + 1 == r->total_steps;
+    if (r->job->train.clip_norm > 0 || logged)
+        st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm, &norm);
     if (st == DT_OK)
         st = dt_optim_step(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
     w->grad_norm = norm;
@@ -393,8 +397,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
     res->seconds = dt_now() - start;
     double train_s = res->seconds - eval_s;
     res->samples_per_s = train_s > 0 ? (double)samples / train_s : 0;
-    /* forward + backward = 3x forward FLOPs */
-    res->gflops = res->samples_per_s * 3.0 * r->flops_per_sample / 1e9;
+    res->gflops = res->samples_per_s * r->flops_per_sample / 1e9;
 out:
     return st;
 }

@@ -55,6 +55,10 @@ static void test_layout_and_init(void)
     /* 12*7+7 + 7*6+6 + 6*5+5 */
     CU_ASSERT_EQUAL(n, (size_t)(12 * 7 + 7 + 7 * 6 + 6 + 6 * 5 + 5));
     CU_ASSERT_EQUAL(dt_model_param_count(a), 6);
+    /* GEMMs 12x7, 7x6, 6x5: forward 2*(84+42+30); training adds the weight
+     * gradients of all three and the input gradients of the last two */
+    CU_ASSERT_DOUBLE_EQUAL(dt_model_flops_per_sample(a, 0), 312.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(dt_model_flops_per_sample(a, 1), 312.0 + 312.0 + 2 * (42 + 30), 1e-9);
     /* last layer first in the flat buffer */
     const struct dt_param_info *first = NULL;
     for (int i = 0; i < dt_model_param_count(a); i++)
