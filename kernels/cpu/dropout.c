@@ -65,47 +65,71 @@ static void dropout_ref(float *out, const float *in, int rows, int cols, float p
     }
 }
 
-/* Philox for PHILOX_LANES consecutive counters at once, in GCC vector
- * types so each round is a handful of SIMD instructions; built for
- * AVX-512, AVX2 and the baseline, picked at load time. Same bits as
- * dt_rng_stream_block. keep[4*l + k] says whether word k of block
- * first + l passes: u >= p with u = (x >> 8) * 2^-24, which for integer
- * x >> 8 is exactly (x >> 8) >= ceil(p * 2^24) = thr. */
-#define PHILOX_LANES 64
-#define GROUP_ELEMS (PHILOX_LANES * WORDS_PER_BLOCK)
+/* Philox for 16 consecutive counters at once in GCC vector types, so each
+ * round is a few SIMD instructions; the functions that use it are built
+ * for AVX-512, AVX2 and the baseline and picked at load time. Each 64-bit
+ * lane holds two 32-bit counter words (even lane low), so the 32x32->64
+ * products are plain 64-bit multiplies of the low and high halves, with no
+ * shuffles. Same bits as dt_rng_stream_block.
+ *
+ * A word x keeps its element when u = (x >> 8) * 2^-24 >= p, which for the
+ * integer x >> 8 is exactly (x >> 8) >= ceil(p * 2^24) = thr. */
+#define LANES 16
+#define GROUP_ELEMS (LANES * WORDS_PER_BLOCK)
 
-typedef uint32_t u32xl __attribute__((vector_size(PHILOX_LANES * 4)));
-typedef uint64_t u64xl __attribute__((vector_size(PHILOX_LANES * 8)));
+typedef uint32_t u32v __attribute__((vector_size(LANES * 4)));
+typedef uint64_t u64v __attribute__((vector_size(LANES * 4)));
+typedef float f32v __attribute__((vector_size(LANES * 4)));
 
+#define LO32 0xffffffffull
+
+/* both 32-bit halves of every 64-bit lane = k */
+#define SPLAT2(k) ((u64v){0} + ((uint64_t)(k) | ((uint64_t)(k) << 32)))
+
+/* mask[k] lane l: word k of block first + l passes (all ones) or not (0) */
 static inline __attribute__((always_inline)) void
-philox_lanes(const struct dt_rng_stream *s, uint64_t first, uint32_t thr,
-             uint32_t keep[GROUP_ELEMS])
+philox_masks(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, u32v mask[4])
 {
-    u64xl idx;
-    for (int l = 0; l < PHILOX_LANES; l++)
-        idx[l] = first + (uint64_t)l;
-    u32xl c0 = __builtin_convertvector(idx, u32xl);
-    u32xl c1 = __builtin_convertvector(idx >> 32, u32xl);
-    u32xl c2 = (u32xl){0} + s->c2, c3 = (u32xl){0} + s->c3;
+    uint32_t w0[LANES], w1[LANES];
+    for (int l = 0; l < LANES; l++) {
+        w0[l] = (uint32_t)(first + (uint64_t)l);
+        w1[l] = (uint32_t)((first + (uint64_t)l) >> 32);
+    }
+    u64v c0, c1, c2 = SPLAT2(s->c2), c3 = SPLAT2(s->c3);
+    memcpy(&c0, w0, sizeof c0);
+    memcpy(&c1, w1, sizeof c1);
     uint32_t k0 = s->k0, k1 = s->k1;
     for (int r = 0; r < DT_PHILOX_ROUNDS; r++) {
-        u64xl p0 = __builtin_convertvector(c0, u64xl) * (uint64_t)DT_PHILOX_M0;
-        u64xl p1 = __builtin_convertvector(c2, u64xl) * (uint64_t)DT_PHILOX_M1;
-        c0 = __builtin_convertvector(p1 >> 32, u32xl) ^ c1 ^ k0;
-        c2 = __builtin_convertvector(p0 >> 32, u32xl) ^ c3 ^ k1;
-        c1 = __builtin_convertvector(p1, u32xl);
-        c3 = __builtin_convertvector(p0, u32xl);
+        u64v e0 = (c0 & LO32) * DT_PHILOX_M0, o0 = (c0 >> 32) * DT_PHILOX_M0;
+        u64v e2 = (c2 & LO32) * DT_PHILOX_M1, o2 = (c2 >> 32) * DT_PHILOX_M1;
+        u64v hi0 = (e0 >> 32) | (o0 & ~LO32), lo0 = (e0 & LO32) | (o0 << 32);
+        u64v hi2 = (e2 >> 32) | (o2 & ~LO32), lo2 = (e2 & LO32) | (o2 << 32);
+        c0 = hi2 ^ c1 ^ SPLAT2(k0);
+        c2 = hi0 ^ c3 ^ SPLAT2(k1);
+        c1 = lo2;
+        c3 = lo0;
         k0 += DT_PHILOX_W0;
         k1 += DT_PHILOX_W1;
     }
-    u32xl m0 = (u32xl)((c0 >> 8) >= thr), m1 = (u32xl)((c1 >> 8) >= thr);
-    u32xl m2 = (u32xl)((c2 >> 8) >= thr), m3 = (u32xl)((c3 >> 8) >= thr);
-    for (int l = 0; l < PHILOX_LANES; l++) {
-        keep[4 * l + 0] = m0[l];
-        keep[4 * l + 1] = m1[l];
-        keep[4 * l + 2] = m2[l];
-        keep[4 * l + 3] = m3[l];
-    }
+    mask[0] = (u32v)(((u32v)c0 >> 8) >= thr);
+    mask[1] = (u32v)(((u32v)c1 >> 8) >= thr);
+    mask[2] = (u32v)(((u32v)c2 >> 8) >= thr);
+    mask[3] = (u32v)(((u32v)c3 >> 8) >= thr);
+}
+
+/* Reorders four word masks into element order: element 4*l + k is word k
+ * of block l. out[v] covers elements 16v .. 16v+15. */
+static inline __attribute__((always_inline)) void interleave(const u32v m[4], u32v out[4])
+{
+    const u32v lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const u32v hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const u64v q0 = {0, 8, 1, 9, 2, 10, 3, 11}, q1 = {4, 12, 5, 13, 6, 14, 7, 15};
+    u64v lo01 = (u64v)__builtin_shuffle(m[0], m[1], lo), hi01 = (u64v)__builtin_shuffle(m[0], m[1], hi);
+    u64v lo23 = (u64v)__builtin_shuffle(m[2], m[3], lo), hi23 = (u64v)__builtin_shuffle(m[2], m[3], hi);
+    out[0] = (u32v)__builtin_shuffle(lo01, lo23, q0);
+    out[1] = (u32v)__builtin_shuffle(lo01, lo23, q1);
+    out[2] = (u32v)__builtin_shuffle(hi01, hi23, q0);
+    out[3] = (u32v)__builtin_shuffle(hi01, hi23, q1);
 }
 
 /* dst[j] = src[j] * scale where kept, +0 where dropped, for elements
@@ -115,16 +139,22 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) static void
 dropout_group(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, float scale,
               const float *src, float *dst, int off, int count)
 {
-    uint32_t keep[GROUP_ELEMS];
-    philox_lanes(s, first, thr, keep);
-    const uint32_t *m = keep + off;
+    u32v m[4], keep[4];
+    philox_masks(s, first, thr, m);
+    interleave(m, keep);
     if (count == GROUP_ELEMS) {
-        for (int j = 0; j < GROUP_ELEMS; j++)
-            dst[j] = m[j] ? src[j] * scale : 0.0f;
+        for (int v = 0; v < 4; v++) {
+            f32v x;
+            memcpy(&x, src + LANES * v, sizeof x);
+            u32v y = (u32v)(x * scale) & keep[v];
+            memcpy(dst + LANES * v, &y, sizeof y);
+        }
         return;
     }
+    uint32_t flat[GROUP_ELEMS];
+    memcpy(flat, keep, sizeof flat);
     for (int j = 0; j < count; j++)
-        dst[j] = m[j] ? src[j] * scale : 0.0f;
+        dst[j] = flat[off + j] ? src[j] * scale : 0.0f;
 }
 
 /* Same mask as the reference. The block is contiguous in the global index
