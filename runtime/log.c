@@ -50,6 +50,33 @@ int dt_log_init_from_env(void)
     return 0;
 }
 
+static void file_line(const char *head, const char *msg)
+{
+    time_t now = time(NULL);
+    struct tm tmv;
+    char ts[32];
+    localtime_r(&now, &tmv);
+    strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tmv);
+    fprintf(log_file, "%s %s%s\n", ts, head, msg);
+    fflush(log_file);
+}
+
+void dt_log_file_only(const char *subsys, const char *fmt, ...)
+{
+    if (DT_LOG_LEVEL_INFO > log_level || (log_rank != 0 && !log_all_ranks))
+        return;
+    char msg[4096], head[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(head, sizeof head, "[dtrain r%d] ", log_rank);
+    pthread_mutex_lock(&log_mu);
+    if (log_file)
+        file_line(head, msg);
+    pthread_mutex_unlock(&log_mu);
+}
+
 void dt_log_write(enum dt_log_level level, const char *subsys, const char *fmt, ...)
 {
     static const char *const tags[] = {"error", "warn", "", ""};
@@ -75,14 +102,7 @@ void dt_log_write(enum dt_log_level level, const char *subsys, const char *fmt, 
     pthread_mutex_lock(&log_mu);
     fprintf(out, "%s%s\n", head, msg);
     fflush(out);
-    if (log_file) {
-        time_t now = time(NULL);
-        struct tm tmv;
-        char ts[32];
-        localtime_r(&now, &tmv);
-        strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tmv);
-        fprintf(log_file, "%s %s%s\n", ts, head, msg);
-        fflush(log_file);
-    }
+    if (log_file)
+        file_line(head, msg);
     pthread_mutex_unlock(&log_mu);
 }

@@ -30,6 +30,10 @@ int dt_log_init_from_env(void);
 /* Also appends every printed line (all levels this rank prints) to fp; NULL stops. */
 void dt_log_set_file(FILE *fp);
 
+/* Writes an INFO line to the log file only (not the terminal), e.g. the
+ * periodic progress that a terminal sees as a live bar. */
+void dt_log_file_only(const char *subsys, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 void dt_log_write(enum dt_log_level level, const char *subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -203,8 +203,17 @@ out:
 
 /* ---- progress ------------------------------------------------------------ */
 
+/* Steps of epoch `epoch` (the last one may be cut short by train.steps). */
+static int64_t epoch_steps(const struct run *r, int64_t epoch)
+{
+    int64_t left = r->total_steps - epoch * r->bpe;
+    return left < r->bpe ? left : r->bpe;
+}
+
+/* The live bar on a terminal; otherwise (and always in the log file) a
+ * line. `line` says whether this call is a logging point. */
 static void show_progress(struct run *r, int64_t epoch, int64_t step, const struct window *w,
-                          double lr, double elapsed, int64_t samples_done)
+                          double lr, double elapsed, int64_t samples_done, int line)
 {
     double sps = elapsed > 0 ? (double)samples_done / elapsed : 0;
     double eta = step > 0 ? elapsed * (double)(r->total_steps - step) / (double)step : 0;
@@ -213,22 +222,27 @@ static void show_progress(struct run *r, int64_t epoch, int64_t step, const stru
     double loss = w->rows ? w->loss_sum / (double)w->rows : 0;
     double acc = w->rows ? 100.0 * (double)w->correct / (double)w->rows : 0;
     if (r->bar) {
-        int64_t in_epoch = step - epoch * r->bpe;
-        int fill = (int)(BAR_WIDTH * in_epoch / r->bpe);
+        int64_t in_epoch = step - epoch * r->bpe, of = epoch_steps(r, epoch);
+        int fill = (int)(BAR_WIDTH * in_epoch / of);
         char bar[BAR_WIDTH + 1];
         for (int i = 0; i < BAR_WIDTH; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[BAR_WIDTH] = '\0';
         printf("\rTrain epoch %lld/%lld [%s] %lld/%lld loss %.4f acc %.2f%% %.0f samples/s ETA %s  ",
                (long long)epoch + 1, (long long)r->epochs, bar, (long long)in_epoch,
-               (long long)r->bpe, loss, acc, sps, etas);
+               (long long)of, loss, acc, sps, etas);
         fflush(stdout);
-    } else {
-        DT_LOG_INFO("train", "epoch %lld/%lld step %lld/%lld loss %.4f acc %.2f%% lr %.3g "
-                             "%.0f samples/s ETA %s",
-                    (long long)epoch + 1, (long long)r->epochs, (long long)step,
-                    (long long)r->total_steps, loss, acc, lr, sps, etas);
     }
+    if (!line)
+        return;
+    const char *fmt = "epoch %lld/%lld step %lld/%lld loss %.4f acc %.2f%% lr %.3g %.0f samples/s "
+                      "ETA %s";
+    if (r->bar || r->quiet)
+        dt_log_file_only("train", fmt, (long long)epoch + 1, (long long)r->epochs, (long long)step,
+                         (long long)r->total_steps, loss, acc, lr, sps, etas);
+    else
+        DT_LOG_INFO("train", fmt, (long long)epoch + 1, (long long)r->epochs, (long long)step,
+                    (long long)r->total_steps, loss, acc, lr, sps, etas);
 }
 
 static void end_bar(struct run *r)
@@ -349,8 +363,7 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
         w->steps ? w->data_s / (double)w->steps : 0.0,
         w->steps ? w->compute_s / (double)w->steps : 0.0,
         w->steps ? w->optim_s / (double)w->steps : 0.0);
-    if (!r->bar && !r->quiet)
-        show_progress(r, epoch, step, w, lr, elapsed, samples);
+    show_progress(r, epoch, step, w, lr, elapsed, samples, 1);
     return st;
 }
 
@@ -376,18 +389,19 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
             samples += w.rows - rows_before;
             step++;
             double elapsed = dt_now() - start - eval_s;
-            if (r->bar && !r->quiet && dt_now() - last_bar > BAR_REFRESH_S) {
-                show_progress(r, epoch, step, &w, lr, elapsed, samples);
+            int logged = step % job->train.log_every == 0 || step == r->total_steps;
+            int epoch_end = step == epoch * r->bpe + epoch_steps(r, epoch);
+            if (r->bar && !logged && (epoch_end || dt_now() - last_bar > BAR_REFRESH_S)) {
+                show_progress(r, epoch, step, &w, lr, elapsed, samples, 0);
                 last_bar = dt_now();
             }
-            if (step % job->train.log_every == 0 || step == r->total_steps) {
+            if (logged) {
                 res->train_loss = w.rows ? w.loss_sum / (double)w.rows : 0;
                 DT_CHECK(log_window(r, epoch, step, lr, &w, elapsed, samples));
                 w = (struct window){.t0 = dt_now()};
             }
         }
-        if (!r->quiet)
-            end_bar(r);
+        end_bar(r);
         double t0 = dt_now();
         DT_CHECK(evaluate(r, epoch, step, &res->test_loss, &res->test_acc));
         eval_s += dt_now() - t0;
@@ -402,7 +416,7 @@ out:
     return st;
 }
 
-static void close_run(struct run *r)
+static void close_run(struct run *r, dt_status st)
 {
     dt_loader_destroy(r->train_ld);
     dt_loader_destroy(r->test_ld);
@@ -414,6 +428,8 @@ static void close_run(struct run *r)
     dt_metrics_close(r->metrics);
     if (r->logf) {
         dt_log_set_file(NULL);
+        if (st != DT_OK) /* the launcher prints it; the log keeps it too */
+            fprintf(r->logf, "error: %s\n", dt_last_error());
         fclose(r->logf);
     }
 }
@@ -433,8 +449,8 @@ dt_status dt_train_run(const struct dt_job *job, struct dt_train_result *res)
     dt_status st;
     struct run r = {.job = job};
     memset(res, 0, sizeof *res);
-    r.bar = want_bar(job);
     r.quiet = strcmp(job->runtime.progress, "off") == 0;
+    r.bar = !r.quiet && want_bar(job);
     DT_CHECK(open_run_dir(&r));
     DT_LOG_INFO("train", "run directory %s (job %s)", job->output.dir,
                 job->source[0] ? job->source : "defaults");
@@ -450,9 +466,9 @@ dt_status dt_train_run(const struct dt_job *job, struct dt_train_result *res)
     DT_CHECK(train_loop(&r, res));
     char dur[32];
     dt_format_duration(res->seconds, dur, sizeof dur);
-    DT_LOG_INFO("train", "done: %lld steps (%lld epochs) in %s, %.0f samples/s, %.1f GFLOP/s; "
+    DT_LOG_INFO("train", "done: %lld steps (%lld epoch%s) in %s, %.0f samples/s, %.1f GFLOP/s; "
                          "final test accuracy %.2f%% (loss %.4f)",
-                (long long)res->steps, (long long)res->epochs, dur, res->samples_per_s,
+                (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s", dur, res->samples_per_s,
                 res->gflops, 100.0 * res->test_acc, res->test_loss);
     DT_CHECK(dt_metrics_write(r.metrics,
                               "\"type\":\"summary\",\"steps\":%lld,\"epochs\":%lld,\"samples\":%lld,"
@@ -462,6 +478,6 @@ dt_status dt_train_run(const struct dt_job *job, struct dt_train_result *res)
                               (long long)res->samples, res->seconds, res->samples_per_s,
                               res->gflops, res->test_loss, res->test_acc));
 out:
-    close_run(&r);
+    close_run(&r, st);
     return st;
 }

@@ -177,54 +177,42 @@ static void dropout_fast(float *out, const float *in, int rows, int cols, float 
     }
 }
 
-dt_status dt_cpu_dropout_fwd_ref(dt_backend_t *be, float *out, const float *in, int rows, int cols,
-                                 float p, const struct dt_rng_key *key, uint64_t row0)
+/* Forward and backward are the same masked scaling (of in, or of dout). */
+static dt_status dropout_apply(const char *op, float *out, const float *in, int rows, int cols,
+                               float p, const struct dt_rng_key *key, uint64_t row0, int fast)
 {
-    dt_status st = check_dropout("dropout_fwd", out, in, rows, cols, p, key);
+    dt_status st = check_dropout(op, out, in, rows, cols, p, key);
     if (st != DT_OK)
         return st;
     if (p == 0.0f)
         copy_block(out, in, (size_t)rows * cols);
+    else if (fast)
+        dropout_fast(out, in, rows, cols, p, key, row0);
     else
         dropout_ref(out, in, rows, cols, p, key, row0);
     return DT_OK;
 }
 
+dt_status dt_cpu_dropout_fwd_ref(dt_backend_t *be, float *out, const float *in, int rows, int cols,
+                                 float p, const struct dt_rng_key *key, uint64_t row0)
+{
+    return dropout_apply("dropout_fwd", out, in, rows, cols, p, key, row0, 0);
+}
+
 dt_status dt_cpu_dropout_bwd_ref(dt_backend_t *be, float *din, const float *dout, int rows,
                                  int cols, float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    dt_status st = check_dropout("dropout_bwd", din, dout, rows, cols, p, key);
-    if (st != DT_OK)
-        return st;
-    if (p == 0.0f)
-        copy_block(din, dout, (size_t)rows * cols);
-    else
-        dropout_ref(din, dout, rows, cols, p, key, row0);
-    return DT_OK;
+    return dropout_apply("dropout_bwd", din, dout, rows, cols, p, key, row0, 0);
 }
 
 dt_status dt_cpu_dropout_fwd(dt_backend_t *be, float *out, const float *in, int rows, int cols,
                              float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    dt_status st = check_dropout("dropout_fwd", out, in, rows, cols, p, key);
-    if (st != DT_OK)
-        return st;
-    if (p == 0.0f)
-        copy_block(out, in, (size_t)rows * cols);
-    else
-        dropout_fast(out, in, rows, cols, p, key, row0);
-    return DT_OK;
+    return dropout_apply("dropout_fwd", out, in, rows, cols, p, key, row0, 1);
 }
 
 dt_status dt_cpu_dropout_bwd(dt_backend_t *be, float *din, const float *dout, int rows, int cols,
                              float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    dt_status st = check_dropout("dropout_bwd", din, dout, rows, cols, p, key);
-    if (st != DT_OK)
-        return st;
-    if (p == 0.0f)
-        copy_block(din, dout, (size_t)rows * cols);
-    else
-        dropout_fast(din, dout, rows, cols, p, key, row0);
-    return DT_OK;
+    return dropout_apply("dropout_bwd", din, dout, rows, cols, p, key, row0, 1);
 }

@@ -23,6 +23,8 @@ expect() {
   if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
   ok
 }
+# close_to A B: |A - B| <= 1e-4 |A|
+close_to() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * a) }'; }
 json_field() { grep "\"type\":\"$2\"" "$1" | tail -n 1 | sed "s/.*\"$3\":\([-0-9.e]*\).*/\1/"; }
 
 "$PY" "$HERE/make_idx.py" idx 1024 256 4 || { echo "cannot generate data"; exit 1; }
@@ -105,8 +107,7 @@ strip() { grep -v '"type":"start"' "$1" | sed -E 's/"(time|seconds|samples_per_s
   || bad "accumulation run failed"
 l1=$(json_field run1/metrics.jsonl summary test_loss)
 l3=$(json_field run3/metrics.jsonl summary test_loss)
-awk -v a="$l1" -v b="$l3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }' \
-  && ok || bad "accumulation changed the test loss: $l1 vs $l3"
+close_to "$l1" "$l3" && ok || bad "accumulation changed the test loss: $l1 vs $l3"
 
 # fast kernels against the reference kernels, end to end
 "$DTRAIN" train job.yaml --set output.dir=run4 --set runtime.reference_kernels=true \
@@ -115,8 +116,7 @@ awk -v a="$l1" -v b="$l3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-
   || bad "fast run failed"
 l4=$(json_field run4/metrics.jsonl summary test_loss)
 l5=$(json_field run5/metrics.jsonl summary test_loss)
-awk -v a="$l4" -v b="$l5" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }' \
-  && ok || bad "reference and fast kernels disagree: $l4 vs $l5"
+close_to "$l4" "$l5" && ok || bad "reference and fast kernels disagree: $l4 vs $l5"
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
