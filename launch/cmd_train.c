@@ -2,14 +2,17 @@
  * cmd_train.c - `dtrain train JOB [--set k=v ...] [--print-config]`.
  *
  * Loads the job, applies overrides in order, validates, then starts MPI
- * (one rank per process; multi-rank data parallelism is not in this
- * version, so more than one rank is refused) and runs the training.
+ * (one rank per process: `mpirun -np N dtrain train JOB`, or srun) and
+ * runs the training on every rank. Errors the ranks agreed on are printed
+ * once, by rank 0; when the ranks fell out of step, the failing rank
+ * prints its error and aborts the job so that no rank hangs.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../collectives/comm.h"
 #include "../runtime/config.h"
 #include "../runtime/log.h"
 #include "../runtime/train.h"
@@ -67,25 +70,31 @@ int dt_cmd_train(int argc, char **argv)
         int lv = dt_log_parse_level(job.runtime.log_level);
         dt_log_set_level((enum dt_log_level)lv);
     }
-    int provided = 0, rank = 0, world = 1;
+    int provided = 0;
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "dtrain: MPI could not start\n");
         return 70;
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    dt_log_set_rank(rank);
-    if (world > 1) {
-        if (rank == 0)
-            fprintf(stderr, "dtrain: this job was started with %d ranks, but multi-rank data "
-                            "parallel training is not implemented in this version; run one rank\n",
-                    world);
-        MPI_Finalize();
-        return 64;
+    dt_comm_t *comm = NULL;
+    dt_status st = dt_comm_create(job.comm.backend, &comm);
+    if (st != DT_OK) {
+        rc = dt_cli_fail(st);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+        return rc;
     }
+    int rank = dt_comm_rank(comm);
+    dt_log_set_rank(rank);
     struct dt_train_result res;
-    dt_status st = dt_train_run(&job, &res);
-    rc = st == DT_OK ? 0 : dt_cli_fail(st);
+    st = dt_train_run(&job, comm, &res);
+    rc = dt_status_exit_code(st);
+    if (st != DT_OK && res.comm_failed) {
+        /* the ranks are out of step: say why here and end the whole job */
+        fprintf(stderr, "dtrain: rank %d: %s\n", rank, dt_last_error());
+        dt_comm_abort(comm, rc);
+    }
+    if (st != DT_OK && rank == 0) /* agreed: every rank has the same message */
+        dt_cli_fail(st);
+    dt_comm_destroy(comm);
     MPI_Finalize();
     return rc;
 }

@@ -22,6 +22,8 @@ static const char usage_text[] =
     "                  -o OUT.h5 [--classes a,b,...] [--force]\n"
     "                       convert IDX files (MNIST format, raw or gzipped) to a dataset\n"
     "  data info FILE.h5    show a dataset's splits, shapes, dtypes, classes and sizes\n"
+    "  bench allreduce [--min-bytes N] [--max-bytes N] [--iters N]\n"
+    "                       all-reduce time and bandwidth for 8 B to 256 MiB (run under mpirun)\n"
     "  config reference     print the job-file reference (every key and default)\n"
     "  config defaults      print the default job as YAML\n"
     "  version              print the version and the backends built in\n"
@@ -47,7 +49,7 @@ int dt_cli_usage(const char *fmt, ...)
     return 64;
 }
 
-static const char *const not_yet[] = {"eval", "ckpt", "doctor", "find-batch", "bench", "launch"};
+static const char *const not_yet[] = {"eval", "ckpt", "doctor", "find-batch", "launch"};
 
 int main(int argc, char **argv)
 {
@@ -69,6 +71,8 @@ int main(int argc, char **argv)
         return dt_cmd_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "config"))
         return dt_cmd_config(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench"))
+        return dt_cmd_bench(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
         if (!strcmp(cmd, not_yet[i]))
             return dt_cli_usage("'dtrain %s' is not implemented in this version", cmd);

@@ -72,6 +72,11 @@ struct dt_job {
         char progress[DT_JOB_STR];   /* auto | bar | lines | off */
     } runtime;
     struct {
+        char backend[DT_JOB_STR];    /* mpi (nccl in CUDA builds, later) */
+        double bucket_mb;            /* gradient bucket size, MiB */
+        int overlap;                 /* all-reduce buckets while backward runs */
+    } comm;
+    struct {
         char dir[DT_JOB_PATH];       /* run directory */
     } output;
 };

@@ -36,6 +36,7 @@ static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const progress_modes[] = {"auto", "bar", "lines", "off", NULL};
+static const char *const comm_backends[] = {"mpi", NULL};
 
 /* Short type names for the rows. */
 #define I DT_CFG_INT
@@ -129,6 +130,15 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "progress display; auto = a bar on a terminal, lines otherwise",
         ONE_OF(progress_modes)),
 
+    ROW("comm.backend", E, comm.backend, "mpi",
+        "how gradients travel between ranks", ONE_OF(comm_backends)),
+    ROW("comm.bucket_mb", F, comm.bucket_mb, "25",
+        "gradient bucket size in MiB; each bucket is all-reduced as soon as backward has "
+        "finished it (the first bucket is at most 1 MiB)", FROM_TO(0.001, 4096)),
+    ROW("comm.overlap", B, comm.overlap, "true",
+        "all-reduce buckets while backward is still running; false waits for the whole "
+        "backward (for comparison)", ANY),
+
     ROW("output.dir", P, output.dir, "runs/fashion-mnist-mlp",
         "run directory: resolved job, log, metrics, checkpoints", ANY),
 };
@@ -150,6 +160,7 @@ const struct dt_cfg_section dt_cfg_sections[] = {
     {"train.schedule", "The learning-rate schedule. Keys marked step or cosine apply to that "
                        "schedule only."},
     {"runtime", "How each rank runs: device, threads, logging."},
+    {"comm", "How the ranks exchange gradients."},
     {"output", "Where the run writes."},
 };
 const size_t dt_cfg_nsections = sizeof dt_cfg_sections / sizeof dt_cfg_sections[0];

@@ -406,7 +406,20 @@ out:
     return st;
 }
 
-dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale)
+/* End of layer i's parameters in the flat buffers: with the reversed
+ * layout, layers i.. occupy [0, end). */
+static size_t grads_done_after(const dt_model_t *m, int i)
+{
+    size_t end = 0;
+    const int idx[2] = {m->layers[i].w, m->layers[i].b};
+    for (int k = 0; k < 2; k++)
+        if (idx[k] >= 0 && m->params[idx[k]].offset + m->params[idx[k]].numel > end)
+            end = m->params[idx[k]].offset + m->params[idx[k]].numel;
+    return end;
+}
+
+dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
+                            const struct dt_grad_hook *hook)
 {
     dt_status st;
     int cur = 0;
@@ -419,6 +432,9 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale)
         st = l->vt->bwd(m, l, in, l->out, m->gbuf[cur], din, rows);
         if (st != DT_OK)
             return dt_error_context(st, "backward of layer %s (%s)", l->name, l->vt->kind);
+        size_t done = grads_done_after(m, i);
+        if (hook && done > 0 && (st = hook->ready(hook->ctx, done)) != DT_OK)
+            return st;
         cur = 1 - cur;
     }
     return st;

@@ -57,8 +57,18 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
                            int training, uint64_t seed, int64_t step, int64_t row0,
                            double *loss_sum, int64_t *correct);
 
-/* Backward for the last forward: parameter gradients += d(loss_sum * scale). */
-dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale);
+/* Called during backward each time more gradients are final: elements
+ * [0, done) of the flat gradient buffer will not change again in this
+ * backward. A non-OK status stops the backward and is returned. */
+struct dt_grad_hook {
+    dt_status (*ready)(void *ctx, size_t done);
+    void *ctx;
+};
+
+/* Backward for the last forward: parameter gradients += d(loss_sum * scale).
+ * hook may be NULL. */
+dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
+                            const struct dt_grad_hook *hook);
 
 dt_status dt_model_zero_grads(dt_model_t *m);
 

@@ -1,205 +1,49 @@
 /*
- * train.c - the step loop.
+ * train.c - the step loop, on one rank or many.
  *
- * One optimizer step consumes one global batch: this rank's micro-batches
- * are run forward and backward, adding into one gradient buffer scaled by
- * 1/global rows so the sum is the mean over the global batch; then the
- * gradients are clipped and the optimizer updates the parameters. Every
- * random draw is keyed by (seed, purpose, step, row), so the result does
- * not depend on how the global batch is split into micro-batches.
+ * One optimizer step consumes one global batch. Each rank runs its
+ * micro-batches of it forward and backward, adding into one gradient
+ * buffer scaled by 1/(global batch rows), so the sum over micro-batches
+ * and ranks is the mean over the global batch. On the last micro-batch
+ * the gradient reducer all-reduces buckets while backward still runs; then
+ * one small all-reduce carries every rank's outcome with the step's loss
+ * and accuracy, so all ranks take the same branch: continue, or stop with
+ * the failing rank's message. Every random draw is keyed by (seed,
+ * purpose, step, row), so the result does not depend on how the global
+ * batch is split over micro-batches and ranks.
  *
- * Time per step is split into data wait, compute and optimizer, and
- * reported in metrics.jsonl with loss, accuracy, learning rate and
- * throughput; rank 0 shows a live bar on a terminal, periodic lines
- * otherwise.
+ * Time per step is split into data wait, compute, communication not
+ * hidden behind compute, and optimizer, and reported in metrics.jsonl with
+ * loss, accuracy, learning rate and throughput; rank 0 shows a live bar on
+ * a terminal, periodic lines otherwise.
  */
 #include "train.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../io/dataset.h"
-#include "../io/loader.h"
-#include "backend.h"
+#include "dist.h"
+#include "fault.h"
 #include "log.h"
-#include "metrics.h"
-#include "model.h"
-#include "optim.h"
+#include "train_impl.h"
 #include "util.h"
 
-#define TRAIN_LOG "train.log"
-#define TRAIN_METRICS "metrics.jsonl"
-#define TRAIN_CONFIG "config.yaml"
 #define BAR_WIDTH 24
 #define BAR_REFRESH_S 0.2
 
-struct run {
-    const struct dt_job *job;
-    dt_dataset_t *ds;
-    const struct dt_split_info *train, *test;
-    dt_backend_t *be;
-    dt_model_t *model;
-    dt_optim_t *opt;
-    dt_loader_t *train_ld, *test_ld;
-    dt_metrics_t *metrics;
-    FILE *logf;
-    int64_t micro, bpe, total_steps, epochs;
-    int bar; /* live progress bar instead of lines */
-    int quiet;
-    double flops_per_sample;
-};
-
-/* Progress accumulated between two log points. */
+/* Progress accumulated between two log points (global values). */
 struct window {
-    double loss_sum;
-    int64_t correct, rows, steps;
-    double t0, data_s, compute_s, optim_s;
+    double loss_sum, correct, rows;
+    int64_t steps;
+    double t0, data_s, compute_s, comm_s, optim_s;
     double grad_norm;
 };
 
-/* ---- set-up -------------------------------------------------------------- */
-
-static dt_status open_run_dir(struct run *r)
-{
-    const char *dir = r->job->output.dir;
-    char path[4096 + 64];
-    dt_status st = dt_mkdir_p(dir);
-    if (st != DT_OK)
-        return dt_error_context(st, "output.dir");
-    snprintf(path, sizeof path, "%s/%s.tmp", dir, TRAIN_CONFIG);
-    FILE *fp = fopen(path, "w");
-    if (!fp)
-        return dt_set_error(DT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    dt_job_write_yaml(r->job, fp);
-    int bad = ferror(fp);
-    bad |= fclose(fp) != 0;
-    char final[4096 + 64];
-    snprintf(final, sizeof final, "%s/%s", dir, TRAIN_CONFIG);
-    if (bad || rename(path, final) != 0) {
-        unlink(path);
-        return dt_set_error(DT_ERR_IO, "cannot write '%s': %s", final, strerror(errno));
-    }
-    snprintf(path, sizeof path, "%s/%s", dir, TRAIN_LOG);
-    r->logf = fopen(path, "a");
-    if (!r->logf)
-        return dt_set_error(DT_ERR_IO, "cannot open log '%s': %s", path, strerror(errno));
-    dt_log_set_file(r->logf);
-    snprintf(path, sizeof path, "%s/%s", dir, TRAIN_METRICS);
-    return dt_metrics_open(path, &r->metrics);
-}
-
-static dt_status open_data(struct run *r)
-{
-    const struct dt_job *job = r->job;
-    dt_status st = dt_dataset_open(job->data.path, &r->ds);
-    if (st != DT_OK)
-        return dt_error_context(st, "data.path");
-    DT_CHECK(dt_dataset_split(r->ds, job->data.train_split, &r->train));
-    DT_CHECK(dt_dataset_split(r->ds, job->data.test_split, &r->test));
-    int same = r->train->ndim == r->test->ndim;
-    for (int i = 0; same && i < r->train->ndim; i++)
-        same = r->train->shape[i] == r->test->shape[i];
-    if (!same)
-        return dt_set_error(DT_ERR_BAD_DATA,
-                            "dataset '%s': splits '%s' and '%s' have different sample shapes",
-                            job->data.path, r->train->name, r->test->name);
-out:
-    return st;
-}
-
-static dt_status choose_backend(struct run *r)
-{
-    const struct dt_job *job = r->job;
-    int threads = job->runtime.threads > 0 ? (int)job->runtime.threads : dt_cpu_count();
-    struct dt_backend_opts o = {.threads = threads,
-                                .reference_kernels = job->runtime.reference_kernels};
-    const char *name = job->runtime.device;
-    if (strcmp(name, "auto") == 0) {
-        char why[512];
-        if (dt_cuda_usable(why, sizeof why))
-            DT_LOG_INFO("runtime", "device: cpu (a GPU is present, %s, but this version of dtrain "
-                                   "has no CUDA compute backend yet)", why);
-        else
-            DT_LOG_INFO("runtime", "device: cpu; %s", why);
-        name = "cpu";
-    }
-    dt_status st = dt_backend_create(name, &o, &r->be);
-    if (st != DT_OK)
-        return dt_error_context(st, "runtime.device");
-    DT_LOG_INFO("runtime", "backend %s, %d thread%s%s", name, threads, threads == 1 ? "" : "s",
-                job->runtime.reference_kernels ? ", reference kernels" : "");
-    return DT_OK;
-}
-
-static void log_layer(void *ctx, const char *s) { DT_LOG_INFO("model", "%s", s); }
-
-static dt_status build(struct run *r)
-{
-    const struct dt_job *job = r->job;
-    dt_status st;
-    const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
-    struct dt_model_io io = {.ndim = r->train->ndim, .num_classes = info->num_classes};
-    for (int i = 0; i < r->train->ndim && i < 4; i++)
-        io.shape[i] = r->train->shape[i];
-    int64_t g = job->train.global_batch;
-    r->micro = job->train.micro_batch > 0 ? job->train.micro_batch : g;
-    if (g % r->micro != 0) {
-        return dt_set_error(DT_ERR_USAGE,
-                            "train.micro_batch=%lld does not divide train.global_batch=%lld; use "
-                            "a divisor of %lld",
-                            (long long)r->micro, (long long)g, (long long)g);
-    }
-    if (g > r->train->n)
-        return dt_set_error(DT_ERR_USAGE,
-                            "train.global_batch=%lld is larger than split '%s' (%lld samples)",
-                            (long long)g, r->train->name, (long long)r->train->n);
-    int64_t max_rows = r->micro > job->train.eval_batch ? r->micro : job->train.eval_batch;
-    DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
-    DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
-    DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
-    r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
-
-    struct dt_loader_opts lo = {.ds = r->ds,
-                                .split = job->data.train_split,
-                                .global_batch = g,
-                                .micro_batch = r->micro,
-                                .rank = 0,
-                                .world = 1,
-                                .seed = (uint64_t)job->train.seed,
-                                .shuffle = job->data.shuffle,
-                                .drop_last = job->data.drop_last,
-                                .workers = (int)job->data.workers,
-                                .prefetch = (int)job->data.prefetch};
-    DT_CHECK(dt_loader_create(&lo, &r->train_ld));
-    lo.split = job->data.test_split;
-    lo.global_batch = lo.micro_batch = job->train.eval_batch;
-    lo.shuffle = 0;
-    lo.drop_last = 0;
-    DT_CHECK(dt_loader_create(&lo, &r->test_ld));
-
-    r->bpe = dt_loader_batches_per_epoch(r->train_ld);
-    if (r->bpe < 1)
-        return dt_set_error(DT_ERR_USAGE, "an epoch of split '%s' has no full global batch",
-                            r->train->name);
-    r->total_steps = job->train.steps > 0 ? job->train.steps : job->train.epochs * r->bpe;
-    r->epochs = (r->total_steps + r->bpe - 1) / r->bpe;
-
-    DT_LOG_INFO("model", "%s: %zu parameters in %d tensors, %.2f MFLOP per sample forward",
-                job->model.type, dt_model_num_params(r->model), dt_model_param_count(r->model),
-                dt_model_flops_per_sample(r->model, 0) / 1e6);
-    dt_model_describe(r->model, log_layer, NULL);
-    DT_LOG_INFO("data", "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
-                        "x %lld accumulation; %lld steps/epoch, %lld steps",
-                job->data.path, (long long)r->train->n, (long long)r->test->n, (long long)g,
-                (long long)r->micro, (long long)(g / r->micro), (long long)r->bpe,
-                (long long)r->total_steps);
-out:
-    return st;
-}
+/* What one rank contributes to a step's outcome, summed over ranks. */
+enum { OUT_FAILED, OUT_LOSS, OUT_CORRECT, OUT_ROWS, OUT_N };
 
 /* ---- progress ------------------------------------------------------------ */
 
@@ -219,8 +63,8 @@ static void show_progress(struct run *r, int64_t epoch, int64_t step, const stru
     double eta = step > 0 ? elapsed * (double)(r->total_steps - step) / (double)step : 0;
     char etas[32];
     dt_format_duration(eta, etas, sizeof etas);
-    double loss = w->rows ? w->loss_sum / (double)w->rows : 0;
-    double acc = w->rows ? 100.0 * (double)w->correct / (double)w->rows : 0;
+    double loss = w->rows > 0 ? w->loss_sum / w->rows : 0;
+    double acc = w->rows > 0 ? 100.0 * w->correct / w->rows : 0;
     if (r->bar) {
         int64_t in_epoch = step - epoch * r->bpe, of = epoch_steps(r, epoch);
         int fill = (int)(BAR_WIDTH * in_epoch / of);
@@ -253,80 +97,144 @@ static void end_bar(struct run *r)
     }
 }
 
+/* ---- agreement on a step's outcome ----------------------------------------- */
+
+/* Sums the ranks' contributions; when any rank failed, every rank returns
+ * the lowest failing rank's error. DT_ERR_COMM means the exchange itself
+ * failed and the job cannot continue in step. */
+static dt_status agree_outcome(struct run *r, dt_status local, double v[OUT_N])
+{
+    v[OUT_FAILED] = local != DT_OK;
+    if (r->world > 1) {
+        dt_status st = dt_comm_allreduce(r->comm, v, OUT_N, DT_COMM_F64, DT_COMM_SUM);
+        if (st != DT_OK)
+            return st;
+    }
+    if (v[OUT_FAILED] == 0)
+        return DT_OK;
+    return dt_dist_agree(r->comm, local);
+}
+
 /* ---- evaluation ---------------------------------------------------------- */
 
-static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *loss, double *acc)
+static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
 {
     dt_status st;
-    double loss_sum = 0;
-    int64_t correct = 0, rows = 0;
     int end = 0;
+    int64_t correct = 0;
     DT_CHECK(dt_loader_start_epoch(r->test_ld, 0, 0));
     for (;;) {
         struct dt_batch b;
         DT_CHECK(dt_loader_next(r->test_ld, &b, &end));
         if (end)
             break;
-        st = dt_model_forward(r->model, b.x, b.y, b.rows, 0, (uint64_t)r->job->train.seed, step,
-                              b.row0, &loss_sum, &correct);
-        rows += b.rows;
+        if (b.rows > 0)
+            st = dt_model_forward(r->model, b.x, b.y, b.rows, 0, (uint64_t)r->job->train.seed,
+                                  step, b.row0, &v[OUT_LOSS], &correct);
+        v[OUT_ROWS] += (double)b.rows;
         dt_loader_release(r->test_ld, &b);
         if (st != DT_OK)
             goto out;
     }
-    *loss = rows ? loss_sum / (double)rows : 0;
-    *acc = rows ? (double)correct / (double)rows : 0;
-    DT_LOG_INFO("eval", "epoch %lld: test loss %.4f, test accuracy %.2f%% (%lld samples)",
-                (long long)epoch + 1, *loss, 100.0 * *acc, (long long)rows);
-    st = dt_metrics_write(r->metrics,
-                          "\"type\":\"eval\",\"split\":\"%s\",\"epoch\":%lld,\"step\":%lld,"
-                          "\"loss\":%.6f,\"acc\":%.6f,\"samples\":%lld",
-                          r->test->name, (long long)epoch + 1, (long long)step, *loss, *acc,
-                          (long long)rows);
 out:
+    v[OUT_CORRECT] = (double)correct;
     return st;
+}
+
+static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *loss, double *acc)
+{
+    double v[OUT_N] = {0};
+    dt_status st = agree_outcome(r, eval_local(r, step, v), v);
+    if (st != DT_OK)
+        return st;
+    *loss = v[OUT_ROWS] > 0 ? v[OUT_LOSS] / v[OUT_ROWS] : 0;
+    *acc = v[OUT_ROWS] > 0 ? v[OUT_CORRECT] / v[OUT_ROWS] : 0;
+    DT_LOG_INFO("eval", "epoch %lld: test loss %.4f, test accuracy %.2f%% (%.0f samples)",
+                (long long)epoch + 1, *loss, 100.0 * *acc, v[OUT_ROWS]);
+    return dt_metrics_write(r->metrics,
+                            "\"type\":\"eval\",\"split\":\"%s\",\"epoch\":%lld,\"step\":%lld,"
+                            "\"loss\":%.9g,\"acc\":%.6f,\"samples\":%.0f",
+                            r->test->name, (long long)epoch + 1, (long long)step, *loss, *acc,
+                            v[OUT_ROWS]);
 }
 
 /* ---- one optimizer step -------------------------------------------------- */
 
-/* Runs this rank's micro-batches of one global batch. *end = 1 when the
- * epoch ran out before the batch started. */
-static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *end)
+static dt_status reducer_ready(void *ctx, size_t done) { return dt_reducer_ready(ctx, done); }
+
+/* Forward and backward of one micro-batch; on the last one of the step the
+ * backward feeds the gradient reducer as layers finish. *comm_st gets a
+ * failure of the reducer (the job can no longer stay in step). */
+static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t step, int last,
+                            double v[OUT_N], int64_t *correct, dt_status *comm_st)
 {
-    dt_status st;
-    struct dt_batch b;
-    int64_t rows = 0;
-    double loss_sum = 0;
+    dt_status st = DT_OK;
+    int reduce = last && r->red;
+    struct dt_grad_hook hook = {reducer_ready, r->red};
+    if (reduce && (*comm_st = dt_reducer_begin(r->red)) != DT_OK)
+        return DT_OK;
+    if (b->rows > 0) {
+        st = dt_model_forward(r->model, b->x, b->y, b->rows, 1, (uint64_t)r->job->train.seed,
+                              step, b->row0, &v[OUT_LOSS], correct);
+        if (st == DT_OK)
+            st = dt_model_backward(r->model, b->rows, 1.0f / (float)b->global_rows,
+                                   reduce ? &hook : NULL);
+        if (st == DT_ERR_COMM) {
+            *comm_st = st;
+            st = DT_OK;
+        }
+    }
+    v[OUT_ROWS] += (double)b->rows;
+    return st;
+}
+
+/* Runs this rank's micro-batches of one global batch and reduces the
+ * gradients. A local failure (data, compute) is returned in *local after
+ * the rank has still taken part in the reduction, so no peer waits; the
+ * function's own status is a communication failure. *end = 1 when the
+ * epoch ran out before the batch started. */
+static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *end,
+                           double v[OUT_N], dt_status *local)
+{
+    dt_status comm_st = DT_OK;
     int64_t correct = 0;
-    DT_CHECK(dt_model_zero_grads(r->model));
-    for (;;) {
+    int reduced = 0;
+    *local = dt_model_zero_grads(r->model);
+    while (*local == DT_OK) {
+        struct dt_batch b;
         double t0 = dt_now();
-        DT_CHECK(dt_loader_next(r->train_ld, &b, end));
+        *local = dt_fault_armed("read", r->rank, step)
+                     ? dt_set_error(DT_ERR_IO, "reading a training batch failed (DTRAIN_FAULT)")
+                     : dt_loader_next(r->train_ld, &b, end);
         double t1 = dt_now();
         w->data_s += t1 - t0;
-        if (*end)
-            return DT_OK;
-        st = dt_model_forward(r->model, b.x, b.y, b.rows, 1, (uint64_t)r->job->train.seed, step,
-                              b.row0, &loss_sum, &correct);
-        if (st == DT_OK)
-            st = dt_model_backward(r->model, b.rows, 1.0f / (float)b.global_rows);
-        rows += b.rows;
-        int last = b.micro == b.micro_count - 1;
-        dt_loader_release(r->train_ld, &b);
-        w->compute_s += dt_now() - t1;
-        if (st != DT_OK || last)
+        if (*local != DT_OK || *end)
             break;
+        int last = b.micro == b.micro_count - 1;
+        *local = micro_step(r, &b, step, last, v, &correct, &comm_st);
+        dt_loader_release(r->train_ld, &b);
+        double t2 = dt_now();
+        w->compute_s += t2 - t1;
+        if (last || comm_st != DT_OK) {
+            if (r->red && comm_st == DT_OK) {
+                double wait = 0;
+                comm_st = dt_reducer_finish(r->red, &wait);
+                w->comm_s += wait;
+            }
+            reduced = 1;
+            break;
+        }
     }
-    if (st == DT_OK && !isfinite(loss_sum))
-        st = dt_set_error(DT_ERR_USAGE,
-                          "the loss is not finite at step %lld; training diverged: lower "
-                          "train.optimizer.lr or set train.clip_norm",
-                          (long long)step + 1);
-    w->loss_sum += loss_sum;
-    w->correct += correct;
-    w->rows += rows;
-out:
-    return st;
+    if (*end && *local == DT_OK)
+        return DT_OK;
+    if (!reduced && r->red && comm_st == DT_OK) { /* failed early: still take part */
+        double wait = 0;
+        comm_st = dt_reducer_begin(r->red);
+        if (comm_st == DT_OK)
+            comm_st = dt_reducer_finish(r->red, &wait);
+    }
+    v[OUT_CORRECT] = (double)correct;
+    return comm_st;
 }
 
 /* The gradient norm costs a pass over the gradients: it is computed when
@@ -350,24 +258,51 @@ static dt_status optimizer_step(struct run *r, int64_t step, double lr, struct w
 static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double lr,
                             struct window *w, double elapsed, int64_t samples)
 {
-    double dt = dt_now() - w->t0;
-    double loss = w->rows ? w->loss_sum / (double)w->rows : 0;
-    double acc = w->rows ? (double)w->correct / (double)w->rows : 0;
+    double dt = dt_now() - w->t0, ns = w->steps ? (double)w->steps : 1.0;
+    double loss = w->rows > 0 ? w->loss_sum / w->rows : 0;
+    double acc = w->rows > 0 ? w->correct / w->rows : 0;
     dt_status st = dt_metrics_write(
         r->metrics,
-        "\"type\":\"train\",\"epoch\":%lld,\"step\":%lld,\"loss\":%.6f,\"acc\":%.6f,\"lr\":%.6g,"
+        "\"type\":\"train\",\"epoch\":%lld,\"step\":%lld,\"loss\":%.9g,\"acc\":%.6f,\"lr\":%.6g,"
         "\"grad_norm\":%.6g,\"samples\":%lld,\"samples_per_s\":%.1f,\"step_s\":%.6f,"
-        "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_exposed_s\":0,\"optimizer_s\":%.6f",
+        "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_exposed_s\":%.6f,\"optimizer_s\":%.6f",
         (long long)epoch + 1, (long long)step, loss, acc, lr, w->grad_norm, (long long)samples,
-        dt > 0 ? (double)w->rows / dt : 0.0, w->steps ? dt / (double)w->steps : 0.0,
-        w->steps ? w->data_s / (double)w->steps : 0.0,
-        w->steps ? w->compute_s / (double)w->steps : 0.0,
-        w->steps ? w->optim_s / (double)w->steps : 0.0);
+        dt > 0 ? w->rows / dt : 0.0, dt / ns, w->data_s / ns, w->compute_s / ns, w->comm_s / ns,
+        w->optim_s / ns);
     show_progress(r, epoch, step, w, lr, elapsed, samples, 1);
     return st;
 }
 
 /* ---- the loop ------------------------------------------------------------ */
+
+/* One step: batch, reduction, agreement, optimizer. *end when the epoch is
+ * over. */
+static dt_status train_step(struct run *r, int64_t step, struct window *w, int *end,
+                            int64_t *samples)
+{
+    double v[OUT_N] = {0};
+    dt_status local = DT_OK;
+    dt_status st = run_batch(r, step, w, end, v, &local);
+    if (st != DT_OK)
+        return st; /* communication failed: the caller aborts the job */
+    if (*end && local == DT_OK)
+        return DT_OK;
+    double t0 = dt_now();
+    st = agree_outcome(r, local, v);
+    w->comm_s += dt_now() - t0;
+    if (st != DT_OK)
+        return st;
+    if (!isfinite(v[OUT_LOSS]))
+        return dt_set_error(DT_ERR_USAGE,
+                            "the loss is not finite at step %lld; training diverged: lower "
+                            "train.optimizer.lr or set train.clip_norm",
+                            (long long)step + 1);
+    w->loss_sum += v[OUT_LOSS];
+    w->correct += v[OUT_CORRECT];
+    w->rows += v[OUT_ROWS];
+    *samples += (int64_t)v[OUT_ROWS];
+    return optimizer_step(r, step, dt_schedule_lr(r->job, step, r->total_steps), w);
+}
 
 static dt_status train_loop(struct run *r, struct dt_train_result *res)
 {
@@ -380,13 +315,10 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
         DT_CHECK(dt_loader_start_epoch(r->train_ld, epoch, 0));
         res->epochs = epoch + 1;
         for (int end = 0; step < r->total_steps;) {
-            int64_t rows_before = w.rows;
-            DT_CHECK(run_batch(r, step, &w, &end));
+            DT_CHECK(train_step(r, step, &w, &end, &samples));
             if (end)
                 break;
             double lr = dt_schedule_lr(job, step, r->total_steps);
-            DT_CHECK(optimizer_step(r, step, lr, &w));
-            samples += w.rows - rows_before;
             step++;
             double elapsed = dt_now() - start - eval_s;
             int logged = step % job->train.log_every == 0 || step == r->total_steps;
@@ -396,7 +328,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
                 last_bar = dt_now();
             }
             if (logged) {
-                res->train_loss = w.rows ? w.loss_sum / (double)w.rows : 0;
+                res->train_loss = w.rows > 0 ? w.loss_sum / w.rows : 0;
                 DT_CHECK(log_window(r, epoch, step, lr, &w, elapsed, samples));
                 w = (struct window){.t0 = dt_now()};
             }
@@ -416,24 +348,6 @@ out:
     return st;
 }
 
-static void close_run(struct run *r, dt_status st)
-{
-    dt_loader_destroy(r->train_ld);
-    dt_loader_destroy(r->test_ld);
-    dt_optim_destroy(r->opt);
-    dt_model_destroy(r->model);
-    dt_backend_destroy(r->be);
-    if (r->ds)
-        dt_dataset_close(r->ds);
-    dt_metrics_close(r->metrics);
-    if (r->logf) {
-        dt_log_set_file(NULL);
-        if (st != DT_OK) /* the launcher prints it; the log keeps it too */
-            fprintf(r->logf, "error: %s\n", dt_last_error());
-        fclose(r->logf);
-    }
-}
-
 static int want_bar(const struct dt_job *job)
 {
     const char *p = job->runtime.progress;
@@ -444,40 +358,85 @@ static int want_bar(const struct dt_job *job)
     return 0;
 }
 
-dt_status dt_train_run(const struct dt_job *job, struct dt_train_result *res)
+static dt_status start(struct run *r)
 {
     dt_status st;
-    struct run r = {.job = job};
-    memset(res, 0, sizeof *res);
-    r.quiet = strcmp(job->runtime.progress, "off") == 0;
-    r.bar = !r.quiet && want_bar(job);
-    DT_CHECK(open_run_dir(&r));
-    DT_LOG_INFO("train", "run directory %s (job %s)", job->output.dir,
-                job->source[0] ? job->source : "defaults");
-    DT_CHECK(open_data(&r));
-    DT_CHECK(choose_backend(&r));
-    DT_CHECK(build(&r));
-    DT_CHECK(dt_metrics_write(r.metrics,
-                              "\"type\":\"start\",\"version\":\"%s\",\"world\":1,\"params\":%zu,"
-                              "\"steps\":%lld,\"global_batch\":%lld,\"micro_batch\":%lld",
-                              DT_VERSION, dt_model_num_params(r.model),
-                              (long long)r.total_steps, (long long)job->train.global_batch,
-                              (long long)r.micro));
-    DT_CHECK(train_loop(&r, res));
-    char dur[32];
-    dt_format_duration(res->seconds, dur, sizeof dur);
-    DT_LOG_INFO("train", "done: %lld steps (%lld epoch%s) in %s, %.0f samples/s, %.1f GFLOP/s; "
-                         "final test accuracy %.2f%% (loss %.4f)",
-                (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s", dur, res->samples_per_s,
-                res->gflops, 100.0 * res->test_acc, res->test_loss);
-    DT_CHECK(dt_metrics_write(r.metrics,
-                              "\"type\":\"summary\",\"steps\":%lld,\"epochs\":%lld,\"samples\":%lld,"
-                              "\"seconds\":%.3f,\"samples_per_s\":%.1f,\"gflops\":%.3f,"
-                              "\"test_loss\":%.6f,\"test_acc\":%.6f",
-                              (long long)res->steps, (long long)res->epochs,
-                              (long long)res->samples, res->seconds, res->samples_per_s,
-                              res->gflops, res->test_loss, res->test_acc));
+    DT_CHECK(dt_dist_check_job(r->comm, r->job));
+    DT_CHECK(dt_train_open_run_dir(r));
+    DT_LOG_INFO("train", "run directory %s (job %s), %d rank%s", r->job->output.dir,
+                r->job->source[0] ? r->job->source : "defaults", r->world,
+                r->world == 1 ? "" : "s");
+    DT_CHECK(dt_train_open_data(r));
+    DT_CHECK(dt_train_choose_backend(r));
+    DT_CHECK(dt_train_build(r));
+    st = dt_metrics_write(r->metrics,
+                          "\"type\":\"start\",\"version\":\"%s\",\"world\":%d,\"params\":%zu,"
+                          "\"steps\":%lld,\"global_batch\":%lld,\"micro_batch\":%lld",
+                          DT_VERSION, r->world, dt_model_num_params(r->model),
+                          (long long)r->total_steps, (long long)r->job->train.global_batch,
+                          (long long)r->micro);
+    st = dt_dist_agree(r->comm, st);
 out:
-    close_run(&r, st);
+    return st;
+}
+
+/* "[b0,b1,...]": training-split bytes each rank read from the dataset. */
+static dt_status bytes_per_rank(struct run *r, char *out, size_t len)
+{
+    uint64_t mine = dt_loader_bytes_read(r->train_ld), *all = NULL;
+    dt_status st = dt_calloc((size_t)r->world, sizeof *all, "per-rank byte counts", (void **)&all);
+    if (st == DT_OK)
+        st = r->world == 1 ? (all[0] = mine, DT_OK)
+                           : dt_comm_allgather(r->comm, &mine, all, sizeof mine);
+    size_t k = (size_t)snprintf(out, len, "[");
+    for (int i = 0; st == DT_OK && i < r->world && k < len; i++)
+        k += (size_t)snprintf(out + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)all[i]);
+    if (k < len)
+        snprintf(out + k, len - k, "]");
+    free(all);
+    return st;
+}
+
+static dt_status finish(struct run *r, const struct dt_train_result *res)
+{
+    char dur[32], bytes[2048];
+    dt_status st = bytes_per_rank(r, bytes, sizeof bytes);
+    if (st != DT_OK)
+        return st;
+    dt_format_duration(res->seconds, dur, sizeof dur);
+    DT_LOG_INFO("train", "done: %lld steps (%lld epoch%s) on %d rank%s in %s, %.0f samples/s, "
+                         "%.1f GFLOP/s; final test accuracy %.2f%% (loss %.4f)",
+                (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s",
+                r->world, r->world == 1 ? "" : "s", dur, res->samples_per_s, res->gflops,
+                100.0 * res->test_acc, res->test_loss);
+    st = dt_metrics_write(
+        r->metrics,
+        "\"type\":\"summary\",\"world\":%d,\"steps\":%lld,\"epochs\":%lld,\"samples\":%lld,"
+        "\"seconds\":%.3f,\"samples_per_s\":%.1f,\"gflops\":%.3f,\"test_loss\":%.9g,"
+        "\"test_acc\":%.6f,\"train_bytes_read_per_rank\":%s",
+        r->world, (long long)res->steps, (long long)res->epochs, (long long)res->samples,
+        res->seconds, res->samples_per_s, res->gflops, res->test_loss, res->test_acc, bytes);
+    return dt_dist_agree(r->comm, st);
+}
+
+dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, struct dt_train_result *res)
+{
+    dt_status st;
+    struct run r = {.job = job, .comm = comm};
+    memset(res, 0, sizeof *res);
+    r.rank = dt_comm_rank(comm);
+    r.world = dt_comm_size(comm);
+    r.quiet = strcmp(job->runtime.progress, "off") == 0;
+    r.bar = r.rank == 0 && !r.quiet && want_bar(job);
+    DT_CHECK(dt_fault_init());
+    DT_CHECK(start(&r));
+    DT_CHECK(train_loop(&r, res));
+    DT_CHECK(dt_train_save_model(&r));
+    st = finish(&r, res);
+out:
+    /* every failure past start-up that is not a communication failure was
+     * agreed by all ranks (see agree_outcome) */
+    res->comm_failed = st == DT_ERR_COMM;
+    dt_train_close(&r, st);
     return st;
 }

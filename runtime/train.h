@@ -2,13 +2,14 @@
  * train.h - the training run: opens the dataset, builds the model and the
  * optimizer on the chosen backend, runs the step loop with gradient
  * accumulation, evaluates each epoch, and writes the run directory
- * (config.yaml, train.log, metrics.jsonl).
+ * (config.yaml, train.log, metrics.jsonl), on one rank or many.
  */
 #ifndef DT_TRAIN_H
 #define DT_TRAIN_H
 
 #include <stdint.h>
 
+#include "../collectives/comm.h"
 #include "config.h"
 #include "status.h"
 
@@ -21,9 +22,13 @@ struct dt_train_result {
     double train_loss;      /* mean loss over the last logging window */
     double test_loss, test_acc; /* last evaluation (acc in [0, 1]) */
     double gflops;          /* achieved model GFLOP/s during training */
+    int comm_failed;        /* the ranks fell out of step: abort the job */
 };
 
-/* Runs job to completion. The run directory is output.dir. */
-dt_status dt_train_run(const struct dt_job *job, struct dt_train_result *res);
+/* Runs job to completion on every rank of comm (collective). Rank 0
+ * writes the run directory, output.dir. A failure on any rank is returned
+ * on every rank with the failing rank's message, unless res->comm_failed:
+ * then the ranks are out of step and the caller must abort the job. */
+dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, struct dt_train_result *res);
 
 #endif

@@ -99,7 +99,7 @@ int main(int argc, char **argv)
         char name[64];
         if ((st = dt_model_zero_grads(m)) != DT_OK ||
             (st = dt_model_forward(m, x, y, rows, 1, 1, k - 1, 0, &loss, &correct)) != DT_OK ||
-            (st = dt_model_backward(m, rows, 1.0f / (float)rows)) != DT_OK ||
+            (st = dt_model_backward(m, rows, 1.0f / (float)rows, NULL)) != DT_OK ||
             (st = dt_model_get_grads(m, buf)) != DT_OK)
             return fail(st);
         snprintf(name, sizeof name, "grads_%d.bin", k);

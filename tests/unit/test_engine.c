@@ -106,7 +106,7 @@ static void check_model_grad(const char *act)
     int64_t correct = 0;
     CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
     CU_ASSERT_EQUAL(dt_model_forward(m, x, y, R, 1, 1, 0, 0, &loss, &correct), DT_OK);
-    CU_ASSERT_EQUAL(dt_model_backward(m, R, 1.0f), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(m, R, 1.0f, NULL), DT_OK);
     CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
     CU_ASSERT_EQUAL(dt_model_get_params(m, p), DT_OK);
     const double h = 1e-2;
@@ -150,14 +150,14 @@ static void test_accumulation(void)
     int64_t ca = 0, cb = 0;
     dt_model_zero_grads(a);
     CU_ASSERT_EQUAL(dt_model_forward(a, x, y, R, 1, 11, 3, 0, &la, &ca), DT_OK);
-    CU_ASSERT_EQUAL(dt_model_backward(a, R, 1.0f / R), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(a, R, 1.0f / R, NULL), DT_OK);
     dt_model_zero_grads(b);
     for (int k = 0; k < 2; k++) {
         int off = k * R / 2;
         CU_ASSERT_EQUAL(dt_model_forward(b, x + off * IN_H * IN_W, y + off, R / 2, 1, 11, 3, off,
                                          &lb, &cb),
                         DT_OK);
-        CU_ASSERT_EQUAL(dt_model_backward(b, R / 2, 1.0f / R), DT_OK);
+        CU_ASSERT_EQUAL(dt_model_backward(b, R / 2, 1.0f / R, NULL), DT_OK);
     }
     dt_model_get_grads(a, ga);
     dt_model_get_grads(b, gb);
@@ -179,6 +179,60 @@ static void test_accumulation(void)
     free(gb);
     dt_model_destroy(a);
     dt_model_destroy(b);
+}
+
+struct hook_log {
+    size_t calls, last, first_done;
+    int monotonic;
+    float *first_copy; /* the gradient buffer at the first report */
+    dt_model_t *m;
+};
+
+static dt_status record_ready(void *ctx, size_t done)
+{
+    struct hook_log *h = ctx;
+    h->monotonic &= done > h->last;
+    h->last = done;
+    if (h->calls++ == 0) {
+        h->first_done = done;
+        dt_model_get_grads(h->m, h->first_copy);
+    }
+    return DT_OK;
+}
+
+/* The hook reports a growing prefix of final gradients: what it reported
+ * as final does not change during the rest of backward. */
+static void test_grad_hook(void)
+{
+    small_job("relu", 0.0);
+    enum { R = 5 };
+    dt_model_t *m = make_model(R);
+    float x[R * IN_H * IN_W];
+    int32_t y[R];
+    random_batch(x, y, R, 9);
+    size_t n = dt_model_num_params(m);
+    float *final = malloc(n * sizeof(float));
+    struct hook_log h = {.monotonic = 1, .first_copy = malloc(n * sizeof(float)), .m = m};
+    struct dt_grad_hook hook = {record_ready, &h};
+    double loss = 0;
+    int64_t correct = 0;
+    dt_model_zero_grads(m);
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, R, 1, 1, 0, 0, &loss, &correct), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(m, R, 1.0f, &hook), DT_OK);
+    dt_model_get_grads(m, final);
+    CU_ASSERT_EQUAL(h.calls, 3); /* three linear layers */
+    CU_ASSERT(h.monotonic);
+    CU_ASSERT_EQUAL(h.last, n);
+    /* the first report is fc3 alone: 6*5 weights + 5 biases */
+    CU_ASSERT_EQUAL(h.first_done, (size_t)(6 * 5 + 5));
+    CU_ASSERT_EQUAL(memcmp(h.first_copy, final, h.first_done * sizeof(float)), 0);
+    double mag = 0;
+    for (size_t i = 0; i < h.first_done; i++)
+        mag += fabs(final[i]);
+    CU_ASSERT(mag > 0);
+    free(final);
+    free(h.first_copy);
+    dt_model_destroy(m);
 }
 
 static void test_schedules(void)
@@ -252,6 +306,7 @@ int main(void)
     CU_ADD(s, test_grad_tanh);
     CU_ADD(s, test_grad_gelu);
     CU_ADD(s, test_accumulation);
+    CU_ADD(s, test_grad_hook);
     CU_ADD(s, test_schedules);
     CU_ADD(s, test_clip);
     CU_ADD(s, test_optim_sgd_steps);

@@ -1,0 +1,40 @@
+/*
+ * bench.h - communicator benchmarks (`dtrain bench allreduce`).
+ *
+ * The all-reduce benchmark times in-place fp32 SUM all-reduces over a
+ * range of power-of-two sizes, like nccl-tests' all_reduce_perf, and checks
+ * every size's result exactly on every rank, so a number it prints is the
+ * speed of a collective that gave the right answer.
+ */
+#ifndef DT_BENCH_H
+#define DT_BENCH_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../runtime/status.h"
+#include "comm.h"
+
+#define DT_BENCH_MIN_BYTES ((size_t)8)
+#define DT_BENCH_MAX_BYTES ((size_t)256 << 20)
+#define DT_BENCH_WARMUP 2
+#define DT_BENCH_TARGET_S 0.2 /* timed seconds per size when iters is adaptive */
+#define DT_BENCH_MIN_ITERS 3
+#define DT_BENCH_MAX_ITERS 1000
+
+struct dt_bench_allreduce_opts {
+    size_t min_bytes; /* smallest size, rounded up to a power of two >= 8; 0: 8 */
+    size_t max_bytes; /* largest size (the largest power of two <= it); 0: 256 MiB */
+    int iters;        /* timed ops per size; 0: adaptive, about DT_BENCH_TARGET_S per size */
+    int warmup;       /* untimed ops per size before timing; 0: DT_BENCH_WARMUP */
+};
+
+/* Collective: every rank calls it with the same options. Uses one buffer of
+ * the largest size per rank. Rank 0 writes the table to `out` (other ranks
+ * may pass NULL). A wrong result anywhere makes every rank return
+ * DT_ERR_INTERNAL naming size, rank and index; bad options or a failed
+ * allocation make every rank return the same status. After DT_ERR_COMM the
+ * ranks may disagree: the caller should abort the communicator. */
+dt_status dt_bench_allreduce(dt_comm_t *c, const struct dt_bench_allreduce_opts *o, FILE *out);
+
+#endif

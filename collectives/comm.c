@@ -1,0 +1,189 @@
+/*
+ * comm.c - the public dt_comm_* entry points and the backend registry.
+ *
+ * Each entry point checks its arguments once, here, with messages that say
+ * which call and which value was wrong, then dispatches through the
+ * backend's vtable (comm_impl.h). The checks depend only on the arguments,
+ * so when every rank makes the same call every rank rejects it alike and
+ * none is left waiting in a collective. The registry is the one place that
+ * knows which backends are built (the NCCL #ifdef will live here).
+ */
+#include "comm.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+
+struct backend_entry {
+    const char *name;
+    dt_status (*create)(dt_comm_t **out);
+};
+
+static const struct backend_entry backends[] = {
+    {"mpi", dt_mpi_comm_create},
+};
+
+#define NBACKENDS (sizeof backends / sizeof backends[0])
+
+static const char built_names[] = "mpi";
+
+dt_status dt_comm_create(const char *backend, dt_comm_t **out)
+{
+    *out = NULL;
+    if (!backend || !backend[0])
+        return dt_set_error(DT_ERR_INVALID_ARG, "no communicator backend named (built: %s)",
+                            built_names);
+    for (size_t i = 0; i < NBACKENDS; i++)
+        if (!strcmp(backend, backends[i].name)) return backends[i].create(out);
+    if (!strcmp(backend, "nccl"))
+        return dt_set_error(DT_ERR_UNSUPPORTED, "the nccl communicator is not implemented in "
+                                                "this version; use the mpi backend");
+    return dt_set_error(DT_ERR_UNSUPPORTED, "unknown communicator backend '%s' (built: %s)",
+                        backend, built_names);
+}
+
+void dt_comm_destroy(dt_comm_t *c)
+{
+    if (c) c->ops->destroy(c);
+}
+
+void dt_comm_abort(dt_comm_t *c, int exit_code)
+{
+    fflush(NULL);
+    if (c) c->ops->abort(c, exit_code);
+    _exit(exit_code);
+}
+
+const char *dt_comm_backend(const dt_comm_t *c)
+{
+    return c->ops->name;
+}
+int dt_comm_rank(const dt_comm_t *c)
+{
+    return c->rank;
+}
+int dt_comm_size(const dt_comm_t *c)
+{
+    return c->size;
+}
+int dt_comm_local_rank(const dt_comm_t *c)
+{
+    return c->local_rank;
+}
+int dt_comm_local_size(const dt_comm_t *c)
+{
+    return c->local_size;
+}
+const char *dt_comm_host(const dt_comm_t *c)
+{
+    return c->host;
+}
+
+size_t dt_comm_dtype_size(enum dt_comm_dtype t)
+{
+    switch (t) {
+    case DT_COMM_F32:
+    case DT_COMM_I32:
+        return 4;
+    case DT_COMM_F64:
+    case DT_COMM_I64:
+        return 8;
+    case DT_COMM_U8:
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- argument checks ---------------------------------------------------- */
+
+static dt_status check_buf(const char *call, const void *buf, size_t count, const char *what)
+{
+    if (!buf && count > 0)
+        return dt_set_error(DT_ERR_INVALID_ARG, "%s: %s is NULL but the count is %zu", call, what,
+                            count);
+    return DT_OK;
+}
+
+static dt_status check_reduce(const char *call, const void *buf, size_t count, enum dt_comm_dtype t,
+                              enum dt_comm_op op)
+{
+    if (dt_comm_dtype_size(t) == 0)
+        return dt_set_error(DT_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)t);
+    if (op != DT_COMM_SUM && op != DT_COMM_AVG && op != DT_COMM_MAX && op != DT_COMM_MIN)
+        return dt_set_error(DT_ERR_INVALID_ARG, "%s: unknown reduction %d", call, (int)op);
+    if (op == DT_COMM_AVG && t != DT_COMM_F32 && t != DT_COMM_F64)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "%s: AVG needs a floating-point dtype (use SUM for integers)", call);
+    return check_buf(call, buf, count, "the buffer");
+}
+
+/* ---- collectives -------------------------------------------------------- */
+
+dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                            enum dt_comm_op op)
+{
+    dt_status st = check_reduce("dt_comm_allreduce", buf, count, t, op);
+    return st != DT_OK ? st : c->ops->allreduce(c, buf, count, t, op);
+}
+
+dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                             enum dt_comm_op op, dt_comm_req_t **req)
+{
+    if (!req) return dt_set_error(DT_ERR_INVALID_ARG, "dt_comm_iallreduce: req is NULL");
+    *req = NULL;
+    dt_status st = check_reduce("dt_comm_iallreduce", buf, count, t, op);
+    return st != DT_OK ? st : c->ops->iallreduce(c, buf, count, t, op, req);
+}
+
+dt_status dt_comm_test(dt_comm_t *c, dt_comm_req_t *req, int *done)
+{
+    *done = 0;
+    if (!req) return dt_set_error(DT_ERR_INVALID_ARG, "dt_comm_test: req is NULL");
+    return c->ops->test(c, req, done);
+}
+
+dt_status dt_comm_wait(dt_comm_t *c, dt_comm_req_t *req)
+{
+    if (!req) return dt_set_error(DT_ERR_INVALID_ARG, "dt_comm_wait: req is NULL");
+    return c->ops->wait(c, req);
+}
+
+dt_status dt_comm_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
+{
+    if (root < 0 || root >= c->size)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_comm_broadcast: root %d is not a rank of this job (0..%d)", root,
+                            c->size - 1);
+    dt_status st = check_buf("dt_comm_broadcast", buf, bytes, "the buffer");
+    return st != DT_OK ? st : c->ops->broadcast(c, buf, bytes, root);
+}
+
+dt_status dt_comm_allgather(dt_comm_t *c, const void *send, void *recv, size_t bytes)
+{
+    if (bytes > SIZE_MAX / (size_t)c->size)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_comm_allgather: %zu bytes from each of %d ranks overflow size_t",
+                            bytes, c->size);
+    dt_status st = check_buf("dt_comm_allgather", send, bytes, "send");
+    if (st == DT_OK) st = check_buf("dt_comm_allgather", recv, bytes, "recv");
+    return st != DT_OK ? st : c->ops->allgather(c, send, recv, bytes);
+}
+
+dt_status dt_comm_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
+                                 enum dt_comm_dtype t, enum dt_comm_op op)
+{
+    if (count > SIZE_MAX / (size_t)c->size)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_comm_reduce_scatter: %zu elements for each of %d ranks overflow "
+                            "size_t",
+                            count, c->size);
+    dt_status st = check_reduce("dt_comm_reduce_scatter", send, count, t, op);
+    if (st == DT_OK) st = check_buf("dt_comm_reduce_scatter", recv, count, "recv");
+    return st != DT_OK ? st : c->ops->reduce_scatter(c, send, recv, count, t, op);
+}
+
+dt_status dt_comm_barrier(dt_comm_t *c)
+{
+    return c->ops->barrier(c);
+}

@@ -1,0 +1,68 @@
+/*
+ * comm.h - the communicator: collectives between the ranks of a job.
+ *
+ * Backends: "mpi" (host buffers; a duplicate of MPI_COMM_WORLD with
+ * MPI_ERRORS_RETURN, so every MPI failure comes back as a status carrying
+ * MPI's own text) and, in CUDA builds, "nccl" (device buffers, bootstrapped
+ * over MPI). Buffers are device pointers of the backend the communicator
+ * serves. A communicator is used by one thread.
+ *
+ * abort() is the non-blocking teardown after an error, so no peer is left
+ * waiting in a collective; destroy() is the clean one.
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/status.h"
+
+typedef struct dt_comm dt_comm_t;
+typedef struct dt_comm_req dt_comm_req_t;
+
+enum dt_comm_dtype { DT_COMM_F32, DT_COMM_F64, DT_COMM_I32, DT_COMM_I64, DT_COMM_U8 };
+enum dt_comm_op { DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN };
+
+/* Creates a communicator over every rank of the job. MPI must be
+ * initialised. Unknown backend: DT_ERR_UNSUPPORTED naming the ones built. */
+dt_status dt_comm_create(const char *backend, dt_comm_t **out);
+void dt_comm_destroy(dt_comm_t *c);
+/* Tears the whole job down without waiting for peers (MPI_Abort for mpi),
+ * exiting with `exit_code`. Does not return. */
+void dt_comm_abort(dt_comm_t *c, int exit_code) __attribute__((noreturn));
+
+const char *dt_comm_backend(const dt_comm_t *c);
+int dt_comm_rank(const dt_comm_t *c);
+int dt_comm_size(const dt_comm_t *c);
+/* Rank among the ranks on this node, and how many there are (from a
+ * shared-memory split). */
+int dt_comm_local_rank(const dt_comm_t *c);
+int dt_comm_local_size(const dt_comm_t *c);
+/* This node's host name. */
+const char *dt_comm_host(const dt_comm_t *c);
+
+/* In place over count elements. AVG divides the sum by the world size. */
+dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                            enum dt_comm_op op);
+/* Non-blocking in-place allreduce; *req must be completed with
+ * dt_comm_wait (or dt_comm_test until done) before buf is touched. */
+dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                             enum dt_comm_op op, dt_comm_req_t **req);
+/* *done = 1 and the request is freed when it has completed; lets the
+ * library progress it meanwhile. */
+dt_status dt_comm_test(dt_comm_t *c, dt_comm_req_t *req, int *done);
+/* Waits for and frees a request. */
+dt_status dt_comm_wait(dt_comm_t *c, dt_comm_req_t *req);
+
+dt_status dt_comm_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root);
+/* recv gets size * bytes: rank r's `bytes` at offset r * bytes. */
+dt_status dt_comm_allgather(dt_comm_t *c, const void *send, void *recv, size_t bytes);
+/* send holds size * count elements; recv gets this rank's reduced count. */
+dt_status dt_comm_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
+                                 enum dt_comm_dtype t, enum dt_comm_op op);
+dt_status dt_comm_barrier(dt_comm_t *c);
+
+size_t dt_comm_dtype_size(enum dt_comm_dtype t);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * comm_impl.h - the communicator vtable. Only backends, the registry in
+ * comm.c and white-box tests include this.
+ *
+ * A backend allocates a struct whose first member is struct dt_comm, fills
+ * the common fields and points `ops` at its table. comm.c checks the
+ * arguments every backend would otherwise check (dtype, op, NULL buffers,
+ * AVG on integers, root range), so an entry point sees only valid calls.
+ * `struct dt_comm_req` is defined by each backend in its own source file;
+ * comm.c passes the pointer through untouched.
+ */
+#ifndef DT_COMM_IMPL_H
+#define DT_COMM_IMPL_H
+
+#include "comm.h"
+
+#define DT_COMM_HOST_MAX 256
+
+struct dt_comm_ops {
+    const char *name;
+    dt_status (*allreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                           enum dt_comm_op op);
+    dt_status (*iallreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                            enum dt_comm_op op, dt_comm_req_t **req);
+    /* test and wait free the request when they report it done, and also
+     * when they fail (the caller cannot use it again either way). */
+    dt_status (*test)(dt_comm_t *c, dt_comm_req_t *req, int *done);
+    dt_status (*wait)(dt_comm_t *c, dt_comm_req_t *req);
+    dt_status (*broadcast)(dt_comm_t *c, void *buf, size_t bytes, int root);
+    dt_status (*allgather)(dt_comm_t *c, const void *send, void *recv, size_t bytes);
+    dt_status (*reduce_scatter)(dt_comm_t *c, const void *send, void *recv, size_t count,
+                                enum dt_comm_dtype t, enum dt_comm_op op);
+    dt_status (*barrier)(dt_comm_t *c);
+    /* May return if the library could not abort; comm.c then _exits. */
+    void (*abort)(dt_comm_t *c, int exit_code);
+    /* Frees the backend's resources and the struct itself. */
+    void (*destroy)(dt_comm_t *c);
+};
+
+struct dt_comm {
+    const struct dt_comm_ops *ops;
+    int rank, size;
+    int local_rank, local_size;
+    char host[DT_COMM_HOST_MAX];
+    /* Most elements (or bytes, for byte collectives) one library call
+     * takes; a backend splits larger calls into pieces of this size. The
+     * mpi backend sets INT_MAX; tests lower it to exercise the splitting. */
+    size_t max_count;
+};
+
+/* collectives/mpi/comm_mpi.c */
+dt_status dt_mpi_comm_create(dt_comm_t **out);
+
+#endif

@@ -1,0 +1,411 @@
+/*
+ * comm_mpi.c - the "mpi" communicator: collectives on host buffers with
+ * MPI.
+ *
+ * It works on a duplicate of MPI_COMM_WORLD whose error handler is
+ * MPI_ERRORS_RETURN, so a failing MPI call comes back here and becomes
+ * DT_ERR_COMM with the operation, the sizes, the rank and MPI's own text,
+ * instead of killing the job from inside the library. MPI counts are ints:
+ * larger calls are split into pieces of at most max_count elements
+ * (non-blocking ones become one request per piece), except reduce-scatter,
+ * whose strided layout would need derived datatypes in a reduction; it
+ * refuses such sizes clearly. AVG is MPI_SUM followed by a division by the
+ * world size, done when the data is final (after the wait for iallreduce).
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/log.h"
+#include "../../runtime/util.h"
+#include "../comm_impl.h"
+
+struct mpi_comm {
+    struct dt_comm base; /* first, so a dt_comm_t * is a struct mpi_comm * */
+    MPI_Comm world;      /* duplicate of MPI_COMM_WORLD, errors return */
+    MPI_Comm local;      /* the ranks that share this node's memory */
+};
+
+/* One iallreduce: a request per piece, and what AVG needs at the end. */
+struct dt_comm_req {
+    struct mpi_comm *owner;
+    void *buf;
+    size_t count;
+    enum dt_comm_dtype dtype;
+    enum dt_comm_op op;
+    int nparts;
+    MPI_Request parts[];
+};
+
+static struct mpi_comm *impl(dt_comm_t *c)
+{
+    return (struct mpi_comm *)c;
+}
+
+static MPI_Datatype mpi_dtype(enum dt_comm_dtype t)
+{
+    switch (t) {
+    case DT_COMM_F32:
+        return MPI_FLOAT;
+    case DT_COMM_F64:
+        return MPI_DOUBLE;
+    case DT_COMM_I32:
+        return MPI_INT32_T;
+    case DT_COMM_I64:
+        return MPI_INT64_T;
+    case DT_COMM_U8:
+        return MPI_UINT8_T;
+    }
+    DT_ASSERT(0 && "unknown dtype");
+    return MPI_DATATYPE_NULL;
+}
+
+static const char *dtype_plural(enum dt_comm_dtype t)
+{
+    static const char *const names[] = {"floats", "doubles", "int32s", "int64s", "bytes"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "elements";
+}
+
+static MPI_Op mpi_op(enum dt_comm_op op)
+{
+    switch (op) {
+    case DT_COMM_SUM:
+    case DT_COMM_AVG:
+        return MPI_SUM;
+    case DT_COMM_MAX:
+        return MPI_MAX;
+    case DT_COMM_MIN:
+        return MPI_MIN;
+    }
+    DT_ASSERT(0 && "unknown reduction");
+    return MPI_OP_NULL;
+}
+
+/* Largest count one MPI call gets here. */
+static size_t piece_limit(const dt_comm_t *c)
+{
+    DT_ASSERT(c->max_count > 0);
+    return c->max_count < (size_t)INT_MAX ? c->max_count : (size_t)INT_MAX;
+}
+
+/* Records DT_ERR_COMM for a failed call: "<what> failed on rank R: <MPI's
+ * text>", e.g. "MPI_Bcast of 64 bytes from root 3 failed on rank 1:
+ * MPI_ERR_ROOT: invalid root". */
+static dt_status __attribute__((format(printf, 3, 4)))
+mpi_fail(int rc, int rank, const char *fmt, ...)
+{
+    char what[256], text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", rc);
+    return dt_set_error(DT_ERR_COMM, "%s failed on rank %d: %s", what, rank, text);
+}
+
+static dt_status check_rc(int rc, int rank, const char *what)
+{
+    return rc == MPI_SUCCESS ? DT_OK : mpi_fail(rc, rank, "%s", what);
+}
+
+/* " (piece a..b of n)" when a call was split into pieces, else "". */
+static const char *piece_note(char *buf, size_t len, size_t off, size_t n, size_t total)
+{
+    if (n == total) return "";
+    snprintf(buf, len, " (piece %zu..%zu of %zu)", off, off + n, total);
+    return buf;
+}
+
+static void scale_avg(void *buf, size_t count, enum dt_comm_dtype t, int size)
+{
+    if (t == DT_COMM_F32) {
+        float *p = buf, n = (float)size;
+        for (size_t i = 0; i < count; i++)
+            p[i] /= n;
+    } else if (t == DT_COMM_F64) {
+        double *p = buf, n = (double)size;
+        for (size_t i = 0; i < count; i++)
+            p[i] /= n;
+    }
+}
+
+/* ---- blocking collectives ----------------------------------------------- */
+
+static dt_status mpi_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                               enum dt_comm_op op)
+{
+    size_t lim = piece_limit(c), esz = dt_comm_dtype_size(t);
+    char note[96];
+    for (size_t off = 0; off < count; off += lim) {
+        size_t n = count - off < lim ? count - off : lim;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)n, mpi_dtype(t),
+                               mpi_op(op), impl(c)->world);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, c->rank, "MPI_Allreduce of %zu %s%s", n, dtype_plural(t),
+                            piece_note(note, sizeof note, off, n, count));
+    }
+    if (op == DT_COMM_AVG) scale_avg(buf, count, t, c->size);
+    return DT_OK;
+}
+
+static dt_status mpi_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
+{
+    size_t lim = piece_limit(c);
+    char note[96];
+    for (size_t off = 0; off < bytes; off += lim) {
+        size_t n = bytes - off < lim ? bytes - off : lim;
+        int rc = MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, c->rank, "MPI_Bcast of %zu bytes from root %d%s", n, root,
+                            piece_note(note, sizeof note, off, n, bytes));
+    }
+    return DT_OK;
+}
+
+/* Bytes [off, off+n) of every rank's block: received through a datatype of
+ * n bytes whose extent is a whole block, so rank r's piece lands at
+ * r * bytes + off. */
+static dt_status allgather_piece(dt_comm_t *c, const char *send, char *recv, size_t bytes,
+                                 size_t off, size_t n)
+{
+    MPI_Datatype piece = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
+    char note[96];
+    int rc = MPI_Type_contiguous((int)n, MPI_BYTE, &piece);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_create_resized(piece, 0, (MPI_Aint)bytes, &strided);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&strided);
+    dt_status st = check_rc(rc, c->rank, "creating the datatype for a split MPI_Allgather");
+    if (st != DT_OK) goto out;
+    rc = MPI_Allgather(send + off, (int)n, MPI_BYTE, recv + off, 1, strided, impl(c)->world);
+    if (rc != MPI_SUCCESS)
+        st = mpi_fail(rc, c->rank, "MPI_Allgather of %zu bytes per rank%s", n,
+                      piece_note(note, sizeof note, off, n, bytes));
+out:
+    if (strided != MPI_DATATYPE_NULL) MPI_Type_free(&strided);
+    if (piece != MPI_DATATYPE_NULL) MPI_Type_free(&piece);
+    return st;
+}
+
+static dt_status mpi_allgather(dt_comm_t *c, const void *send, void *recv, size_t bytes)
+{
+    size_t lim = piece_limit(c);
+    if (bytes == 0) return DT_OK;
+    if (bytes > lim) {
+        dt_status st = DT_OK;
+        for (size_t off = 0; off < bytes && st == DT_OK; off += lim)
+            st = allgather_piece(c, send, recv, bytes, off, bytes - off < lim ? bytes - off : lim);
+        return st;
+    }
+    /* MPI forbids overlapping send and recv unless it is told so. */
+    const void *s = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+    int rc = MPI_Allgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, impl(c)->world);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, c->rank, "MPI_Allgather of %zu bytes per rank", bytes);
+    return DT_OK;
+}
+
+static dt_status mpi_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
+                                    enum dt_comm_dtype t, enum dt_comm_op op)
+{
+    size_t lim = piece_limit(c);
+    if (count == 0) return DT_OK;
+    if (count > lim)
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "dt_comm_reduce_scatter: %zu %s per rank is more than one MPI call "
+                            "takes (%zu); split the call into smaller ones",
+                            count, dtype_plural(t), lim);
+    int rc =
+        MPI_Reduce_scatter_block(send, recv, (int)count, mpi_dtype(t), mpi_op(op), impl(c)->world);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, c->rank, "MPI_Reduce_scatter_block of %zu %s per rank", count,
+                        dtype_plural(t));
+    if (op == DT_COMM_AVG) scale_avg(recv, count, t, c->size);
+    return DT_OK;
+}
+
+static dt_status mpi_barrier(dt_comm_t *c)
+{
+    return check_rc(MPI_Barrier(impl(c)->world), c->rank, "MPI_Barrier");
+}
+
+/* ---- non-blocking allreduce --------------------------------------------- */
+
+static dt_status mpi_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+                                enum dt_comm_op op, dt_comm_req_t **out)
+{
+    size_t lim = piece_limit(c), esz = dt_comm_dtype_size(t);
+    size_t nparts = count / lim + (count % lim != 0);
+    dt_comm_req_t *r = NULL;
+    int started = 0;
+    char note[96];
+    dt_status st = DT_OK;
+    if (nparts > (size_t)INT_MAX) {
+        st = dt_set_error(DT_ERR_UNSUPPORTED, "dt_comm_iallreduce: %zu %s need too many pieces",
+                          count, dtype_plural(t));
+        goto out;
+    }
+    DT_CHECK(
+        dt_malloc(sizeof *r + nparts * sizeof(MPI_Request), "an allreduce request", (void **)&r));
+    *r = (struct dt_comm_req){
+        .owner = impl(c), .buf = buf, .count = count, .dtype = t, .op = op, .nparts = (int)nparts};
+    for (size_t off = 0; off < count; off += lim, started++) {
+        size_t n = count - off < lim ? count - off : lim;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)n, mpi_dtype(t),
+                                mpi_op(op), impl(c)->world, &r->parts[started]);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_fail(rc, c->rank, "MPI_Iallreduce of %zu %s%s", n, dtype_plural(t),
+                          piece_note(note, sizeof note, off, n, count));
+            goto out;
+        }
+    }
+    *out = r;
+    r = NULL;
+out:
+    if (r) {
+        MPI_Waitall(started, r->parts, MPI_STATUSES_IGNORE);
+        free(r);
+    }
+    return st;
+}
+
+/* Completes a request whose pieces have all finished. */
+static void req_done(dt_comm_t *c, dt_comm_req_t *r)
+{
+    if (r->op == DT_COMM_AVG) scale_avg(r->buf, r->count, r->dtype, c->size);
+    free(r);
+}
+
+static dt_status req_fail(dt_comm_t *c, dt_comm_req_t *r, int rc, const char *call)
+{
+    dt_status st = mpi_fail(rc, c->rank, "%s on an MPI_Iallreduce of %zu %s", call, r->count,
+                            dtype_plural(r->dtype));
+    free(r);
+    return st;
+}
+
+static dt_status mpi_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
+{
+    DT_ASSERT(r->owner == impl(c));
+    int flag = 0;
+    int rc = MPI_Testall(r->nparts, r->parts, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return req_fail(c, r, rc, "MPI_Testall");
+    if (flag) {
+        req_done(c, r);
+        *done = 1;
+    }
+    return DT_OK;
+}
+
+static dt_status mpi_wait(dt_comm_t *c, dt_comm_req_t *r)
+{
+    DT_ASSERT(r->owner == impl(c));
+    int rc = MPI_Waitall(r->nparts, r->parts, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return req_fail(c, r, rc, "MPI_Waitall");
+    req_done(c, r);
+    return DT_OK;
+}
+
+/* ---- life cycle ----------------------------------------------------------- */
+
+static int mpi_usable(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
+static void mpi_abort(dt_comm_t *c, int exit_code)
+{
+    if (mpi_usable()) MPI_Abort(impl(c)->world, exit_code);
+}
+
+static void free_comm(struct mpi_comm *m)
+{
+    if (mpi_usable()) {
+        if (m->local != MPI_COMM_NULL && MPI_Comm_free(&m->local) != MPI_SUCCESS)
+            DT_LOG_WARN("comm", "MPI_Comm_free of the node-local communicator failed");
+        if (m->world != MPI_COMM_NULL && MPI_Comm_free(&m->world) != MPI_SUCCESS)
+            DT_LOG_WARN("comm", "MPI_Comm_free of the world duplicate failed");
+    }
+    free(m);
+}
+
+static void mpi_destroy(dt_comm_t *c)
+{
+    free_comm(impl(c));
+}
+
+static const struct dt_comm_ops mpi_ops = {
+    .name = "mpi",
+    .allreduce = mpi_allreduce,
+    .iallreduce = mpi_iallreduce,
+    .test = mpi_test,
+    .wait = mpi_wait,
+    .broadcast = mpi_broadcast,
+    .allgather = mpi_allgather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .barrier = mpi_barrier,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
+};
+
+/* Duplicates the world with errors returned, and splits off this node. */
+static dt_status make_comms(struct mpi_comm *m)
+{
+    dt_comm_t *c = &m->base;
+    dt_status st;
+    DT_CHECK(check_rc(MPI_Comm_dup(MPI_COMM_WORLD, &m->world), c->rank,
+                      "MPI_Comm_dup of MPI_COMM_WORLD"));
+    DT_CHECK(check_rc(MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN), c->rank,
+                      "MPI_Comm_set_errhandler"));
+    DT_CHECK(check_rc(MPI_Comm_rank(m->world, &c->rank), c->rank, "MPI_Comm_rank"));
+    DT_CHECK(check_rc(MPI_Comm_size(m->world, &c->size), c->rank, "MPI_Comm_size"));
+    DT_CHECK(check_rc(
+        MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &m->local),
+        c->rank, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"));
+    DT_CHECK(check_rc(MPI_Comm_set_errhandler(m->local, MPI_ERRORS_RETURN), c->rank,
+                      "MPI_Comm_set_errhandler"));
+    DT_CHECK(check_rc(MPI_Comm_rank(m->local, &c->local_rank), c->rank, "MPI_Comm_rank"));
+    DT_CHECK(check_rc(MPI_Comm_size(m->local, &c->local_size), c->rank, "MPI_Comm_size"));
+out:
+    return st;
+}
+
+_Static_assert(MPI_MAX_PROCESSOR_NAME <= DT_COMM_HOST_MAX, "host name buffer too small");
+
+static dt_status read_host(dt_comm_t *c)
+{
+    int len = 0;
+    memset(c->host, 0, sizeof c->host);
+    return check_rc(MPI_Get_processor_name(c->host, &len), c->rank, "MPI_Get_processor_name");
+}
+
+dt_status dt_mpi_comm_create(dt_comm_t **out)
+{
+    struct mpi_comm *m = NULL;
+    dt_status st = DT_OK;
+    *out = NULL;
+    if (!mpi_usable()) {
+        st = dt_set_error(DT_ERR_INVALID_ARG, "the mpi communicator needs MPI initialised (and "
+                                              "not yet finalised) before dt_comm_create");
+        goto out;
+    }
+    DT_CHECK(dt_calloc(1, sizeof *m, "the mpi communicator", (void **)&m));
+    m->world = m->local = MPI_COMM_NULL;
+    m->base.ops = &mpi_ops;
+    m->base.max_count = INT_MAX;
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->base.rank); /* for messages until the dup exists */
+    DT_CHECK(make_comms(m));
+    DT_CHECK(read_host(&m->base));
+    DT_LOG_DEBUG("comm", "mpi communicator: rank %d of %d, local %d of %d on %s", m->base.rank,
+                 m->base.size, m->base.local_rank, m->base.local_size, m->base.host);
+    *out = &m->base;
+    m = NULL;
+out:
+    if (m) free_comm(m);
+    return st;
+}

@@ -1,0 +1,236 @@
+/*
+ * reducer.c - the gradient reducer: sums the flat fp32 gradient buffer over
+ * all ranks in buckets, overlapping communication with backward.
+ *
+ * The bucket plan is fixed at creation and is a pure function of the
+ * buffer size and the options, so every rank cuts the buffer the same way
+ * and starts the same all-reduces in the same order. That order is what
+ * MPI requires of collectives, and it makes the sums bit-identical run to
+ * run for one world size, whatever the timing of ready() calls on each
+ * rank. Gradients arrive pre-scaled, so the reduction is a plain SUM.
+ *
+ * State per step: buckets [0, next) have been started; reqs[k] is non-NULL
+ * while bucket k is in flight; buckets before `oldest` are all complete.
+ */
+#include "reducer.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/log.h"
+#include "../runtime/util.h"
+
+#define MIB_BYTES 1048576.0
+#define GRAD_BYTES 4.0 /* fp32 */
+
+struct dt_reducer {
+    dt_comm_t *comm;
+    float *grads;
+    size_t total;
+    int overlap;
+    size_t nbuckets;
+    size_t *start;        /* nbuckets + 1 offsets; start[nbuckets] == total */
+    dt_comm_req_t **reqs; /* per bucket, non-NULL while in flight */
+    size_t next;          /* first bucket not yet started */
+    size_t oldest;        /* first bucket that may still be in flight */
+    int in_step;          /* between begin() and finish() */
+};
+
+size_t dt_bucket_plan(size_t total, size_t first_elems, size_t bucket_elems, size_t *offsets,
+                      size_t max)
+{
+    /* Zero-sized buckets would never cover anything: treat them as 1. */
+    size_t first = first_elems ? first_elems : 1, bucket = bucket_elems ? bucket_elems : 1;
+    if (total == 0) return 0;
+    size_t rest = total > first ? total - first : 0;
+    size_t n = 1 + rest / bucket + (rest % bucket != 0);
+    for (size_t k = 0; k < n && k < max; k++)
+        offsets[k] = k == 0 ? 0 : first + (k - 1) * bucket;
+    return n;
+}
+
+/* Elements of fp32 in `mb` MiB, at least 1. */
+static size_t mib_to_elems(double mb)
+{
+    double e = mb * MIB_BYTES / GRAD_BYTES;
+    if (!(e >= 1.0)) return 1;
+    if (e >= (double)SIZE_MAX) return SIZE_MAX;
+    return (size_t)e;
+}
+
+static dt_status check_opts(const float *grads, size_t total, const struct dt_reducer_opts *o)
+{
+    if (!grads && total > 0)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: the gradient buffer is NULL "
+                            "but has %zu elements",
+                            total);
+    if (!(o->bucket_mb > 0) || !isfinite(o->bucket_mb))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: comm.bucket_mb is %g; it must be a positive "
+                            "number of MiB",
+                            o->bucket_mb);
+    if (!(o->first_bucket_mb > 0) || !(o->first_bucket_mb <= o->bucket_mb))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: the first bucket (%g MiB) must be positive and "
+                            "no larger than comm.bucket_mb (%g MiB)",
+                            o->first_bucket_mb, o->bucket_mb);
+    return DT_OK;
+}
+
+dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
+                            const struct dt_reducer_opts *o, dt_reducer_t **out)
+{
+    dt_reducer_t *r = NULL;
+    *out = NULL;
+    dt_status st = check_opts(grads, total, o);
+    if (st != DT_OK) goto out;
+    size_t first = mib_to_elems(o->first_bucket_mb), bucket = mib_to_elems(o->bucket_mb);
+    size_t n = dt_bucket_plan(total, first, bucket, NULL, 0);
+    if (n > DT_REDUCER_MAX_BUCKETS) {
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "gradient reducer: %zu gradients in buckets of %g MiB make %zu "
+                          "buckets, more than the %d allowed; raise comm.bucket_mb",
+                          total, o->bucket_mb, n, DT_REDUCER_MAX_BUCKETS);
+        goto out;
+    }
+    DT_CHECK(dt_calloc(1, sizeof *r, "the gradient reducer", (void **)&r));
+    DT_CHECK(dt_calloc(n + 1, sizeof *r->start, "gradient bucket offsets", (void **)&r->start));
+    DT_CHECK(dt_calloc(n + 1, sizeof *r->reqs, "gradient bucket requests", (void **)&r->reqs));
+    *r = (struct dt_reducer){.comm = c,
+                             .grads = grads,
+                             .total = total,
+                             .overlap = o->overlap,
+                             .nbuckets = n,
+                             .start = r->start,
+                             .reqs = r->reqs};
+    dt_bucket_plan(total, first, bucket, r->start, n);
+    r->start[n] = total;
+    DT_LOG_DEBUG("comm", "gradient reducer: %zu floats in %zu buckets (first %zu, then %zu)", total,
+                 n, first, bucket);
+    *out = r;
+    r = NULL;
+out:
+    dt_reducer_destroy(r);
+    return st;
+}
+
+size_t dt_reducer_bucket_count(const dt_reducer_t *r)
+{
+    return r->nbuckets;
+}
+
+static dt_status bucket_error(const dt_reducer_t *r, dt_status st, size_t k)
+{
+    return dt_error_context(st, "gradient bucket %zu of %zu (elements %zu..%zu)", k, r->nbuckets,
+                            r->start[k], r->start[k + 1]);
+}
+
+static dt_status start_bucket(dt_reducer_t *r)
+{
+    size_t k = r->next, lo = r->start[k], hi = r->start[k + 1];
+    dt_status st =
+        dt_comm_iallreduce(r->comm, r->grads + lo, hi - lo, DT_COMM_F32, DT_COMM_SUM, &r->reqs[k]);
+    if (st != DT_OK) return bucket_error(r, st, k);
+    r->next = k + 1;
+    return DT_OK;
+}
+
+/* Tests the oldest buckets in flight, in order, stopping at the first one
+ * still running: one test is enough to let MPI progress all of them. */
+static dt_status progress(dt_reducer_t *r)
+{
+    for (; r->oldest < r->next; r->oldest++) {
+        size_t k = r->oldest;
+        int done = 0;
+        if (!r->reqs[k]) continue;
+        dt_status st = dt_comm_test(r->comm, r->reqs[k], &done);
+        if (st != DT_OK || done) r->reqs[k] = NULL; /* test frees the request either way */
+        if (st != DT_OK) return bucket_error(r, st, k);
+        if (!done) break;
+    }
+    return DT_OK;
+}
+
+/* Waits for every bucket in flight, even after a failure, so that no
+ * request outlives the step; the first error (and its message) wins. */
+static dt_status drain(dt_reducer_t *r)
+{
+    dt_status first = DT_OK;
+    char msg[1024] = "";
+    for (size_t k = r->oldest; k < r->next; k++) {
+        if (!r->reqs[k]) continue;
+        dt_status st = dt_comm_wait(r->comm, r->reqs[k]);
+        r->reqs[k] = NULL;
+        if (st != DT_OK && first == DT_OK) {
+            first = bucket_error(r, st, k);
+            snprintf(msg, sizeof msg, "%s", dt_last_error());
+        }
+    }
+    r->oldest = r->next;
+    return first == DT_OK ? DT_OK : dt_set_error(first, "%s", msg);
+}
+
+dt_status dt_reducer_begin(dt_reducer_t *r)
+{
+    dt_status st = drain(r);
+    r->next = r->oldest = 0;
+    r->in_step = 1;
+    if (st != DT_OK) return dt_error_context(st, "gradient reducer: the previous step's buckets");
+    return DT_OK;
+}
+
+dt_status dt_reducer_ready(dt_reducer_t *r, size_t done)
+{
+    if (!r->in_step)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_ready called outside a step (call dt_reducer_begin first)");
+    if (done > r->total)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_ready: %zu gradients done, but the buffer has %zu", done,
+                            r->total);
+    while (r->overlap && r->next < r->nbuckets && r->start[r->next + 1] <= done) {
+        dt_status st = start_bucket(r);
+        if (st != DT_OK) return st;
+    }
+    return progress(r);
+}
+
+dt_status dt_reducer_finish(dt_reducer_t *r, double *wait_s)
+{
+    double t0 = dt_now();
+    dt_status st = DT_OK;
+    if (!r->in_step) {
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "dt_reducer_finish called outside a step (call dt_reducer_begin first)");
+        goto out;
+    }
+    while (st == DT_OK && r->next < r->nbuckets)
+        st = start_bucket(r);
+    if (st == DT_OK) {
+        st = drain(r);
+    } else { /* the start failure's message wins over the drain's */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        (void)drain(r);
+        dt_set_error(st, "%s", msg);
+    }
+    r->in_step = 0;
+out:
+    if (wait_s) *wait_s = dt_now() - t0;
+    return st;
+}
+
+void dt_reducer_destroy(dt_reducer_t *r)
+{
+    if (!r) return;
+    if (r->reqs && r->oldest < r->next) {
+        DT_LOG_WARN("comm", "gradient reducer destroyed with buckets in flight; waiting for them");
+        (void)drain(r);
+    }
+    free(r->reqs);
+    free(r->start);
+    free(r);
+}

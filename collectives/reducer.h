@@ -1,0 +1,54 @@
+/*
+ * reducer.h - the gradient reducer: sums the flat gradient buffer over all
+ * ranks in buckets, overlapping communication with backward.
+ *
+ * The gradient buffer is laid out in the order backward finishes it (last
+ * layer first), so the gradients final after each layer form a growing
+ * prefix [0, done). The buffer is cut into buckets of about comm.bucket_mb
+ * (the first one smaller so communication starts early); as soon as the
+ * prefix covers a bucket its non-blocking all-reduce starts, and every
+ * later call progresses the ones in flight. finish() starts what is left
+ * and waits for all. Gradients arrive pre-scaled by 1/global batch rows, so
+ * the sum over ranks is the global mean (fp32).
+ */
+#ifndef DT_REDUCER_H
+#define DT_REDUCER_H
+
+#include <stddef.h>
+
+#include "../runtime/status.h"
+#include "comm.h"
+
+#define DT_REDUCER_MAX_BUCKETS 4096
+
+typedef struct dt_reducer dt_reducer_t;
+
+struct dt_reducer_opts {
+    double bucket_mb;       /* target bucket size in MiB (> 0) */
+    double first_bucket_mb; /* the first bucket's size in MiB (> 0, <= bucket_mb) */
+    int overlap;            /* 0: start every bucket only in finish() */
+};
+
+/* Cuts `total` elements into buckets: the first of first_elems, the rest of
+ * bucket_elems, the last taking what remains. Writes the bucket start
+ * offsets to offsets (at most max) and returns the count (0 if total is 0).
+ * Pure function, unit-tested. */
+size_t dt_bucket_plan(size_t total, size_t first_elems, size_t bucket_elems, size_t *offsets,
+                      size_t max);
+
+dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
+                            const struct dt_reducer_opts *o, dt_reducer_t **out);
+void dt_reducer_destroy(dt_reducer_t *r);
+
+size_t dt_reducer_bucket_count(const dt_reducer_t *r);
+
+/* Called before the backward whose gradients will be reduced. */
+dt_status dt_reducer_begin(dt_reducer_t *r);
+/* Gradients [0, done) are final: start the buckets they cover (with
+ * overlap on) and progress those in flight. Cheap when nothing changed. */
+dt_status dt_reducer_ready(dt_reducer_t *r, size_t done);
+/* Starts the remaining buckets and waits for all. *wait_s gets the time
+ * spent waiting here (communication not hidden behind backward). */
+dt_status dt_reducer_finish(dt_reducer_t *r, double *wait_s);
+
+#endif

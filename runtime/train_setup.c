@@ -1,0 +1,403 @@
+/*
+ * train_setup.c - everything before the first step of a run, in the order
+ * the ranks agree on it: the job, the run directory (rank 0), the dataset
+ * and its identity, the backend, the batch plan, the model and its
+ * initial parameters, the loaders and the gradient reducer. Each stage
+ * ends in an agreement, so a failure on any rank stops every rank with the
+ * failing rank's message and nobody waits in a collective.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../io/tensors.h"
+#include "dist.h"
+#include "fault.h"
+#include "log.h"
+#include "train_impl.h"
+#include "util.h"
+
+#define TRAIN_LOG "train.log"
+#define TRAIN_METRICS "metrics.jsonl"
+#define TRAIN_CONFIG "config.yaml"
+#define DIVISORS_SHOWN 6
+#define FIRST_BUCKET_MB 1.0
+
+/* ---- run directory (rank 0) ------------------------------------------ */
+
+static dt_status write_config(const struct dt_job *job, const char *dir)
+{
+    char tmp[4096 + 64], final[4096 + 64];
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, TRAIN_CONFIG);
+    snprintf(final, sizeof final, "%s/%s", dir, TRAIN_CONFIG);
+    FILE *fp = fopen(tmp, "w");
+    if (!fp)
+        return dt_set_error(DT_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    dt_job_write_yaml(job, fp);
+    int bad = ferror(fp);
+    bad |= fclose(fp) != 0;
+    if (bad || rename(tmp, final) != 0) {
+        unlink(tmp);
+        return dt_set_error(DT_ERR_IO, "cannot write '%s': %s", final, strerror(errno));
+    }
+    return DT_OK;
+}
+
+static dt_status open_run_dir_local(struct run *r)
+{
+    const char *dir = r->job->output.dir;
+    char path[4096 + 64];
+    dt_status st = dt_mkdir_p(dir);
+    if (st != DT_OK)
+        return dt_error_context(st, "output.dir");
+    if ((st = write_config(r->job, dir)) != DT_OK)
+        return st;
+    snprintf(path, sizeof path, "%s/%s", dir, TRAIN_LOG);
+    r->logf = fopen(path, "a");
+    if (!r->logf)
+        return dt_set_error(DT_ERR_IO, "cannot open log '%s': %s", path, strerror(errno));
+    dt_log_set_file(r->logf);
+    snprintf(path, sizeof path, "%s/%s", dir, TRAIN_METRICS);
+    return dt_metrics_open(path, &r->metrics);
+}
+
+dt_status dt_train_open_run_dir(struct run *r)
+{
+    dt_status st = r->rank == 0 ? open_run_dir_local(r) : DT_OK;
+    return dt_dist_agree(r->comm, st);
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+static dt_status open_data_local(struct run *r)
+{
+    const struct dt_job *job = r->job;
+    dt_status st;
+    if (dt_fault_armed("open", r->rank, -1))
+        return dt_set_error(DT_ERR_NOT_FOUND, "data.path: dataset %s: cannot open (DTRAIN_FAULT)",
+                            job->data.path);
+    if ((st = dt_dataset_open(job->data.path, &r->ds)) != DT_OK)
+        return dt_error_context(st, "data.path");
+    DT_CHECK(dt_dataset_split(r->ds, job->data.train_split, &r->train));
+    DT_CHECK(dt_dataset_split(r->ds, job->data.test_split, &r->test));
+    int same = r->train->ndim == r->test->ndim;
+    for (int i = 0; same && i < r->train->ndim; i++)
+        same = r->train->shape[i] == r->test->shape[i];
+    if (!same)
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "dataset '%s': splits '%s' and '%s' have different sample shapes",
+                          job->data.path, r->train->name, r->test->name);
+out:
+    return st;
+}
+
+/* What must be the same on every rank: classes, normalisation, and per
+ * split the size, shape, dtypes and label counts. */
+static void split_identity(const struct dt_split_info *s, int classes, char *out, size_t len)
+{
+    int k = snprintf(out, len, "%s: %lld x ", s->name, (long long)s->n);
+    for (int d = 0; d < s->ndim && k > 0 && (size_t)k < len; d++)
+        k += snprintf(out + k, len - (size_t)k, "%s%lld", d ? "x" : "", (long long)s->shape[d]);
+    if (k > 0 && (size_t)k < len)
+        snprintf(out + k, len - (size_t)k, " %s/%s labels %016llx", dt_dtype_name(s->x_dtype),
+                 dt_dtype_name(s->y_dtype),
+                 (unsigned long long)dt_hash64(s->class_counts,
+                                               (size_t)classes * sizeof s->class_counts[0]));
+}
+
+static void dataset_identity(const struct run *r, char *out, size_t len)
+{
+    const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
+    char tr[256], te[256];
+    split_identity(r->train, info->num_classes, tr, sizeof tr);
+    split_identity(r->test, info->num_classes, te, sizeof te);
+    snprintf(out, len, "[%d classes, norm %.9g/%.9g/%.9g; %s; %s]", info->num_classes,
+             (double)info->norm_scale, (double)info->norm_mean, (double)info->norm_std, tr, te);
+}
+
+dt_status dt_train_open_data(struct run *r)
+{
+    dt_status st = dt_dist_agree(r->comm, open_data_local(r));
+    if (st != DT_OK)
+        return st;
+    char id[600];
+    dataset_identity(r, id, sizeof id);
+    return dt_dist_check_same(r->comm, "the dataset", id, DT_ERR_BAD_DATA);
+}
+
+/* ---- backend --------------------------------------------------------------- */
+
+/* runtime.threads, or the cores this rank may use: all it is bound to when
+ * the launcher bound it, else an equal share of the node. */
+static int rank_threads(const struct run *r)
+{
+    if (r->job->runtime.threads > 0)
+        return (int)r->job->runtime.threads;
+    int aff = dt_cpu_count();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online > 0 && aff < online)
+        return aff;
+    int per = aff / dt_comm_local_size(r->comm);
+    return per > 0 ? per : 1;
+}
+
+static dt_status backend_local(struct run *r, const char **name)
+{
+    const struct dt_job *job = r->job;
+    struct dt_backend_opts o = {.threads = r->threads,
+                                .reference_kernels = job->runtime.reference_kernels};
+    *name = job->runtime.device;
+    if (strcmp(*name, "auto") == 0) {
+        char why[512];
+        if (dt_cuda_usable(why, sizeof why))
+            DT_LOG_INFO("runtime", "device: cpu (a GPU is present, %s, but this version of dtrain "
+                                   "has no CUDA compute backend yet)", why);
+        else
+            DT_LOG_INFO("runtime", "device: cpu; %s", why);
+        *name = "cpu";
+    }
+    dt_status st = dt_backend_create(*name, &o, &r->be);
+    return st == DT_OK ? st : dt_error_context(st, "runtime.device");
+}
+
+dt_status dt_train_choose_backend(struct run *r)
+{
+    const char *name = "cpu";
+    r->threads = rank_threads(r);
+    dt_status st = dt_dist_agree(r->comm, backend_local(r, &name));
+    if (st != DT_OK)
+        return st;
+    char line[DT_DIST_MSG];
+    snprintf(line, sizeof line, "rank %d/%d on %s, local rank %d/%d, device %s, %d thread%s%s",
+             r->rank, r->world, dt_comm_host(r->comm), dt_comm_local_rank(r->comm),
+             dt_comm_local_size(r->comm), name, r->threads, r->threads == 1 ? "" : "s",
+             r->job->runtime.reference_kernels ? ", reference kernels" : "");
+    return dt_dist_log_lines(r->comm, "runtime", line);
+}
+
+/* ---- batch plan -------------------------------------------------------- */
+
+static void list_divisors(int64_t n, char *out, size_t len)
+{
+    int shown = 0, k = 0;
+    out[0] = '\0';
+    for (int64_t d = 1; d <= n && shown < DIVISORS_SHOWN; d++) {
+        if (n % d)
+            continue;
+        k += snprintf(out + k, len - (size_t)k, "%s%lld", shown ? ", " : "", (long long)d);
+        shown++;
+        if ((size_t)k >= len)
+            break;
+    }
+}
+
+/* global batch = micro-batch x accumulation x ranks */
+static dt_status plan_batches(struct run *r)
+{
+    const struct dt_job *job = r->job;
+    int64_t g = job->train.global_batch, n = r->world;
+    if (g < n)
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.global_batch=%lld is smaller than the %lld ranks; every rank "
+                            "needs at least one sample per step: use at least %lld",
+                            (long long)g, (long long)n, (long long)n);
+    if (g % n)
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.global_batch=%lld does not split evenly over %lld ranks; use "
+                            "a multiple of %lld such as %lld or %lld",
+                            (long long)g, (long long)n, (long long)n, (long long)(g / n * n),
+                            (long long)((g / n + 1) * n));
+    r->per_rank = g / n;
+    r->micro = job->train.micro_batch > 0 ? job->train.micro_batch : r->per_rank;
+    if (r->per_rank % r->micro) {
+        char divs[128];
+        list_divisors(r->per_rank, divs, sizeof divs);
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.micro_batch=%lld does not divide the %lld samples each rank "
+                            "takes per step (train.global_batch=%lld over %lld ranks); use a "
+                            "divisor of %lld: %s, ...",
+                            (long long)r->micro, (long long)r->per_rank, (long long)g,
+                            (long long)n, (long long)r->per_rank, divs);
+    }
+    if (g > r->train->n)
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.global_batch=%lld is larger than split '%s' (%lld samples)",
+                            (long long)g, r->train->name, (long long)r->train->n);
+    return DT_OK;
+}
+
+/* ---- model, loaders, reducer ---------------------------------------------- */
+
+static void log_layer(void *ctx, const char *s) { DT_LOG_INFO("model", "%s", s); }
+
+static dt_status create_loaders(struct run *r)
+{
+    const struct dt_job *job = r->job;
+    dt_status st;
+    struct dt_loader_opts lo = {.ds = r->ds,
+                                .split = job->data.train_split,
+                                .global_batch = job->train.global_batch,
+                                .micro_batch = r->micro,
+                                .rank = r->rank,
+                                .world = r->world,
+                                .seed = (uint64_t)job->train.seed,
+                                .shuffle = job->data.shuffle,
+                                .drop_last = job->data.drop_last,
+                                .workers = (int)job->data.workers,
+                                .prefetch = (int)job->data.prefetch};
+    if ((st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
+        return st;
+    /* evaluation: every test sample once, each rank a slice of each batch */
+    int64_t eg = job->train.eval_batch < r->world ? r->world : job->train.eval_batch;
+    eg -= eg % r->world;
+    lo.split = job->data.test_split;
+    lo.global_batch = eg;
+    lo.micro_batch = eg / r->world;
+    lo.shuffle = 0;
+    lo.drop_last = 0;
+    if ((st = dt_loader_create(&lo, &r->test_ld)) != DT_OK)
+        return st;
+    r->bpe = dt_loader_batches_per_epoch(r->train_ld);
+    if (r->bpe < 1)
+        return dt_set_error(DT_ERR_USAGE, "an epoch of split '%s' has no full global batch",
+                            r->train->name);
+    r->total_steps = job->train.steps > 0 ? job->train.steps : job->train.epochs * r->bpe;
+    r->epochs = (r->total_steps + r->bpe - 1) / r->bpe;
+    return DT_OK;
+}
+
+static dt_status build_local(struct run *r)
+{
+    const struct dt_job *job = r->job;
+    dt_status st;
+    const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
+    struct dt_model_io io = {.ndim = r->train->ndim, .num_classes = info->num_classes};
+    for (int i = 0; i < r->train->ndim && i < 4; i++)
+        io.shape[i] = r->train->shape[i];
+    DT_CHECK(plan_batches(r));
+    int64_t eval_rows = (job->train.eval_batch + r->world - 1) / r->world;
+    int64_t max_rows = r->micro > eval_rows ? r->micro : eval_rows;
+    if (dt_fault_armed("nomem", r->rank, -1)) {
+        st = dt_set_error(DT_ERR_NOMEM, "out of memory allocating the model (DTRAIN_FAULT)");
+        goto out;
+    }
+    DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
+    DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
+    DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
+    r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
+    DT_CHECK(create_loaders(r));
+    if (r->world > 1) {
+        struct dt_reducer_opts ro = {.bucket_mb = job->comm.bucket_mb,
+                                     .first_bucket_mb = FIRST_BUCKET_MB < job->comm.bucket_mb
+                                                            ? FIRST_BUCKET_MB
+                                                            : job->comm.bucket_mb,
+                                     .overlap = job->comm.overlap};
+        DT_CHECK(dt_reducer_create(r->comm, dt_model_grads(r->model),
+                                   dt_model_num_params(r->model), &ro, &r->red));
+    }
+out:
+    return st;
+}
+
+/* Every rank must start from the same parameters. */
+static dt_status check_params(struct run *r)
+{
+    size_t n = dt_model_num_params(r->model);
+    float *host = NULL;
+    dt_status st = dt_malloc(n * sizeof(float), "a parameter checksum", (void **)&host);
+    if (st == DT_OK)
+        st = dt_model_get_params(r->model, host);
+    char sum[32] = "";
+    if (st == DT_OK)
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)dt_hash64(host, n * sizeof(float)));
+    free(host);
+    st = dt_dist_agree(r->comm, st);
+    if (st != DT_OK)
+        return st;
+    st = dt_dist_check_same(r->comm, "the initial parameter checksum", sum, DT_ERR_INTERNAL);
+    if (st == DT_OK)
+        DT_LOG_INFO("model", "initial parameters identical on all %d rank%s (checksum %s)",
+                    r->world, r->world == 1 ? "" : "s", sum);
+    return st;
+}
+
+dt_status dt_train_build(struct run *r)
+{
+    const struct dt_job *job = r->job;
+    dt_status st = dt_dist_agree(r->comm, build_local(r));
+    if (st != DT_OK)
+        return st;
+    DT_LOG_INFO("model", "%s: %zu parameters in %d tensors, %.2f MFLOP per sample forward",
+                job->model.type, dt_model_num_params(r->model), dt_model_param_count(r->model),
+                dt_model_flops_per_sample(r->model, 0) / 1e6);
+    dt_model_describe(r->model, log_layer, NULL);
+    DT_LOG_INFO("data", "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
+                        "x %lld accumulation x %d rank%s; %lld steps/epoch, %lld steps",
+                job->data.path, (long long)r->train->n, (long long)r->test->n,
+                (long long)job->train.global_batch, (long long)r->micro,
+                (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
+                (long long)r->bpe, (long long)r->total_steps);
+    if (r->red)
+        DT_LOG_INFO("comm", "gradients all-reduced over %s in %zu bucket%s of up to %.3g MiB, "
+                            "overlap %s",
+                    dt_comm_backend(r->comm), dt_reducer_bucket_count(r->red),
+                    dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
+                    job->comm.overlap ? "on" : "off");
+    return check_params(r);
+}
+
+#define TRAIN_MODEL "model.h5"
+
+static dt_status save_model_local(struct run *r)
+{
+    size_t n = dt_model_num_params(r->model);
+    int count = dt_model_param_count(r->model);
+    float *host = NULL;
+    struct dt_named_tensor *t = NULL;
+    dt_status st;
+    DT_CHECK(dt_malloc(n * sizeof(float), "the final parameters", (void **)&host));
+    DT_CHECK(dt_calloc((size_t)count, sizeof *t, "the model's tensor list", (void **)&t));
+    DT_CHECK(dt_model_get_params(r->model, host));
+    for (int i = 0; i < count; i++) {
+        const struct dt_param_info *p = dt_model_param(r->model, i);
+        snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
+        t[i].ndim = p->ndim;
+        t[i].shape[0] = p->shape[0];
+        t[i].shape[1] = p->shape[1];
+        t[i].data = host + p->offset;
+    }
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);
+    DT_CHECK(dt_tensors_save(path, t, count));
+    DT_LOG_INFO("train", "final parameters written to %s", path);
+out:
+    free(t);
+    free(host);
+    return st;
+}
+
+dt_status dt_train_save_model(struct run *r)
+{
+    return dt_dist_agree(r->comm, r->rank == 0 ? save_model_local(r) : DT_OK);
+}
+
+void dt_train_close(struct run *r, dt_status st)
+{
+    dt_reducer_destroy(r->red);
+    dt_loader_destroy(r->train_ld);
+    dt_loader_destroy(r->test_ld);
+    dt_optim_destroy(r->opt);
+    dt_model_destroy(r->model);
+    dt_backend_destroy(r->be);
+    if (r->ds)
+        dt_dataset_close(r->ds);
+    dt_metrics_close(r->metrics);
+    if (r->logf) {
+        dt_log_set_file(NULL);
+        if (st != DT_OK) /* the launcher prints it; the log keeps it too */
+            fprintf(r->logf, "error: %s\n", dt_last_error());
+        fclose(r->logf);
+    }
+}

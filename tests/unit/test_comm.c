@@ -1,0 +1,322 @@
+/*
+ * test_comm.c - the collectives module in one process: the bucket plan
+ * (a pure function), argument checks and the backend registry, and a
+ * one-rank mpi communicator and reducer (MPI started as a singleton).
+ * Multi-rank behaviour is tested under mpirun by tests/mpi/mpi_comm.c.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../collectives/bench.h"
+#include "../../collectives/comm.h"
+#include "../../collectives/comm_impl.h"
+#include "../../collectives/reducer.h"
+#include "cu_util.h"
+
+/* Open MPI's libraries have no frame pointers: with the fast unwinder the
+ * leaks it keeps from start-up get one-frame stacks (often in components
+ * it has already unloaded) that tests/lsan.supp cannot match. Sanitizer
+ * builds therefore record malloc stacks with the slow unwinder; dtrain's
+ * own allocations are still leak-checked at exit. */
+#if defined(__SANITIZE_ADDRESS__)
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "fast_unwind_on_malloc=0";
+}
+#endif
+
+#define SENTINEL ((size_t)0xdeadbeef)
+
+static dt_comm_t *comm;
+
+/* ---- dt_bucket_plan ------------------------------------------------------ */
+
+static void test_plan_empty(void)
+{
+    size_t off[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
+    CU_ASSERT_EQUAL(dt_bucket_plan(0, 10, 100, off, 4), 0);
+    CU_ASSERT_EQUAL(off[0], SENTINEL);
+}
+
+static void test_plan_smaller_than_first(void)
+{
+    size_t off[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
+    CU_ASSERT_EQUAL(dt_bucket_plan(7, 10, 100, off, 4), 1);
+    CU_ASSERT_EQUAL(off[0], 0);
+    CU_ASSERT_EQUAL(off[1], SENTINEL);
+    CU_ASSERT_EQUAL(dt_bucket_plan(10, 10, 100, off, 4), 1); /* exactly the first */
+    CU_ASSERT_EQUAL(dt_bucket_plan(1, 1, 1, off, 4), 1);
+}
+
+static void test_plan_exact_multiple(void)
+{
+    size_t off[8];
+    /* first 10, then 3 full buckets of 100 */
+    CU_ASSERT_EQUAL_FATAL(dt_bucket_plan(310, 10, 100, off, 8), 4);
+    CU_ASSERT_EQUAL(off[0], 0);
+    CU_ASSERT_EQUAL(off[1], 10);
+    CU_ASSERT_EQUAL(off[2], 110);
+    CU_ASSERT_EQUAL(off[3], 210);
+}
+
+static void test_plan_remainder(void)
+{
+    size_t off[8];
+    /* 10 + 100 + 100 + a last bucket of 1 */
+    CU_ASSERT_EQUAL_FATAL(dt_bucket_plan(211, 10, 100, off, 8), 4);
+    CU_ASSERT_EQUAL(off[3], 210);
+    /* 10 + a partial second bucket */
+    CU_ASSERT_EQUAL_FATAL(dt_bucket_plan(11, 10, 100, off, 8), 2);
+    CU_ASSERT_EQUAL(off[1], 10);
+}
+
+static void test_plan_first_equals_bucket(void)
+{
+    size_t off[8];
+    CU_ASSERT_EQUAL_FATAL(dt_bucket_plan(250, 50, 50, off, 8), 5);
+    for (size_t k = 0; k < 5; k++)
+        CU_ASSERT_EQUAL(off[k], 50 * k);
+    CU_ASSERT_EQUAL(dt_bucket_plan(251, 50, 50, off, 8), 6);
+}
+
+static void test_plan_max_too_small(void)
+{
+    size_t off[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
+    /* returns the full count, writes only max offsets */
+    CU_ASSERT_EQUAL(dt_bucket_plan(1000, 10, 100, off, 2), 11);
+    CU_ASSERT_EQUAL(off[0], 0);
+    CU_ASSERT_EQUAL(off[1], 10);
+    CU_ASSERT_EQUAL(off[2], SENTINEL);
+    CU_ASSERT_EQUAL(dt_bucket_plan(1000, 10, 100, NULL, 0), 11); /* count only */
+}
+
+static void test_plan_zero_sizes(void)
+{
+    size_t off[4];
+    /* a zero size is taken as 1 rather than looping forever */
+    CU_ASSERT_EQUAL(dt_bucket_plan(3, 0, 0, off, 4), 3);
+    CU_ASSERT_EQUAL(off[2], 2);
+}
+
+/* Property: buckets tile [0, total) in order, the first of `first`, the
+ * middle ones of `bucket`, the last of at most `bucket`. */
+static void test_plan_tiles(void)
+{
+    size_t off[512];
+    for (size_t total = 1; total < 400; total += 7)
+        for (size_t first = 1; first < 60; first += 11)
+            for (size_t bucket = first; bucket < 90; bucket += 13) {
+                size_t n = dt_bucket_plan(total, first, bucket, off, 512);
+                CU_ASSERT_FATAL(n >= 1 && n <= 512);
+                CU_ASSERT_EQUAL(off[0], 0);
+                for (size_t k = 1; k < n; k++)
+                    CU_ASSERT_EQUAL(off[k] - off[k - 1], k == 1 ? first : bucket);
+                size_t last = total - off[n - 1];
+                CU_ASSERT(last >= 1);
+                CU_ASSERT(n == 1 ? total <= first : last <= bucket);
+            }
+}
+
+/* ---- registry and argument checks ----------------------------------------- */
+
+static void test_registry(void)
+{
+    dt_comm_t *c = (dt_comm_t *)1;
+    CU_ASSERT_EQUAL(dt_comm_create("nccl", &c), DT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(c);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), "the nccl communicator is not implemented in this "
+                                            "version; use the mpi backend");
+    CU_ASSERT_EQUAL(dt_comm_create("gloo", &c), DT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'gloo'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "mpi"));
+    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_F32), 4);
+    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_F64), 8);
+    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_I32), 4);
+    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_I64), 8);
+    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_U8), 1);
+}
+
+static void test_bad_args(void)
+{
+    int32_t i[4] = {1, 2, 3, 4};
+    float f[4] = {0};
+    dt_comm_req_t *req = (dt_comm_req_t *)1;
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, i, 4, DT_COMM_I32, DT_COMM_AVG), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "AVG"));
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, NULL, 4, DT_COMM_F32, DT_COMM_SUM), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 4, (enum dt_comm_dtype)42, DT_COMM_SUM),
+                    DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 4, DT_COMM_F32, (enum dt_comm_op)9),
+                    DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, i, 4, DT_COMM_I64, DT_COMM_AVG, &req),
+                    DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(req);
+    CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, 16, 1), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, 16, -1), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "root -1"));
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, NULL, 0, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+}
+
+/* ---- one-rank communicator ------------------------------------------------- */
+
+static void test_one_rank_identity(void)
+{
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    CU_ASSERT_STRING_EQUAL(dt_comm_backend(comm), "mpi");
+    CU_ASSERT_EQUAL(dt_comm_rank(comm), 0);
+    CU_ASSERT_EQUAL(dt_comm_size(comm), 1);
+    CU_ASSERT_EQUAL(dt_comm_local_rank(comm), 0);
+    CU_ASSERT_EQUAL(dt_comm_local_size(comm), 1);
+    CU_ASSERT_STRING_EQUAL(dt_comm_host(comm), name);
+}
+
+static void test_one_rank_collectives(void)
+{
+    float f[5] = {1.5f, -2, 3, 4, 5}, g[5];
+    double d[3] = {0.25, -1, 7};
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 5, DT_COMM_F32, DT_COMM_AVG), DT_OK);
+    CU_ASSERT_EQUAL(f[0], 1.5f);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 3, DT_COMM_F64, DT_COMM_MIN), DT_OK);
+    CU_ASSERT_EQUAL(d[1], -1.0);
+    dt_comm_req_t *req = NULL;
+    int done = 0;
+    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, f, 5, DT_COMM_F32, DT_COMM_SUM, &req), DT_OK);
+    while (!done)
+        CU_ASSERT_EQUAL_FATAL(dt_comm_test(comm, req, &done), DT_OK);
+    CU_ASSERT_EQUAL(f[1], -2.0f);
+    CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, sizeof f, 0), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allgather(comm, f, g, sizeof f), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(f, g, sizeof f), 0);
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, 5, DT_COMM_F32, DT_COMM_MAX), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(f, g, sizeof f), 0);
+    CU_ASSERT_EQUAL(dt_comm_barrier(comm), DT_OK);
+}
+
+/* Pieces: with max_count lowered, big calls are split and still correct. */
+static void test_one_rank_pieces(void)
+{
+    enum { N = 1003 };
+    static float f[N], g[N];
+    for (int i = 0; i < N; i++)
+        f[i] = (float)i;
+    comm->max_count = 100;
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, N, DT_COMM_F32, DT_COMM_AVG), DT_OK);
+    dt_comm_req_t *req = NULL;
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, f, N, DT_COMM_F32, DT_COMM_SUM, &req), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, sizeof f, 0), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allgather(comm, f, g, sizeof f), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(f, g, sizeof f), 0);
+    CU_ASSERT_EQUAL(f[N - 1], (float)(N - 1));
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, N, DT_COMM_F32, DT_COMM_SUM),
+                    DT_ERR_UNSUPPORTED);
+    comm->max_count = INT32_MAX;
+}
+
+/* A failing MPI call (bypassing comm.c's root check) comes back as
+ * DT_ERR_COMM with MPI's own text. */
+static void test_mpi_error_text(void)
+{
+    char buf[8] = {0};
+    CU_ASSERT_EQUAL(comm->ops->broadcast(comm, buf, sizeof buf, 3), DT_ERR_COMM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "MPI_Bcast of 8 bytes from root 3"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "on rank 0: MPI_ERR_ROOT"));
+}
+
+/* ---- one-rank reducer ------------------------------------------------------ */
+
+static void test_reducer_one_rank(void)
+{
+    enum { N = 100000 };
+    static float g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = (float)i * 0.5f;
+    struct dt_reducer_opts o = {.bucket_mb = 0.05, .first_bucket_mb = 0.01, .overlap = 1};
+    dt_reducer_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_create(comm, g, N, &o, &r), DT_OK);
+    /* 0.01 MiB = 2621 floats, then 13107 */
+    CU_ASSERT_EQUAL(dt_reducer_bucket_count(r), dt_bucket_plan(N, 2621, 13107, NULL, 0));
+    double wait_s = -1;
+    CU_ASSERT_EQUAL(dt_reducer_ready(r, 10), DT_ERR_INVALID_ARG); /* before begin */
+    CU_ASSERT_EQUAL(dt_reducer_begin(r), DT_OK);
+    for (size_t done = 0; done <= N; done += 7919)
+        CU_ASSERT_EQUAL(dt_reducer_ready(r, done), DT_OK);
+    CU_ASSERT_EQUAL(dt_reducer_ready(r, N + 1), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_reducer_finish(r, &wait_s), DT_OK);
+    CU_ASSERT(wait_s >= 0);
+    CU_ASSERT_EQUAL(g[N - 1], (float)(N - 1) * 0.5f);
+    CU_ASSERT_EQUAL(dt_reducer_finish(r, NULL), DT_ERR_INVALID_ARG); /* no step open */
+    dt_reducer_destroy(r);
+}
+
+static void test_reducer_bad_opts(void)
+{
+    float g[4];
+    dt_reducer_t *r = (dt_reducer_t *)1;
+    struct dt_reducer_opts o = {.bucket_mb = 1, .first_bucket_mb = 2};
+    CU_ASSERT_EQUAL(dt_reducer_create(comm, g, 4, &o, &r), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(r);
+    o = (struct dt_reducer_opts){.bucket_mb = 0, .first_bucket_mb = 0};
+    CU_ASSERT_EQUAL(dt_reducer_create(comm, g, 4, &o, &r), DT_ERR_INVALID_ARG);
+    o = (struct dt_reducer_opts){.bucket_mb = 1, .first_bucket_mb = 1};
+    CU_ASSERT_EQUAL(dt_reducer_create(comm, NULL, 4, &o, &r), DT_ERR_INVALID_ARG);
+    /* 1e-6 MiB rounds to 1 float per bucket: too many buckets */
+    o = (struct dt_reducer_opts){.bucket_mb = 1e-6, .first_bucket_mb = 1e-6};
+    CU_ASSERT_EQUAL(dt_reducer_create(comm, g, DT_REDUCER_MAX_BUCKETS + 1, &o, &r),
+                    DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "bucket_mb"));
+    CU_ASSERT_EQUAL(dt_reducer_create(comm, g, 0, &o, &r), DT_OK); /* empty: no buckets */
+    CU_ASSERT_EQUAL(dt_reducer_bucket_count(r), 0);
+    CU_ASSERT_EQUAL(dt_reducer_begin(r), DT_OK);
+    CU_ASSERT_EQUAL(dt_reducer_finish(r, NULL), DT_OK);
+    dt_reducer_destroy(r);
+}
+
+static void test_bench_bad_opts(void)
+{
+    struct dt_bench_allreduce_opts o = {.min_bytes = 64, .max_bytes = 32};
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    o = (struct dt_bench_allreduce_opts){.max_bytes = 4};
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    o = (struct dt_bench_allreduce_opts){.max_bytes = 64, .iters = -1};
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+}
+
+int main(int argc, char **argv)
+{
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    if (dt_comm_create("mpi", &comm) != DT_OK) {
+        fprintf(stderr, "test_comm: %s\n", dt_last_error());
+        MPI_Finalize();
+        return 1;
+    }
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite plan = CU_add_suite("bucket_plan", NULL, NULL);
+    CU_ADD(plan, test_plan_empty);
+    CU_ADD(plan, test_plan_smaller_than_first);
+    CU_ADD(plan, test_plan_exact_multiple);
+    CU_ADD(plan, test_plan_remainder);
+    CU_ADD(plan, test_plan_first_equals_bucket);
+    CU_ADD(plan, test_plan_max_too_small);
+    CU_ADD(plan, test_plan_zero_sizes);
+    CU_ADD(plan, test_plan_tiles);
+    CU_pSuite one = CU_add_suite("comm_one_rank", NULL, NULL);
+    CU_ADD(one, test_registry);
+    CU_ADD(one, test_bad_args);
+    CU_ADD(one, test_one_rank_identity);
+    CU_ADD(one, test_one_rank_collectives);
+    CU_ADD(one, test_one_rank_pieces);
+    CU_ADD(one, test_mpi_error_text);
+    CU_ADD(one, test_reducer_one_rank);
+    CU_ADD(one, test_reducer_bad_opts);
+    CU_ADD(one, test_bench_bad_opts);
+    int rc = cu_run_all();
+    dt_comm_destroy(comm);
+    MPI_Finalize();
+    return rc;
+}
