@@ -17,10 +17,10 @@ PY=/usr/bin/python3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-dtrain_run() { # NAME NP [--set ...]
+dtrain_run() { # NAME NP [--set ...]; one rank per core
   local name=$1 np=$2
   shift 2
-  bash tests/mpi/mpirun.sh "$np" "$BUILD"/dtrain train configs/fashion-mnist-mlp.yaml \
+  DTRAIN_MPI_BIND=core bash tests/mpi/mpirun.sh "$np" "$BUILD"/dtrain train configs/fashion-mnist-mlp.yaml \
     --set train.steps="$STEPS" --set runtime.threads=1 --set runtime.progress=off \
     --set data.workers=1 --set train.log_every=100 --set output.dir="$work/$name" "$@" >/dev/null
 }
@@ -48,8 +48,14 @@ printf '%-40s %10.0f\n' "PyTorch DDP gloo 1 process" "$t1"
 printf '%-40s %10.0f\n' "PyTorch DDP gloo $N processes" "$tn"
 awk -v a="$tn" -v b="$t1" -v n="$N" 'BEGIN { printf "%-40s %10.2f\n", "DDP scaling (" n " / 1)", a / b }'
 awk -v a="$dn" -v b="$tn" 'BEGIN { printf "%-40s %10.2f\n", "dtrain / DDP at the same process count", a / b }'
-printf 'dtrain %s ranks, per step (ms):        step  compute  comm exposed\n' "$N"
-printf '  overlap on                          %7s %8s %13s\n' "$(mean_ms many step_s)" \
-  "$(mean_ms many compute_s)" "$(mean_ms many comm_exposed_s)"
-printf '  overlap off                         %7s %8s %13s\n' "$(mean_ms many_nooverlap step_s)" \
-  "$(mean_ms many_nooverlap compute_s)" "$(mean_ms many_nooverlap comm_exposed_s)"
+printf 'dtrain per step (ms):           step  data  compute  comm exposed  optimizer\n'
+for run in one many many_nooverlap; do
+  case $run in
+    one) label="1 rank" ;;
+    many) label="$N ranks, overlap on" ;;
+    *) label="$N ranks, overlap off" ;;
+  esac
+  printf '  %-26s %7s %5s %8s %13s %10s\n' "$label" "$(mean_ms $run step_s)" \
+    "$(mean_ms $run data_wait_s)" "$(mean_ms $run compute_s)" "$(mean_ms $run comm_exposed_s)" \
+    "$(mean_ms $run optimizer_s)"
+done

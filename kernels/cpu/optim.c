@@ -15,10 +15,6 @@
  */
 #include <math.h>
 
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
-
 #include "cpu_ops.h"
 
 static dt_status check_sgd(const float *p, const float *g, const float *buf,
@@ -186,18 +182,35 @@ dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *b
     return dt_cpu_sgd_update_ref(be, p + done, g + done, buf ? buf + done : NULL, n - done, a);
 }
 
-/* Elementwise sqrt of one block. sqrtf() may set errno, so GCC will not
- * vectorise it without -fno-math-errno; SSE's sqrtps rounds the same way
- * (IEEE correctly rounded), so the bits match the reference. */
-static inline void sqrt_block(float *out, const float *in)
+/* Whole blocks of an AdamW update, in the reference's operation order.
+ * Built for AVX-512, AVX2 and the baseline and picked at load time; this
+ * file is compiled without errno from sqrtf (v >= 0, so it never sets it)
+ * and without FMA contraction, so the square roots vectorise and every
+ * clone gives the reference's bits. Returns the elements done. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static size_t
+adamw_blocks(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+             size_t n, const struct adamw_consts *c, float b1, float b2, float eps)
 {
-#if defined(__SSE__)
-    for (int k = 0; k < DT_CPU_LANES; k += 4)
-        _mm_storeu_ps(out + k, _mm_sqrt_ps(_mm_loadu_ps(in + k)));
-#else
-    for (int k = 0; k < DT_CPU_LANES; k++)
-        out[k] = sqrtf(in[k]);
-#endif
+    const float decay = c->decay, omb1 = c->one_m_b1, omb2 = c->one_m_b2;
+    const float bc2 = c->bc2_sqrt, step = c->step;
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float tp[DT_CPU_LANES], tm[DT_CPU_LANES], tv[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++) {
+            float gi = g[i + k];
+            tp[k] = p[i + k] * decay;
+            tm[k] = b1 * m[i + k] + omb1 * gi;
+            tv[k] = b2 * v[i + k] + omb2 * gi * gi;
+            float denom = sqrtf(tv[k]) / bc2 + eps;
+            tp[k] -= step * tm[k] / denom;
+        }
+        for (int k = 0; k < DT_CPU_LANES; k++) {
+            p[i + k] = tp[k];
+            m[i + k] = tm[k];
+            v[i + k] = tv[k];
+        }
+    }
+    return i;
 }
 
 dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float *m, float *v,
@@ -207,26 +220,6 @@ dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float 
     if (st != DT_OK)
         return st;
     const struct adamw_consts c = adamw_consts(a);
-    const float b1 = a->beta1, b2 = a->beta2, eps = a->eps;
-    size_t i = 0;
-    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
-        float tp[DT_CPU_LANES], tm[DT_CPU_LANES], tv[DT_CPU_LANES], ts[DT_CPU_LANES];
-        for (int k = 0; k < DT_CPU_LANES; k++) {
-            float gi = g[i + k];
-            tp[k] = p[i + k] * c.decay;
-            tm[k] = b1 * m[i + k] + c.one_m_b1 * gi;
-            tv[k] = b2 * v[i + k] + c.one_m_b2 * gi * gi;
-        }
-        sqrt_block(ts, tv);
-        for (int k = 0; k < DT_CPU_LANES; k++) {
-            float denom = ts[k] / c.bc2_sqrt + eps;
-            tp[k] -= c.step * tm[k] / denom;
-        }
-        for (int k = 0; k < DT_CPU_LANES; k++) {
-            p[i + k] = tp[k];
-            m[i + k] = tm[k];
-            v[i + k] = tv[k];
-        }
-    }
+    size_t i = adamw_blocks(p, g, m, v, n, &c, a->beta1, a->beta2, a->eps);
     return dt_cpu_adamw_update_ref(be, p + i, g + i, m + i, v + i, n - i, a);
 }
