@@ -55,6 +55,8 @@ void dt_comm_abort(dt_comm_t *c, int exit_code)
     _exit(exit_code);
 }
 
+const void *dt_comm_mpi_handle(const dt_comm_t *c) { return c->mpi_handle; }
+
 const char *dt_comm_backend(const dt_comm_t *c)
 {
     return c->ops->name;

@@ -65,4 +65,9 @@ dt_status dt_comm_barrier(dt_comm_t *c);
 
 size_t dt_comm_dtype_size(enum dt_comm_dtype t);
 
+/* The MPI communicator (a pointer to an MPI_Comm) this communicator runs
+ * on or was bootstrapped from, for libraries that take one (parallel
+ * HDF5). Never NULL. */
+const void *dt_comm_mpi_handle(const dt_comm_t *c);
+
 #endif

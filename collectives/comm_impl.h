@@ -46,6 +46,9 @@ struct dt_comm {
      * takes; a backend splits larger calls into pieces of this size. The
      * mpi backend sets INT_MAX; tests lower it to exercise the splitting. */
     size_t max_count;
+    /* Pointer to the MPI_Comm the backend runs on or was bootstrapped
+     * from (dt_comm_mpi_handle). */
+    const void *mpi_handle;
 };
 
 /* collectives/mpi/comm_mpi.c */

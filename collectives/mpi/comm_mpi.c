@@ -398,6 +398,7 @@ dt_status dt_mpi_comm_create(dt_comm_t **out)
     m->world = m->local = MPI_COMM_NULL;
     m->base.ops = &mpi_ops;
     m->base.max_count = INT_MAX;
+    m->base.mpi_handle = &m->world;
     MPI_Comm_rank(MPI_COMM_WORLD, &m->base.rank); /* for messages until the dup exists */
     DT_CHECK(make_comms(m));
     DT_CHECK(read_host(&m->base));

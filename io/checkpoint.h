@@ -1,0 +1,111 @@
+/*
+ * checkpoint.h - training checkpoints: one HDF5 file per checkpoint in a
+ * run's checkpoints/ directory, written by all ranks together through
+ * parallel HDF5 (MPI-IO), each rank a disjoint slice of every tensor, so
+ * saving time falls as ranks grow and any world size can load it.
+ *
+ * File layout (format version 1):
+ *   /                     attributes: dtrain_format = "checkpoint",
+ *                         format_version, dtrain_version, step, epoch,
+ *                         batch, samples, seed, world, loss_scale, optim_t,
+ *                         bad_steps, rollbacks, created, optimizer, job
+ *                         (the resolved job as YAML)
+ *   /<tensor name>        float32 of the tensor's shape, with attribute
+ *                         checksum (uint64, dt_ckpt_checksum of its values)
+ * Tensor names carry their group: "params/fc1.weight", "optim/m/fc1.weight".
+ *
+ * Commit is atomic: the file is written as <dir>/.ckpt-<step>.h5.tmp,
+ * closed, fsynced and renamed by rank 0 to <dir>/ckpt-<step>.h5 (step
+ * zero-padded to 10 digits), the directory fsynced, and then <dir>/latest
+ * (a one-line file naming the checkpoint) replaced the same way. A crash at
+ * any moment leaves either the new checkpoint complete or the old ones and
+ * latest untouched; a reader never trusts a file it has not verified.
+ * Files get the user's umask (never world-writable).
+ */
+#ifndef DT_CHECKPOINT_H
+#define DT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../collectives/comm.h"
+#include "../runtime/status.h"
+
+#define DT_CKPT_FORMAT_VERSION 1
+#define DT_CKPT_NAME 128
+#define DT_CKPT_MAX_TENSORS 1024
+
+struct dt_ckpt_meta {
+    int64_t step;       /* optimizer steps completed */
+    int64_t epoch;      /* epoch of the next step (0-based) */
+    int64_t batch;      /* global batch of that epoch the next step takes */
+    int64_t samples;    /* training samples consumed so far */
+    uint64_t seed;      /* train.seed (keys every random draw) */
+    int world;          /* ranks at save */
+    double loss_scale;  /* 1 for fp32 */
+    int64_t optim_t;    /* optimizer's own step counter */
+    int64_t bad_steps;  /* consecutive non-finite steps at save */
+    int64_t rollbacks;  /* rollbacks so far */
+    double created;     /* Unix time of the save */
+    char version[32];   /* dtrain version that wrote it */
+    char optimizer[32]; /* train.optimizer.name */
+};
+
+struct dt_ckpt_tensor {
+    char name[DT_CKPT_NAME];
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];
+    float *data;       /* host memory, the full tensor (the same on every rank) */
+};
+
+/* Position-keyed 64-bit checksum of n floats (a pure function of the
+ * values and their order). */
+uint64_t dt_ckpt_checksum(const float *x, size_t n);
+
+/* Collective over c: writes a checkpoint of the n tensors with meta and
+ * the job's YAML into dir (which must exist), commits it as above, and
+ * puts the final path in path. On failure (disk full, quota, permission)
+ * every rank gets the same error naming the file, the temporary file is
+ * removed, and earlier checkpoints and latest are untouched. */
+dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta *meta,
+                       const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
+                       size_t len);
+
+/* What a checkpoint holds, from dt_ckpt_verify. */
+struct dt_ckpt_info {
+    struct dt_ckpt_meta meta;
+    int ntensors;
+    char names[DT_CKPT_MAX_TENSORS][DT_CKPT_NAME];
+    int64_t numel[DT_CKPT_MAX_TENSORS];
+    int64_t file_bytes;
+    char *job_yaml; /* malloc'd; free with dt_ckpt_info_free */
+};
+
+/* Reads a checkpoint file alone (any process, no MPI needed): checks the
+ * format, every attribute and every tensor's checksum. DT_ERR_BAD_DATA
+ * (truncated, not a checkpoint, checksum mismatch naming the tensor),
+ * DT_ERR_NOT_FOUND. info may be NULL. */
+dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);
+void dt_ckpt_info_free(struct dt_ckpt_info *info);
+
+/* Reads meta and, for each of the n tensors, the tensor of that name into
+ * t[i].data (any process; every rank reads all). A tensor missing or of
+ * another shape is DT_ERR_BAD_DATA naming it and both shapes. Checks each
+ * checksum as it reads. */
+dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ckpt_tensor *t,
+                       int n);
+
+/* Committed checkpoints in dir (ckpt-*.h5, temporary files ignored),
+ * newest (highest step) first: up to max file names (without the
+ * directory) and their steps. Returns how many there are. */
+int dt_ckpt_list(const char *dir, char (*names)[256], int64_t *steps, int max);
+
+/* The file `latest` names in dir ("" and DT_ERR_NOT_FOUND when absent). */
+dt_status dt_ckpt_latest(const char *dir, char *name, size_t len);
+
+/* Retention, rank 0 only: keeps the newest keep_last checkpoints and those
+ * whose step is a multiple of keep_every (0: none), and removes stale
+ * temporary files; never removes the one latest names. */
+dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every);
+
+#endif
