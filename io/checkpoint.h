@@ -59,7 +59,10 @@ struct dt_ckpt_tensor {
 };
 
 /* Position-keyed 64-bit checksum of n floats (a pure function of the
- * values and their order). */
+ * values and their order): with m = splitmix64's finaliser,
+ *   m(S ^ m(n + G)),  S = sum over i of m(bits(x[i]) ^ i * G)  (mod 2^64),
+ * G = 0x9E3779B97F4A7C15. S is a sum, so ranks hash only the slices they
+ * write and add the partial sums. */
 uint64_t dt_ckpt_checksum(const float *x, size_t n);
 
 /* Collective over c: writes a checkpoint of the n tensors with meta and
@@ -79,12 +82,15 @@ struct dt_ckpt_info {
     int64_t numel[DT_CKPT_MAX_TENSORS];
     int64_t file_bytes;
     char *job_yaml; /* malloc'd; free with dt_ckpt_info_free */
+    int ndim[DT_CKPT_MAX_TENSORS];         /* 1 or 2 */
+    int64_t shape[DT_CKPT_MAX_TENSORS][2]; /* shape[i][1] is 0 for 1-D */
 };
 
 /* Reads a checkpoint file alone (any process, no MPI needed): checks the
  * format, every attribute and every tensor's checksum. DT_ERR_BAD_DATA
  * (truncated, not a checkpoint, checksum mismatch naming the tensor),
- * DT_ERR_NOT_FOUND. info may be NULL. */
+ * DT_ERR_NOT_FOUND. info may be NULL; its tensors come in name order. On
+ * failure info->job_yaml is already freed (NULL). */
 dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);
 void dt_ckpt_info_free(struct dt_ckpt_info *info);
 

@@ -1,6 +1,10 @@
 /*
  * cmd_train.c - `dtrain train JOB [--set k=v ...] [--print-config]`.
  *
+ * `--resume auto|never|PATH` (default auto) picks the checkpoint to start
+ * from. SIGTERM, SIGUSR1 or SIGINT make every rank checkpoint at the next
+ * step boundary and exit 75; a second SIGINT exits at once.
+ *
  * Loads the job, applies overrides in order, validates, then starts MPI
  * (one rank per process: `mpirun -np N dtrain train JOB`, or srun) and
  * runs the training on every rank. Errors the ranks agreed on are printed
@@ -8,6 +12,8 @@
  * prints its error and aborts the job so that no rank hangs.
  */
 #include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +24,22 @@
 #include "../runtime/train.h"
 #include "cli.h"
 
-static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only)
+static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only,
+                     const char **resume)
 {
     const char *path = NULL;
     dt_status st;
     *print_only = 0;
+    *resume = "auto";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--print-config"))
             *print_only = 1;
+        else if (!strcmp(argv[i], "--resume")) {
+            if (++i >= argc || !argv[i][0])
+                return dt_cli_usage("--resume needs auto, never or a checkpoint path");
+            *resume = argv[i];
+        } else if (!strncmp(argv[i], "--resume=", 9) && argv[i][9])
+            *resume = argv[i] + 9;
         else if (!strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6)) {
             /* applied after the file is loaded, below */
             if (!strcmp(argv[i], "--set") && ++i >= argc)
@@ -55,28 +69,43 @@ static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only)
     return 0;
 }
 
-int dt_cmd_train(int argc, char **argv)
+/* First SIGTERM, SIGUSR1 or SIGINT: finish the step, checkpoint, exit 75.
+ * A second SIGINT: leave at once. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
 {
-    static struct dt_job job;
-    int print_only;
-    int rc = parse_job(argc, argv, &job, &print_only);
-    if (rc != 0)
-        return rc;
-    if (print_only) {
-        dt_job_write_yaml(&job, stdout);
-        return 0;
+    if (sig == SIGINT && stop_requested) {
+        static const char msg[] = "dtrain: second interrupt: exiting now\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        _exit(130);
     }
-    if (getenv("DTRAIN_LOG") == NULL) {
-        int lv = dt_log_parse_level(job.runtime.log_level);
-        dt_log_set_level((enum dt_log_level)lv);
-    }
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    stop_requested = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* MPI and the communicator around one collective run; the exit code. */
+static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
+                     const char *checkpoint, int *argc, char ***argv)
+{
+    int provided = 0, rc;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "dtrain: MPI could not start\n");
         return 70;
     }
     dt_comm_t *comm = NULL;
-    dt_status st = dt_comm_create(job.comm.backend, &comm);
+    dt_status st = dt_comm_create(job->comm.backend, &comm);
     if (st != DT_OK) {
         rc = dt_cli_fail(st);
         MPI_Abort(MPI_COMM_WORLD, rc);
@@ -84,8 +113,13 @@ int dt_cmd_train(int argc, char **argv)
     }
     int rank = dt_comm_rank(comm);
     dt_log_set_rank(rank);
+    if (opts && opts->stop_flag)
+        install_signals(); /* after MPI_Init, which may install handlers of its own */
     struct dt_train_result res;
-    st = dt_train_run(&job, comm, &res);
+    if (checkpoint)
+        st = dt_eval_run(job, comm, checkpoint, &res);
+    else
+        st = dt_train_run(job, comm, opts, &res);
     rc = dt_status_exit_code(st);
     if (st != DT_OK && res.comm_failed) {
         /* the ranks are out of step: say why here and end the whole job */
@@ -94,7 +128,58 @@ int dt_cmd_train(int argc, char **argv)
     }
     if (st != DT_OK && rank == 0) /* agreed: every rank has the same message */
         dt_cli_fail(st);
+    if (st == DT_OK && checkpoint && rank == 0)
+        printf("test loss %.6f, test accuracy %.4f (checkpoint %s, step %lld)\n", res.test_loss,
+               res.test_acc, checkpoint, (long long)res.steps);
     dt_comm_destroy(comm);
     MPI_Finalize();
     return rc;
+}
+
+static void apply_log_level(const struct dt_job *job)
+{
+    if (getenv("DTRAIN_LOG") == NULL)
+        dt_log_set_level((enum dt_log_level)dt_log_parse_level(job->runtime.log_level));
+}
+
+int dt_cmd_train(int argc, char **argv)
+{
+    static struct dt_job job;
+    int print_only;
+    const char *resume;
+    int rc = parse_job(argc, argv, &job, &print_only, &resume);
+    if (rc != 0)
+        return rc;
+    if (print_only) {
+        dt_job_write_yaml(&job, stdout);
+        return 0;
+    }
+    apply_log_level(&job);
+    struct dt_train_opts opts = {.resume = resume, .stop_flag = &stop_requested};
+    return run_ranks(&job, &opts, NULL, &argc, &argv);
+}
+
+/* `dtrain eval JOB --checkpoint PATH [--set k=v ...]` */
+int dt_cmd_eval(int argc, char **argv)
+{
+    static struct dt_job job;
+    const char *ckpt = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0, print_only;
+    const char *resume;
+    if (!rest)
+        return 71;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc)
+            ckpt = argv[++i];
+        else
+            rest[nrest++] = argv[i];
+    }
+    int rc = ckpt ? parse_job(nrest, rest, &job, &print_only, &resume)
+                  : dt_cli_usage("eval: --checkpoint PATH is required");
+    free(rest);
+    if (rc != 0)
+        return rc;
+    apply_log_level(&job);
+    return run_ranks(&job, NULL, ckpt, &argc, &argv);
 }

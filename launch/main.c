@@ -2,6 +2,7 @@
  * main.c - the dtrain command line: dispatches subcommands and maps
  * failures to one message and a sysexits exit code.
  */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -15,8 +16,14 @@ static const char usage_text[] =
     "usage: dtrain <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train JOB.yaml [--set key=value ...] [--print-config]\n"
+    "  train JOB.yaml [--set key=value ...] [--resume auto|never|PATH] [--print-config]\n"
     "                       train the model the job file describes\n"
+    "  eval JOB.yaml --checkpoint PATH [--set key=value ...]\n"
+    "                       evaluate a checkpoint on the job's test split (any number of ranks)\n"
+    "  launch [-n N] [--max-restarts K] [--launcher mpirun|srun|none] -- train JOB ...\n"
+    "                       run a training job and restart it after a restartable failure\n"
+    "  ckpt list DIR | info PATH | verify PATH|DIR\n"
+    "                       show and verify the checkpoints of a run\n"
     "  data import idx DIR -o OUT.h5 [--classes a,b,...] [--force]\n"
     "  data import idx --train-images F --train-labels F [--test-images F --test-labels F]\n"
     "                  -o OUT.h5 [--classes a,b,...] [--force]\n"
@@ -29,7 +36,8 @@ static const char usage_text[] =
     "  version              print the version and the backends built in\n"
     "\n"
     "Logging: DTRAIN_LOG=error|warn|info|debug. Exit codes follow sysexits: 0 done,\n"
-    "64 usage or job error, 65 bad data, 66 missing input, 74 I/O error, 70 internal.\n";
+    "64 usage or job error, 65 bad data, 66 missing input, 74 I/O error, 70 internal,\n"
+    "75 stopped or restartable failure (run again to resume from the last checkpoint).\n";
 
 int dt_cli_fail(dt_status st)
 {
@@ -49,10 +57,13 @@ int dt_cli_usage(const char *fmt, ...)
     return 64;
 }
 
-static const char *const not_yet[] = {"eval", "ckpt", "doctor", "find-batch", "launch"};
+static const char *const not_yet[] = {"doctor", "find-batch"};
 
 int main(int argc, char **argv)
 {
+    /* A write past a file-size limit fails with EFBIG and is reported as an
+     * I/O error naming the file, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
     if (dt_log_init_from_env() != 0)
         return dt_cli_usage("DTRAIN_LOG='%s' is not a log level (error, warn, info, debug)",
                             getenv("DTRAIN_LOG"));
@@ -73,6 +84,12 @@ int main(int argc, char **argv)
         return dt_cmd_config(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return dt_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval"))
+        return dt_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ckpt"))
+        return dt_cmd_ckpt(argc - 1, argv + 1);
+    if (!strcmp(cmd, "launch"))
+        return dt_cmd_launch(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
         if (!strcmp(cmd, not_yet[i]))
             return dt_cli_usage("'dtrain %s' is not implemented in this version", cmd);

@@ -8,6 +8,7 @@
  * what was expected. A load or a --set either succeeds whole or leaves the
  * job as it was.
  */
+#define _GNU_SOURCE
 #include "config.h"
 
 #include <ctype.h>
@@ -523,6 +524,25 @@ out:
     free(tmp);
     if (f)
         fclose(f);
+    return st;
+}
+
+dt_status dt_job_load_text(const char *name, const char *text, struct dt_job *job)
+{
+    DT_ASSERT(name && text && job);
+    dt_status st = DT_OK;
+    struct dt_job *tmp = NULL;
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    if (!f)
+        return dt_set_error(DT_ERR_NOMEM, "%s: cannot read the job text", name);
+    DT_CHECK(dt_malloc(sizeof *tmp, "the job", (void **)&tmp));
+    dt_job_defaults(tmp);
+    snprintf(tmp->source, sizeof tmp->source, "%s", name);
+    DT_CHECK(parse_file(f, name, tmp));
+    memcpy(job, tmp, sizeof *job);
+out:
+    free(tmp);
+    fclose(f);
     return st;
 }
 

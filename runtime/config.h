@@ -70,7 +70,17 @@ struct dt_job {
         char log_level[DT_JOB_STR];  /* error | warn | info | debug */
         int reference_kernels;       /* plain C reference ops (slow; tests) */
         char progress[DT_JOB_STR];   /* auto | bar | lines | off */
+        int64_t max_bad_steps;       /* non-finite steps in a row before a rollback */
+        int64_t max_rollbacks;       /* rollbacks before giving up */
+        double timeout_s;            /* watchdog: longest step/collective/checkpoint; 0 = off */
     } runtime;
+    struct {
+        int64_t every_steps;         /* 0 = off */
+        double every_minutes;        /* 0 = off; rank 0's clock decides */
+        int64_t keep_last;           /* newest checkpoints kept */
+        int64_t keep_every;          /* also keep steps that are multiples; 0 = off */
+        char on_error[DT_JOB_STR];   /* stop | continue */
+    } checkpoint;
     struct {
         char backend[DT_JOB_STR];    /* mpi (nccl in CUDA builds, later) */
         double bucket_mb;            /* gradient bucket size, MiB */
@@ -86,6 +96,11 @@ void dt_job_defaults(struct dt_job *job);
 
 /* Defaults, then the YAML file at path on top. */
 dt_status dt_job_load(const char *path, struct dt_job *job);
+
+/* Defaults, then the YAML job in `text` (as written by dt_job_write_yaml,
+ * e.g. the job stored in a checkpoint); `name` stands for the file in
+ * messages. */
+dt_status dt_job_load_text(const char *name, const char *text, struct dt_job *job);
 
 /* Applies one "key.sub=value" override (value is a YAML scalar or a flow
  * sequence such as [512, 512]). */

@@ -37,6 +37,7 @@ static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const progress_modes[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const comm_backends[] = {"mpi", NULL};
+static const char *const ckpt_errors[] = {"stop", "continue", NULL};
 
 /* Short type names for the rows. */
 #define I DT_CFG_INT
@@ -129,6 +130,14 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("runtime.progress", E, runtime.progress, "auto",
         "progress display; auto = a bar on a terminal, lines otherwise",
         ONE_OF(progress_modes)),
+    ROW("runtime.max_bad_steps", I, runtime.max_bad_steps, "5",
+        "steps in a row with a non-finite loss or gradient (each skipped) before rolling back "
+        "to the last checkpoint", AT_LEAST(1)),
+    ROW("runtime.max_rollbacks", I, runtime.max_rollbacks, "3",
+        "rollbacks to the last checkpoint before the run stops as diverged", AT_LEAST(0)),
+    ROW("runtime.timeout_s", F, runtime.timeout_s, "600",
+        "watchdog: a step, collective or checkpoint taking longer ends the rank with exit 75 "
+        "(restartable); 0 = off", AT_LEAST(0)),
 
     ROW("comm.backend", E, comm.backend, "mpi",
         "how gradients travel between ranks", ONE_OF(comm_backends)),
@@ -138,6 +147,19 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("comm.overlap", B, comm.overlap, "true",
         "all-reduce buckets while backward is still running; false waits for the whole "
         "backward (for comparison)", ANY),
+
+    ROW("checkpoint.every_steps", I, checkpoint.every_steps, "0",
+        "write a checkpoint every this many optimizer steps; 0 = off", AT_LEAST(0)),
+    ROW("checkpoint.every_minutes", F, checkpoint.every_minutes, "30",
+        "write a checkpoint when this many minutes passed since the last (rank 0's clock "
+        "decides); 0 = off", AT_LEAST(0)),
+    ROW("checkpoint.keep_last", I, checkpoint.keep_last, "3",
+        "newest checkpoints to keep", AT_LEAST(1)),
+    ROW("checkpoint.keep_every", I, checkpoint.keep_every, "0",
+        "also keep checkpoints whose step is a multiple of this; 0 = off", AT_LEAST(0)),
+    ROW("checkpoint.on_error", E, checkpoint.on_error, "stop",
+        "when a checkpoint cannot be written: stop (exit 74) or continue training",
+        ONE_OF(ckpt_errors)),
 
     ROW("output.dir", P, output.dir, "runs/fashion-mnist-mlp",
         "run directory: resolved job, log, metrics, checkpoints", ANY),
@@ -161,6 +183,9 @@ const struct dt_cfg_section dt_cfg_sections[] = {
                        "schedule only."},
     {"runtime", "How each rank runs: device, threads, logging."},
     {"comm", "How the ranks exchange gradients."},
+    {"checkpoint", "When checkpoints are written to <output.dir>/checkpoints and how many are "
+                   "kept. A checkpoint is also written at the end of training and when the run "
+                   "is stopped by SIGTERM, SIGUSR1 or SIGINT."},
     {"output", "Where the run writes."},
 };
 const size_t dt_cfg_nsections = sizeof dt_cfg_sections / sizeof dt_cfg_sections[0];

@@ -19,7 +19,7 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem", "read"};
+static const char *const known[] = {"open", "nomem", "read", "kill", "ckptkill", "hang", "nan"};
 
 static int known_event(const char *e)
 {
@@ -33,7 +33,10 @@ dt_status dt_fault_init(void)
 {
     nfaults = 0;
     const char *env = getenv("DTRAIN_FAULT");
+    const char *attempt = getenv("DTRAIN_LAUNCH_ATTEMPT");
     if (!env || !*env)
+        return DT_OK;
+    if (attempt && atoi(attempt) > 1) /* a restart by dtrain launch: the fault has happened */
         return DT_OK;
     char buf[512];
     snprintf(buf, sizeof buf, "%s", env);
@@ -46,7 +49,7 @@ dt_status dt_fault_init(void)
         if (n < 2 || !known_event(ev) || nfaults == FAULT_MAX)
             return dt_set_error(DT_ERR_USAGE,
                                 "DTRAIN_FAULT entry '%s': expected RANK:EVENT[:STEP] with EVENT "
-                                "one of open, nomem, read",
+                                "one of open, nomem, read, kill, ckptkill, hang, nan",
                                 tok);
         memcpy(f.event, ev, sizeof f.event);
         f.step = n == 3 ? step : -1;

@@ -1,11 +1,18 @@
 /*
  * fault.h - a testing aid: DTRAIN_FAULT makes a chosen rank fail at a
  * chosen point, so tests can start a real multi-rank job and watch every
- * rank stop cleanly. Comma-separated entries RANK:EVENT[:STEP]:
- *   open       the dataset cannot be opened on that rank
- *   nomem      the model's memory cannot be allocated on that rank
- *   read:STEP  reading a training batch fails at optimizer step STEP
- * Unset (the normal case) it costs one getenv at start-up.
+ * rank stop, or the job recover. Comma-separated entries RANK:EVENT[:STEP]:
+ *   open           the dataset cannot be opened on that rank
+ *   nomem          the model's memory cannot be allocated on that rank
+ *   read:STEP      reading a training batch fails at optimizer step STEP
+ *   kill:STEP      the rank kills itself (SIGKILL) in the middle of step STEP
+ *   ckptkill:STEP  the rank kills itself in the middle of writing the
+ *                  checkpoint of step STEP (after the temporary file exists)
+ *   hang:STEP      the rank stops responding in step STEP (watchdog test)
+ *   nan:STEP       the rank's loss is NaN at step STEP
+ * STEP counts optimizer steps from 0. Under `dtrain launch` the faults act
+ * in the first attempt only (DTRAIN_LAUNCH_ATTEMPT=1), so a restart shows
+ * the recovery. Unset (the normal case) it costs one getenv at start-up.
  */
 #ifndef DT_FAULT_H
 #define DT_FAULT_H

@@ -70,6 +70,19 @@ void dt_optim_destroy(dt_optim_t *o)
 }
 
 int64_t dt_optim_steps(const dt_optim_t *o) { return o->t; }
+void dt_optim_set_steps(dt_optim_t *o, int64_t t) { o->t = t; }
+
+int dt_optim_state_count(const dt_optim_t *o) { return (o->m != NULL) + (o->v != NULL); }
+
+float *dt_optim_state(dt_optim_t *o, int i, const char **name)
+{
+    if (o->kind == OPT_SGD) {
+        *name = "momentum";
+        return i == 0 ? o->m : NULL;
+    }
+    *name = i == 0 ? "m" : "v";
+    return i == 0 ? o->m : i == 1 ? o->v : NULL;
+}
 
 dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr)
 {

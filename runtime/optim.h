@@ -24,8 +24,15 @@ void dt_optim_destroy(dt_optim_t *o);
 /* One update of params from grads with learning rate lr. */
 dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr);
 
-/* Steps taken so far. */
+/* Steps taken so far; set when resuming from a checkpoint. */
 int64_t dt_optim_steps(const dt_optim_t *o);
+void dt_optim_set_steps(dt_optim_t *o, int64_t t);
+
+/* The optimizer's state buffers, each laid out like the parameters (n
+ * elements on the backend): 0 for SGD without momentum, 1 ("momentum")
+ * for SGD, 2 ("m", "v") for AdamW. */
+int dt_optim_state_count(const dt_optim_t *o);
+float *dt_optim_state(dt_optim_t *o, int i, const char **name);
 
 /* Learning rate for 0-based optimizer step `step` of `total` steps:
  * linear warm-up from lr/warmup to lr over warmup_steps, then the schedule

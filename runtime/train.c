@@ -20,6 +20,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #include "log.h"
 #include "train_impl.h"
 #include "util.h"
+#include "watchdog.h"
 
 #define BAR_WIDTH 24
 #define BAR_REFRESH_S 0.2
@@ -42,8 +44,10 @@ struct window {
     double grad_norm;
 };
 
-/* What one rank contributes to a step's outcome, summed over ranks. */
-enum { OUT_FAILED, OUT_LOSS, OUT_CORRECT, OUT_ROWS, OUT_N };
+/* What one rank contributes to a step's outcome, summed over ranks: its
+ * failure, its loss and accuracy sums, and the coordinator's flags (a stop
+ * was requested on this rank; rank 0's clock says a checkpoint is due). */
+enum { OUT_FAILED, OUT_LOSS, OUT_CORRECT, OUT_ROWS, OUT_STOP, OUT_CKPT, OUT_N };
 
 /* ---- progress ------------------------------------------------------------ */
 
@@ -162,6 +166,19 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
 
 static dt_status reducer_ready(void *ctx, size_t done) { return dt_reducer_ready(ctx, done); }
 
+/* DTRAIN_FAULT events inside a step: die, or stop responding. */
+static void inject_step_faults(struct run *r, int64_t step)
+{
+    if (dt_fault_armed("kill", r->rank, step)) {
+        fprintf(stderr, "dtrain: rank %d: killing itself at step %lld (DTRAIN_FAULT)\n", r->rank,
+                (long long)step + 1);
+        raise(SIGKILL);
+    }
+    if (dt_fault_armed("hang", r->rank, step))
+        for (;;)
+            pause();
+}
+
 /* Forward and backward of one micro-batch; on the last one of the step the
  * backward feeds the gradient reducer as layers finish. *comm_st gets a
  * failure of the reducer (the job can no longer stay in step). */
@@ -203,6 +220,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
     while (*local == DT_OK) {
         struct dt_batch b;
         double t0 = dt_now();
+        dt_watchdog_phase(r->wd, "data", step);
         *local = dt_fault_armed("read", r->rank, step)
                      ? dt_set_error(DT_ERR_IO, "reading a training batch failed (DTRAIN_FAULT)")
                      : dt_loader_next(r->train_ld, &b, end);
@@ -211,6 +229,8 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         if (*local != DT_OK || *end)
             break;
         int last = b.micro == b.micro_count - 1;
+        dt_watchdog_phase(r->wd, "forward/backward", step);
+        inject_step_faults(r, step);
         *local = micro_step(r, &b, step, last, v, &correct, &comm_st);
         dt_loader_release(r->train_ld, &b);
         double t2 = dt_now();
@@ -218,6 +238,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         if (last || comm_st != DT_OK) {
             if (r->red && comm_st == DT_OK) {
                 double wait = 0;
+                dt_watchdog_phase(r->wd, "gradient all-reduce (waiting for buckets)", step);
                 comm_st = dt_reducer_finish(r->red, &wait);
                 w->comm_s += wait;
             }
@@ -237,19 +258,23 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
     return comm_st;
 }
 
-/* The gradient norm costs a pass over the gradients: it is computed when
- * clipping needs it or when this step is logged. */
-static dt_status optimizer_step(struct run *r, int64_t step, double lr, struct window *w)
+/* Clips (and measures) the gradients, then updates the parameters unless
+ * the loss or the gradients are not finite: *skipped = 1 then. The
+ * gradients are the same on every rank, so every rank decides alike. */
+static dt_status optimizer_step(struct run *r, int64_t step, double loss, struct window *w,
+                                int *skipped)
 {
-    double t0 = dt_now(), norm = w->grad_norm;
+    double t0 = dt_now(), norm = 0;
     size_t n = dt_model_num_params(r->model);
-    dt_status st = DT_OK;
-    int logged = (step + 1) % r->job->train.log_every == 0 || step + 1 == r->total_steps;
-    if (r->job->train.clip_norm > 0 || logged)
-        st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm, &norm);
-    if (st == DT_OK)
+    dt_watchdog_phase(r->wd, "optimizer", step);
+    dt_status st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm,
+                                     &norm);
+    *skipped = st == DT_OK && !(isfinite(loss) && isfinite(norm));
+    if (st == DT_OK && !*skipped) {
+        double lr = dt_schedule_lr(r->job, step, r->total_steps);
         st = dt_optim_step(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
-    w->grad_norm = norm;
+        w->grad_norm = norm;
+    }
     w->optim_s += dt_now() - t0;
     w->steps++;
     return st;
@@ -275,75 +300,151 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
 
 /* ---- the loop ------------------------------------------------------------ */
 
+/* This rank's coordinator flags for the step's agreement. */
+static void coordinator_flags(struct run *r, double v[OUT_N])
+{
+    v[OUT_STOP] = r->opts && r->opts->stop_flag && *r->opts->stop_flag;
+    double every = r->job->checkpoint.every_minutes;
+    v[OUT_CKPT] = r->rank == 0 && every > 0 && dt_now() - r->last_ckpt_time >= 60.0 * every;
+}
+
+/* After a skipped step: roll back when there were too many in a row. */
+static dt_status after_bad_step(struct run *r, int64_t step, double loss)
+{
+    r->bad_steps++;
+    DT_LOG_WARN("train", "step %lld: the loss (%g) or the gradients are not finite; step skipped "
+                         "(%lld in a row, runtime.max_bad_steps=%lld)",
+                (long long)step + 1, loss, (long long)r->bad_steps,
+                (long long)r->job->runtime.max_bad_steps);
+    if (r->bad_steps < r->job->runtime.max_bad_steps)
+        return DT_OK;
+    if (r->rollbacks >= r->job->runtime.max_rollbacks)
+        return dt_set_error(DT_ERR_USAGE,
+                            "training diverged: %lld steps in a row with a non-finite loss or "
+                            "gradients after %lld rollback%s (runtime.max_rollbacks); lower "
+                            "train.optimizer.lr or set train.clip_norm",
+                            (long long)r->bad_steps, (long long)r->rollbacks,
+                            r->rollbacks == 1 ? "" : "s");
+    return dt_train_ckpt_rollback(r);
+}
+
 /* One step: batch, reduction, agreement, optimizer. *end when the epoch is
- * over. */
-static dt_status train_step(struct run *r, int64_t step, struct window *w, int *end,
-                            int64_t *samples)
+ * over; *flags gets the agreed coordinator flags (stop, checkpoint). */
+static dt_status train_step(struct run *r, struct window *w, int *end, int *stop, int *ckpt)
 {
     double v[OUT_N] = {0};
     dt_status local = DT_OK;
+    int64_t step = r->step;
     dt_status st = run_batch(r, step, w, end, v, &local);
     if (st != DT_OK)
         return st; /* communication failed: the caller aborts the job */
     if (*end && local == DT_OK)
         return DT_OK;
+    if (dt_fault_armed("nan", r->rank, step) && !r->nan_injected) {
+        v[OUT_LOSS] = NAN;
+        r->nan_injected = 1;
+    }
+    coordinator_flags(r, v);
     double t0 = dt_now();
+    dt_watchdog_phase(r->wd, "step agreement all-reduce", step);
     st = agree_outcome(r, local, v);
     w->comm_s += dt_now() - t0;
     if (st != DT_OK)
         return st;
-    if (!isfinite(v[OUT_LOSS]))
-        return dt_set_error(DT_ERR_USAGE,
-                            "the loss is not finite at step %lld; training diverged: lower "
-                            "train.optimizer.lr or set train.clip_norm",
-                            (long long)step + 1);
+    *stop = v[OUT_STOP] > 0;
+    *ckpt = v[OUT_CKPT] > 0;
+    int skipped = 0;
+    if ((st = optimizer_step(r, step, v[OUT_LOSS], w, &skipped)) != DT_OK)
+        return st;
+    r->step++;
+    r->batch++;
+    r->samples += (int64_t)v[OUT_ROWS];
+    if (skipped)
+        return after_bad_step(r, step, v[OUT_LOSS]);
+    r->bad_steps = 0;
     w->loss_sum += v[OUT_LOSS];
     w->correct += v[OUT_CORRECT];
     w->rows += v[OUT_ROWS];
-    *samples += (int64_t)v[OUT_ROWS];
-    return optimizer_step(r, step, dt_schedule_lr(r->job, step, r->total_steps), w);
+    return DT_OK;
+}
+
+/* Checkpoints the coordinator asked for, and the stop. */
+static dt_status after_step(struct run *r, int stop, int ckpt)
+{
+    int64_t every = r->job->checkpoint.every_steps;
+    dt_status st = DT_OK;
+    if (stop) {
+        st = dt_train_ckpt_save(r, "stop requested");
+        if (st != DT_OK)
+            return st;
+        return dt_set_error(DT_ERR_STOPPED,
+                            "stopped by a signal after step %lld with a checkpoint in %s; run "
+                            "the same command again (--resume auto) to continue",
+                            (long long)r->step, r->ckpt_dir);
+    }
+    if (ckpt || (every > 0 && r->step % every == 0))
+        st = dt_train_ckpt_save(r, ckpt ? "checkpoint.every_minutes" : "checkpoint.every_steps");
+    return st;
 }
 
 static dt_status train_loop(struct run *r, struct dt_train_result *res)
 {
     dt_status st = DT_OK;
     const struct dt_job *job = r->job;
-    int64_t step = 0, samples = 0;
+    int64_t first_step = r->step, first_samples = r->samples;
     double start = dt_now(), last_bar = 0, eval_s = 0;
     struct window w = {.t0 = dt_now()};
-    for (int64_t epoch = 0; epoch < r->epochs && step < r->total_steps; epoch++) {
-        DT_CHECK(dt_loader_start_epoch(r->train_ld, epoch, 0));
+    while (r->epoch < r->epochs && r->step < r->total_steps) {
+        int64_t epoch = r->epoch, rollbacks = r->rollbacks;
+        DT_CHECK(dt_loader_start_epoch(r->train_ld, epoch, r->batch));
         res->epochs = epoch + 1;
-        for (int end = 0; step < r->total_steps;) {
-            DT_CHECK(train_step(r, step, &w, &end, &samples));
+        int end = 0;
+        while (r->step < r->total_steps && rollbacks == r->rollbacks) {
+            int stop = 0, ckpt = 0;
+            DT_CHECK(train_step(r, &w, &end, &stop, &ckpt));
             if (end)
                 break;
-            double lr = dt_schedule_lr(job, step, r->total_steps);
-            step++;
+            int64_t step = r->step;
             double elapsed = dt_now() - start - eval_s;
+            double lr = dt_schedule_lr(job, step - 1, r->total_steps);
+            int64_t done = r->samples - first_samples;
             int logged = step % job->train.log_every == 0 || step == r->total_steps;
             int epoch_end = step == epoch * r->bpe + epoch_steps(r, epoch);
             if (r->bar && !logged && (epoch_end || dt_now() - last_bar > BAR_REFRESH_S)) {
-                show_progress(r, epoch, step, &w, lr, elapsed, samples, 0);
+                show_progress(r, epoch, step, &w, lr, elapsed, done, 0);
                 last_bar = dt_now();
             }
             if (logged) {
                 res->train_loss = w.rows > 0 ? w.loss_sum / w.rows : 0;
-                DT_CHECK(log_window(r, epoch, step, lr, &w, elapsed, samples));
+                DT_CHECK(log_window(r, epoch, step, lr, &w, elapsed, done));
                 w = (struct window){.t0 = dt_now()};
             }
+            DT_CHECK(after_step(r, stop, ckpt));
         }
+        if (rollbacks != r->rollbacks)
+            continue; /* position reloaded from a checkpoint */
         end_bar(r);
-        double t0 = dt_now();
-        DT_CHECK(evaluate(r, epoch, step, &res->test_loss, &res->test_acc));
-        eval_s += dt_now() - t0;
+        if (end || r->step == r->total_steps) {
+            double t0 = dt_now();
+            dt_watchdog_phase(r->wd, "evaluation", r->step);
+            DT_CHECK(evaluate(r, epoch, r->step, &res->test_loss, &res->test_acc));
+            eval_s += dt_now() - t0;
+        }
+        if (end) {
+            r->epoch++;
+            r->batch = 0;
+        }
     }
-    res->steps = step;
-    res->samples = samples;
+    dt_watchdog_idle(r->wd);
+    res->steps = r->step;
+    res->samples = r->samples;
     res->seconds = dt_now() - start;
     double train_s = res->seconds - eval_s;
-    res->samples_per_s = train_s > 0 ? (double)samples / train_s : 0;
+    res->samples_per_s = train_s > 0 ? (double)(r->samples - first_samples) / train_s : 0;
     res->gflops = res->samples_per_s * r->flops_per_sample / 1e9;
+    if (r->step == first_step)
+        DT_LOG_INFO("train", "nothing to do: the run already reached step %lld",
+                    (long long)r->step);
 out:
     return st;
 }
@@ -369,12 +470,16 @@ static dt_status start(struct run *r)
     DT_CHECK(dt_train_open_data(r));
     DT_CHECK(dt_train_choose_backend(r));
     DT_CHECK(dt_train_build(r));
+    DT_CHECK(dt_train_ckpt_resume(r));
+    DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, &r->wd));
+    r->last_ckpt_time = dt_now();
     st = dt_metrics_write(r->metrics,
                           "\"type\":\"start\",\"version\":\"%s\",\"world\":%d,\"params\":%zu,"
-                          "\"steps\":%lld,\"global_batch\":%lld,\"micro_batch\":%lld",
+                          "\"steps\":%lld,\"global_batch\":%lld,\"micro_batch\":%lld,"
+                          "\"first_step\":%lld",
                           DT_VERSION, r->world, dt_model_num_params(r->model),
                           (long long)r->total_steps, (long long)r->job->train.global_batch,
-                          (long long)r->micro);
+                          (long long)r->micro, (long long)r->step);
     st = dt_dist_agree(r->comm, st);
 out:
     return st;
@@ -419,10 +524,11 @@ static dt_status finish(struct run *r, const struct dt_train_result *res)
     return dt_dist_agree(r->comm, st);
 }
 
-dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, struct dt_train_result *res)
+dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct dt_train_opts *opts,
+                       struct dt_train_result *res)
 {
     dt_status st;
-    struct run r = {.job = job, .comm = comm};
+    struct run r = {.job = job, .comm = comm, .opts = opts};
     memset(res, 0, sizeof *res);
     r.rank = dt_comm_rank(comm);
     r.world = dt_comm_size(comm);
@@ -431,11 +537,34 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, struct dt_trai
     DT_CHECK(dt_fault_init());
     DT_CHECK(start(&r));
     DT_CHECK(train_loop(&r, res));
+    DT_CHECK(dt_train_ckpt_save(&r, "end of training"));
     DT_CHECK(dt_train_save_model(&r));
     st = finish(&r, res);
 out:
     /* every failure past start-up that is not a communication failure was
      * agreed by all ranks (see agree_outcome) */
+    res->comm_failed = st == DT_ERR_COMM;
+    dt_watchdog_stop(r.wd);
+    dt_train_close(&r, st);
+    return st;
+}
+
+dt_status dt_eval_run(const struct dt_job *job, dt_comm_t *comm, const char *checkpoint,
+                      struct dt_train_result *res)
+{
+    dt_status st;
+    struct run r = {.job = job, .comm = comm, .quiet = 1, .eval_only = 1};
+    memset(res, 0, sizeof *res);
+    r.rank = dt_comm_rank(comm);
+    r.world = dt_comm_size(comm);
+    DT_CHECK(dt_fault_init());
+    DT_CHECK(dt_train_open_data(&r));
+    DT_CHECK(dt_train_choose_backend(&r));
+    DT_CHECK(dt_train_build(&r));
+    DT_CHECK(dt_train_ckpt_load_params(&r, checkpoint));
+    DT_CHECK(evaluate(&r, r.epoch, r.step, &res->test_loss, &res->test_acc));
+    res->steps = r.step;
+out:
     res->comm_failed = st == DT_ERR_COMM;
     dt_train_close(&r, st);
     return st;

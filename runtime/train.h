@@ -7,6 +7,7 @@
 #ifndef DT_TRAIN_H
 #define DT_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "../collectives/comm.h"
@@ -25,10 +26,22 @@ struct dt_train_result {
     int comm_failed;        /* the ranks fell out of step: abort the job */
 };
 
+struct dt_train_opts {
+    const char *resume;                /* auto | never | PATH of a checkpoint */
+    volatile sig_atomic_t *stop_flag;  /* set by a signal handler: checkpoint and stop */
+};
+
 /* Runs job to completion on every rank of comm (collective). Rank 0
  * writes the run directory, output.dir. A failure on any rank is returned
  * on every rank with the failing rank's message, unless res->comm_failed:
  * then the ranks are out of step and the caller must abort the job. */
-dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, struct dt_train_result *res);
+dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct dt_train_opts *opts,
+                       struct dt_train_result *res);
+
+/* Evaluates the parameters of the checkpoint at `checkpoint` on the job's
+ * test split, on every rank of comm (collective); writes no files.
+ * res->test_loss and res->test_acc get the result. */
+dt_status dt_eval_run(const struct dt_job *job, dt_comm_t *comm, const char *checkpoint,
+                      struct dt_train_result *res);
 
 #endif

@@ -5,6 +5,7 @@
 #ifndef DT_TRAIN_IMPL_H
 #define DT_TRAIN_IMPL_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "../collectives/comm.h"
@@ -16,6 +17,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "train.h"
 
 struct run {
     const struct dt_job *job;
@@ -35,7 +37,30 @@ struct run {
     int bar;   /* live progress bar instead of lines */
     int quiet; /* no progress on the terminal */
     double flops_per_sample;
+
+    /* position: the next step's number, epoch and global batch index */
+    int64_t step, epoch, batch, samples;
+    int64_t bad_steps, rollbacks;
+    int nan_injected; /* DTRAIN_FAULT nan fires once */
+    int eval_only;    /* dtrain eval: no training loader, optimizer or reducer */
+    const struct dt_train_opts *opts;
+    char ckpt_dir[4096 + 32];
+    double last_ckpt_time; /* dt_now() of the last checkpoint or the start */
+    struct dt_watchdog *wd;
 };
+
+/* Checkpoints (train_ckpt.c), all collective. */
+/* Writes a checkpoint of the current state; `why` goes into the log. A
+ * failed write stops the run or only warns, as checkpoint.on_error says. */
+dt_status dt_train_ckpt_save(struct run *r, const char *why);
+/* Applies opts->resume: "auto" loads the newest checkpoint in the run's
+ * checkpoints/ that verifies (reporting skipped ones), "never" starts
+ * fresh, anything else is a checkpoint path to load. */
+dt_status dt_train_ckpt_resume(struct run *r);
+/* Loads only the parameters of the checkpoint at path (evaluation). */
+dt_status dt_train_ckpt_load_params(struct run *r, const char *path);
+/* Reloads the newest good checkpoint after repeated non-finite steps. */
+dt_status dt_train_ckpt_rollback(struct run *r);
 
 /* Each a collective step of start-up; every rank gets the same outcome. */
 dt_status dt_train_open_run_dir(struct run *r);

@@ -49,7 +49,7 @@ static dt_status open_run_dir_local(struct run *r)
 {
     const char *dir = r->job->output.dir;
     char path[4096 + 64];
-    dt_status st = dt_mkdir_p(dir);
+    dt_status st = dt_mkdir_p(r->ckpt_dir);
     if (st != DT_OK)
         return dt_error_context(st, "output.dir");
     if ((st = write_config(r->job, dir)) != DT_OK)
@@ -65,6 +65,7 @@ static dt_status open_run_dir_local(struct run *r)
 
 dt_status dt_train_open_run_dir(struct run *r)
 {
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/checkpoints", r->job->output.dir);
     dt_status st = r->rank == 0 ? open_run_dir_local(r) : DT_OK;
     return dt_dist_agree(r->comm, st);
 }
@@ -247,7 +248,7 @@ static dt_status create_loaders(struct run *r)
                                 .drop_last = job->data.drop_last,
                                 .workers = (int)job->data.workers,
                                 .prefetch = (int)job->data.prefetch};
-    if ((st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
+    if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */
     int64_t eg = job->train.eval_batch < r->world ? r->world : job->train.eval_batch;
@@ -257,7 +258,7 @@ static dt_status create_loaders(struct run *r)
     lo.micro_batch = eg / r->world;
     lo.shuffle = 0;
     lo.drop_last = 0;
-    if ((st = dt_loader_create(&lo, &r->test_ld)) != DT_OK)
+    if ((st = dt_loader_create(&lo, &r->test_ld)) != DT_OK || r->eval_only)
         return st;
     r->bpe = dt_loader_batches_per_epoch(r->train_ld);
     if (r->bpe < 1)
@@ -276,7 +277,10 @@ static dt_status build_local(struct run *r)
     struct dt_model_io io = {.ndim = r->train->ndim, .num_classes = info->num_classes};
     for (int i = 0; i < r->train->ndim && i < 4; i++)
         io.shape[i] = r->train->shape[i];
-    DT_CHECK(plan_batches(r));
+    if (r->eval_only)
+        r->micro = r->per_rank = 1;
+    else
+        DT_CHECK(plan_batches(r));
     int64_t eval_rows = (job->train.eval_batch + r->world - 1) / r->world;
     int64_t max_rows = r->micro > eval_rows ? r->micro : eval_rows;
     if (dt_fault_armed("nomem", r->rank, -1)) {
@@ -285,10 +289,11 @@ static dt_status build_local(struct run *r)
     }
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
-    DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
+    if (!r->eval_only)
+        DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
     r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
     DT_CHECK(create_loaders(r));
-    if (r->world > 1) {
+    if (r->world > 1 && !r->eval_only) {
         struct dt_reducer_opts ro = {.bucket_mb = job->comm.bucket_mb,
                                      .first_bucket_mb = FIRST_BUCKET_MB < job->comm.bucket_mb
                                                             ? FIRST_BUCKET_MB
@@ -333,6 +338,8 @@ dt_status dt_train_build(struct run *r)
                 job->model.type, dt_model_num_params(r->model), dt_model_param_count(r->model),
                 dt_model_flops_per_sample(r->model, 0) / 1e6);
     dt_model_describe(r->model, log_layer, NULL);
+    if (r->eval_only)
+        return check_params(r);
     DT_LOG_INFO("data", "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
                         "x %lld accumulation x %d rank%s; %lld steps/epoch, %lld steps",
                 job->data.path, (long long)r->train->n, (long long)r->test->n,

@@ -355,7 +355,7 @@ static void test_unknown_keys(void)
                                                  "model are type, hidden, activation, dropout, "
                                                  "init");
     expect_load_error("foo: 1\n",
-                      ":1:1: foo: unknown key; the sections are model, data, train, runtime, comm, output");
+                      ":1:1: foo: unknown key; the sections are model, data, train, runtime, comm, checkpoint, output");
     expect_load_error("train.epochs: 3\n", ":1:1: train.epochs: dotted names are for --set; in a "
                                            "job file nest each part as a mapping");
 }
@@ -427,7 +427,7 @@ static void test_shape_errors(void)
     expect_load_error("model:\n  dropout:\n    x: 1\n",
                       ":3:5: model.dropout: expected a number in [0, 1), got a mapping");
     expect_load_error("- a\n- b\n", ":1:1: expected a mapping of sections (model, data, train, "
-                                    "runtime, comm, output), got a sequence");
+                                    "runtime, comm, checkpoint, output), got a sequence");
     expect_load_error("train:\n  epochs: 3\n  epochs: 4\n",
                       ":3:3: train.epochs: duplicate key (first given at line 2)");
     expect_load_error("train:\n  epochs: 3\n---\ntrain:\n  epochs: 4\n",

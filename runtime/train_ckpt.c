@@ -1,0 +1,341 @@
+/*
+ * train_ckpt.c - a run's checkpoints: what goes in (every parameter and
+ * optimizer-state tensor by name, the position in the data, the optimizer
+ * step, the seed, the bad-step and rollback counts), when they are
+ * written, and how a run resumes or rolls back. The file format and the
+ * atomic commit live in io/checkpoint.c.
+ *
+ * The position is (step, epoch, batch in epoch, samples): the global batch
+ * is fixed by the job, so a checkpoint resumes on any number of ranks at
+ * the same sample, with the accumulation recomputed for the new world size.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/checkpoint.h"
+#include "dist.h"
+#include "log.h"
+#include "train_impl.h"
+#include "util.h"
+#include "watchdog.h"
+
+#define MAX_CKPT_TENSORS (DT_MODEL_MAX_PARAMS * 3)
+#define MAX_LISTED 256
+
+/* Host staging for the checkpoint: one block per flat buffer (parameters,
+ * then each optimizer state), and the tensor list pointing into it. */
+struct staging {
+    float *host;
+    int nbuf;
+    struct dt_ckpt_tensor t[MAX_CKPT_TENSORS];
+    int n;
+};
+
+static void stage_names(struct run *r, struct staging *s)
+{
+    size_t total = dt_model_num_params(r->model);
+    s->n = 0;
+    for (int b = 0; b < s->nbuf; b++) {
+        const char *state = NULL;
+        if (b > 0)
+            dt_optim_state(r->opt, b - 1, &state);
+        for (int i = 0; i < dt_model_param_count(r->model); i++) {
+            const struct dt_param_info *p = dt_model_param(r->model, i);
+            struct dt_ckpt_tensor *t = &s->t[s->n++];
+            if (b == 0)
+                snprintf(t->name, sizeof t->name, "params/%s", p->name);
+            else
+                snprintf(t->name, sizeof t->name, "optim/%s/%s", state, p->name);
+            t->ndim = p->ndim;
+            t->shape[0] = p->shape[0];
+            t->shape[1] = p->shape[1];
+            t->data = s->host + (size_t)b * total + p->offset;
+        }
+    }
+}
+
+static float *buffer(struct run *r, int b)
+{
+    const char *name;
+    return b == 0 ? dt_model_params(r->model) : dt_optim_state(r->opt, b - 1, &name);
+}
+
+static dt_status staging_open(struct run *r, struct staging *s)
+{
+    size_t total = dt_model_num_params(r->model);
+    s->nbuf = 1 + dt_optim_state_count(r->opt);
+    dt_status st = dt_malloc((size_t)s->nbuf * total * sizeof(float), "checkpoint staging",
+                             (void **)&s->host);
+    if (st == DT_OK)
+        stage_names(r, s);
+    return st;
+}
+
+/* device -> staging (to_host) or staging -> device */
+static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
+{
+    size_t total = dt_model_num_params(r->model), bytes = total * sizeof(float);
+    dt_status st = DT_OK;
+    for (int b = 0; b < s->nbuf && st == DT_OK; b++) {
+        float *host = s->host + (size_t)b * total;
+        st = to_host ? dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H)
+                     : dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D);
+    }
+    return st;
+}
+
+static char *job_yaml(const struct dt_job *job)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    if (!fp)
+        return NULL;
+    dt_job_write_yaml(job, fp);
+    fclose(fp);
+    return buf;
+}
+
+/* ---- saving ------------------------------------------------------------- */
+
+static void fill_meta(const struct run *r, struct dt_ckpt_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    m->step = r->step;
+    m->epoch = r->epoch;
+    m->batch = r->batch;
+    m->samples = r->samples;
+    m->seed = (uint64_t)r->job->train.seed;
+    m->world = r->world;
+    m->loss_scale = 1.0;
+    m->optim_t = dt_optim_steps(r->opt);
+    m->bad_steps = r->bad_steps;
+    m->rollbacks = r->rollbacks;
+    snprintf(m->version, sizeof m->version, "%s", DT_VERSION);
+    snprintf(m->optimizer, sizeof m->optimizer, "%.*s", (int)sizeof m->optimizer - 1,
+             r->job->train.optimizer.name);
+}
+
+static dt_status save(struct run *r, char *path, size_t len)
+{
+    struct staging s = {0};
+    struct dt_ckpt_meta meta;
+    char *yaml = job_yaml(r->job);
+    dt_status st = yaml ? DT_OK : dt_set_error(DT_ERR_NOMEM, "out of memory writing the job");
+    if (st == DT_OK)
+        st = staging_open(r, &s);
+    if (st == DT_OK)
+        st = staging_copy(r, &s, 1);
+    st = dt_dist_agree(r->comm, st);
+    if (st == DT_OK) {
+        fill_meta(r, &meta);
+        st = dt_ckpt_save(r->comm, r->ckpt_dir, &meta, s.t, s.n, yaml, path, len);
+    }
+    free(s.host);
+    free(yaml);
+    return st;
+}
+
+dt_status dt_train_ckpt_save(struct run *r, const char *why)
+{
+    char path[4096 + 128] = "";
+    double t0 = dt_now();
+    dt_watchdog_phase(r->wd, "checkpoint", r->step);
+    dt_status st = save(r, path, sizeof path);
+    dt_watchdog_idle(r->wd);
+    if (st == DT_OK) {
+        r->last_ckpt_time = dt_now();
+        DT_LOG_INFO("ckpt", "step %lld: checkpoint %s written (%s) in %.2fs", (long long)r->step,
+                    path, why, dt_now() - t0);
+        dt_status pst = r->rank == 0 ? dt_ckpt_prune(r->ckpt_dir, (int)r->job->checkpoint.keep_last,
+                                                     r->job->checkpoint.keep_every)
+                                     : DT_OK;
+        if (pst != DT_OK)
+            DT_LOG_WARN("ckpt", "retention: %s", dt_last_error());
+        return DT_OK;
+    }
+    if (st == DT_ERR_COMM || strcmp(r->job->checkpoint.on_error, "continue") != 0)
+        return dt_error_context(st, "checkpoint at step %lld", (long long)r->step);
+    DT_LOG_WARN("ckpt", "step %lld: checkpoint not written, training continues "
+                        "(checkpoint.on_error=continue): %s",
+                (long long)r->step, dt_last_error());
+    r->last_ckpt_time = dt_now();
+    return DT_OK;
+}
+
+/* ---- loading --------------------------------------------------------------- */
+
+/* Keys a checkpoint must share with the job it resumes. */
+static void compat_diff(const struct dt_job *a, const struct dt_job *b, char *out, size_t len)
+{
+    size_t k = 0;
+    out[0] = '\0';
+#define DIFF_STR(field, key)                                                                       \
+    if (strcmp(a->field, b->field) != 0 && k < len)                                                \
+        k += (size_t)snprintf(out + k, len - k, "%s%s: job '%s', checkpoint '%s'", k ? "; " : "",  \
+                              key, a->field, b->field);
+#define DIFF_INT(field, key)                                                                       \
+    if (a->field != b->field && k < len)                                                           \
+        k += (size_t)snprintf(out + k, len - k, "%s%s: job %lld, checkpoint %lld", k ? "; " : "",  \
+                              key, (long long)a->field, (long long)b->field);
+    DIFF_STR(model.type, "model.type")
+    DIFF_INT(model.nhidden, "model.hidden (layers)")
+    for (int i = 0; i < a->model.nhidden && i < b->model.nhidden; i++)
+        DIFF_INT(model.hidden[i], "model.hidden (width)")
+    DIFF_STR(model.activation, "model.activation")
+    DIFF_STR(train.optimizer.name, "train.optimizer.name")
+    DIFF_INT(train.global_batch, "train.global_batch")
+    DIFF_INT(train.seed, "train.seed")
+    DIFF_STR(data.train_split, "data.train_split")
+#undef DIFF_STR
+#undef DIFF_INT
+}
+
+static dt_status check_compatible(struct run *r, const char *path, const char *yaml)
+{
+    struct dt_job *saved = malloc(sizeof *saved);
+    if (!saved)
+        return dt_set_error(DT_ERR_NOMEM, "out of memory reading %s", path);
+    dt_status st = dt_job_load_text(path, yaml, saved);
+    if (st == DT_OK) {
+        char diff[1024];
+        compat_diff(r->job, saved, diff, sizeof diff);
+        if (diff[0])
+            st = dt_set_error(DT_ERR_USAGE, "checkpoint %s belongs to another job: %s", path,
+                              diff);
+    }
+    free(saved);
+    return st;
+}
+
+static dt_status load_local(struct run *r, const char *path)
+{
+    struct staging s = {0};
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    struct dt_ckpt_meta meta;
+    dt_status st = info ? DT_OK : dt_set_error(DT_ERR_NOMEM, "out of memory");
+    DT_CHECK(st);
+    DT_CHECK(dt_ckpt_verify(path, info));
+    DT_CHECK(check_compatible(r, path, info->job_yaml ? info->job_yaml : ""));
+    DT_CHECK(staging_open(r, &s));
+    DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
+    DT_CHECK(staging_copy(r, &s, 0));
+    r->step = meta.step;
+    r->epoch = meta.epoch;
+    r->batch = meta.batch;
+    r->samples = meta.samples;
+    r->bad_steps = 0;
+    dt_optim_set_steps(r->opt, meta.optim_t);
+out:
+    free(s.host);
+    if (info)
+        dt_ckpt_info_free(info);
+    free(info);
+    return st;
+}
+
+static dt_status load_params_local(struct run *r, const char *path)
+{
+    struct staging s = {0};
+    struct dt_ckpt_meta meta;
+    dt_status st;
+    DT_CHECK(dt_malloc(dt_model_num_params(r->model) * sizeof(float), "checkpoint staging",
+                       (void **)&s.host));
+    s.nbuf = 1;
+    stage_names(r, &s);
+    DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
+    DT_CHECK(staging_copy(r, &s, 0));
+    r->step = meta.step;
+    DT_LOG_INFO("ckpt", "evaluating %s: step %lld, epoch %lld, %lld samples seen", path,
+                (long long)meta.step, (long long)meta.epoch + 1, (long long)meta.samples);
+out:
+    free(s.host);
+    return st;
+}
+
+dt_status dt_train_ckpt_load_params(struct run *r, const char *path)
+{
+    return dt_dist_agree(r->comm, load_params_local(r, path));
+}
+
+/* Rank 0 picks the newest checkpoint that verifies; "" when none. */
+static dt_status pick_latest(struct run *r, char *path, size_t len)
+{
+    char (*names)[256] = malloc(MAX_LISTED * sizeof *names);
+    int64_t steps[MAX_LISTED];
+    if (!names)
+        return dt_set_error(DT_ERR_NOMEM, "out of memory listing checkpoints");
+    path[0] = '\0';
+    int n = dt_ckpt_list(r->ckpt_dir, names, steps, MAX_LISTED);
+    for (int i = 0; i < n && i < MAX_LISTED; i++) {
+        char p[4096 + 300];
+        snprintf(p, sizeof p, "%s/%.255s", r->ckpt_dir, names[i]);
+        if (dt_ckpt_verify(p, NULL) == DT_OK) {
+            snprintf(path, len, "%.*s", (int)len - 1, p);
+            break;
+        }
+        DT_LOG_WARN("ckpt", "skipping checkpoint %s: %s", p, dt_last_error());
+    }
+    free(names);
+    return DT_OK;
+}
+
+/* Every rank loads `path` (chosen by rank 0 when `pick`). */
+static dt_status load_agreed(struct run *r, int pick, const char *given, int *loaded)
+{
+    char path[4096 + 300] = "";
+    dt_status st = DT_OK;
+    *loaded = 0;
+    if (pick && r->rank == 0)
+        st = pick_latest(r, path, sizeof path);
+    else if (!pick)
+        snprintf(path, sizeof path, "%s", given);
+    st = dt_dist_agree(r->comm, st);
+    if (st == DT_OK && pick && r->world > 1)
+        st = dt_comm_broadcast(r->comm, path, sizeof path, 0);
+    if (st != DT_OK || !path[0])
+        return st;
+    st = dt_dist_agree(r->comm, load_local(r, path));
+    if (st == DT_OK) {
+        *loaded = 1;
+        DT_LOG_INFO("ckpt", "resumed from %s: step %lld, epoch %lld, batch %lld, %lld samples "
+                            "seen; %d rank%s now",
+                    path, (long long)r->step, (long long)r->epoch + 1, (long long)r->batch,
+                    (long long)r->samples, r->world, r->world == 1 ? "" : "s");
+    }
+    return st;
+}
+
+dt_status dt_train_ckpt_resume(struct run *r)
+{
+    const char *how = r->opts && r->opts->resume ? r->opts->resume : "auto";
+    int loaded = 0;
+    if (strcmp(how, "never") == 0)
+        return DT_OK;
+    dt_status st = load_agreed(r, strcmp(how, "auto") == 0, how, &loaded);
+    if (st == DT_OK && !loaded && strcmp(how, "auto") == 0)
+        DT_LOG_INFO("ckpt", "no checkpoint in %s: starting fresh", r->ckpt_dir);
+    return st;
+}
+
+dt_status dt_train_ckpt_rollback(struct run *r)
+{
+    int loaded = 0;
+    int64_t rollbacks = r->rollbacks + 1;
+    dt_status st = load_agreed(r, 1, NULL, &loaded);
+    if (st != DT_OK)
+        return st;
+    if (!loaded)
+        return dt_set_error(DT_ERR_USAGE,
+                            "the loss or gradients were not finite for %lld steps in a row and "
+                            "there is no checkpoint to roll back to; lower train.optimizer.lr, "
+                            "set train.clip_norm, or enable checkpoint.every_steps",
+                            (long long)r->job->runtime.max_bad_steps);
+    r->rollbacks = rollbacks;
+    DT_LOG_WARN("ckpt", "rolled back to step %lld (rollback %lld of at most %lld)",
+                (long long)r->step, (long long)r->rollbacks,
+                (long long)r->job->runtime.max_rollbacks);
+    return DT_OK;
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Checkpoints and recovery with real processes and real files. Every
+# recovered run must end with the parameters of an uninterrupted run:
+#   - kill -9 of a rank mid-step, mid-checkpoint and just after a commit,
+#     restarted by `dtrain launch`: bit-identical;
+#   - the newest checkpoints truncated and bit-flipped: skipped, the
+#     previous good one used: bit-identical;
+#   - a file-size limit (disk full) during a checkpoint: exit 74, earlier
+#     checkpoints and `latest` untouched, no temporary file left;
+#   - a hung rank: the watchdog ends it, the supervisor restarts: identical;
+#   - resume on another world size: within 1e-5;
+#   - SIGTERM: a checkpoint and exit 75, then resume: bit-identical;
+#   - a NaN step: skipped and rolled back: bit-identical;
+#   - a checkpoint of another model: refused with what differs.
+# Prints the count of faults injected and survived.
+#   fault_test.sh DTRAIN COMPARE_MODELS WORKDIR
+set -uo pipefail
+DTRAIN=$1 COMPARE=$2 W=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+MPIRUN="bash $HERE/mpirun.sh"
+PY=$(command -v python3)
+rm -rf "$W" && mkdir -p "$W/idx"
+cd "$W"
+pass=0 fail=0 injected=0 survived=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+fault() { injected=$((injected + 1)); }
+survive() { survived=$((survived + 1)); ok; }
+same() { "$COMPARE" "$1/model.h5" "$2/model.h5" "${3:-0}" >/dev/null; }
+train() { # NP DIR [args]: one mpirun training run
+  local np=$1 dir=$2
+  shift 2
+  timeout 300 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir="$dir" "$@"
+}
+launch() { # NP DIR [args]: through the restart supervisor
+  local np=$1 dir=$2
+  shift 2
+  timeout 600 "$DTRAIN" launch -n "$np" --launcher mpirun --launcher-arg --oversubscribe \
+    --launcher-arg --bind-to --launcher-arg none --backoff 0 --max-restarts 3 \
+    -- train job.yaml --set output.dir="$dir" "$@"
+}
+export OMPI_MCA_btl=self,vader
+
+"$PY" "$HERE/../cli/make_idx.py" idx 960 200 4 || exit 1
+"$DTRAIN" data import idx idx -o tiny.h5 >/dev/null || exit 1
+cat > job.yaml <<JOB
+model:
+  hidden: [32]
+  dropout: 0.1
+data:
+  path: tiny.h5
+  workers: 1
+train:
+  epochs: 2
+  global_batch: 32
+  eval_batch: 64
+  log_every: 10
+runtime:
+  threads: 1
+  progress: lines
+  timeout_s: 20
+checkpoint:
+  every_steps: 10
+  every_minutes: 0
+  keep_last: 10
+JOB
+# 60 steps, checkpoints at 10, 20, ..., 60
+
+train 2 base > base.out 2>&1 || { cat base.out; exit 1; }
+[ -f base/checkpoints/latest ] && ok || bad "no latest pointer"
+"$DTRAIN" ckpt verify base/checkpoints > verify.out 2>&1 && ok || bad "verify: $(cat verify.out)"
+"$DTRAIN" ckpt list base > list.out 2>&1 && grep -q "ckpt-0000000060" list.out && ok \
+  || bad "ckpt list: $(cat list.out)"
+
+# --- kill -9 at several points, restarted by the supervisor --------------------
+for spec in "1:kill:25" "0:kill:20" "1:ckptkill:30" "0:kill:59"; do
+  fault
+  dir=kill_${spec//:/_}
+  DTRAIN_FAULT=$spec launch 2 "$dir" > "$dir.out" 2>&1
+  rc=$?
+  if [ "$rc" = 0 ] && same base "$dir" && grep -q "attempt 2" "$dir.out"; then survive
+  else bad "$spec: exit $rc, $(tail -5 "$dir.out")"; fi
+done
+ls kill_1_ckptkill_30/checkpoints/.ckpt-* >/dev/null 2>&1 \
+  && bad "temporary checkpoint left after recovery" || ok
+
+# --- damaged checkpoints are skipped ----------------------------------------------
+cp -r base damaged
+truncate -s 2000 damaged/checkpoints/ckpt-0000000060.h5
+"$PY" - damaged/checkpoints/ckpt-0000000050.h5 <<'PY'
+import sys
+p = sys.argv[1]
+data = bytearray(open(p, "rb").read())
+data[len(data) // 2] ^= 0x10
+open(p, "wb").write(data)
+PY
+fault; fault
+"$DTRAIN" ckpt verify damaged/checkpoints > dverify.out 2>&1
+[ $? = 65 ] && grep -q "0000000060.*BAD" dverify.out && ok || bad "verify missed damage: $(cat dverify.out)"
+rm damaged/model.h5
+train 2 damaged > damaged.out 2>&1
+if grep -q "skipping checkpoint .*0000000060" damaged.out && grep -q "skipping checkpoint .*0000000050" damaged.out \
+   && grep -q "resumed from .*0000000040" damaged.out && same base damaged; then survive; survive
+else bad "damaged checkpoints: $(grep -E 'skip|resumed|error' damaged.out)"; fi
+
+# --- disk full: a file-size limit while writing a checkpoint --------------------------
+train 2 full --set train.steps=10 > full1.out 2>&1 || bad "full: first run"
+before=$(md5sum full/checkpoints/* | sort)
+fault
+(trap '' XFSZ; ulimit -f 24; train 2 full --set train.steps=20) > full2.out 2>&1
+rc=$?
+after=$(md5sum full/checkpoints/* | sort)
+if [ "$rc" = 74 ] && [ "$before" = "$after" ] && ! ls full/checkpoints/.ckpt-* >/dev/null 2>&1; then
+  survive
+else bad "disk full: exit $rc, $(grep dtrain: full2.out | head -3)"; fi
+
+# --- a hung rank --------------------------------------------------------------------
+fault
+DTRAIN_FAULT=1:hang:33 launch 2 hang --set runtime.timeout_s=3 > hang.out 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -q "watchdog" hang.out && same base hang; then survive
+else bad "hang: exit $rc: $(grep -E 'watchdog|attempt|error' hang.out | head -5)"; fi
+
+# --- another world size ---------------------------------------------------------------
+fault
+DTRAIN_FAULT=2:kill:35 train 4 resize > resize1.out 2>&1
+train 2 resize > resize2.out 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -q "resumed from .*0000000030" resize2.out && same base resize 1e-5; then
+  survive
+else bad "resume on another world size: exit $rc: $(grep -E 'resumed|error|dtrain:' resize2.out | head)"; fi
+
+# --- SIGTERM: checkpoint, exit 75, resume ----------------------------------------------
+fault
+train 2 term --set train.epochs=40 > term1.out 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do grep -q "step 50/" term1.out 2>/dev/null && break; sleep 0.1; done
+for p in $(pgrep -x dtrain); do
+  tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "output.dir=term" && kill -TERM "$p"
+done
+wait "$pid"
+rc=$?
+if [ "$rc" = 75 ] && grep -q "stopped by a signal" term1.out; then ok; else bad "SIGTERM: exit $rc: $(tail -3 term1.out)"; fi
+train 2 term --set train.epochs=40 > term2.out 2>&1 && train 2 termbase --set train.epochs=40 > termbase.out 2>&1
+if same termbase term && grep -q "resumed from" term2.out; then survive
+else bad "SIGTERM resume differs: $(grep -E 'resumed|error' term2.out)"; fi
+
+# --- a NaN step: skipped, rolled back ---------------------------------------------------
+fault
+DTRAIN_FAULT=0:nan:24 train 2 nan --set runtime.max_bad_steps=1 > nan.out 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -q "rolled back to step 20" nan.out && same base nan; then survive
+else bad "NaN rollback: exit $rc: $(grep -E 'not finite|rolled|error' nan.out | head)"; fi
+DTRAIN_FAULT=0:nan:4 train 2 nan2 --set runtime.max_bad_steps=1 > nan2.out 2>&1
+[ $? = 64 ] && grep -q "no checkpoint to roll back to" nan2.out && ok || bad "NaN without checkpoint: $(tail -2 nan2.out)"
+
+# --- a checkpoint of another job ------------------------------------------------------------
+cp -r base other && rm other/model.h5
+train 2 other --set model.hidden=[16] > other.out 2>&1
+[ $? = 64 ] && grep -q "belongs to another job: model.hidden (width): job 16, checkpoint 32" other.out \
+  && ok || bad "incompatible checkpoint: $(grep dtrain: other.out)"
+
+# --- evaluate a checkpoint on any number of ranks -----------------------------------------------
+a=$(timeout 120 $MPIRUN 1 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
+b=$(timeout 120 $MPIRUN 3 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
+[ -n "$a" ] && [ "${a%% (*}" = "${b%% (*}" ] && ok || bad "eval on 1 and 3 ranks: '$a' vs '$b'"
+
+echo "faults injected: $injected, survived: $survived"
+echo "fault_test: $pass passed, $fail failed"
+[ "$fail" = 0 ]
