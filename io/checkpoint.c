@@ -37,6 +37,7 @@
 #include <hdf5.h>
 #include <limits.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@
 #include <unistd.h>
 
 #include "../runtime/log.h"
+#include "../runtime/fault.h"
 #include "hdf5_lock.h"
 
 #define CKPT_FORMAT "checkpoint"
@@ -773,6 +775,12 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
     dt_h5_lock();
     st = write_file(&s);
     dt_h5_unlock();
+    if (st == DT_OK && dt_fault_armed("ckptkill", s.rank, s.meta.step)) {
+        /* testing aid: die with the temporary file written, not committed */
+        fprintf(stderr, "dtrain: rank %d: killing itself while writing %s (DTRAIN_FAULT)\n",
+                s.rank, s.tmp);
+        raise(SIGKILL);
+    }
     if (st == DT_OK) st = agree(&s, s.rank == 0 ? commit(&s) : DT_OK);
     if (st == DT_OK && path) snprintf(path, len, "%s", s.final);
 out:

@@ -20,6 +20,10 @@
  * (a one-line file naming the checkpoint) replaced the same way. A crash at
  * any moment leaves either the new checkpoint complete or the old ones and
  * latest untouched; a reader never trusts a file it has not verified.
+ * Rank r of W writes the flat elements [r*n/W, (r+1)*n/W) of each tensor.
+ * Rank 0's meta and job YAML are what the file holds. A file-size limit,
+ * a full disk or a quota too small for the file is found before any data
+ * is written (rank 0 reserves the space right after creating the file).
  * Files get the user's umask (never world-writable).
  */
 #ifndef DT_CHECKPOINT_H

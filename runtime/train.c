@@ -528,7 +528,7 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct d
                        struct dt_train_result *res)
 {
     dt_status st;
-    struct run r = {.job = job, .comm = comm, .opts = opts};
+    struct run r = {.job = job, .comm = comm, .opts = opts, .last_ckpt_step = -1};
     memset(res, 0, sizeof *res);
     r.rank = dt_comm_rank(comm);
     r.world = dt_comm_size(comm);

@@ -141,12 +141,15 @@ static dt_status save(struct run *r, char *path, size_t len)
 dt_status dt_train_ckpt_save(struct run *r, const char *why)
 {
     char path[4096 + 128] = "";
+    if (r->last_ckpt_step == r->step)
+        return DT_OK; /* this state is already on disk */
     double t0 = dt_now();
     dt_watchdog_phase(r->wd, "checkpoint", r->step);
     dt_status st = save(r, path, sizeof path);
     dt_watchdog_idle(r->wd);
     if (st == DT_OK) {
         r->last_ckpt_time = dt_now();
+        r->last_ckpt_step = r->step;
         DT_LOG_INFO("ckpt", "step %lld: checkpoint %s written (%s) in %.2fs", (long long)r->step,
                     path, why, dt_now() - t0);
         dt_status pst = r->rank == 0 ? dt_ckpt_prune(r->ckpt_dir, (int)r->job->checkpoint.keep_last,
@@ -227,6 +230,7 @@ static dt_status load_local(struct run *r, const char *path)
     r->batch = meta.batch;
     r->samples = meta.samples;
     r->bad_steps = 0;
+    r->last_ckpt_step = meta.step;
     dt_optim_set_steps(r->opt, meta.optim_t);
 out:
     free(s.host);

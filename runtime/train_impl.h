@@ -46,6 +46,7 @@ struct run {
     const struct dt_train_opts *opts;
     char ckpt_dir[4096 + 32];
     double last_ckpt_time; /* dt_now() of the last checkpoint or the start */
+    int64_t last_ckpt_step; /* step of the last checkpoint written or loaded; -1: none */
     struct dt_watchdog *wd;
 };
 
