@@ -63,8 +63,10 @@
 #define MAX_STEP_DIGITS 19 /* an int64 step */
 #define MAX_NUMEL (INT64_C(1) << 40)
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
-#define HEADER_BYTES 65536    /* superblock and root attributes, generously */
-#define PER_TENSOR_BYTES 4096 /* a dataset's object header and its group links */
+/* The file's size beyond its data (measured: ~4 KiB plus ~0.4 KiB per
+ * tensor with its groups and checksum), estimated with room to spare. */
+#define HEADER_BYTES 8192
+#define PER_TENSOR_BYTES 1024
 
 /* ---- checksum ------------------------------------------------------------ */
 
@@ -541,15 +543,27 @@ static herr_t select_flat(hid_t space, const struct dt_ckpt_tensor *t, uint64_t 
     return e;
 }
 
-/* "; <n> MiB free on its file system": HDF5 1.10's MPI-IO driver reports a
+/* "12 KiB", "4.1 MiB", "2.0 GiB". */
+static void format_bytes(double b, char *buf, size_t len)
+{
+    if (b < 1024.0 * 1024.0)
+        snprintf(buf, len, "%.0f KiB", b / 1024.0);
+    else if (b < 1024.0 * 1024.0 * 1024.0)
+        snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024.0));
+    else
+        snprintf(buf, len, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* "; <n> free on its file system": HDF5 1.10's MPI-IO driver reports a
  * short write without the system's reason, so say whether space ran out. */
 static void space_hint(const char *dir, char *buf, size_t len)
 {
     struct statvfs v;
+    char free_[32];
     buf[0] = '\0';
-    if (statvfs(dir, &v) == 0)
-        snprintf(buf, len, "; %.1f MiB free on its file system",
-                 (double)v.f_bavail * (double)v.f_frsize / (1024.0 * 1024.0));
+    if (statvfs(dir, &v) != 0) return;
+    format_bytes((double)v.f_bavail * (double)v.f_frsize, free_, sizeof free_);
+    snprintf(buf, len, "; %s free on its file system", free_);
 }
 
 /* One collective write of this rank's slice of tensor i. A rank whose
@@ -642,9 +656,11 @@ static dt_status reserve_space(const struct save *s)
         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)need);
     if (fd >= 0) close(fd);
     if (rc == 0) return DT_OK;
+    char size[32];
+    format_bytes((double)need, size, sizeof size);
     space_hint(s->dir, hint, sizeof hint);
-    return dt_set_error(DT_ERR_IO, "checkpoint %s: cannot reserve %.1f MiB for it: %s%s", s->tmp,
-                        (double)need / (1024.0 * 1024.0), strerror(err), hint);
+    return dt_set_error(DT_ERR_IO, "checkpoint %s: cannot reserve %s for it: %s%s", s->tmp, size,
+                        strerror(err), hint);
 }
 
 /* The HDF5 part, lock held: create, reserve, write, close, each stage
@@ -777,8 +793,8 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
     dt_h5_unlock();
     if (st == DT_OK && dt_fault_armed("ckptkill", s.rank, s.meta.step)) {
         /* testing aid: die with the temporary file written, not committed */
-        fprintf(stderr, "dtrain: rank %d: killing itself while writing %s (DTRAIN_FAULT)\n",
-                s.rank, s.tmp);
+        fprintf(stderr, "dtrain: rank %d: killing itself while writing %s (DTRAIN_FAULT)\n", s.rank,
+                s.tmp);
         raise(SIGKILL);
     }
     if (st == DT_OK) st = agree(&s, s.rank == 0 ? commit(&s) : DT_OK);

@@ -30,12 +30,12 @@ same() { "$COMPARE" "$1/model.h5" "$2/model.h5" "${3:-0}" >/dev/null; }
 train() { # NP DIR [args]: one mpirun training run
   local np=$1 dir=$2
   shift 2
-  timeout 300 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir="$dir" "$@"
+  timeout -k 10 300 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir="$dir" "$@"
 }
 launch() { # NP DIR [args]: through the restart supervisor
   local np=$1 dir=$2
   shift 2
-  timeout 600 "$DTRAIN" launch -n "$np" --launcher mpirun --launcher-arg --oversubscribe \
+  timeout -k 10 600 "$DTRAIN" launch -n "$np" --launcher mpirun --launcher-arg --oversubscribe \
     --launcher-arg --bind-to --launcher-arg none --backoff 0 --max-restarts 3 \
     -- train job.yaml --set output.dir="$dir" "$@"
 }
@@ -173,8 +173,8 @@ train 2 other --set model.hidden=[16] > other.out 2>&1
   && ok || bad "incompatible checkpoint: $(grep dtrain: other.out)"
 
 # --- evaluate a checkpoint on any number of ranks -----------------------------------------------
-a=$(timeout 120 $MPIRUN 1 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
-b=$(timeout 120 $MPIRUN 3 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
+a=$(timeout -k 10 120 $MPIRUN 1 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
+b=$(timeout -k 10 120 $MPIRUN 3 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
 [ -n "$a" ] && [ "${a%% (*}" = "${b%% (*}" ] && ok || bad "eval on 1 and 3 ranks: '$a' vs '$b'"
 
 echo "faults injected: $injected, survived: $survived"

@@ -22,7 +22,7 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 # run NAME NP [args...]: one training run into run NAME, output in NAME.out
 run() {
   local name=$1 np=$2; shift 2
-  timeout 300 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir="$name" "$@" > "$name.out" 2>&1
+  timeout -k 10 300 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir="$name" "$@" > "$name.out" 2>&1
 }
 losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/'; }
 # same_losses A B TOL: every step's loss within TOL relative
@@ -36,7 +36,7 @@ same_losses() {
 expect_fail() {
   local code=$1 pat=$2 np=$3; shift 3
   local out rc
-  out=$(DTRAIN_FAULT="${FAULT:-}" timeout 120 $MPIRUN "$np" "$DTRAIN" train job.yaml \
+  out=$(DTRAIN_FAULT="${FAULT:-}" timeout -k 10 120 $MPIRUN "$np" "$DTRAIN" train job.yaml \
         --set output.dir=fail "$@" 2>&1); rc=$?
   if [ "$rc" = 124 ]; then bad "hung: $*"; return; fi
   if [ "$rc" != "$code" ]; then bad "exit $rc, expected $code: $*: $out"; return; fi
@@ -119,17 +119,17 @@ FAULT=1:open expect_fail 66 "rank 1: .*DTRAIN_FAULT" 2
 FAULT=2:nomem expect_fail 75 "rank 2: out of memory" 4
 FAULT=1:read:5 expect_fail 74 "rank 1: reading a training batch failed" 2
 # ranks that disagree on the job or the data (MPMD launch)
-out=$(timeout 120 $MPIRUN 1 "$DTRAIN" train job.yaml --set output.dir=mp : \
+out=$(timeout -k 10 120 $MPIRUN 1 "$DTRAIN" train job.yaml --set output.dir=mp : \
       -np 1 "$DTRAIN" train job.yaml --set output.dir=mp --set train.seed=7 2>&1); rc=$?
 [ "$rc" = 64 ] && grep -q "rank 1: the job differs from rank 0's: train.seed=7 (rank 0: 42)" <<<"$out" \
   && ok || bad "job disagreement: exit $rc: $out"
-out=$(timeout 120 $MPIRUN 1 "$DTRAIN" train job.yaml --set output.dir=mp : \
+out=$(timeout -k 10 120 $MPIRUN 1 "$DTRAIN" train job.yaml --set output.dir=mp : \
       -np 1 "$DTRAIN" train job.yaml --set output.dir=mp --set data.path=other.h5 2>&1); rc=$?
 [ "$rc" = 65 ] && grep -q "rank 1: the dataset differs from rank 0's" <<<"$out" \
   && ok || bad "dataset disagreement: exit $rc: $out"
 
 # a rank killed mid-training: the job ends (non-zero), nobody hangs
-timeout 120 $MPIRUN 2 "$DTRAIN" train job.yaml --set output.dir=killed --set train.epochs=200 \
+timeout -k 10 120 $MPIRUN 2 "$DTRAIN" train job.yaml --set output.dir=killed --set train.epochs=200 \
   > killed.out 2>&1 &
 launcher=$!
 victim=""
