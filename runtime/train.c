@@ -442,9 +442,13 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
     double train_s = res->seconds - eval_s;
     res->samples_per_s = train_s > 0 ? (double)(r->samples - first_samples) / train_s : 0;
     res->gflops = res->samples_per_s * r->flops_per_sample / 1e9;
-    if (r->step == first_step)
-        DT_LOG_INFO("train", "nothing to do: the run already reached step %lld",
-                    (long long)r->step);
+    if (r->step == first_step) {
+        DT_LOG_INFO("train", "the run in %s already reached step %lld of %lld: evaluating only "
+                             "(train with --resume never or another output.dir to start again)",
+                    job->output.dir, (long long)r->step, (long long)r->total_steps);
+        res->epochs = r->epoch + 1;
+        DT_CHECK(evaluate(r, r->epoch, r->step, &res->test_loss, &res->test_acc));
+    }
 out:
     return st;
 }
