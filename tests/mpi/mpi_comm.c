@@ -27,7 +27,7 @@
 #include "../../runtime/log.h"
 #include "../../runtime/rng.h"
 #include "../../runtime/util.h"
-#include "../unit/cu_util.h"
+#include "mpi_cu.h"
 
 /* Open MPI's libraries have no frame pointers: with the fast unwinder the
  * leaks it keeps from start-up get one-frame stacks (often in components
@@ -581,15 +581,7 @@ static void test_bench(void)
 
 /* ---- main ---------------------------------------------------------------------- */
 
-static void print_my_failures(void)
-{
-    for (CU_pFailureRecord f = CU_get_failure_list(); f; f = f->pNext)
-        fprintf(stderr, "[rank %d] %s:%u: %s: %s\n", rank, f->strFileName ? f->strFileName : "?",
-                f->uiLineNumber, f->pTest ? f->pTest->pName : "?",
-                f->strCondition ? f->strCondition : "?");
-}
-
-static int run_suites(void)
+static void add_suites(void)
 {
     CU_pSuite s = CU_add_suite("mpi_comm", NULL, NULL);
     CU_ADD(s, test_identity);
@@ -606,33 +598,9 @@ static int run_suites(void)
     CU_ADD(s, test_reducer_deterministic);
     CU_ADD(s, test_reducer_restart);
     CU_ADD(s, test_bench);
-    if (rank == 0) {
-        CU_basic_set_mode(CU_BRM_VERBOSE);
-        CU_basic_run_tests();
-    } else {
-        CU_run_all_tests(); /* no report */
-    }
-    int failed = (int)(CU_get_number_of_failures() + CU_get_number_of_suites_failed());
-    if (rank != 0) print_my_failures();
-    return failed;
 }
 
 int main(int argc, char **argv)
 {
-    int provided = 0, failed = 1, total = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    dt_log_set_rank(rank);
-    if (dt_comm_create("mpi", &comm) != DT_OK)
-        fprintf(stderr, "[rank %d] mpi_comm: %s\n", rank, dt_last_error());
-    else if (CU_initialize_registry() == CUE_SUCCESS) {
-        failed = run_suites();
-        CU_cleanup_registry();
-    }
-    MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("mpi_comm: %d failure(s) over %d ranks\n", total, size);
-    dt_comm_destroy(comm);
-    MPI_Finalize();
-    return total ? 1 : 0;
+    return mpi_cu_main(argc, argv, "mpi_comm", &comm, &rank, &size, add_suites);
 }
