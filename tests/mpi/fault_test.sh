@@ -172,6 +172,15 @@ train 2 other --set model.hidden=[16] > other.out 2>&1
 [ $? = 64 ] && grep -q "belongs to another job: model.hidden (width): job 16, checkpoint 32" other.out \
   && ok || bad "incompatible checkpoint: $(grep dtrain: other.out)"
 
+# --- --resume PATH and --resume never ---------------------------------------------------------
+train 2 frompath --resume "$W/base/checkpoints/ckpt-0000000030.h5" > frompath.out 2>&1
+grep -q "resumed from .*ckpt-0000000030.h5" frompath.out && same base frompath && ok \
+  || bad "--resume PATH: $(grep -E 'resumed|dtrain:' frompath.out)"
+cp -r base again && rm again/model.h5
+train 2 again --resume never > again.out 2>&1
+! grep -q "resumed from" again.out && grep -q "step 60/60" again.out && same base again && ok \
+  || bad "--resume never: $(grep -E 'resumed|dtrain:' again.out)"
+
 # --- evaluate a checkpoint on any number of ranks -----------------------------------------------
 a=$(timeout -k 10 120 $MPIRUN 1 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
 b=$(timeout -k 10 120 $MPIRUN 3 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
