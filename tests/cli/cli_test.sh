@@ -118,5 +118,14 @@ l4=$(json_field run4/metrics.jsonl summary test_loss)
 l5=$(json_field run5/metrics.jsonl summary test_loss)
 close_to "$l4" "$l5" && ok || bad "reference and fast kernels disagree: $l4 vs $l5"
 
+# a second Ctrl-C leaves at once (130), even from a step that does not end
+DTRAIN_FAULT=0:hang:3 "$DTRAIN" train job.yaml --set output.dir=sig --set train.log_every=1 > sig.out 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "step 2/" sig.out 2>/dev/null && break; sleep 0.1; done
+sleep 0.3
+kill -INT "$pid"; sleep 0.3; kill -INT "$pid"
+wait "$pid"; rc=$?
+[ "$rc" = 130 ] && grep -q "second interrupt" sig.out && ok || bad "second SIGINT: exit $rc: $(tail -2 sig.out)"
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -120,6 +120,12 @@ if mount -t tmpfs -o size=1m dtrain-test small 2>/dev/null; then
      && grep -q "dtrain: .*ckpt-0000000020" full2.out; then
     survive
   else bad "disk full: exit $rc, $(grep dtrain: full2.out | head -3)"; fi
+  # checkpoint.on_error=continue: warn and train on
+  train 2 small/run --set train.steps=20 --set checkpoint.on_error=continue > full3.out 2>&1
+  rc=$?
+  [ "$rc" = 0 ] && grep -q "checkpoint not written, training continues" full3.out \
+    && [ "$before" = "$(md5sum small/run/checkpoints/* | sort)" ] && ok \
+    || bad "on_error=continue: exit $rc: $(grep -E 'dtrain:|warn' full3.out | head -3)"
   umount small
   trap - EXIT
 else
