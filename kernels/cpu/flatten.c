@@ -20,44 +20,40 @@ static dt_status check_copy(const char *op, const float *dst, const float *src)
     return DT_OK;
 }
 
-/* out(n) = in(n) */
-dt_status dt_cpu_flatten_fwd_ref(dt_backend_t *be, float *out, const float *in, size_t n)
+/* dst(n) = src(n): forward (out = in) and backward (din = dout) are the
+ * same copy; the reference copies element by element, the fast path with
+ * memmove (dst == src copies nothing). */
+static dt_status copy_apply(const char *op, float *dst, const float *src, size_t n, int fast)
 {
-    dt_status st = check_copy("flatten_fwd", out, in);
+    dt_status st = check_copy(op, dst, src);
     if (st != DT_OK)
         return st;
+    if (fast) {
+        if (dst != src && n > 0)
+            memmove(dst, src, n * sizeof *dst);
+        return DT_OK;
+    }
     for (size_t i = 0; i < n; i++)
-        out[i] = in[i];
+        dst[i] = src[i];
     return DT_OK;
 }
 
-/* din(n) = dout(n) */
+dt_status dt_cpu_flatten_fwd_ref(dt_backend_t *be, float *out, const float *in, size_t n)
+{
+    return copy_apply("flatten_fwd", out, in, n, 0);
+}
+
 dt_status dt_cpu_flatten_bwd_ref(dt_backend_t *be, float *din, const float *dout, size_t n)
 {
-    dt_status st = check_copy("flatten_bwd", din, dout);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++)
-        din[i] = dout[i];
-    return DT_OK;
+    return copy_apply("flatten_bwd", din, dout, n, 0);
 }
 
 dt_status dt_cpu_flatten_fwd(dt_backend_t *be, float *out, const float *in, size_t n)
 {
-    dt_status st = check_copy("flatten_fwd", out, in);
-    if (st != DT_OK)
-        return st;
-    if (out != in && n > 0)
-        memmove(out, in, n * sizeof *out);
-    return DT_OK;
+    return copy_apply("flatten_fwd", out, in, n, 1);
 }
 
 dt_status dt_cpu_flatten_bwd(dt_backend_t *be, float *din, const float *dout, size_t n)
 {
-    dt_status st = check_copy("flatten_bwd", din, dout);
-    if (st != DT_OK)
-        return st;
-    if (din != dout && n > 0)
-        memmove(din, dout, n * sizeof *din);
-    return DT_OK;
+    return copy_apply("flatten_bwd", din, dout, n, 1);
 }
