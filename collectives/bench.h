@@ -4,7 +4,10 @@
  * The all-reduce benchmark times in-place fp32 SUM all-reduces over a
  * range of power-of-two sizes, like nccl-tests' all_reduce_perf, and checks
  * every size's result exactly on every rank, so a number it prints is the
- * speed of a collective that gave the right answer.
+ * speed of a collective that gave the right answer. A device-buffer
+ * communicator (nccl) all-reduces device memory of a compute backend; the
+ * benchmark's own bookkeeping (agreeing on failures, the slowest time, the
+ * host names) then goes over a host-buffer control communicator.
  */
 #ifndef DT_BENCH_H
 #define DT_BENCH_H
@@ -12,6 +15,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "../runtime/backend.h"
 #include "../runtime/status.h"
 #include "comm.h"
 
@@ -22,19 +26,38 @@
 #define DT_BENCH_MIN_ITERS 3
 #define DT_BENCH_MAX_ITERS 1000
 
+/* Device memory for a device-buffer communicator: a compute backend and
+ * its entry points (dt_backend_alloc, _free, _copy, _sync). They come as
+ * pointers so that the communicator objects, which tests link alone, do
+ * not depend on the compute backends. */
+struct dt_bench_device {
+    dt_backend_t *be;
+    dt_status (*alloc)(dt_backend_t *be, size_t bytes, void **out);
+    void (*free)(dt_backend_t *be, void *ptr);
+    dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
+                      enum dt_copy_kind kind);
+    dt_status (*sync)(dt_backend_t *be);
+};
+
 struct dt_bench_allreduce_opts {
     size_t min_bytes; /* smallest size, rounded up to a power of two >= 8; 0: 8 */
     size_t max_bytes; /* largest size (the largest power of two <= it); 0: 256 MiB */
     int iters;        /* timed ops per size; 0: adaptive, about DT_BENCH_TARGET_S per size */
     int warmup;       /* untimed ops per size before timing; 0: DT_BENCH_WARMUP */
+    /* Device-buffer communicators only (NULL for mpi): the backend whose
+     * memory is all-reduced (the communicator bound to its stream), and a
+     * host-buffer communicator over the same ranks for the bookkeeping. */
+    const struct dt_bench_device *device;
+    dt_comm_t *control;
 };
 
 /* Collective: every rank calls it with the same options. Uses one buffer of
- * the largest size per rank. Rank 0 writes the table to `out` (other ranks
- * may pass NULL). A wrong result anywhere makes every rank return
- * DT_ERR_INTERNAL naming size, rank and index; bad options or a failed
- * allocation make every rank return the same status. After DT_ERR_COMM the
- * ranks may disagree: the caller should abort the communicator. */
+ * the largest size per rank (and a host copy of it with a backend). Rank 0
+ * writes the table to `out` (other ranks may pass NULL). A wrong result
+ * anywhere makes every rank return DT_ERR_INTERNAL naming size, rank and
+ * index; bad options or a failed allocation make every rank return the
+ * same status. After DT_ERR_COMM, DT_ERR_TIMEOUT or DT_ERR_CUDA the ranks
+ * may disagree: the caller should abort the communicator. */
 dt_status dt_bench_allreduce(dt_comm_t *c, const struct dt_bench_allreduce_opts *o, FILE *out);
 
 #endif

@@ -11,6 +11,11 @@
  * expected value is known in closed form and any error is a real one. The
  * ranks agree on the count of wrong values before anyone returns, so a
  * failure on one rank never leaves the others waiting.
+ *
+ * With a device-buffer communicator (nccl) the buffer is device memory:
+ * the pattern is written into a host copy and uploaded, and the result is
+ * downloaded into it to be checked. The agreement traffic (small host
+ * values) then goes over the control communicator, as in training.
  */
 #include "bench.h"
 
@@ -26,11 +31,14 @@
 #define HOSTS_SHOWN 4
 
 struct bench {
-    dt_comm_t *c;
+    dt_comm_t *c;                      /* the communicator measured */
+    dt_comm_t *ctl;                    /* bookkeeping: c itself, or the control one */
+    const struct dt_bench_device *dev; /* NULL: host buffers */
     int rank, size;
     int iters, warmup;
     FILE *out;     /* rank 0 only */
-    float *buf;    /* max size, reused for every size */
+    float *buf;    /* max size, reused for every size (device memory with dev) */
+    float *host;   /* where the pattern is written and checked: buf, or its host copy */
     size_t period; /* the check pattern's period P */
     uint64_t rank_term;
 };
@@ -73,13 +81,65 @@ static dt_status resolve_sizes(const struct dt_bench_allreduce_opts *o, size_t *
     return DT_OK;
 }
 
+/* The communicators and device agree with each other (same on every rank). */
+static dt_status check_setup(const struct dt_bench_allreduce_opts *o, dt_comm_t *c)
+{
+    const char *name = dt_comm_backend(c);
+    const struct dt_bench_device *d = o->device;
+    if (!dt_comm_device_buffers(c)) {
+        if (d)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "bench allreduce: the %s communicator takes host buffers, but a "
+                                "device was given",
+                                name);
+        return DT_OK;
+    }
+    if (!d || !d->be || !d->alloc || !d->free || !d->copy || !d->sync)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "bench allreduce: the %s communicator all-reduces device memory; "
+                            "pass the compute backend it is bound to",
+                            name);
+    if (!o->control || dt_comm_device_buffers(o->control) ||
+        dt_comm_size(o->control) != dt_comm_size(c))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "bench allreduce: the %s communicator needs a host-buffer control "
+                            "communicator (mpi) over the same ranks",
+                            name);
+    return DT_OK;
+}
+
+static dt_status alloc_buffers(struct bench *b, size_t bytes)
+{
+    dt_status st;
+    if (!b->dev) {
+        st = dt_malloc(bytes, "the allreduce benchmark buffer", (void **)&b->buf);
+        b->host = b->buf;
+        return st;
+    }
+    st = b->dev->alloc(b->dev->be, bytes, (void **)&b->buf);
+    if (st == DT_OK)
+        st = dt_malloc(bytes, "the host copy of the allreduce benchmark buffer", (void **)&b->host);
+    return st;
+}
+
+static void free_buffers(struct bench *b)
+{
+    if (b->dev) {
+        if (b->buf) b->dev->free(b->dev->be, b->buf);
+        free(b->host);
+    } else {
+        free(b->buf);
+    }
+    b->buf = b->host = NULL;
+}
+
 /* Allocates the buffer on every rank and agrees on success, so a rank that
  * ran out of memory does not leave the others in a collective. */
 static dt_status alloc_agreed(struct bench *b, size_t bytes)
 {
-    dt_status st = dt_malloc(bytes, "the allreduce benchmark buffer", (void **)&b->buf);
+    dt_status st = alloc_buffers(b, bytes);
     int32_t failed = st != DT_OK;
-    dt_status ast = dt_comm_allreduce(b->c, &failed, 1, DT_COMM_I32, DT_COMM_MAX);
+    dt_status ast = dt_comm_allreduce(b->ctl, &failed, 1, DT_COMM_I32, DT_COMM_MAX);
     if (ast != DT_OK) return ast;
     if (failed && st == DT_OK)
         st = dt_set_error(DT_ERR_NOMEM,
@@ -87,14 +147,25 @@ static dt_status alloc_agreed(struct bench *b, size_t bytes)
     return st;
 }
 
-static void fill(const struct bench *b, size_t count)
+/* Writes the pattern (and uploads it to the device buffer). */
+static dt_status fill(const struct bench *b, size_t count)
 {
     float base = (float)(b->rank % 7);
     size_t j = 0;
     for (size_t i = 0; i < count; i++) {
-        b->buf[i] = (float)j + base;
+        b->host[i] = (float)j + base;
         if (++j == b->period) j = 0;
     }
+    if (!b->dev) return DT_OK;
+    return b->dev->copy(b->dev->be, b->buf, b->host, count * sizeof(float), DT_COPY_H2D);
+}
+
+/* The result where the check can read it. */
+static dt_status fetch(const struct bench *b, size_t count)
+{
+    if (!b->dev) return DT_OK;
+    dt_status st = b->dev->copy(b->dev->be, b->host, b->buf, count * sizeof(float), DT_COPY_D2H);
+    return st != DT_OK ? st : b->dev->sync(b->dev->be);
 }
 
 /* Runs n all-reduces after a barrier; *max_s gets the slowest rank's time. */
@@ -106,7 +177,7 @@ static dt_status timed_ops(struct bench *b, size_t count, int n, double *max_s)
     for (int i = 0; i < n; i++)
         DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_COMM_F32, DT_COMM_SUM));
     *max_s = dt_now() - t0;
-    DT_CHECK(dt_comm_allreduce(b->c, max_s, 1, DT_COMM_F64, DT_COMM_MAX));
+    DT_CHECK(dt_comm_allreduce(b->ctl, max_s, 1, DT_COMM_F64, DT_COMM_MAX));
 out:
     return st;
 }
@@ -124,20 +195,21 @@ static dt_status check_size(struct bench *b, size_t bytes, long long *wrong)
     size_t count = bytes / 4, bad_at = 0;
     int64_t local = 0;
     dt_status st;
-    fill(b, count);
+    DT_CHECK(fill(b, count));
     DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_COMM_F32, DT_COMM_SUM));
+    DT_CHECK(fetch(b, count));
     for (size_t i = 0, j = 0; i < count; i++, j = j + 1 == b->period ? 0 : j + 1) {
         float want = (float)((uint64_t)b->size * j + b->rank_term);
-        if (b->buf[i] != want && local++ == 0) bad_at = i;
+        if (b->host[i] != want && local++ == 0) bad_at = i;
     }
     if (local)
         dt_set_error(DT_ERR_INTERNAL,
                      "allreduce of %zu bytes gave %lld wrong values on rank %d (first at index "
                      "%zu: %g, expected %g)",
-                     bytes, (long long)local, b->rank, bad_at, (double)b->buf[bad_at],
+                     bytes, (long long)local, b->rank, bad_at, (double)b->host[bad_at],
                      (double)((uint64_t)b->size * (bad_at % b->period) + b->rank_term));
     int64_t total = local;
-    DT_CHECK(dt_comm_allreduce(b->c, &total, 1, DT_COMM_I64, DT_COMM_SUM));
+    DT_CHECK(dt_comm_allreduce(b->ctl, &total, 1, DT_COMM_I64, DT_COMM_SUM));
     *wrong = (long long)total;
     if (total && !local)
         dt_set_error(DT_ERR_INTERNAL,
@@ -154,7 +226,7 @@ static dt_status run_size(struct bench *b, size_t bytes, struct row *row)
     double warm_s = 0, timed_s = 0;
     dt_status st;
     *row = (struct row){.bytes = bytes};
-    fill(b, count);
+    DT_CHECK(fill(b, count));
     DT_CHECK(timed_ops(b, count, b->warmup, &warm_s));
     row->iters = b->iters ? b->iters : adaptive_iters(warm_s / b->warmup);
     DT_CHECK(timed_ops(b, count, row->iters, &timed_s));
@@ -174,7 +246,7 @@ static dt_status print_header(const struct bench *b)
     dt_status st;
     snprintf(mine, sizeof mine, "%s", dt_comm_host(b->c));
     DT_CHECK(dt_malloc((size_t)b->size * HOST_NAME_BYTES, "host names", (void **)&all));
-    DT_CHECK(dt_comm_allgather(b->c, mine, all, HOST_NAME_BYTES));
+    DT_CHECK(dt_comm_allgather(b->ctl, mine, all, HOST_NAME_BYTES));
     if (!b->out) goto out;
     int hosts = 0;
     char shown[160] = "";
@@ -228,11 +300,16 @@ static void init_pattern(struct bench *b)
 
 dt_status dt_bench_allreduce(dt_comm_t *c, const struct dt_bench_allreduce_opts *o, FILE *out)
 {
-    struct bench b = {.c = c, .rank = dt_comm_rank(c), .size = dt_comm_size(c)};
+    struct bench b = {.c = c,
+                      .ctl = o->control ? o->control : c,
+                      .dev = o->device,
+                      .rank = dt_comm_rank(c),
+                      .size = dt_comm_size(c)};
     size_t lo = 0, hi = 0, nsizes = 0;
     long long wrong = 0;
     double busbw_sum = 0;
     dt_status st;
+    DT_CHECK(check_setup(o, c));
     DT_CHECK(resolve_sizes(o, &lo, &hi));
     b.iters = o->iters;
     b.warmup = o->warmup ? o->warmup : DT_BENCH_WARMUP;
@@ -253,6 +330,6 @@ dt_status dt_bench_allreduce(dt_comm_t *c, const struct dt_bench_allreduce_opts 
         fprintf(b.out, "# wrong values: %lld\n# average busbw: %.3f GB/s\n", wrong,
                 nsizes ? busbw_sum / (double)nsizes : 0.0);
 out:
-    free(b.buf);
+    free_buffers(&b);
     return st;
 }

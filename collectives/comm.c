@@ -6,10 +6,11 @@
  * backend's vtable (comm_impl.h). The checks depend only on the arguments,
  * so when every rank makes the same call every rank rejects it alike and
  * none is left waiting in a collective. The registry is the one place that
- * knows which backends are built (the NCCL #ifdef will live here).
+ * knows which backends are built (the NCCL #ifdef lives here).
  */
 #include "comm.h"
 
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,11 +23,18 @@ struct backend_entry {
 
 static const struct backend_entry backends[] = {
     {"mpi", dt_mpi_comm_create},
+#ifdef DT_HAVE_NCCL
+    {"nccl", dt_nccl_comm_create},
+#endif
 };
 
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
+#ifdef DT_HAVE_NCCL
+static const char built_names[] = "mpi, nccl";
+#else
 static const char built_names[] = "mpi";
+#endif
 
 dt_status dt_comm_create(const char *backend, dt_comm_t **out)
 {
@@ -37,8 +45,11 @@ dt_status dt_comm_create(const char *backend, dt_comm_t **out)
     for (size_t i = 0; i < NBACKENDS; i++)
         if (!strcmp(backend, backends[i].name)) return backends[i].create(out);
     if (!strcmp(backend, "nccl"))
-        return dt_set_error(DT_ERR_UNSUPPORTED, "the nccl communicator is not implemented in "
-                                                "this version; use the mpi backend");
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "this dtrain was built without NCCL, so it has no nccl communicator "
+                            "(built: %s); use the mpi backend, or rebuild with nvcc and NCCL "
+                            "present",
+                            built_names);
     return dt_set_error(DT_ERR_UNSUPPORTED, "unknown communicator backend '%s' (built: %s)",
                         backend, built_names);
 }
@@ -188,4 +199,27 @@ dt_status dt_comm_reduce_scatter(dt_comm_t *c, const void *send, void *recv, siz
 dt_status dt_comm_barrier(dt_comm_t *c)
 {
     return c->ops->barrier(c);
+}
+
+/* ---- device buffers and limits ------------------------------------------- */
+
+dt_status dt_comm_bind_stream(dt_comm_t *c, void *stream)
+{
+    if (c->ops->bind_stream) return c->ops->bind_stream(c, stream);
+    if (stream)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_comm_bind_stream: the %s communicator works on host buffers and "
+                            "takes no stream (pass NULL)",
+                            c->ops->name);
+    return DT_OK;
+}
+
+int dt_comm_device_buffers(const dt_comm_t *c)
+{
+    return c->ops->device_buffers;
+}
+
+void dt_comm_set_timeout(dt_comm_t *c, double seconds)
+{
+    c->timeout_s = seconds > 0 && isfinite(seconds) ? seconds : 0;
 }

@@ -65,6 +65,20 @@ dt_status dt_comm_barrier(dt_comm_t *c);
 
 size_t dt_comm_dtype_size(enum dt_comm_dtype t);
 
+/* Device-buffer backends (nccl): from now on, each collective is ordered
+ * after the work already queued on `stream` (a cudaStream_t: the compute
+ * backend's, dt_backend_stream) when it starts, and that stream waits for
+ * the collective when it completes, so the buffers can be used by later
+ * work on the stream. Collectives run on the communicator's own stream.
+ * Host-buffer backends (mpi) accept only NULL. */
+dt_status dt_comm_bind_stream(dt_comm_t *c, void *stream);
+/* 1 when the backend's buffers are device memory (nccl), 0 for host (mpi). */
+int dt_comm_device_buffers(const dt_comm_t *c);
+/* Longest a blocking wait may take before the communicator is aborted and
+ * the call fails with DT_ERR_TIMEOUT (seconds; 0 = no limit). Backends
+ * that cannot interrupt a collective (mpi) leave that to the watchdog. */
+void dt_comm_set_timeout(dt_comm_t *c, double seconds);
+
 /* The MPI communicator (a pointer to an MPI_Comm) this communicator runs
  * on or was bootstrapped from, for libraries that take one (parallel
  * HDF5). Never NULL. */

@@ -35,6 +35,9 @@ struct dt_comm_ops {
     void (*abort)(dt_comm_t *c, int exit_code);
     /* Frees the backend's resources and the struct itself. */
     void (*destroy)(dt_comm_t *c);
+    /* Optional (NULL: only a NULL stream is accepted). */
+    dt_status (*bind_stream)(dt_comm_t *c, void *stream);
+    int device_buffers; /* 1: buffers are device memory */
 };
 
 struct dt_comm {
@@ -49,9 +52,24 @@ struct dt_comm {
     /* Pointer to the MPI_Comm the backend runs on or was bootstrapped
      * from (dt_comm_mpi_handle). */
     const void *mpi_handle;
+    double timeout_s; /* dt_comm_set_timeout; 0 = none */
 };
 
 /* collectives/mpi/comm_mpi.c */
 dt_status dt_mpi_comm_create(dt_comm_t **out);
+/* MPI-side helpers every backend bootstraps with (MPI handles are passed
+ * as pointers to an MPI_Comm, so this header needs no mpi.h). */
+/* 1 when MPI is initialised and not yet finalised. */
+int dt_mpi_usable(void);
+/* Duplicates MPI_COMM_WORLD into *(MPI_Comm *)world with MPI_ERRORS_RETURN
+ * and fills c's rank, size, local rank and size (from a shared-memory
+ * split, freed again) and host. Collective. On failure *world may hold a
+ * communicator the caller must free (MPI_COMM_NULL otherwise). */
+dt_status dt_mpi_bootstrap(dt_comm_t *c, void *world);
+/* DT_OK for MPI_SUCCESS, else DT_ERR_COMM: "<what> failed on rank R:
+ * <MPI's text>". */
+dt_status dt_mpi_check(int rc, int rank, const char *what);
+/* collectives/nccl/comm_nccl.c (NCCL builds only) */
+dt_status dt_nccl_comm_create(dt_comm_t **out);
 
 #endif

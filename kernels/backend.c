@@ -31,6 +31,33 @@ int dt_cuda_usable(char *why, size_t len)
 #endif
 }
 
+int dt_cuda_device_count(void)
+{
+#ifdef DT_HAVE_CUDA
+    return dt_cuda_probe_count();
+#else
+    return 0;
+#endif
+}
+
+const char *dt_precision_name(enum dt_precision p)
+{
+    switch (p) {
+    case DT_PREC_FP32: return "fp32";
+    case DT_PREC_BF16: return "bf16";
+    case DT_PREC_FP16: return "fp16";
+    }
+    return "unknown precision";
+}
+
+int dt_precision_parse(const char *name)
+{
+    static const char *const names[] = {"fp32", "bf16", "fp16"};
+    for (int i = 0; i < 3; i++)
+        if (name && strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
 dt_status dt_backend_create(const char *name, const struct dt_backend_opts *opts,
                             dt_backend_t **out)
 {
@@ -41,10 +68,9 @@ dt_status dt_backend_create(const char *name, const struct dt_backend_opts *opts
         char why[512];
         if (!dt_cuda_usable(why, sizeof why))
             return dt_set_error(DT_ERR_UNSUPPORTED, "the cuda backend is not usable: %s", why);
-        return dt_set_error(DT_ERR_UNSUPPORTED,
-                            "the cuda compute backend is not implemented yet in this version of "
-                            "dtrain (GPU found: %s); use runtime.device=cpu",
-                            why);
+#ifdef DT_HAVE_CUDA
+        return dt_cuda_backend_create(opts, out);
+#endif
     }
     return dt_set_error(DT_ERR_UNSUPPORTED, "unknown compute backend '%s' (this build has: %s)",
                         name, dt_backend_list());
@@ -57,6 +83,9 @@ void dt_backend_destroy(dt_backend_t *be)
 }
 
 const char *dt_backend_name(const dt_backend_t *be) { return be->name; }
+const char *dt_backend_device(const dt_backend_t *be) { return be->device; }
+const char *dt_backend_device_uuid(const dt_backend_t *be) { return be->uuid; }
+void *dt_backend_stream(const dt_backend_t *be) { return be->stream; }
 const struct dt_ops *dt_backend_ops(const dt_backend_t *be) { return be->ops; }
 
 dt_status dt_backend_alloc(dt_backend_t *be, size_t bytes, void **out)

@@ -6,6 +6,12 @@
  * benchmark agrees on its own failures (wrong results, bad options, memory)
  * across ranks; a communication error may have left peers inside a
  * collective, so that one aborts the job instead of finalising.
+ *
+ * An mpi communicator always exists: it is the one measured with --backend
+ * mpi, and the control channel with --backend nccl, where each rank first
+ * opens the cuda compute backend on GPU (local rank mod visible GPUs), the
+ * ranks agree that all of them have one, and the nccl communicator, bound
+ * to that backend's stream, all-reduces its memory.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -16,16 +22,24 @@
 
 #include "../collectives/bench.h"
 #include "../collectives/comm.h"
+#include "../runtime/backend.h"
+#include "../runtime/dist.h"
 #include "../runtime/log.h"
 #include "cli.h"
 
+/* A collective that takes longer aborts the benchmark (nccl; for mpi the
+ * job's own time limit applies), as runtime.timeout_s does in training. */
+#define BENCH_COMM_TIMEOUT_S 600.0
+
 static const char bench_usage[] =
     "usage: dtrain bench allreduce [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-    "                              [--backend mpi]\n"
+    "                              [--backend mpi|nccl]\n"
     "Times in-place float32 sum all-reduces of power-of-two sizes between --min-bytes\n"
     "(default 8) and --max-bytes (default 256M) and checks every result on every rank.\n"
     "Sizes take K, M or G (powers of 1024). --iters 0 (default) picks about 0.2 s per\n"
-    "size. Run it under mpirun, e.g. mpirun -np 4 dtrain bench allreduce.\n";
+    "size. --backend mpi (default) all-reduces host memory; --backend nccl all-reduces\n"
+    "GPU memory with NCCL, one GPU per rank (local rank modulo the visible GPUs).\n"
+    "Run it under mpirun, e.g. mpirun -np 4 dtrain bench allreduce --backend nccl.\n";
 
 struct bench_args {
     struct dt_bench_allreduce_opts opts;
@@ -72,6 +86,8 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
         if (parse_count(val, slot) != 0)
             return dt_cli_usage("bench allreduce: %s '%s' is not a count >= 0", opt, val);
     } else if (!strcmp(opt, "--backend")) {
+        if (strcmp(val, "mpi") != 0 && strcmp(val, "nccl") != 0)
+            return dt_cli_usage("bench allreduce: --backend '%s' is not mpi or nccl", val);
         a->backend = val;
     } else {
         return dt_cli_usage("bench allreduce: unknown option '%s'", opt);
@@ -94,25 +110,80 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
     return 0;
 }
 
+/* This rank's GPU, agreed: every rank has one, or every rank fails with
+ * the first failing rank's message. */
+static dt_status open_device(dt_comm_t *ctl, dt_backend_t **be)
+{
+    int count = dt_cuda_device_count();
+    struct dt_backend_opts o = {.threads = 1,
+                                .device = count > 0 ? dt_comm_local_rank(ctl) % count : 0};
+    *be = NULL;
+    dt_status st = dt_backend_create("cuda", &o, be);
+    if (st != DT_OK)
+        dt_error_context(st, "bench allreduce --backend nccl needs a GPU on every rank");
+    st = dt_dist_agree(ctl, st);
+    if (st != DT_OK && *be) {
+        dt_backend_destroy(*be);
+        *be = NULL;
+    }
+    return st;
+}
+
+/* The device-buffer communicator on this rank's GPU, bound to its stream. */
+static dt_status open_device_comm(const char *backend, dt_comm_t *ctl, dt_backend_t **be,
+                                  dt_comm_t **c)
+{
+    dt_status st = open_device(ctl, be);
+    if (st == DT_OK) st = dt_comm_create(backend, c);
+    if (st == DT_OK) st = dt_comm_bind_stream(*c, dt_backend_stream(*be));
+    if (st == DT_OK) dt_comm_set_timeout(*c, BENCH_COMM_TIMEOUT_S);
+    return st;
+}
+
+/* Failures of the benchmark after which the ranks may disagree: the job is
+ * aborted. (Set-up failures are agreed.) */
+static int unagreed(dt_status st)
+{
+    return st == DT_ERR_COMM || st == DT_ERR_TIMEOUT || st == DT_ERR_CUDA;
+}
+
 /* Runs the benchmark on an initialised MPI; returns the exit code. */
 static int run(const struct bench_args *a)
 {
-    dt_comm_t *c = NULL;
-    dt_status st = dt_comm_create(a->backend, &c);
+    dt_comm_t *ctl = NULL, *c = NULL;
+    dt_backend_t *be = NULL;
+    dt_status st = dt_comm_create("mpi", &ctl);
     if (st != DT_OK) return dt_cli_fail(st);
-    int rank = dt_comm_rank(c);
+    int rank = dt_comm_rank(ctl), code = 0;
     dt_log_set_rank(rank);
-    st = dt_bench_allreduce(c, &a->opts, stdout);
-    int code = 0;
+    struct dt_bench_allreduce_opts opts = a->opts;
+    struct dt_bench_device dev = {0};
+    if (strcmp(a->backend, "mpi") == 0) {
+        c = ctl;
+    } else {
+        st = open_device_comm(a->backend, ctl, &be, &c);
+        dev = (struct dt_bench_device){.be = be,
+                                       .alloc = dt_backend_alloc,
+                                       .free = dt_backend_free,
+                                       .copy = dt_backend_copy,
+                                       .sync = dt_backend_sync};
+        opts.device = &dev;
+        opts.control = ctl;
+    }
+    int ran = st == DT_OK;
+    if (ran) st = dt_bench_allreduce(c, &opts, stdout);
     if (st != DT_OK) {
         /* Agreed failures: rank 0 speaks for all; other ranks add what they saw. */
-        if (rank == 0 || st == DT_ERR_INTERNAL || st == DT_ERR_COMM)
+        int abort_job = ran && unagreed(st);
+        if (rank == 0 || st == DT_ERR_INTERNAL || abort_job)
             code = dt_cli_fail(st);
         else
             code = dt_status_exit_code(st);
-        if (st == DT_ERR_COMM) dt_comm_abort(c, code);
+        if (abort_job) dt_comm_abort(c, code);
     }
-    dt_comm_destroy(c);
+    if (c != ctl) dt_comm_destroy(c);
+    if (be) dt_backend_destroy(be);
+    dt_comm_destroy(ctl);
     return code;
 }
 

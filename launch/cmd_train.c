@@ -104,8 +104,10 @@ static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
         fprintf(stderr, "dtrain: MPI could not start\n");
         return 70;
     }
+    /* MPI carries start-up and the per-step control traffic; the gradient
+     * communicator (comm.backend) is opened once the device is known. */
     dt_comm_t *comm = NULL;
-    dt_status st = dt_comm_create(job->comm.backend, &comm);
+    dt_status st = dt_comm_create("mpi", &comm);
     if (st != DT_OK) {
         rc = dt_cli_fail(st);
         MPI_Abort(MPI_COMM_WORLD, rc);

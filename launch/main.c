@@ -33,7 +33,7 @@ static const char usage_text[] =
     "                       all-reduce time and bandwidth for 8 B to 256 MiB (run under mpirun)\n"
     "  config reference     print the job-file reference (every key and default)\n"
     "  config defaults      print the default job as YAML\n"
-    "  version              print the version and the backends built in\n"
+    "  version              print the version, the backends built in and the GPU found\n"
     "\n"
     "Logging: DTRAIN_LOG=error|warn|info|debug. Exit codes follow sysexits: 0 done,\n"
     "64 usage or job error, 65 bad data, 66 missing input, 74 I/O error, 70 internal,\n"
@@ -73,7 +73,10 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help"))
         return fputs(usage_text, stdout), 0;
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("dtrain %s (backends: %s)\n", DT_VERSION, dt_backend_list());
+        char why[512];
+        int gpu = dt_cuda_usable(why, sizeof why);
+        printf("dtrain %s (backends: %s)\ngpu: %s%s\n", DT_VERSION, dt_backend_list(),
+               gpu ? "" : "none; ", why);
         return 0;
     }
     if (!strcmp(cmd, "train"))

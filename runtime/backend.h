@@ -13,10 +13,21 @@
 
 enum dt_copy_kind { DT_COPY_H2D, DT_COPY_D2H, DT_COPY_D2D };
 
+/* The type matmul inputs (and, on cuda, the GEMM operands) are rounded to.
+ * Master weights, gradients and optimizer state stay fp32 on every backend. */
+enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_BF16 = 1, DT_PREC_FP16 = 2 };
+
 struct dt_backend_opts {
     int threads;           /* CPU threads for BLAS (>= 1) */
     int reference_kernels; /* use the plain C reference ops (tests) */
+    int device;            /* cuda: ordinal among the visible devices (>= 0) */
+    int allow_tf32;        /* cuda: fp32 GEMMs may use TF32 tensor cores */
+    enum dt_precision precision; /* cpu: DT_PREC_FP32 only */
 };
+
+/* "fp32", "bf16" or "fp16"; dt_precision_parse returns -1 for anything else. */
+const char *dt_precision_name(enum dt_precision p);
+int dt_precision_parse(const char *name);
 
 /* Creates backend `name` ("cpu"; "cuda" in CUDA builds). Unknown or
  * unavailable names fail with DT_ERR_UNSUPPORTED and say why. */
@@ -34,11 +45,25 @@ dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t b
                           enum dt_copy_kind kind);
 dt_status dt_backend_sync(dt_backend_t *be);
 
+/* What the backend runs on, for logs: "cpu" or e.g.
+ * "cuda:0 NVIDIA H200 (sm_90, 139.8 GiB, PCI 0000:1b:00.0)". */
+const char *dt_backend_device(const dt_backend_t *be);
+/* A string naming the physical device, the same in every process that
+ * uses it ("GPU-<uuid>" for cuda), or "" for cpu: ranks on one node
+ * compare these to find a GPU shared by accident. */
+const char *dt_backend_device_uuid(const dt_backend_t *be);
+/* The cudaStream_t every op and copy of the backend is queued on, for
+ * communicators that must order their work after it; NULL for cpu. */
+void *dt_backend_stream(const dt_backend_t *be);
+
 /* Names of backends compiled into this build, comma separated. */
 const char *dt_backend_list(void);
 
 /* CUDA probe: 1 and a device description when a usable GPU exists, else 0
  * and the reason (no CUDA in this build, no driver, no device, ...). */
 int dt_cuda_usable(char *why, size_t len);
+/* CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applied);
+ * 0 without CUDA, driver or device. */
+int dt_cuda_device_count(void);
 
 #endif

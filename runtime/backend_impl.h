@@ -17,9 +17,14 @@ struct dt_backend {
     dt_status (*sync)(dt_backend_t *be);
     void (*destroy)(dt_backend_t *be); /* frees impl and the struct itself */
     void *impl;
+    char device[192];  /* dt_backend_device */
+    char uuid[64];     /* dt_backend_device_uuid ("" for cpu) */
+    void *stream;      /* dt_backend_stream (NULL for cpu) */
 };
 
 /* kernels/cpu/backend_cpu.c */
 dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out);
+/* kernels/cuda/backend_cuda.cu (CUDA builds only) */
+dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out);
 
 #endif

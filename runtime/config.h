@@ -48,6 +48,7 @@ struct dt_job {
         int64_t eval_batch;
         int64_t log_every;           /* steps between progress lines / metrics */
         double clip_norm;            /* global-norm clipping; 0 = off */
+        char precision[DT_JOB_STR];  /* fp32 | bf16 | fp16 (matmul inputs) */
         struct {
             char name[DT_JOB_STR];   /* sgd | adamw */
             double lr;
@@ -66,6 +67,8 @@ struct dt_job {
     } train;
     struct {
         char device[DT_JOB_STR];     /* auto | cpu | cuda */
+        int allow_tf32;              /* cuda: TF32 tensor cores for fp32 matmuls */
+        int share_gpus;              /* cuda: several ranks of a node may share a GPU */
         int64_t threads;             /* 0 = cores available to this rank */
         char log_level[DT_JOB_STR];  /* error | warn | info | debug */
         int reference_kernels;       /* plain C reference ops (slow; tests) */
@@ -82,7 +85,7 @@ struct dt_job {
         char on_error[DT_JOB_STR];   /* stop | continue */
     } checkpoint;
     struct {
-        char backend[DT_JOB_STR];    /* mpi (nccl in CUDA builds, later) */
+        char backend[DT_JOB_STR];    /* auto | mpi | nccl (gradients) */
         double bucket_mb;            /* gradient bucket size, MiB */
         int overlap;                 /* all-reduce buckets while backward runs */
     } comm;

@@ -36,7 +36,8 @@ static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const progress_modes[] = {"auto", "bar", "lines", "off", NULL};
-static const char *const comm_backends[] = {"mpi", NULL};
+static const char *const comm_backends[] = {"auto", "mpi", "nccl", NULL};
+static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const ckpt_errors[] = {"stop", "continue", NULL};
 
 /* Short type names for the rows. */
@@ -90,6 +91,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "optimizer steps between progress lines and metrics records", AT_LEAST(1)),
     ROW("train.clip_norm", F, train.clip_norm, "0",
         "clip gradients to this global L2 norm; 0 = off", AT_LEAST(0)),
+    ROW("train.precision", E, train.precision, "fp32",
+        "type matmul inputs are rounded to: fp32, bf16 or fp16 (fp32 master weights, optimizer "
+        "state and sums; fp16 adds dynamic loss scaling). Tensor cores on cuda; the cpu "
+        "rounds the same way but gets no faster", ONE_OF(precisions)),
 
     ROW("train.optimizer.name", E, train.optimizer.name, "adamw", "optimizer",
         ONE_OF(optimizers)),
@@ -121,6 +126,12 @@ const struct dt_cfg_key dt_cfg_keys[] = {
 
     ROW("runtime.device", E, runtime.device, "auto",
         "where to train; auto = cuda when a GPU is visible, else cpu", ONE_OF(devices)),
+    ROW("runtime.allow_tf32", B, runtime.allow_tf32, "false",
+        "cuda: fp32 matmuls may use TF32 tensor cores (faster, about 3 fewer significant "
+        "digits)", ANY),
+    ROW("runtime.share_gpus", B, runtime.share_gpus, "false",
+        "cuda: allow several ranks of a node on one GPU (otherwise an error); gradients then "
+        "travel through host memory over MPI", ANY),
     ROW("runtime.threads", I, runtime.threads, "0",
         "CPU threads per rank; 0 = all cores available to the rank", AT_LEAST(0)),
     ROW("runtime.log_level", E, runtime.log_level, "info",
@@ -139,8 +150,9 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "watchdog: a step, collective or checkpoint taking longer ends the rank with exit 75 "
         "(restartable); 0 = off", AT_LEAST(0)),
 
-    ROW("comm.backend", E, comm.backend, "mpi",
-        "how gradients travel between ranks", ONE_OF(comm_backends)),
+    ROW("comm.backend", E, comm.backend, "auto",
+        "how gradients travel between ranks: nccl (GPU memory), mpi (host memory), or auto = "
+        "nccl on cuda, mpi on cpu", ONE_OF(comm_backends)),
     ROW("comm.bucket_mb", F, comm.bucket_mb, "25",
         "gradient bucket size in MiB; each bucket is all-reduced as soon as backward has "
         "finished it (the first bucket is at most 1 MiB)", FROM_TO(0.001, 4096)),
@@ -239,12 +251,23 @@ static int check_nesterov(const struct dt_job *j, char *msg, size_t len)
     return 1;
 }
 
+static int check_cpu_nccl(const struct dt_job *j, char *msg, size_t len)
+{
+    if (strcmp(j->runtime.device, "cpu") != 0 || strcmp(j->comm.backend, "nccl") != 0)
+        return 0;
+    snprintf(msg, len,
+             "comm.backend=nccl all-reduces GPU memory, but runtime.device is cpu; set "
+             "comm.backend to mpi or auto");
+    return 1;
+}
+
 const struct dt_cfg_relation dt_cfg_relations[] = {
     {"`train.epochs` >= 1 when `train.steps` is 0.", check_epochs},
     {"`train.micro_batch` <= `train.global_batch`.", check_micro},
     {"`train.schedule.warmup_steps` <= `train.steps` when `train.steps` > 0.", check_warmup},
     {"`train.schedule.min_lr` <= `train.optimizer.lr` with the cosine schedule.", check_min_lr},
     {"`train.optimizer.nesterov` needs `train.optimizer.momentum` > 0 with sgd.", check_nesterov},
+    {"`comm.backend` is not nccl when `runtime.device` is cpu.", check_cpu_nccl},
 };
 const size_t dt_cfg_nrelations = sizeof dt_cfg_relations / sizeof dt_cfg_relations[0];
 

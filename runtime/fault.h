@@ -10,6 +10,8 @@
  *                  checkpoint of step STEP (after the temporary file exists)
  *   hang:STEP      the rank stops responding in step STEP (watchdog test)
  *   nan:STEP       the rank's loss is NaN at step STEP
+ *   overflow:STEP  the rank's gradients overflow to infinity at step STEP
+ *                  (every step when STEP is left out), as fp16 ones can
  * STEP counts optimizer steps from 0. Under `dtrain launch` the faults act
  * in the first attempt only (DTRAIN_LAUNCH_ATTEMPT=1), so a restart shows
  * the recovery. Unset (the normal case) it costs one getenv at start-up.

@@ -13,6 +13,14 @@
 
 #include <stdint.h>
 
+/* The inline functions below compile for the GPU too (the CUDA dropout
+ * draws the same words as the CPU's). */
+#ifdef __CUDACC__
+#define DT_RNG_HD __host__ __device__
+#else
+#define DT_RNG_HD
+#endif
+
 enum dt_rng_purpose {
     DT_RNG_INIT = 1,    /* parameter initialisation; stream = parameter tensor id */
     DT_RNG_SHUFFLE = 2, /* per-epoch data permutation; step = epoch */
@@ -42,7 +50,7 @@ struct dt_rng_stream {
 void dt_rng_stream_init(const struct dt_rng_key *key, uint32_t sub, struct dt_rng_stream *s);
 
 /* Same four words as dt_rng_block(key, index, sub) for the stream's key and sub. */
-static inline void dt_rng_stream_block(const struct dt_rng_stream *s, uint64_t index,
+static inline DT_RNG_HD void dt_rng_stream_block(const struct dt_rng_stream *s, uint64_t index,
                                        uint32_t out[4])
 {
     uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = s->c2, c3 = s->c3;
@@ -78,7 +86,7 @@ float dt_rng_normal(const struct dt_rng_key *key, uint64_t index);
 uint64_t dt_rng_below(const struct dt_rng_key *key, uint64_t index, uint64_t n);
 
 /* Converts one random word to a float in [0, 1). */
-static inline float dt_rng_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+static inline DT_RNG_HD float dt_rng_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
 /* Fills perm[0..n) with the permutation of 0..n-1 for (seed, epoch):
  * a Fisher-Yates shuffle whose i-th swap uses draw i of the key. */

@@ -39,7 +39,7 @@
 /* Progress accumulated between two log points (global values). */
 struct window {
     double loss_sum, correct, rows;
-    int64_t steps;
+    int64_t steps, overflows; /* overflows: fp16 steps skipped by the loss scaler */
     double t0, data_s, compute_s, comm_s, optim_s;
     double grad_norm;
 };
@@ -188,20 +188,46 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
     dt_status st = DT_OK;
     int reduce = last && r->red;
     struct dt_grad_hook hook = {reducer_ready, r->red};
+    /* The loss is summed over the global batch's rows, so this scale makes
+     * the gradients the global mean (times the fp16 loss scale). */
+    double loss_scale = r->scaling ? r->scaler.scale : 1.0;
+    if (last && dt_fault_armed("overflow", r->rank, step))
+        loss_scale = INFINITY; /* gradients overflow, as fp16 ones can */
     if (reduce && (*comm_st = dt_reducer_begin(r->red)) != DT_OK)
         return DT_OK;
     if (b->rows > 0) {
         st = dt_model_forward(r->model, b->x, b->y, b->rows, 1, (uint64_t)r->job->train.seed,
                               step, b->row0, &v[OUT_LOSS], correct);
         if (st == DT_OK)
-            st = dt_model_backward(r->model, b->rows, 1.0f / (float)b->global_rows,
-                                   reduce ? &hook : NULL);
+            st = dt_model_backward(r->model, b->rows, (float)(loss_scale / (double)b->global_rows),
+                                   reduce && !r->stage_grads ? &hook : NULL);
         if (st == DT_ERR_COMM) {
             *comm_st = st;
             st = DT_OK;
         }
     }
     v[OUT_ROWS] += (double)b->rows;
+    return st;
+}
+
+/* Starts what is left of the reduction and waits for it. Staged
+ * gradients (device memory, host communicator) go out to host memory
+ * first and come back after. */
+static dt_status finish_reduction(struct run *r, double *wait)
+{
+    size_t bytes = dt_model_num_params(r->model) * sizeof(float);
+    dt_status st = DT_OK;
+    if (r->stage_grads)
+        st = dt_backend_copy(r->be, r->host_grads, dt_model_grads(r->model), bytes, DT_COPY_D2H);
+    if (st != DT_OK) { /* still take part, so no peer waits; the copy's error wins */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        (void)dt_reducer_finish(r->red, wait);
+        return dt_set_error(st, "%s", msg);
+    }
+    st = dt_reducer_finish(r->red, wait);
+    if (st == DT_OK && r->stage_grads)
+        st = dt_backend_copy(r->be, dt_model_grads(r->model), r->host_grads, bytes, DT_COPY_H2D);
     return st;
 }
 
@@ -239,7 +265,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
             if (r->red && comm_st == DT_OK) {
                 double wait = 0;
                 dt_watchdog_phase(r->wd, "gradient all-reduce (waiting for buckets)", step);
-                comm_st = dt_reducer_finish(r->red, &wait);
+                comm_st = finish_reduction(r, &wait);
                 w->comm_s += wait;
             }
             reduced = 1;
@@ -258,23 +284,56 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
     return comm_st;
 }
 
+/* fp16: unscales the gradients when they are finite; *overflow = 1 when
+ * they are not, and the scaler halves the scale. Every rank holds the same
+ * reduced gradients, so every rank decides alike. */
+static dt_status unscale(struct run *r, int64_t step, int *overflow)
+{
+    const struct dt_ops *ops = dt_backend_ops(r->be);
+    size_t n = dt_model_num_params(r->model);
+    float *g = dt_model_grads(r->model);
+    int finite = 0, skip = 0;
+    dt_status st = ops->all_finite(r->be, g, n, &finite);
+    if (st == DT_OK && finite)
+        st = ops->scale(r->be, g, n, (float)dt_scaler_unscale(&r->scaler));
+    double before = r->scaler.scale;
+    if (st == DT_OK)
+        st = dt_scaler_update(&r->scaler, finite, &skip);
+    if (st != DT_OK)
+        return dt_error_context(st, "step %lld", (long long)step + 1);
+    *overflow = skip;
+    if (skip)
+        DT_LOG_DEBUG("train", "step %lld: fp16 gradients overflowed; step skipped, loss scale "
+                              "%g -> %g",
+                     (long long)step + 1, before, r->scaler.scale);
+    return DT_OK;
+}
+
 /* Clips (and measures) the gradients, then updates the parameters unless
  * the loss or the gradients are not finite: *skipped = 1 then. The
- * gradients are the same on every rank, so every rank decides alike. */
+ * gradients are the same on every rank, so every rank decides alike.
+ * An fp16 overflow skips the update too, without counting as a bad step. */
 static dt_status optimizer_step(struct run *r, int64_t step, double loss, struct window *w,
                                 int *skipped)
 {
     double t0 = dt_now(), norm = 0;
     size_t n = dt_model_num_params(r->model);
+    int overflow = 0;
+    dt_status st = DT_OK;
     dt_watchdog_phase(r->wd, "optimizer", step);
-    dt_status st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm,
-                                     &norm);
-    *skipped = st == DT_OK && !(isfinite(loss) && isfinite(norm));
-    if (st == DT_OK && !*skipped) {
+    *skipped = 0;
+    if (r->scaling && isfinite(loss))
+        st = unscale(r, step, &overflow);
+    if (st == DT_OK && !overflow) {
+        st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm, &norm);
+        *skipped = st == DT_OK && !(isfinite(loss) && isfinite(norm));
+    }
+    if (st == DT_OK && !*skipped && !overflow) {
         double lr = dt_schedule_lr(r->job, step, r->total_steps);
         st = dt_optim_step(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
         w->grad_norm = norm;
     }
+    w->overflows += overflow;
     w->optim_s += dt_now() - t0;
     w->steps++;
     return st;
@@ -290,10 +349,11 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
         r->metrics,
         "\"type\":\"train\",\"epoch\":%lld,\"step\":%lld,\"loss\":%.9g,\"acc\":%.6f,\"lr\":%.6g,"
         "\"grad_norm\":%.6g,\"samples\":%lld,\"samples_per_s\":%.1f,\"step_s\":%.6f,"
-        "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_exposed_s\":%.6f,\"optimizer_s\":%.6f",
+        "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_exposed_s\":%.6f,\"optimizer_s\":%.6f,"
+        "\"loss_scale\":%g,\"overflow_steps\":%lld",
         (long long)epoch + 1, (long long)step, loss, acc, lr, w->grad_norm, (long long)samples,
         dt > 0 ? w->rows / dt : 0.0, dt / ns, w->data_s / ns, w->compute_s / ns, w->comm_s / ns,
-        w->optim_s / ns);
+        w->optim_s / ns, r->scaling ? r->scaler.scale : 1.0, (long long)w->overflows);
     show_progress(r, epoch, step, w, lr, elapsed, samples, 1);
     return st;
 }
@@ -480,10 +540,11 @@ static dt_status start(struct run *r)
     st = dt_metrics_write(r->metrics,
                           "\"type\":\"start\",\"version\":\"%s\",\"world\":%d,\"params\":%zu,"
                           "\"steps\":%lld,\"global_batch\":%lld,\"micro_batch\":%lld,"
-                          "\"first_step\":%lld",
+                          "\"first_step\":%lld,\"device\":\"%s\",\"precision\":\"%s\"",
                           DT_VERSION, r->world, dt_model_num_params(r->model),
                           (long long)r->total_steps, (long long)r->job->train.global_batch,
-                          (long long)r->micro, (long long)r->step);
+                          (long long)r->micro, (long long)r->step, dt_backend_name(r->be),
+                          r->job->train.precision);
     st = dt_dist_agree(r->comm, st);
 out:
     return st;

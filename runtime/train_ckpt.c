@@ -109,7 +109,7 @@ static void fill_meta(const struct run *r, struct dt_ckpt_meta *m)
     m->samples = r->samples;
     m->seed = (uint64_t)r->job->train.seed;
     m->world = r->world;
-    m->loss_scale = 1.0;
+    m->loss_scale = r->scaling ? r->scaler.scale : 1.0;
     m->optim_t = dt_optim_steps(r->opt);
     m->bad_steps = r->bad_steps;
     m->rollbacks = r->rollbacks;
@@ -232,6 +232,13 @@ static dt_status load_local(struct run *r, const char *path)
     r->bad_steps = 0;
     r->last_ckpt_step = meta.step;
     dt_optim_set_steps(r->opt, meta.optim_t);
+    /* fp16 resumes at the saved loss scale; a checkpoint from an fp32 run
+     * stores 1, and then the scale starts afresh at 2^16. */
+    if (r->scaling) {
+        dt_scaler_init(&r->scaler);
+        if (meta.loss_scale > 1.0)
+            r->scaler.scale = meta.loss_scale;
+    }
 out:
     free(s.host);
     if (info)

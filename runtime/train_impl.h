@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "scaler.h"
 #include "train.h"
 
 struct run {
@@ -31,6 +32,15 @@ struct run {
     dt_optim_t *opt;
     dt_loader_t *train_ld, *test_ld;
     dt_reducer_t *red; /* NULL with one rank */
+    /* Gradients travel over grad_comm: r->comm (mpi) or own_comm (nccl).
+     * With a device backend and a host communicator (a shared GPU) they
+     * are staged through host_grads. */
+    dt_comm_t *grad_comm, *own_comm;
+    int stage_grads;
+    float *host_grads;
+    /* fp16: dynamic loss scaling */
+    int scaling;
+    struct dt_scaler scaler;
     dt_metrics_t *metrics;
     FILE *logf;
     int64_t micro, per_rank, bpe, total_steps, epochs;

@@ -24,6 +24,7 @@
 #define TRAIN_CONFIG "config.yaml"
 #define DIVISORS_SHOWN 6
 #define FIRST_BUCKET_MB 1.0
+#define SLOT_TEXT 256 /* host name and GPU UUID in the rank-to-GPU table */
 
 /* ---- run directory (rank 0) ------------------------------------------ */
 
@@ -144,36 +145,147 @@ static int rank_threads(const struct run *r)
     return per > 0 ? per : 1;
 }
 
+/* runtime.device resolved: auto takes a usable GPU, else the CPU with the
+ * reason logged once. */
+static dt_status resolve_device(struct run *r, const char **name)
+{
+    const struct dt_job *job = r->job;
+    char why[512];
+    *name = job->runtime.device;
+    if (strcmp(*name, "auto") != 0)
+        return DT_OK;
+    if (dt_cuda_usable(why, sizeof why)) {
+        *name = "cuda";
+        return DT_OK;
+    }
+    *name = "cpu";
+    if (r->rank == 0)
+        DT_LOG_INFO("runtime", "device: cpu; %s", why);
+    return DT_OK;
+}
+
 static dt_status backend_local(struct run *r, const char **name)
 {
     const struct dt_job *job = r->job;
     struct dt_backend_opts o = {.threads = r->threads,
-                                .reference_kernels = job->runtime.reference_kernels};
-    *name = job->runtime.device;
-    if (strcmp(*name, "auto") == 0) {
-        char why[512];
-        if (dt_cuda_usable(why, sizeof why))
-            DT_LOG_INFO("runtime", "device: cpu (a GPU is present, %s, but this version of dtrain "
-                                   "has no CUDA compute backend yet)", why);
-        else
-            DT_LOG_INFO("runtime", "device: cpu; %s", why);
-        *name = "cpu";
+                                .reference_kernels = job->runtime.reference_kernels,
+                                .allow_tf32 = job->runtime.allow_tf32,
+                                .precision = (enum dt_precision)dt_precision_parse(
+                                    job->train.precision)};
+    dt_status st = resolve_device(r, name);
+    if (st != DT_OK)
+        return st;
+    if (strcmp(*name, "cuda") == 0) {
+        /* One GPU per rank of a node: local rank -> visible device. With
+         * fewer devices than ranks (a per-task CUDA_VISIBLE_DEVICES from
+         * Slurm shows each rank one), ranks wrap around, and
+         * check_gpu_sharing tells a real sharing apart by device UUID. */
+        int count = dt_cuda_device_count();
+        o.device = count > 0 ? dt_comm_local_rank(r->comm) % count : 0;
     }
-    dt_status st = dt_backend_create(*name, &o, &r->be);
-    return st == DT_OK ? st : dt_error_context(st, "runtime.device");
+    st = dt_backend_create(*name, &o, &r->be);
+    return st == DT_OK ? st : dt_error_context(st, "runtime.device=%s", *name);
+}
+
+/* Ranks of one node on one GPU: an error unless runtime.share_gpus. */
+static dt_status check_gpu_sharing(struct run *r, int *shared)
+{
+    struct slot {
+        char host[SLOT_TEXT];
+        char uuid[SLOT_TEXT];
+    } mine, *all = NULL;
+    dt_status st = DT_OK;
+    *shared = 0;
+    memset(&mine, 0, sizeof mine);
+    if (r->world == 1 || dt_backend_device_uuid(r->be)[0] == '\0')
+        return DT_OK;
+    snprintf(mine.host, sizeof mine.host, "%s", dt_comm_host(r->comm));
+    snprintf(mine.uuid, sizeof mine.uuid, "%s", dt_backend_device_uuid(r->be));
+    DT_CHECK(dt_calloc((size_t)r->world, sizeof *all, "the rank-to-GPU table", (void **)&all));
+    DT_CHECK(dt_comm_allgather(r->comm, &mine, all, sizeof mine));
+    for (int i = 0; i < r->world && !*shared; i++)
+        for (int j = i + 1; j < r->world && !*shared; j++)
+            if (!strcmp(all[i].host, all[j].host) && !strcmp(all[i].uuid, all[j].uuid)) {
+                *shared = 1;
+                if (!r->job->runtime.share_gpus) {
+                    st = dt_set_error(
+                        DT_ERR_USAGE,
+                        "ranks %d and %d on %s would share one GPU (%s): this node runs %d "
+                        "ranks but they see %d GPU%s. Start one rank per GPU, give each rank "
+                        "its own (CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1), or set "
+                        "runtime.share_gpus: true to share them (slower)",
+                        i, j, all[i].host, all[i].uuid, dt_comm_local_size(r->comm),
+                        dt_cuda_device_count(), dt_cuda_device_count() == 1 ? "" : "s");
+                    goto out;
+                }
+                if (r->rank == 0)
+                    DT_LOG_WARN("runtime", "ranks %d and %d on %s share GPU %s "
+                                           "(runtime.share_gpus); gradients go through host "
+                                           "memory over MPI",
+                                i, j, all[i].host, all[i].uuid);
+            }
+out:
+    free(all);
+    return st;
+}
+
+/* The gradient communicator: comm.backend, auto = nccl for GPU memory
+ * (unless ranks share a GPU, which NCCL refuses), mpi for host memory. */
+static dt_status open_grad_comm(struct run *r, int shared)
+{
+    const char *want = r->job->comm.backend;
+    int cuda = strcmp(dt_backend_name(r->be), "cuda") == 0;
+    r->grad_comm = r->comm;
+    if (r->world == 1 || r->eval_only)
+        return DT_OK;
+    if (strcmp(want, "auto") == 0)
+        want = cuda && !shared ? "nccl" : "mpi";
+    if (strcmp(want, "nccl") == 0 && !cuda)
+        return dt_set_error(DT_ERR_USAGE, "comm.backend=nccl all-reduces GPU memory, but this "
+                                          "run trains on the cpu; set comm.backend to mpi or auto");
+    if (strcmp(want, "nccl") == 0 && shared)
+        return dt_set_error(DT_ERR_USAGE, "comm.backend=nccl cannot run two ranks on one GPU "
+                                          "(runtime.share_gpus); set comm.backend to mpi or auto");
+    if (strcmp(want, "mpi") == 0) {
+        r->stage_grads = cuda;
+        return DT_OK;
+    }
+    dt_status st = dt_comm_create(want, &r->own_comm);
+    if (st == DT_OK)
+        st = dt_comm_bind_stream(r->own_comm, dt_backend_stream(r->be));
+    if (st == DT_OK) {
+        dt_comm_set_timeout(r->own_comm, r->job->runtime.timeout_s);
+        r->grad_comm = r->own_comm;
+    }
+    return st == DT_OK ? st : dt_error_context(st, "comm.backend=%s", want);
 }
 
 dt_status dt_train_choose_backend(struct run *r)
 {
     const char *name = "cpu";
+    int shared = 0;
     r->threads = rank_threads(r);
     dt_status st = dt_dist_agree(r->comm, backend_local(r, &name));
     if (st != DT_OK)
         return st;
+    st = dt_dist_check_same(r->comm, "the compute device (runtime.device)", name, DT_ERR_USAGE);
+    if (st == DT_OK)
+        st = dt_dist_agree(r->comm, check_gpu_sharing(r, &shared));
+    if (st == DT_OK)
+        st = dt_dist_agree(r->comm, open_grad_comm(r, shared));
+    if (st != DT_OK)
+        return st;
+    r->scaling = strcmp(r->job->train.precision, "fp16") == 0;
+    dt_scaler_init(&r->scaler);
+    if (r->rank == 0 && strcmp(name, "cpu") == 0 && strcmp(r->job->train.precision, "fp32") != 0)
+        DT_LOG_WARN("runtime", "train.precision=%s on the cpu rounds matmul inputs as a GPU's "
+                               "tensor cores would, but is slower than fp32 here",
+                    r->job->train.precision);
     char line[DT_DIST_MSG];
-    snprintf(line, sizeof line, "rank %d/%d on %s, local rank %d/%d, device %s, %d thread%s%s",
+    snprintf(line, sizeof line, "rank %d/%d on %s, local rank %d/%d, device %s, %s, %d thread%s%s",
              r->rank, r->world, dt_comm_host(r->comm), dt_comm_local_rank(r->comm),
-             dt_comm_local_size(r->comm), name, r->threads, r->threads == 1 ? "" : "s",
+             dt_comm_local_size(r->comm), dt_backend_device(r->be), r->job->train.precision,
+             r->threads, r->threads == 1 ? "" : "s",
              r->job->runtime.reference_kernels ? ", reference kernels" : "");
     return dt_dist_log_lines(r->comm, "runtime", line);
 }
@@ -299,8 +411,15 @@ static dt_status build_local(struct run *r)
                                                             ? FIRST_BUCKET_MB
                                                             : job->comm.bucket_mb,
                                      .overlap = job->comm.overlap};
-        DT_CHECK(dt_reducer_create(r->comm, dt_model_grads(r->model),
-                                   dt_model_num_params(r->model), &ro, &r->red));
+        size_t n = dt_model_num_params(r->model);
+        if (r->stage_grads) {
+            DT_CHECK(dt_malloc(n * sizeof(float), "host copies of the gradients",
+                               (void **)&r->host_grads));
+            ro.overlap = 0; /* the whole buffer is copied out after backward */
+        }
+        DT_CHECK(dt_reducer_create(r->grad_comm, r->stage_grads ? r->host_grads
+                                                                : dt_model_grads(r->model),
+                                   n, &ro, &r->red));
     }
 out:
     return st;
@@ -349,7 +468,7 @@ dt_status dt_train_build(struct run *r)
     if (r->red)
         DT_LOG_INFO("comm", "gradients all-reduced over %s in %zu bucket%s of up to %.3g MiB, "
                             "overlap %s",
-                    dt_comm_backend(r->comm), dt_reducer_bucket_count(r->red),
+                    dt_comm_backend(r->grad_comm), dt_reducer_bucket_count(r->red),
                     dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
                     job->comm.overlap ? "on" : "off");
     return check_params(r);
@@ -393,6 +512,8 @@ dt_status dt_train_save_model(struct run *r)
 void dt_train_close(struct run *r, dt_status st)
 {
     dt_reducer_destroy(r->red);
+    dt_comm_destroy(r->own_comm);
+    free(r->host_grads);
     dt_loader_destroy(r->train_ld);
     dt_loader_destroy(r->test_ld);
     dt_optim_destroy(r->opt);

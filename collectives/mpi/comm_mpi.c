@@ -11,6 +11,8 @@
  * whose strided layout would need derived datatypes in a reduction; it
  * refuses such sizes clearly. AVG is MPI_SUM followed by a division by the
  * world size, done when the data is final (after the wait for iallreduce).
+ * dt_mpi_bootstrap (the duplicate, rank, node-local rank, host) is shared
+ * with the nccl backend, which bootstraps over MPI the same way.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -25,7 +27,6 @@
 struct mpi_comm {
     struct dt_comm base; /* first, so a dt_comm_t * is a struct mpi_comm * */
     MPI_Comm world;      /* duplicate of MPI_COMM_WORLD, errors return */
-    MPI_Comm local;      /* the ranks that share this node's memory */
 };
 
 /* One iallreduce: a request per piece, and what AVG needs at the end. */
@@ -110,6 +111,11 @@ mpi_fail(int rc, int rank, const char *fmt, ...)
 static dt_status check_rc(int rc, int rank, const char *what)
 {
     return rc == MPI_SUCCESS ? DT_OK : mpi_fail(rc, rank, "%s", what);
+}
+
+dt_status dt_mpi_check(int rc, int rank, const char *what)
+{
+    return check_rc(rc, rank, what);
 }
 
 /* " (piece a..b of n)" when a call was split into pieces, else "". */
@@ -310,7 +316,7 @@ static dt_status mpi_wait(dt_comm_t *c, dt_comm_req_t *r)
 
 /* ---- life cycle ----------------------------------------------------------- */
 
-static int mpi_usable(void)
+int dt_mpi_usable(void)
 {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
@@ -320,17 +326,13 @@ static int mpi_usable(void)
 
 static void mpi_abort(dt_comm_t *c, int exit_code)
 {
-    if (mpi_usable()) MPI_Abort(impl(c)->world, exit_code);
+    if (dt_mpi_usable()) MPI_Abort(impl(c)->world, exit_code);
 }
 
 static void free_comm(struct mpi_comm *m)
 {
-    if (mpi_usable()) {
-        if (m->local != MPI_COMM_NULL && MPI_Comm_free(&m->local) != MPI_SUCCESS)
-            DT_LOG_WARN("comm", "MPI_Comm_free of the node-local communicator failed");
-        if (m->world != MPI_COMM_NULL && MPI_Comm_free(&m->world) != MPI_SUCCESS)
-            DT_LOG_WARN("comm", "MPI_Comm_free of the world duplicate failed");
-    }
+    if (dt_mpi_usable() && m->world != MPI_COMM_NULL && MPI_Comm_free(&m->world) != MPI_SUCCESS)
+        DT_LOG_WARN("comm", "MPI_Comm_free of the world duplicate failed");
     free(m);
 }
 
@@ -353,25 +355,21 @@ static const struct dt_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
 };
 
-/* Duplicates the world with errors returned, and splits off this node. */
-static dt_status make_comms(struct mpi_comm *m)
+/* The ranks that share this node's memory: local rank and size. */
+static dt_status read_local(dt_comm_t *c, MPI_Comm world)
 {
-    dt_comm_t *c = &m->base;
+    MPI_Comm local = MPI_COMM_NULL;
     dt_status st;
-    DT_CHECK(check_rc(MPI_Comm_dup(MPI_COMM_WORLD, &m->world), c->rank,
-                      "MPI_Comm_dup of MPI_COMM_WORLD"));
-    DT_CHECK(check_rc(MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN), c->rank,
+    DT_CHECK(
+        check_rc(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local),
+                 c->rank, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"));
+    DT_CHECK(check_rc(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN), c->rank,
                       "MPI_Comm_set_errhandler"));
-    DT_CHECK(check_rc(MPI_Comm_rank(m->world, &c->rank), c->rank, "MPI_Comm_rank"));
-    DT_CHECK(check_rc(MPI_Comm_size(m->world, &c->size), c->rank, "MPI_Comm_size"));
-    DT_CHECK(check_rc(
-        MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &m->local),
-        c->rank, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"));
-    DT_CHECK(check_rc(MPI_Comm_set_errhandler(m->local, MPI_ERRORS_RETURN), c->rank,
-                      "MPI_Comm_set_errhandler"));
-    DT_CHECK(check_rc(MPI_Comm_rank(m->local, &c->local_rank), c->rank, "MPI_Comm_rank"));
-    DT_CHECK(check_rc(MPI_Comm_size(m->local, &c->local_size), c->rank, "MPI_Comm_size"));
+    DT_CHECK(check_rc(MPI_Comm_rank(local, &c->local_rank), c->rank, "MPI_Comm_rank"));
+    DT_CHECK(check_rc(MPI_Comm_size(local, &c->local_size), c->rank, "MPI_Comm_size"));
 out:
+    if (local != MPI_COMM_NULL && MPI_Comm_free(&local) != MPI_SUCCESS)
+        DT_LOG_WARN("comm", "MPI_Comm_free of the node-local communicator failed");
     return st;
 }
 
@@ -384,24 +382,39 @@ static dt_status read_host(dt_comm_t *c)
     return check_rc(MPI_Get_processor_name(c->host, &len), c->rank, "MPI_Get_processor_name");
 }
 
+dt_status dt_mpi_bootstrap(dt_comm_t *c, void *world)
+{
+    MPI_Comm *w = world;
+    dt_status st;
+    *w = MPI_COMM_NULL;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank); /* for messages until the dup exists */
+    DT_CHECK(check_rc(MPI_Comm_dup(MPI_COMM_WORLD, w), c->rank, "MPI_Comm_dup of MPI_COMM_WORLD"));
+    DT_CHECK(check_rc(MPI_Comm_set_errhandler(*w, MPI_ERRORS_RETURN), c->rank,
+                      "MPI_Comm_set_errhandler"));
+    DT_CHECK(check_rc(MPI_Comm_rank(*w, &c->rank), c->rank, "MPI_Comm_rank"));
+    DT_CHECK(check_rc(MPI_Comm_size(*w, &c->size), c->rank, "MPI_Comm_size"));
+    DT_CHECK(read_local(c, *w));
+    DT_CHECK(read_host(c));
+out:
+    return st;
+}
+
 dt_status dt_mpi_comm_create(dt_comm_t **out)
 {
     struct mpi_comm *m = NULL;
     dt_status st = DT_OK;
     *out = NULL;
-    if (!mpi_usable()) {
+    if (!dt_mpi_usable()) {
         st = dt_set_error(DT_ERR_INVALID_ARG, "the mpi communicator needs MPI initialised (and "
                                               "not yet finalised) before dt_comm_create");
         goto out;
     }
     DT_CHECK(dt_calloc(1, sizeof *m, "the mpi communicator", (void **)&m));
-    m->world = m->local = MPI_COMM_NULL;
+    m->world = MPI_COMM_NULL;
     m->base.ops = &mpi_ops;
     m->base.max_count = INT_MAX;
     m->base.mpi_handle = &m->world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &m->base.rank); /* for messages until the dup exists */
-    DT_CHECK(make_comms(m));
-    DT_CHECK(read_host(&m->base));
+    DT_CHECK(dt_mpi_bootstrap(&m->base, &m->world));
     DT_LOG_DEBUG("comm", "mpi communicator: rank %d of %d, local %d of %d on %s", m->base.rank,
                  m->base.size, m->base.local_rank, m->base.local_size, m->base.host);
     *out = &m->base;

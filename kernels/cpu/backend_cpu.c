@@ -31,6 +31,9 @@
 struct cpu_backend {
     struct dt_backend base;
     int threads;
+    enum dt_precision precision;
+    float *operand[DT_CPU_OPERANDS]; /* rounded GEMM operands, grown on demand */
+    size_t operand_cap[DT_CPU_OPERANDS];
 };
 
 static const struct dt_ops cpu_ops_ref = {
@@ -124,7 +127,40 @@ static dt_status cpu_copy(dt_backend_t *be, void *dst, const void *src, size_t b
 
 static dt_status cpu_sync(dt_backend_t *be) { return DT_OK; }
 
-static void cpu_destroy(dt_backend_t *be) { free(be->impl); }
+static void cpu_destroy(dt_backend_t *be)
+{
+    struct cpu_backend *cb = be->impl;
+    for (int k = 0; k < DT_CPU_OPERANDS; k++)
+        free(cb->operand[k]);
+    free(cb);
+}
+
+dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, const float **out)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    *out = x;
+    if (!cb || cb->precision == DT_PREC_FP32 || n == 0)
+        return DT_OK;
+    DT_ASSERT(slot >= 0 && slot < DT_CPU_OPERANDS);
+    if (cb->operand_cap[slot] < n) {
+        float *p = realloc(cb->operand[slot], n * sizeof *p);
+        if (!p)
+            return dt_set_error(DT_ERR_NOMEM, "cpu linear: out of host memory for a %s copy of "
+                                              "%zu operands",
+                                dt_precision_name(cb->precision), n);
+        cb->operand[slot] = p;
+        cb->operand_cap[slot] = n;
+    }
+    float *r = cb->operand[slot];
+    if (cb->precision == DT_PREC_BF16)
+        for (size_t i = 0; i < n; i++)
+            r[i] = dt_cpu_round_bf16(x[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            r[i] = dt_cpu_round_fp16(x[i]);
+    *out = r;
+    return DT_OK;
+}
 
 dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out)
 {
@@ -136,10 +172,15 @@ dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "cpu backend: threads must be >= 1 (got %d; set runtime.threads)",
                             o.threads);
+    if (o.precision != DT_PREC_FP32 && o.precision != DT_PREC_BF16 &&
+        o.precision != DT_PREC_FP16)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu backend: unknown precision %d",
+                            (int)o.precision);
     struct cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb)
         return dt_set_error(DT_ERR_NOMEM, "cpu backend: out of memory");
     cb->threads = o.threads;
+    cb->precision = o.precision;
     cb->base = (struct dt_backend){
         .name = "cpu",
         .ops = o.reference_kernels ? &cpu_ops_ref : &cpu_ops_fast,
@@ -149,6 +190,7 @@ dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t
         .sync = cpu_sync,
         .destroy = cpu_destroy,
         .impl = cb,
+        .device = "cpu",
     };
 #ifdef OPENBLAS_VERSION
     openblas_set_num_threads(o.threads);

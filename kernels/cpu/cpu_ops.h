@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #include "../ops.h"
 
 /* The fast loops work on blocks of this many floats (one cache line, one
@@ -39,6 +41,31 @@
         if (!(cond))                                                                               \
             return dt_set_error(DT_ERR_INVALID_ARG, "cpu " op ": " __VA_ARGS__);                   \
     } while (0)
+
+/* Matmul operands at reduced precision (train.precision bf16/fp16): the
+ * CPU rounds them to the nearest bf16/fp16 value (ties to even, overflow
+ * to infinity) and multiplies those in fp32. The products of two bf16 or
+ * fp16 values are exact in fp32, so this is what a GPU's tensor cores
+ * compute, up to the order of the fp32 sums. */
+static inline float dt_cpu_round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN (quiet) */
+        return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof u);
+    return x;
+}
+
+static inline float dt_cpu_round_fp16(float x) { return (float)(_Float16)x; }
+
+/* Operand x (n floats) as the backend's precision has the GEMM see it:
+ * x itself in fp32, else a rounded copy in the backend's scratch slot
+ * `slot` (0..DT_CPU_OPERANDS-1), valid until the slot's next use. */
+#define DT_CPU_OPERANDS 3
+dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, const float **out);
 
 /* linear.c */
 dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, const float *w,

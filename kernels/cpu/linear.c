@@ -9,6 +9,10 @@
  * loops work on fixed blocks of DT_CPU_LANES columns so they vectorise at
  * -O2, and add in the same order as the reference (same bits).
  *
+ * With train.precision bf16 or fp16 the matmul operands are first rounded
+ * to that type (dt_cpu_operand), as tensor cores would see them; sums and
+ * outputs stay fp32.
+ *
  * Gradients of parameters (dw, db) ACCUMULATE (+=); the gradient of the
  * activation (din) is WRITTEN (=).
  */
@@ -53,6 +57,22 @@ static dt_status check_bias(const char *op, const float *x, const float *b, int 
     return DT_OK;
 }
 
+/* Scratch slots of the rounded operands (train.precision bf16/fp16). */
+enum { OPERAND_IN, OPERAND_W, OPERAND_DOUT };
+
+/* The backward's operands at the backend's precision; w only when the
+ * input gradient is asked for. */
+static dt_status rounded_bwd_operands(dt_backend_t *be, const float **dout, const float **in,
+                                      const float **w, int B, int I, int O)
+{
+    dt_status st = dt_cpu_operand(be, OPERAND_DOUT, *dout, (size_t)B * O, dout);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_IN, *in, (size_t)B * I, in);
+    if (st == DT_OK && w)
+        st = dt_cpu_operand(be, OPERAND_W, *w, (size_t)O * I, w);
+    return st;
+}
+
 /* ---- reference ------------------------------------------------------- */
 
 /* out(B,O) = in(B,I) @ w(O,I)^T */
@@ -60,6 +80,10 @@ dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, c
                                 int B, int I, int O)
 {
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_IN, in, (size_t)B * I, &in);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, w, (size_t)O * I, &w);
     if (st != DT_OK)
         return st;
     for (int b = 0; b < B; b++) {
@@ -80,6 +104,8 @@ dt_status dt_cpu_linear_bwd_ref(dt_backend_t *be, float *din, float *dw, const f
                                 const float *in, const float *w, int B, int I, int O)
 {
     dt_status st = check_linear_bwd(din, dw, dout, in, w, B, I, O);
+    if (st == DT_OK)
+        st = rounded_bwd_operands(be, &dout, &in, din ? &w : NULL, B, I, O);
     if (st != DT_OK)
         return st;
     if (din) {
@@ -136,6 +162,10 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
                             int I, int O)
 {
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_IN, in, (size_t)B * I, &in);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, w, (size_t)O * I, &w);
     if (st != DT_OK)
         return st;
     if (B == 0 || O == 0)
@@ -153,6 +183,8 @@ dt_status dt_cpu_linear_bwd(dt_backend_t *be, float *din, float *dw, const float
                             const float *in, const float *w, int B, int I, int O)
 {
     dt_status st = check_linear_bwd(din, dw, dout, in, w, B, I, O);
+    if (st == DT_OK)
+        st = rounded_bwd_operands(be, &dout, &in, din ? &w : NULL, B, I, O);
     if (st != DT_OK)
         return st;
     if (din && B > 0 && I > 0) {

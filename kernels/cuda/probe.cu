@@ -83,3 +83,11 @@ extern "C" int dt_cuda_probe(char *why, size_t len)
              prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     return 1;
 }
+
+extern "C" int dt_cuda_probe_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        return 0;
+    return count;
+}

@@ -118,6 +118,40 @@ l4=$(json_field run4/metrics.jsonl summary test_loss)
 l5=$(json_field run5/metrics.jsonl summary test_loss)
 close_to "$l4" "$l5" && ok || bad "reference and fast kernels disagree: $l4 vs $l5"
 
+# --- precision ---------------------------------------------------------------
+# bf16 on the cpu: matmul inputs rounded as on a GPU; it still learns
+expect 0 "train.precision=bf16 on the cpu" -- "$DTRAIN" train job.yaml --set output.dir=bf16 \
+  --set train.precision=bf16
+grep -q '"precision":"bf16"' bf16/metrics.jsonl && ok || bad "bf16 run does not say bf16"
+acc=$(json_field bf16/metrics.jsonl summary test_acc)
+awk -v a="$acc" 'BEGIN { exit !(a > 0.85) }' && ok || bad "bf16 job reached only $acc"
+l6=$(json_field bf16/metrics.jsonl summary test_loss)
+[ "$l6" != "$l1" ] && ok || bad "bf16 gave exactly the fp32 loss: rounding did nothing"
+# fp16: an overflow at step 5 (0-based) skips that step and halves the loss
+# scale, without counting as a bad step; a later one keeps the halved scale
+DTRAIN_FAULT=0:overflow:5 "$DTRAIN" train job.yaml --set output.dir=fp16 \
+  --set train.precision=fp16 --set train.log_every=1 --set train.steps=20 > fp16.out 2>&1 \
+  && ok || bad "fp16 run failed: $(tail -3 fp16.out)"
+rec() { grep "\"type\":\"train\".*\"step\":$2," "$1" | sed "s/.*\"$3\":\([-0-9.e]*\).*/\1/"; }
+[ "$(rec fp16/metrics.jsonl 5 loss_scale)" = 65536 ] && ok || bad "fp16 scale before the overflow: $(rec fp16/metrics.jsonl 5 loss_scale)"
+[ "$(rec fp16/metrics.jsonl 6 overflow_steps)" = 1 ] && ok || bad "overflow not counted at step 6"
+[ "$(rec fp16/metrics.jsonl 6 loss_scale)" = 32768 ] && ok || bad "scale not halved: $(rec fp16/metrics.jsonl 6 loss_scale)"
+[ "$(rec fp16/metrics.jsonl 20 loss_scale)" = 32768 ] && ok || bad "scale did not stay halved"
+grep -q "not finite" fp16.out && bad "an fp16 overflow counted as a bad step" || ok
+# the same fault in fp32 is a bad step
+DTRAIN_FAULT=0:overflow:5 "$DTRAIN" train job.yaml --set output.dir=fp32o --set train.steps=10 \
+  > fp32o.out 2>&1 && grep -q "step 6: the loss .* not finite" fp32o.out && ok \
+  || bad "fp32 overflow was not a skipped bad step: $(tail -3 fp32o.out)"
+# overflowing every step: the scale falls to its floor and the run stops, saying why
+expect 65 "overflow even at loss scale 1 " -- env DTRAIN_FAULT=0:overflow "$DTRAIN" train job.yaml \
+  --set output.dir=fp16f --set train.precision=fp16
+expect 64 "comm.backend=nccl all-reduces GPU memory" -- "$DTRAIN" train job.yaml \
+  --set runtime.device=cpu --set comm.backend=nccl --set output.dir=r0
+if "$DTRAIN" version | grep -q "^gpu: none"; then
+  expect 64 "cuda backend is not usable" -- "$DTRAIN" train job.yaml --set runtime.device=cuda \
+    --set output.dir=r0
+fi
+
 # a second Ctrl-C leaves at once (130), even from a step that does not end
 DTRAIN_FAULT=0:hang:3 "$DTRAIN" train job.yaml --set output.dir=sig --set train.log_every=1 > sig.out 2>&1 &
 pid=$!

@@ -1,11 +1,16 @@
 /*
  * test_comm.c - the collectives module in one process: the bucket plan
  * (a pure function), argument checks and the backend registry, and a
- * one-rank mpi communicator and reducer (MPI started as a singleton).
- * Multi-rank behaviour is tested under mpirun by tests/mpi/mpi_comm.c.
+ * one-rank mpi communicator and reducer (MPI started as a singleton), and
+ * what the nccl backend says where it cannot run (every GPU is hidden from
+ * this process, so that holds on GPU machines too). Multi-rank behaviour is
+ * tested under mpirun by tests/mpi/mpi_comm.c, NCCL on a GPU by
+ * tests/gpu/test_gpu_comm.c.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../collectives/bench.h"
@@ -30,6 +35,57 @@ const char *__asan_default_options(void)
 #define SENTINEL ((size_t)0xdeadbeef)
 
 static dt_comm_t *comm;
+
+/* A stand-in device for the bench's device path: host memory, counted. */
+static int fake_live, fake_copies;
+
+static dt_status fake_alloc(dt_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    *out = calloc(1, bytes);
+    fake_live += *out != NULL;
+    return *out ? DT_OK : DT_ERR_NOMEM;
+}
+
+static void fake_free(dt_backend_t *be, void *ptr)
+{
+    (void)be;
+    fake_live--;
+    free(ptr);
+}
+
+static dt_status fake_copy(dt_backend_t *be, void *dst, const void *src, size_t bytes,
+                           enum dt_copy_kind kind)
+{
+    (void)be;
+    (void)kind;
+    fake_copies++;
+    memcpy(dst, src, bytes);
+    return DT_OK;
+}
+
+static dt_status fake_sync(dt_backend_t *be)
+{
+    (void)be;
+    return DT_OK;
+}
+
+static const struct dt_bench_device fake_device = {.be = (dt_backend_t *)1,
+                                                   .alloc = fake_alloc,
+                                                   .free = fake_free,
+                                                   .copy = fake_copy,
+                                                   .sync = fake_sync};
+
+/* White box: the mpi communicator's table, marked as taking device
+ * buffers, goes into `ops` and takes its place; returns the real one. */
+static const struct dt_comm_ops *mark_device(struct dt_comm_ops *ops)
+{
+    const struct dt_comm_ops *real = comm->ops;
+    *ops = *real;
+    ops->device_buffers = 1;
+    comm->ops = ops;
+    return real;
+}
 
 /* ---- dt_bucket_plan ------------------------------------------------------ */
 
@@ -124,11 +180,8 @@ static void test_plan_tiles(void)
 static void test_registry(void)
 {
     dt_comm_t *c = (dt_comm_t *)1;
-    CU_ASSERT_EQUAL(dt_comm_create("nccl", &c), DT_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NULL(c);
-    CU_ASSERT_STRING_EQUAL(dt_last_error(), "the nccl communicator is not implemented in this "
-                                            "version; use the mpi backend");
     CU_ASSERT_EQUAL(dt_comm_create("gloo", &c), DT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(c);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'gloo'"));
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "mpi"));
     CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_F32), 4);
@@ -136,6 +189,51 @@ static void test_registry(void)
     CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_I32), 4);
     CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_I64), 8);
     CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_U8), 1);
+}
+
+/* nccl without a usable GPU (main hides them all) or without NCCL in the
+ * build: unsupported, and the message says which. */
+static void test_nccl_unavailable(void)
+{
+    dt_comm_t *c = (dt_comm_t *)1;
+    CU_ASSERT_EQUAL(dt_comm_create("nccl", &c), DT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(c);
+#ifdef DT_HAVE_NCCL
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "needs a CUDA GPU on every rank"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "rank 0 has no usable GPU"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "use the mpi backend"));
+#else
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "built without NCCL"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "(built: mpi)"));
+#endif
+    /* the failed attempt left MPI and the mpi communicator working */
+    int32_t one = 1;
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &one, 1, DT_COMM_I32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(one, 1);
+}
+
+/* Host buffers: no stream to bind, buffers are not device memory. */
+static void test_mpi_streams_and_timeout(void)
+{
+    CU_ASSERT_EQUAL(dt_comm_device_buffers(comm), 0);
+    CU_ASSERT_EQUAL(dt_comm_bind_stream(comm, NULL), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_bind_stream(comm, (void *)&comm), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "mpi communicator works on host buffers"));
+    dt_comm_set_timeout(comm, 2.5);
+    CU_ASSERT_EQUAL(comm->timeout_s, 2.5);
+    dt_comm_set_timeout(comm, -1);
+    CU_ASSERT_EQUAL(comm->timeout_s, 0.0);
+    dt_comm_set_timeout(comm, 7);
+    dt_comm_set_timeout(comm, NAN);
+    CU_ASSERT_EQUAL(comm->timeout_s, 0.0);
+    dt_comm_set_timeout(comm, INFINITY); /* no limit */
+    CU_ASSERT_EQUAL(comm->timeout_s, 0.0);
+    /* the timeout changes nothing for mpi collectives */
+    dt_comm_set_timeout(comm, 1e-9);
+    float f[3] = {1, 2, 3};
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 3, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(f[2], 3.0f);
+    dt_comm_set_timeout(comm, 0);
 }
 
 static void test_bad_args(void)
@@ -284,11 +382,58 @@ static void test_bench_bad_opts(void)
     CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
     o = (struct dt_bench_allreduce_opts){.max_bytes = 64, .iters = -1};
     CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    /* a device for a host-buffer communicator */
+    struct dt_bench_device dev = {0};
+    o = (struct dt_bench_allreduce_opts){.max_bytes = 64, .device = &dev};
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "takes host buffers"));
+    /* a device-buffer communicator without a device, then without a
+     * host-buffer control communicator */
+    struct dt_comm_ops ops;
+    const struct dt_comm_ops *saved = mark_device(&ops);
+    o = (struct dt_bench_allreduce_opts){.max_bytes = 64};
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "all-reduces device memory"));
+    dev = fake_device;
+    o = (struct dt_bench_allreduce_opts){.max_bytes = 64, .device = &dev};
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "control communicator"));
+    o.control = comm; /* itself takes device buffers */
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, NULL), DT_ERR_INVALID_ARG);
+    comm->ops = saved;
+}
+
+/* The bench through a "device" that is host memory behind the device
+ * entry points: uploads, downloads and the control path are exercised. */
+static void test_bench_device_path(void)
+{
+    dt_comm_t *ctl = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_comm_create("mpi", &ctl), DT_OK);
+    struct dt_comm_ops ops;
+    const struct dt_comm_ops *saved = mark_device(&ops);
+    struct dt_bench_allreduce_opts o = {
+        .max_bytes = 4096, .iters = 2, .warmup = 1, .device = &fake_device, .control = ctl};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mem);
+    fake_copies = 0;
+    CU_ASSERT_EQUAL(dt_bench_allreduce(comm, &o, mem), DT_OK);
+    comm->ops = saved;
+    dt_comm_destroy(ctl);
+    fclose(mem);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "# wrong values: 0"));
+    /* 10 sizes (8..4096 B): upload before warm-up, upload and download for the check */
+    CU_ASSERT_EQUAL(fake_copies, 30);
+    CU_ASSERT_EQUAL(fake_live, 0);
+    free(text);
 }
 
 int main(int argc, char **argv)
 {
     int provided = 0;
+    /* Before anything starts CUDA: no GPU is visible to this process. */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (dt_comm_create("mpi", &comm) != DT_OK) {
         fprintf(stderr, "test_comm: %s\n", dt_last_error());
@@ -307,6 +452,8 @@ int main(int argc, char **argv)
     CU_ADD(plan, test_plan_tiles);
     CU_pSuite one = CU_add_suite("comm_one_rank", NULL, NULL);
     CU_ADD(one, test_registry);
+    CU_ADD(one, test_nccl_unavailable);
+    CU_ADD(one, test_mpi_streams_and_timeout);
     CU_ADD(one, test_bad_args);
     CU_ADD(one, test_one_rank_identity);
     CU_ADD(one, test_one_rank_collectives);
@@ -315,6 +462,7 @@ int main(int argc, char **argv)
     CU_ADD(one, test_reducer_one_rank);
     CU_ADD(one, test_reducer_bad_opts);
     CU_ADD(one, test_bench_bad_opts);
+    CU_ADD(one, test_bench_device_path);
     int rc = cu_run_all();
     dt_comm_destroy(comm);
     MPI_Finalize();

@@ -110,6 +110,7 @@ static void assert_jobs_equal(const struct dt_job *a, const struct dt_job *b)
     CU_ASSERT_EQUAL(a->train.eval_batch, b->train.eval_batch);
     CU_ASSERT_EQUAL(a->train.log_every, b->train.log_every);
     CU_ASSERT_EQUAL(a->train.clip_norm, b->train.clip_norm);
+    CU_ASSERT_STRING_EQUAL(a->train.precision, b->train.precision);
     CU_ASSERT_STRING_EQUAL(a->train.optimizer.name, b->train.optimizer.name);
     CU_ASSERT_EQUAL(a->train.optimizer.lr, b->train.optimizer.lr);
     CU_ASSERT_EQUAL(a->train.optimizer.momentum, b->train.optimizer.momentum);
@@ -124,6 +125,9 @@ static void assert_jobs_equal(const struct dt_job *a, const struct dt_job *b)
     CU_ASSERT_EQUAL(a->train.schedule.gamma, b->train.schedule.gamma);
     CU_ASSERT_EQUAL(a->train.schedule.min_lr, b->train.schedule.min_lr);
     CU_ASSERT_STRING_EQUAL(a->runtime.device, b->runtime.device);
+    CU_ASSERT_EQUAL(a->runtime.allow_tf32, b->runtime.allow_tf32);
+    CU_ASSERT_EQUAL(a->runtime.share_gpus, b->runtime.share_gpus);
+    CU_ASSERT_STRING_EQUAL(a->comm.backend, b->comm.backend);
     CU_ASSERT_EQUAL(a->runtime.threads, b->runtime.threads);
     CU_ASSERT_STRING_EQUAL(a->runtime.log_level, b->runtime.log_level);
     CU_ASSERT_EQUAL(a->runtime.reference_kernels, b->runtime.reference_kernels);
@@ -235,6 +239,10 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(j.train.schedule.gamma, 0.1);
     CU_ASSERT_EQUAL(j.train.schedule.min_lr, 0.0);
     CU_ASSERT_STRING_EQUAL(j.runtime.device, "auto");
+    CU_ASSERT_STRING_EQUAL(j.train.precision, "fp32");
+    CU_ASSERT_EQUAL(j.runtime.allow_tf32, 0);
+    CU_ASSERT_EQUAL(j.runtime.share_gpus, 0);
+    CU_ASSERT_STRING_EQUAL(j.comm.backend, "auto");
     CU_ASSERT_EQUAL(j.runtime.threads, 0);
     CU_ASSERT_STRING_EQUAL(j.runtime.log_level, "info");
     CU_ASSERT_EQUAL(j.runtime.reference_kernels, 0);
@@ -420,7 +428,7 @@ static void test_shape_errors(void)
     expect_load_error("train: 5\n",
                       ":1:8: train: expected a mapping (a section with keys epochs, steps, "
                       "global_batch, micro_batch, seed, eval_batch, log_every, clip_norm, "
-                      "optimizer, schedule), got '5'");
+                      "precision, optimizer, schedule), got '5'");
     expect_load_error("train:\n  optimizer: [1]\n",
                       ":2:14: train.optimizer: expected a mapping (a section with keys name, lr, "
                       "momentum, nesterov, weight_decay, beta1, beta2, eps), got a sequence");
@@ -513,7 +521,7 @@ static void test_set_errors(void)
                                      "model are type, hidden, activation, dropout, init");
     expect_set_error("train=5", "--set train=5: train: is a section with keys epochs, steps, "
                                 "global_batch, micro_batch, seed, eval_batch, log_every, "
-                                "clip_norm, optimizer, schedule; set one key in it, e.g. --set "
+                                "clip_norm, precision, optimizer, schedule; set one key in it, e.g. --set "
                                 "train.epochs=...");
     expect_set_error("train.schedule=1",
                      "--set train.schedule=1: train.schedule: is a section with keys name, "
@@ -578,6 +586,13 @@ static void test_validate(void)
     expect_invalid((const char *[]){"train.optimizer.name=sgd", "train.optimizer.nesterov=true",
                                     "train.optimizer.momentum=0", NULL},
                    "train.optimizer.nesterov needs train.optimizer.momentum > 0 with sgd");
+    expect_invalid((const char *[]){"runtime.device=cpu", "comm.backend=nccl", NULL},
+                   "comm.backend=nccl all-reduces GPU memory, but runtime.device is cpu; set "
+                   "comm.backend to mpi or auto");
+    dt_job_defaults(&j);
+    CU_ASSERT_EQUAL(dt_job_set(&j, "train.precision=fp16"), DT_OK);
+    CU_ASSERT_EQUAL(dt_job_set(&j, "runtime.device=cpu"), DT_OK);
+    CU_ASSERT_EQUAL(dt_job_validate(&j), DT_OK); /* the cpu rounds matmul inputs too */
     dt_job_defaults(&j);
     CU_ASSERT_EQUAL(dt_job_set(&j, "train.epochs=0"), DT_OK);
     CU_ASSERT_EQUAL(dt_job_set(&j, "train.steps=500"), DT_OK);
@@ -640,7 +655,7 @@ static void test_yaml_layout(void)
     dt_job_write_yaml(&j, f);
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nmodel:\n  type: mlp\n  hidden: [512, 512]\n"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  clip_norm: 0.0\n  optimizer:\n    name: adamw\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  clip_norm: 0.0\n  precision: fp32\n  optimizer:\n    name: adamw\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "    eps: 1.0e-08\n  schedule:\n    name: cosine\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "    min_lr: 0.0\nruntime:\n  device: auto\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "output:\n  dir: runs/fashion-mnist-mlp\n"));

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../kernels/cpu/cpu_ops.h"
 #include "../../kernels/ops.h"
 #include "../../runtime/backend.h"
 #include "../../runtime/rng.h"
@@ -336,6 +337,71 @@ static void test_linear_fast_vs_ref(void)
         free(in), free(w), free(dout), free(out), free(din), free(dw);
         free(rout), free(rdin), free(rdw);
     }
+}
+
+/* Known roundings: ties to even, overflow to infinity, NaN kept. */
+static void test_round_values(void)
+{
+    CU_ASSERT_EQUAL(dt_cpu_round_bf16(1.0f + 0x1p-8f), 1.0f);             /* tie: to even */
+    CU_ASSERT_EQUAL(dt_cpu_round_bf16(1.0f + 0x1p-8f + 0x1p-12f), 1.0f + 0x1p-7f);
+    CU_ASSERT_EQUAL(dt_cpu_round_bf16(1.0f + 0x3p-8f), 1.0f + 0x1p-6f);  /* tie: to even, up */
+    CU_ASSERT_EQUAL(dt_cpu_round_bf16(-3.0f), -3.0f);
+    CU_ASSERT(isinf(dt_cpu_round_bf16(FLT_MAX)));
+    CU_ASSERT(isnan(dt_cpu_round_bf16(NAN)));
+    CU_ASSERT_EQUAL(dt_cpu_round_fp16(65504.0f), 65504.0f);
+    CU_ASSERT(isinf(dt_cpu_round_fp16(65520.0f)));                         /* past the max */
+    CU_ASSERT_EQUAL(dt_cpu_round_fp16(1.0f + 0x1p-11f), 1.0f);            /* tie: to even */
+    CU_ASSERT_EQUAL(dt_cpu_round_fp16(0x1p-24f), 0x1p-24f);               /* subnormal */
+    CU_ASSERT_EQUAL(dt_cpu_round_fp16(0x1p-26f), 0.0f);                   /* underflow */
+}
+
+/* bf16/fp16: both tables give what fp32 gives on operands rounded first,
+ * bit for bit (the same GEMM on the same numbers), and differ from fp32 on
+ * unrounded ones; an fp16 operand past 65504 overflows the product. */
+static void test_linear_precision(void)
+{
+    const int B = 17, I = 33, O = 9;
+    const enum dt_precision precs[] = {DT_PREC_BF16, DT_PREC_FP16};
+    float *in = fnew((size_t)B * I), *w = fnew((size_t)O * I), *dout = fnew((size_t)B * O);
+    float *rin = fnew((size_t)B * I), *rw = fnew((size_t)O * I), *rdout = fnew((size_t)B * O);
+    float *out = fnew((size_t)B * O), *din = fnew((size_t)B * I), *dw = fnew((size_t)O * I);
+    float *xout = fnew((size_t)B * O), *xdin = fnew((size_t)B * I), *xdw = fnew((size_t)O * I);
+    fill_uniform(in, (size_t)B * I, -1, 1);
+    fill_uniform(w, (size_t)O * I, -1, 1);
+    fill_uniform(dout, (size_t)B * O, -1, 1);
+    for (size_t p = 0; p < 2; p++) {
+        float (*round)(float) = precs[p] == DT_PREC_BF16 ? dt_cpu_round_bf16 : dt_cpu_round_fp16;
+        for (int i = 0; i < B * I; i++) rin[i] = round(in[i]);
+        for (int i = 0; i < O * I; i++) rw[i] = round(w[i]);
+        for (int i = 0; i < B * O; i++) rdout[i] = round(dout[i]);
+        for (int ref = 0; ref <= 1; ref++) {
+            dt_backend_t *lo = NULL;
+            struct dt_backend_opts o = {.threads = 1, .reference_kernels = ref,
+                                        .precision = precs[p]};
+            CU_ASSERT_EQUAL_FATAL(dt_backend_create("cpu", &o, &lo), DT_OK);
+            const struct dt_ops *lops = dt_backend_ops(lo);
+            int k = ref ? REF : FAST;
+            fill_value(dw, (size_t)O * I, 0.0f);
+            fill_value(xdw, (size_t)O * I, 0.0f);
+            OK(lops->linear_fwd(lo, out, in, w, B, I, O));
+            OK(lops->linear_bwd(lo, din, dw, dout, in, w, B, I, O));
+            OK(ops[k]->linear_fwd(backends[k], xout, rin, rw, B, I, O));
+            OK(ops[k]->linear_bwd(backends[k], xdin, xdw, rdout, rin, rw, B, I, O));
+            CU_ASSERT(memcmp(out, xout, sizeof(float) * B * O) == 0);
+            CU_ASSERT(memcmp(din, xdin, sizeof(float) * B * I) == 0);
+            CU_ASSERT(memcmp(dw, xdw, sizeof(float) * O * I) == 0);
+            OK(ops[k]->linear_fwd(backends[k], xout, in, w, B, I, O));
+            CU_ASSERT(memcmp(out, xout, sizeof(float) * B * O) != 0);
+            float big = in[0];
+            in[0] = 70000.0f; /* beyond fp16, within bf16 */
+            OK(lops->linear_fwd(lo, out, in, w, B, I, O));
+            CU_ASSERT_EQUAL(!isfinite(out[0]), precs[p] == DT_PREC_FP16);
+            in[0] = big;
+            dt_backend_destroy(lo);
+        }
+    }
+    free(in), free(w), free(dout), free(rin), free(rw), free(rdout);
+    free(out), free(din), free(dw), free(xout), free(xdin), free(xdw);
 }
 
 /* Empty sums: I == 0 gives out = 0, O == 0 gives din = 0; B == 0 is a no-op. */
@@ -1247,6 +1313,8 @@ int main(void)
     CU_ADD(s, test_linear_accumulates);
     CU_ADD(s, test_linear_fast_vs_ref);
     CU_ADD(s, test_linear_empty);
+    CU_ADD(s, test_round_values);
+    CU_ADD(s, test_linear_precision);
     CU_ADD(s, test_bias_grad);
     CU_ADD(s, test_bias_fast_vs_ref);
 

@@ -1,0 +1,150 @@
+/*
+ * cuda_impl.h - internal header of the CUDA compute backend (CUDA C++
+ * only): the backend's state, the error helpers every op uses, and the op
+ * functions that backend_cuda.cu puts into the op table. The op files have
+ * the same stems as the CPU backend's (linear.cu, activation.cu, ...).
+ *
+ * Every op is queued on the backend's one stream and returns without
+ * waiting, except those that hand a scalar back to the host (softmax_xent
+ * forward, sumsq, all_finite), which synchronise that stream. Argument
+ * checks match the CPU ops: DT_ERR_INVALID_ARG naming the op.
+ */
+#ifndef DT_CUDA_IMPL_H
+#define DT_CUDA_IMPL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The runtime headers are plain C; everything declared from here on has C
+ * linkage, whichever .cu file includes it. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../../runtime/backend_impl.h"
+
+#define DT_CUDA_THREADS 256 /* threads per block for element-wise kernels */
+#define DT_CUDA_MAX_BLOCKS 4096 /* grid-stride loops cover the rest */
+#define DT_CUDA_STAGING 2 /* pinned host staging buffers for uploads */
+
+struct cuda_backend {
+    struct dt_backend base;
+    int device;          /* ordinal among the visible devices */
+    int cc_major, cc_minor;
+    size_t total_mem;
+    int sm_count;
+    cudaStream_t stream; /* every op and copy */
+    cublasHandle_t blas; /* bound to stream */
+    int allow_tf32;
+    enum dt_precision precision;
+    /* GEMM operands rounded to bf16/fp16, grown on demand, kept. */
+    void *gemm_scratch;
+    size_t gemm_scratch_bytes;
+    /* Device scalars for reductions, and a pinned host mirror. */
+    void *dscalars;
+    void *hscalars;
+    /* Pinned staging for uploads from pageable memory: a ring whose slots
+     * are reused once their event shows the copy out of them is done. */
+    void *staging[DT_CUDA_STAGING];
+    size_t staging_bytes[DT_CUDA_STAGING];
+    cudaEvent_t staging_done[DT_CUDA_STAGING];
+    int staging_next;
+    /* Per-row results of softmax_xent_fwd (owned by softmax_xent.cu,
+     * grown on demand, freed with the backend). */
+    void *xent_rows;
+    size_t xent_rows_bytes;
+};
+#define DT_CUDA_SCALAR_BYTES 256 /* size of dscalars and hscalars */
+
+static inline struct cuda_backend *dt_cuda_of(dt_backend_t *be)
+{
+    return (struct cuda_backend *)be->impl;
+}
+
+/* A status for a failed CUDA call: CUDA's own text, the device, the op and
+ * (printf-style) its shapes. Out of memory adds requested (`bytes`, 0 if
+ * unknown), free and total device memory and what to change in the job;
+ * a missing kernel image adds the device's compute capability and how to
+ * rebuild; an old driver adds both versions. cudaSuccess gives DT_OK. */
+dt_status dt_cuda_status(struct cuda_backend *cb, cudaError_t err, size_t bytes, const char *op,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The same for cuBLAS. */
+dt_status dt_cublas_status(struct cuda_backend *cb, cublasStatus_t st, const char *op,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* After a kernel launch: the launch error, if any, as a status. */
+#define DT_CUDA_LAUNCHED(cb, op, ...) dt_cuda_status((cb), cudaGetLastError(), 0, (op), __VA_ARGS__)
+
+/* Returns DT_ERR_INVALID_ARG with "cuda <op>: <why>" when cond is false,
+ * as DT_CPU_REQUIRE does on the CPU. op and the format are string literals. */
+#define DT_CUDA_REQUIRE(cond, op, ...)                                                             \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return dt_set_error(DT_ERR_INVALID_ARG, "cuda " op ": " __VA_ARGS__);                  \
+    } while (0)
+
+/* Grid size for n elements in a grid-stride loop of DT_CUDA_THREADS. */
+static inline unsigned dt_cuda_blocks(size_t n)
+{
+    size_t b = (n + DT_CUDA_THREADS - 1) / DT_CUDA_THREADS;
+    if (b < 1) b = 1;
+    return (unsigned)(b > DT_CUDA_MAX_BLOCKS ? DT_CUDA_MAX_BLOCKS : b);
+}
+
+/* The GEMM scratch, grown to at least `bytes` (synchronises the stream
+ * before freeing a smaller one). */
+dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out);
+
+/* Waits for the stream; a failure there carries `op`. */
+dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op);
+
+/* ---- ops (kernels/ops.h has the contract of each) ------------------- */
+/* linear.cu */
+dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
+                             int In, int Out);
+dt_status dt_cuda_linear_bwd(dt_backend_t *be, float *din, float *dw, const float *dout,
+                             const float *in, const float *w, int B, int In, int Out);
+dt_status dt_cuda_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C);
+dt_status dt_cuda_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B, int C);
+/* activation.cu */
+dt_status dt_cuda_relu_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
+dt_status dt_cuda_relu_bwd(dt_backend_t *be, float *din, const float *dout, const float *in,
+                           size_t n);
+dt_status dt_cuda_gelu_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
+dt_status dt_cuda_gelu_bwd(dt_backend_t *be, float *din, const float *dout, const float *in,
+                           size_t n);
+dt_status dt_cuda_tanh_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
+dt_status dt_cuda_tanh_bwd(dt_backend_t *be, float *din, const float *dout, const float *out,
+                           size_t n);
+/* dropout.cu */
+dt_status dt_cuda_dropout_fwd(dt_backend_t *be, float *out, const float *in, int rows, int cols,
+                              float p, const struct dt_rng_key *key, uint64_t row0);
+dt_status dt_cuda_dropout_bwd(dt_backend_t *be, float *din, const float *dout, int rows,
+                              int cols, float p, const struct dt_rng_key *key, uint64_t row0);
+/* flatten.cu */
+dt_status dt_cuda_flatten_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
+dt_status dt_cuda_flatten_bwd(dt_backend_t *be, float *din, const float *dout, size_t n);
+/* softmax_xent.cu */
+dt_status dt_cuda_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *logits,
+                                   const int32_t *labels, int B, int C, double *loss_sum,
+                                   int64_t *correct);
+dt_status dt_cuda_softmax_xent_bwd(dt_backend_t *be, float *dlogits, const float *probs,
+                                   const int32_t *labels, int B, int C, float scale);
+/* optim.cu */
+dt_status dt_cuda_sgd_update(dt_backend_t *be, float *p, const float *g, float *buf, size_t n,
+                             const struct dt_sgd_args *a);
+dt_status dt_cuda_adamw_update(dt_backend_t *be, float *p, const float *g, float *m, float *v,
+                               size_t n, const struct dt_adamw_args *a);
+/* reduce.cu */
+dt_status dt_cuda_sumsq(dt_backend_t *be, const float *x, size_t n, double *out);
+dt_status dt_cuda_scale(dt_backend_t *be, float *x, size_t n, float s);
+dt_status dt_cuda_fill(dt_backend_t *be, float *x, size_t n, float v);
+dt_status dt_cuda_all_finite(dt_backend_t *be, const float *x, size_t n, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

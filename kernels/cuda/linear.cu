@@ -1,0 +1,242 @@
+/*
+ * linear.cu - fully connected layer on the GPU: out = in @ w^T through
+ * cuBLAS, the bias add that follows it, and their backward passes.
+ *
+ * cuBLAS is column-major and dtrain is row-major. A row-major (R, C)
+ * matrix with leading dimension C is, read column-major, its transpose
+ * (C, R) with the same leading dimension, so each product is computed as
+ * its transpose and no data moves:
+ *
+ *   out(B,Out) = in(B,In) @ w(Out,In)^T  ->  out^T(Out,B) = w(Out,In) @ in^T(In,B)
+ *       gemm(T, N, m=Out, n=B, k=In, A=w lda=In, B=in ldb=In, C=out ldc=Out)
+ *   din(B,In) = dout(B,Out) @ w(Out,In)  ->  din^T(In,B) = w^T(In,Out) @ dout^T(Out,B)
+ *       gemm(N, N, m=In, n=B, k=Out, A=w lda=In, B=dout ldb=Out, C=din ldc=In)
+ *   dw(Out,In) += dout^T(Out,B) @ in(B,In)  ->  dw^T(In,Out) += in^T(In,B) @ dout(B,Out)
+ *       gemm(N, T, m=In, n=Out, k=B, A=in lda=In, B=dout ldb=Out, C=dw ldc=In, beta=1)
+ *
+ * The backend's precision picks the operand type: fp32 hands the tensors
+ * to cuBLAS as they are (TF32 tensor cores only with allow_tf32); bf16 and
+ * fp16 first round both operands to nearest into the backend's scratch
+ * with a kernel of ours, and multiply with fp32 accumulation into fp32
+ * outputs.
+ *
+ * bias_bwd gives each thread one column and sums it top to bottom, the
+ * CPU's order, so it is deterministic and matches the CPU bit for bit.
+ *
+ * Gradients of parameters (dw, db) ACCUMULATE (+=); the gradient of the
+ * activation (din) is WRITTEN (=).
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_impl.h"
+
+/* each rounded operand starts on this byte boundary in the scratch */
+#define OPERAND_ALIGN 256
+/* the most operands one op rounds (linear_bwd: dout, in, w) */
+#define MAX_OPERANDS 3
+
+/* An op's name and shapes, for error messages. */
+struct shape {
+    const char *op;
+    int B, In, Out;
+};
+#define SHAPE_FMT "B=%d In=%d Out=%d"
+#define SHAPE_ARGS(s) (s)->B, (s)->In, (s)->Out
+
+static __global__ void round_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+static __global__ void round_fp16(__half *dst, const float *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2half_rn(src[i]);
+}
+
+/* x(B,C) += b(C); element i is column i % C */
+static __global__ void bias_add(float *x, const float *b, size_t n, size_t C)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += b[i % C];
+}
+
+/* db(C) += sum over rows of dout(B,C): thread c sums column c, row 0 first */
+static __global__ void bias_colsum(float *db, const float *dout, int B, int C)
+{
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < (size_t)C;
+         c += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < B; r++)
+            s += dout[(size_t)r * C + c];
+        db[c] += s;
+    }
+}
+
+static cudaDataType operand_type(enum dt_precision p)
+{
+    switch (p) {
+    case DT_PREC_BF16: return CUDA_R_16BF;
+    case DT_PREC_FP16: return CUDA_R_16F;
+    case DT_PREC_FP32: break;
+    }
+    return CUDA_R_32F;
+}
+
+/* The GEMM operands in the backend's precision: fp32 uses the tensors as
+ * they are; bf16/fp16 rounds src[i] (n[i] elements) into its own slice of
+ * the scratch. Queued on the stream like the GEMMs that read them. */
+static dt_status operands(struct cuda_backend *cb, const struct shape *s, const float *const *src,
+                          const size_t *n, int count, const void **dst)
+{
+    if (cb->precision == DT_PREC_FP32) {
+        for (int i = 0; i < count; i++)
+            dst[i] = src[i];
+        return DT_OK;
+    }
+    const size_t elem = 2; /* bytes of a bf16 or fp16 */
+    size_t off[MAX_OPERANDS], total = 0;
+    for (int i = 0; i < count; i++) {
+        off[i] = total;
+        total += (n[i] * elem + OPERAND_ALIGN - 1) / OPERAND_ALIGN * OPERAND_ALIGN;
+    }
+    void *scratch = NULL;
+    dt_status st = dt_cuda_scratch(cb, total, &scratch);
+    if (st != DT_OK)
+        return dt_error_context(st, "cuda %s (" SHAPE_FMT ", %s operands)", s->op, SHAPE_ARGS(s),
+                                dt_precision_name(cb->precision));
+    for (int i = 0; i < count; i++) {
+        char *p = (char *)scratch + off[i];
+        if (cb->precision == DT_PREC_BF16)
+            round_bf16<<<dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream>>>(
+                (__nv_bfloat16 *)p, src[i], n[i]);
+        else
+            round_fp16<<<dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream>>>((__half *)p,
+                                                                                  src[i], n[i]);
+        st = DT_CUDA_LAUNCHED(cb, s->op, SHAPE_FMT ", rounding operands to %s", SHAPE_ARGS(s),
+                              dt_precision_name(cb->precision));
+        if (st != DT_OK)
+            return st;
+        dst[i] = p;
+    }
+    return DT_OK;
+}
+
+/* C(m,n) = op(A) @ op(B) + beta*C, column-major (see the top of the file),
+ * alpha = 1, operands in the backend's precision, C in fp32. */
+static dt_status gemm(struct cuda_backend *cb, const struct shape *s, cublasOperation_t ta,
+                      cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                      const void *Bm, int ldb, float beta, float *C, int ldc)
+{
+    const float alpha = 1.0f;
+    const cudaDataType type = operand_type(cb->precision);
+    const cublasComputeType_t compute = cb->precision == DT_PREC_FP32 && cb->allow_tf32
+                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                            : CUBLAS_COMPUTE_32F;
+    cublasStatus_t bst = cublasGemmEx(cb->blas, ta, tb, m, n, k, &alpha, A, type, lda, Bm, type,
+                                      ldb, &beta, C, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT);
+    return dt_cublas_status(cb, bst, s->op, SHAPE_FMT, SHAPE_ARGS(s));
+}
+
+/* x(rows, cols) = 0, queued on the stream: an empty sum */
+static dt_status zero(struct cuda_backend *cb, const struct shape *s, float *x, int rows, int cols)
+{
+    cudaError_t err = cudaMemsetAsync(x, 0, (size_t)rows * cols * sizeof *x, cb->stream);
+    return dt_cuda_status(cb, err, 0, s->op, SHAPE_FMT, SHAPE_ARGS(s));
+}
+
+/* out(B,Out) = in(B,In) @ w(Out,In)^T */
+dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
+                             int In, int Out)
+{
+    DT_CUDA_REQUIRE(out && in && w, "linear_fwd", "out, in and w must not be NULL");
+    DT_CUDA_REQUIRE(B >= 0 && In >= 0 && Out >= 0, "linear_fwd",
+                    "sizes must be >= 0 (B=%d, In=%d, Out=%d)", B, In, Out);
+    struct cuda_backend *cb = dt_cuda_of(be);
+    const struct shape s = {"linear_fwd", B, In, Out};
+    if (B == 0 || Out == 0)
+        return DT_OK;
+    if (In == 0)
+        return zero(cb, &s, out, B, Out);
+    const float *src[2] = {w, in};
+    const size_t n[2] = {(size_t)Out * In, (size_t)B * In};
+    const void *op[2];
+    dt_status st = operands(cb, &s, src, n, 2, op);
+    if (st != DT_OK)
+        return st;
+    /* out^T(Out,B) = w(Out,In) @ in^T(In,B) */
+    return gemm(cb, &s, CUBLAS_OP_T, CUBLAS_OP_N, Out, B, In, op[0], In, op[1], In, 0.0f, out,
+                Out);
+}
+
+/* din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)
+ * dw(Out,In) += dout(B,Out)^T @ in(B,In) */
+dt_status dt_cuda_linear_bwd(dt_backend_t *be, float *din, float *dw, const float *dout,
+                             const float *in, const float *w, int B, int In, int Out)
+{
+    DT_CUDA_REQUIRE(dw && dout && in, "linear_bwd", "dw, dout and in must not be NULL");
+    DT_CUDA_REQUIRE(!din || w, "linear_bwd", "w must not be NULL when din is asked for");
+    DT_CUDA_REQUIRE(B >= 0 && In >= 0 && Out >= 0, "linear_bwd",
+                    "sizes must be >= 0 (B=%d, In=%d, Out=%d)", B, In, Out);
+    struct cuda_backend *cb = dt_cuda_of(be);
+    const struct shape s = {"linear_bwd", B, In, Out};
+    dt_status st = DT_OK;
+    if (din && B > 0 && In > 0 && Out == 0)
+        st = zero(cb, &s, din, B, In);
+    if (st != DT_OK || B == 0 || In == 0 || Out == 0)
+        return st;
+    const float *src[MAX_OPERANDS] = {dout, in, w};
+    const size_t n[MAX_OPERANDS] = {(size_t)B * Out, (size_t)B * In, (size_t)Out * In};
+    const void *op[MAX_OPERANDS];
+    st = operands(cb, &s, src, n, din ? 3 : 2, op);
+    if (st != DT_OK)
+        return st;
+    if (din) { /* din^T(In,B) = w^T(In,Out) @ dout^T(Out,B) */
+        st = gemm(cb, &s, CUBLAS_OP_N, CUBLAS_OP_N, In, B, Out, op[2], In, op[0], Out, 0.0f, din,
+                  In);
+        if (st != DT_OK)
+            return st;
+    }
+    /* dw^T(In,Out) += in^T(In,B) @ dout(B,Out) */
+    return gemm(cb, &s, CUBLAS_OP_N, CUBLAS_OP_T, In, Out, B, op[1], In, op[0], Out, 1.0f, dw, In);
+}
+
+static dt_status check_bias(const char *op, const float *x, const float *b, int B, int C)
+{
+    if (!x || !b)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cuda %s: pointers must not be NULL", op);
+    if (B < 0 || C < 0)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cuda %s: sizes must be >= 0 (B=%d, C=%d)", op, B,
+                            C);
+    return DT_OK;
+}
+
+/* x(B,C) += b(C), in place */
+dt_status dt_cuda_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C)
+{
+    dt_status st = check_bias("bias_fwd", x, b, B, C);
+    if (st != DT_OK || B == 0 || C == 0)
+        return st;
+    struct cuda_backend *cb = dt_cuda_of(be);
+    const size_t n = (size_t)B * C;
+    bias_add<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(x, b, n, (size_t)C);
+    return DT_CUDA_LAUNCHED(cb, "bias_fwd", "B=%d C=%d", B, C);
+}
+
+/* db(C) += sum over B of dout(B,C) */
+dt_status dt_cuda_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B, int C)
+{
+    dt_status st = check_bias("bias_bwd", db, dout, B, C);
+    if (st != DT_OK || C == 0)
+        return st;
+    struct cuda_backend *cb = dt_cuda_of(be);
+    bias_colsum<<<dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream>>>(db, dout, B, C);
+    return DT_CUDA_LAUNCHED(cb, "bias_bwd", "B=%d C=%d", B, C);
+}

@@ -1,0 +1,1101 @@
+/*
+ * test_gpu_ops.c - every op of kernels/ops.h on the cuda backend, against
+ * the CPU backend's plain C reference (reference_kernels = 1) on the same
+ * random inputs (dt_rng, DT_RNG_TEST), forward and backward.
+ *
+ * Errors are measured as max |gpu - cpu| / max |cpu| over a tensor, with a
+ * tolerance per GEMM precision: fp32 1e-5, tf32 1e-3, bf16 1e-2, fp16 5e-3
+ * (linear runs on all four backends; the other ops are fp32 whatever the
+ * precision and run on the fp32 one at 1e-5). Dropout, flatten, fill and
+ * scale must match bit for bit, and the softmax loss and sumsq must come
+ * out the same bits on every run. Shapes are odd (B=37, In=129, Out=65),
+ * sizes are not multiples of 4, and some tensors have more elements than
+ * one grid of DT_CUDA_MAX_BLOCKS x DT_CUDA_THREADS threads covers, so the
+ * grid-stride loops go round. Also checked: parameter gradients
+ * accumulate and activation gradients are written (buffers start with old
+ * values or NaN), ops in place, non-finite values in the reductions, bad
+ * labels and bad arguments, and an allocation larger than the device.
+ *
+ * Without a usable GPU the program prints why and exits 77, which ctest
+ * counts as skipped.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../kernels/ops.h"
+#include "../../runtime/backend.h"
+#include "../../runtime/rng.h"
+#include "../unit/cu_util.h"
+
+#define SKIP_CODE 77
+
+/* More elements than DT_CUDA_MAX_BLOCKS (4096) blocks of DT_CUDA_THREADS
+ * (256) threads cover, four times over, and not a multiple of 4. */
+#define BIG_N (4u * 4096u * 256u + 3u)
+
+/* Tolerance of the ops that do no GEMM, on every backend. */
+#define ELEM_TOL 1e-5
+/* Activations work on O(1) values: their error is measured against at
+ * least this magnitude, so an output that is all tiny numbers (one input
+ * far below zero) does not turn erff's last-ulp differences into a large
+ * relative error. */
+#define ACT_FLOOR 1.0
+
+enum { FP32, TF32, BF16, FP16, NCFG };
+static const struct gpu_cfg {
+    const char *name;
+    enum dt_precision precision;
+    int allow_tf32;
+    double tol; /* for linear */
+} cfgs[NCFG] = {
+    {"fp32", DT_PREC_FP32, 0, 1e-5},
+    {"tf32", DT_PREC_FP32, 1, 1e-3},
+    {"bf16", DT_PREC_BF16, 0, 1e-2},
+    {"fp16", DT_PREC_FP16, 0, 5e-3},
+};
+
+static dt_backend_t *cpu, *gpu[NCFG];
+static const struct dt_ops *cops, *gops[NCFG];
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static uint64_t draws; /* distinct draws for every array in the run */
+
+static void fill_uniform(float *x, size_t n, float lo, float hi)
+{
+    struct dt_rng_key key = {.seed = 4242, .purpose = DT_RNG_TEST, .stream = 11};
+    struct dt_rng_stream s;
+    dt_rng_stream_init(&key, 0, &s);
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t w[4];
+        dt_rng_stream_block(&s, draws++, w);
+        for (size_t k = 0; k < 4 && i + k < n; k++)
+            x[i + k] = lo + (hi - lo) * dt_rng_u32_to_unit(w[k]);
+    }
+}
+
+static void fill_value(float *x, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
+static float *hnew(size_t n)
+{
+    float *p = calloc(n ? n : 1, sizeof *p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    return p;
+}
+
+static float *hrand(size_t n, float lo, float hi)
+{
+    float *p = hnew(n);
+    fill_uniform(p, n, lo, hi);
+    return p;
+}
+
+static float *hconst(size_t n, float v)
+{
+    float *p = hnew(n);
+    fill_value(p, n, v);
+    return p;
+}
+
+static void *dnew(dt_backend_t *be, size_t bytes)
+{
+    void *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_backend_alloc(be, bytes ? bytes : sizeof(float), &p), DT_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    return p;
+}
+
+static void up(dt_backend_t *be, void *d, const void *h, size_t bytes)
+{
+    if (bytes)
+        CU_ASSERT_EQUAL_FATAL(dt_backend_copy(be, d, h, bytes, DT_COPY_H2D), DT_OK);
+}
+
+/* Device to host, then waits, so h can be read. */
+static void down(dt_backend_t *be, void *h, const void *d, size_t bytes)
+{
+    if (bytes)
+        CU_ASSERT_EQUAL_FATAL(dt_backend_copy(be, h, d, bytes, DT_COPY_D2H), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_backend_sync(be), DT_OK);
+}
+
+/* A device copy of h(n). */
+static float *dput(dt_backend_t *be, const float *h, size_t n)
+{
+    float *d = dnew(be, n * sizeof *d);
+    up(be, d, h, n * sizeof *d);
+    return d;
+}
+
+/* A host copy of d(n). */
+static float *hget(dt_backend_t *be, const float *d, size_t n)
+{
+    float *h = hnew(n);
+    down(be, h, d, n * sizeof *h);
+    return h;
+}
+
+/* max |got - ref| / max(max |ref|, floor); NaN in the same place in both
+ * counts as equal, NaN in one only as infinitely wrong. */
+static double norm_err(const float *got, const float *ref, size_t n, double floor_)
+{
+    double diff = 0.0, mag = floor_;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isnan(got[i])) {
+            if (!(isnan(ref[i]) && isnan(got[i])))
+                return INFINITY;
+            continue;
+        }
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= diff))
+            diff = d; /* also takes an infinite difference */
+        if (fabs(ref[i]) > mag)
+            mag = fabs(ref[i]);
+    }
+    return diff / mag;
+}
+
+#define TINY 1e-30 /* the magnitude floor of a plain relative error */
+
+#define CHECK_CLOSE(what, cfg, got, ref, n, floor_, tol)                                          \
+    do {                                                                                           \
+        double e_ = norm_err((got), (ref), (n), (floor_));                                         \
+        if (!(e_ <= (tol)))                                                                        \
+            printf("\n  %s (%s, n=%zu): error %.3g > %.3g\n", (what), (cfg), (size_t)(n), e_,    \
+                   (double)(tol));                                                                 \
+        CU_ASSERT(e_ <= (tol));                                                                    \
+    } while (0)
+
+#define CHECK_SAME_BITS(what, got, ref, n)                                                         \
+    do {                                                                                           \
+        int same_ = memcmp((got), (ref), (size_t)(n) * sizeof *(ref)) == 0;                       \
+        if (!same_)                                                                                \
+            printf("\n  %s (n=%zu): not bit-identical to the CPU\n", (what), (size_t)(n));        \
+        CU_ASSERT(same_);                                                                          \
+    } while (0)
+
+#define OK(expr) CU_ASSERT_EQUAL_FATAL((expr), DT_OK)
+
+/* The op failed with DT_ERR_INVALID_ARG and its message names the op. */
+#define CHECK_INVALID(expr, opname)                                                                \
+    do {                                                                                           \
+        dt_clear_error();                                                                          \
+        dt_status st_ = (expr);                                                                    \
+        CU_ASSERT_EQUAL(st_, DT_ERR_INVALID_ARG);                                                  \
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), opname));                                   \
+    } while (0)
+
+static int suite_init(void)
+{
+    struct dt_backend_opts ref = {.threads = 1, .reference_kernels = 1};
+    if (dt_backend_create("cpu", &ref, &cpu) != DT_OK) {
+        fprintf(stderr, "test_gpu_ops: cpu backend: %s\n", dt_last_error());
+        return -1;
+    }
+    cops = dt_backend_ops(cpu);
+    for (int c = 0; c < NCFG; c++) {
+        struct dt_backend_opts o = {.threads = 1, .device = 0,
+                                    .allow_tf32 = cfgs[c].allow_tf32,
+                                    .precision = cfgs[c].precision};
+        if (dt_backend_create("cuda", &o, &gpu[c]) != DT_OK) {
+            fprintf(stderr, "test_gpu_ops: cuda backend (%s): %s\n", cfgs[c].name,
+                    dt_last_error());
+            return -1;
+        }
+        gops[c] = dt_backend_ops(gpu[c]);
+    }
+    return 0;
+}
+
+static int suite_cleanup(void)
+{
+    for (int c = 0; c < NCFG; c++) {
+        if (gpu[c])
+            dt_backend_destroy(gpu[c]);
+        gpu[c] = NULL;
+    }
+    if (cpu)
+        dt_backend_destroy(cpu);
+    cpu = NULL;
+    return 0;
+}
+
+/* ---- backend ---------------------------------------------------------- */
+
+static void test_backend_basics(void)
+{
+    for (int c = 0; c < NCFG; c++) {
+        CU_ASSERT_STRING_EQUAL(dt_backend_name(gpu[c]), "cuda");
+        CU_ASSERT(strncmp(dt_backend_device(gpu[c]), "cuda:0", 6) == 0);
+        CU_ASSERT_PTR_NOT_NULL(dt_backend_stream(gpu[c]));
+        const struct dt_ops *o = gops[c];
+        CU_ASSERT_FATAL(o != NULL);
+        CU_ASSERT(o->linear_fwd && o->linear_bwd && o->bias_fwd && o->bias_bwd);
+        CU_ASSERT(o->relu_fwd && o->relu_bwd && o->gelu_fwd && o->gelu_bwd);
+        CU_ASSERT(o->tanh_fwd && o->tanh_bwd && o->dropout_fwd && o->dropout_bwd);
+        CU_ASSERT(o->flatten_fwd && o->flatten_bwd && o->softmax_xent_fwd &&
+                  o->softmax_xent_bwd);
+        CU_ASSERT(o->sgd_update && o->adamw_update && o->sumsq && o->scale && o->fill &&
+                  o->all_finite);
+    }
+    /* zeroed, aligned, and a round trip H2D, D2D, D2H */
+    dt_backend_t *be = gpu[FP32];
+    const size_t sizes[] = {1, 3, 1000, 1 << 20};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *a = dnew(be, n * sizeof(float)), *b = dnew(be, n * sizeof(float));
+        CU_ASSERT_EQUAL((uintptr_t)a % 64, 0);
+        float *h = hget(be, a, n);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < n; i++)
+            nonzero += h[i] != 0.0f;
+        CU_ASSERT_EQUAL(nonzero, 0);
+        float *src = hrand(n, -1, 1);
+        up(be, a, src, n * sizeof(float));
+        CU_ASSERT_EQUAL(dt_backend_copy(be, b, a, n * sizeof(float), DT_COPY_D2D), DT_OK);
+        down(be, h, b, n * sizeof(float));
+        CU_ASSERT_EQUAL(memcmp(h, src, n * sizeof(float)), 0);
+        dt_backend_free(be, a);
+        dt_backend_free(be, b);
+        free(h), free(src);
+    }
+    dt_backend_free(be, NULL); /* no-op */
+}
+
+/* More than any device has: DT_ERR_NOMEM, a message with the free memory,
+ * and a backend that still works afterwards. */
+static void test_backend_oom(void)
+{
+    dt_backend_t *be = gpu[FP32];
+    void *p = NULL;
+    dt_clear_error();
+    CU_ASSERT_EQUAL(dt_backend_alloc(be, (size_t)1 << 46, &p), DT_ERR_NOMEM);
+    CU_ASSERT_PTR_NULL(p);
+    if (!strstr(dt_last_error(), "free"))
+        printf("\n  out-of-memory message: %s\n", dt_last_error());
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "free"));
+
+    enum { N = 1000 };
+    float *in = hrand(N, -1, 1), *ref = hnew(N);
+    float *d = dput(be, in, N);
+    OK(cops->relu_fwd(cpu, ref, in, N));
+    OK(gops[FP32]->relu_fwd(be, d, d, N));
+    float *got = hget(be, d, N);
+    CHECK_SAME_BITS("relu after an out-of-memory", got, ref, N);
+    dt_backend_free(be, d);
+    free(in), free(ref), free(got);
+}
+
+/* ---- linear ----------------------------------------------------------- */
+
+/* out, din and dw (+= onto old values) against the CPU; then dw from zero
+ * by two backward calls, one without din. */
+static void linear_case(int c, int B, int I, int O)
+{
+    dt_backend_t *g = gpu[c];
+    const struct dt_ops *go = gops[c];
+    const size_t nin = (size_t)B * I, nw = (size_t)O * I, nout = (size_t)B * O;
+    float *in = hrand(nin, -1, 1), *w = hrand(nw, -1, 1), *dout = hrand(nout, -1, 1);
+    float *old = hrand(nw, -1, 1), *nan_in = hconst(nin, NAN);
+    float *out_c = hnew(nout), *din_c = hnew(nin), *dw_c = hnew(nw), *dw2_c = hnew(nw);
+    memcpy(dw_c, old, nw * sizeof *old);
+    OK(cops->linear_fwd(cpu, out_c, in, w, B, I, O));
+    OK(cops->linear_bwd(cpu, din_c, dw_c, dout, in, w, B, I, O));
+    OK(cops->linear_bwd(cpu, NULL, dw2_c, dout, in, w, B, I, O));
+    OK(cops->linear_bwd(cpu, din_c, dw2_c, dout, in, w, B, I, O));
+
+    float *d_in = dput(g, in, nin), *d_w = dput(g, w, nw), *d_dout = dput(g, dout, nout);
+    float *d_out = dnew(g, nout * sizeof(float)), *d_din = dput(g, nan_in, nin);
+    float *d_dw = dput(g, old, nw), *d_dw2 = dnew(g, nw * sizeof(float));
+    OK(go->linear_fwd(g, d_out, d_in, d_w, B, I, O));
+    OK(go->linear_bwd(g, d_din, d_dw, d_dout, d_in, d_w, B, I, O));
+    OK(go->linear_bwd(g, NULL, d_dw2, d_dout, d_in, d_w, B, I, O));
+    OK(go->linear_bwd(g, d_din, d_dw2, d_dout, d_in, d_w, B, I, O));
+    float *out = hget(g, d_out, nout), *din = hget(g, d_din, nin);
+    float *dw = hget(g, d_dw, nw), *dw2 = hget(g, d_dw2, nw);
+
+    char what[96];
+    const double tol = cfgs[c].tol;
+    snprintf(what, sizeof what, "linear %dx%dx%d out", B, I, O);
+    CHECK_CLOSE(what, cfgs[c].name, out, out_c, nout, TINY, tol);
+    snprintf(what, sizeof what, "linear %dx%dx%d din (written)", B, I, O);
+    CHECK_CLOSE(what, cfgs[c].name, din, din_c, nin, TINY, tol);
+    snprintf(what, sizeof what, "linear %dx%dx%d dw (+= old)", B, I, O);
+    CHECK_CLOSE(what, cfgs[c].name, dw, dw_c, nw, TINY, tol);
+    snprintf(what, sizeof what, "linear %dx%dx%d dw (twice from 0)", B, I, O);
+    CHECK_CLOSE(what, cfgs[c].name, dw2, dw2_c, nw, TINY, tol);
+
+    dt_backend_free(g, d_in), dt_backend_free(g, d_w), dt_backend_free(g, d_dout);
+    dt_backend_free(g, d_out), dt_backend_free(g, d_din);
+    dt_backend_free(g, d_dw), dt_backend_free(g, d_dw2);
+    free(in), free(w), free(dout), free(old), free(nan_in);
+    free(out_c), free(din_c), free(dw_c), free(dw2_c);
+    free(out), free(din), free(dw), free(dw2);
+}
+
+static void test_linear_vs_cpu(void)
+{
+    const int shapes[][3] = {{1, 1, 1}, {3, 7, 5}, {37, 129, 65}, {64, 256, 128}, {128, 784, 10}};
+    for (int c = 0; c < NCFG; c++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            linear_case(c, shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
+/* Empty sums: I == 0 gives out = 0, O == 0 gives din = 0; B == 0 adds
+ * nothing to dw. */
+static void test_linear_empty(void)
+{
+    for (int c = 0; c < NCFG; c++) {
+        dt_backend_t *g = gpu[c];
+        const struct dt_ops *go = gops[c];
+        float nan6[6], seven[6], x[6] = {1, 2, 3, 4, 5, 6}, h[6];
+        fill_value(nan6, 6, NAN);
+        fill_value(seven, 6, 7.0f);
+        float *dx = dput(g, x, 6), *dout = dput(g, nan6, 6);
+        OK(go->linear_fwd(g, dout, dx, dx, 2, 0, 3));
+        down(g, h, dout, sizeof h);
+        int bad = 0;
+        for (int i = 0; i < 6; i++)
+            bad += h[i] != 0.0f;
+        CU_ASSERT_EQUAL(bad, 0);
+
+        float *din = dput(g, nan6, 6), *dw = dput(g, seven, 6);
+        OK(go->linear_bwd(g, din, dw, dx, dx, dx, 2, 3, 0));
+        down(g, h, din, sizeof h);
+        bad = 0;
+        for (int i = 0; i < 6; i++)
+            bad += h[i] != 0.0f;
+        CU_ASSERT_EQUAL(bad, 0);
+        OK(go->linear_bwd(g, din, dw, dx, dx, dx, 0, 3, 2));
+        down(g, h, dw, sizeof h);
+        CU_ASSERT_EQUAL(memcmp(h, seven, sizeof h), 0);
+        dt_backend_free(g, dx), dt_backend_free(g, dout);
+        dt_backend_free(g, din), dt_backend_free(g, dw);
+    }
+}
+
+/* x += b in place; db += (twice) */
+static void test_bias_vs_cpu(void)
+{
+    const int shapes[][2] = {{1, 1}, {37, 65}, {129, 1000}, {3, 4097}};
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)B * C;
+        float *x = hrand(n, -1, 1), *b = hrand(C, -1, 1), *dout = hrand(n, -1, 1);
+        float *db_c = hrand(C, -1, 1);
+        float *d_x = dput(g, x, n), *d_b = dput(g, b, C), *d_dout = dput(g, dout, n);
+        float *d_db = dput(g, db_c, C);
+        OK(cops->bias_fwd(cpu, x, b, B, C));
+        OK(cops->bias_bwd(cpu, db_c, dout, B, C));
+        OK(cops->bias_bwd(cpu, db_c, dout, B, C));
+        OK(go->bias_fwd(g, d_x, d_b, B, C));
+        OK(go->bias_bwd(g, d_db, d_dout, B, C));
+        OK(go->bias_bwd(g, d_db, d_dout, B, C));
+        float *xg = hget(g, d_x, n), *dbg = hget(g, d_db, C);
+        char what[64];
+        snprintf(what, sizeof what, "bias_fwd %dx%d", B, C);
+        CHECK_CLOSE(what, "fp32", xg, x, n, TINY, ELEM_TOL);
+        snprintf(what, sizeof what, "bias_bwd %dx%d (+= twice)", B, C);
+        CHECK_CLOSE(what, "fp32", dbg, db_c, (size_t)C, TINY, ELEM_TOL);
+        dt_backend_free(g, d_x), dt_backend_free(g, d_b);
+        dt_backend_free(g, d_dout), dt_backend_free(g, d_db);
+        free(x), free(b), free(dout), free(db_c), free(xg), free(dbg);
+    }
+}
+
+/* ---- activations ------------------------------------------------------ */
+
+enum act { ACT_RELU, ACT_GELU, ACT_TANH };
+static const char *const act_name[] = {"relu", "gelu", "tanh"};
+
+static dt_status act_fwd(const struct dt_ops *o, dt_backend_t *be, enum act a, float *out,
+                         const float *in, size_t n)
+{
+    switch (a) {
+    case ACT_RELU: return o->relu_fwd(be, out, in, n);
+    case ACT_GELU: return o->gelu_fwd(be, out, in, n);
+    default: return o->tanh_fwd(be, out, in, n);
+    }
+}
+
+/* tanh's backward takes the forward output, the others the input */
+static dt_status act_bwd(const struct dt_ops *o, dt_backend_t *be, enum act a, float *din,
+                         const float *dout, const float *x, size_t n)
+{
+    switch (a) {
+    case ACT_RELU: return o->relu_bwd(be, din, dout, x, n);
+    case ACT_GELU: return o->gelu_bwd(be, din, dout, x, n);
+    default: return o->tanh_bwd(be, din, dout, x, n);
+    }
+}
+
+/* Forward and backward (din written over 1e30), separate buffers and in
+ * place, against the CPU. The backward gets the CPU's x (input, or output
+ * for tanh) so it is checked on its own. */
+static void act_case(enum act a, size_t n)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *in = hrand(n, -4, 4), *dout = hrand(n, -1, 1);
+    if (n >= 3)
+        in[n / 2] = NAN; /* passes through (relu: din 0) */
+    float *out_c = hnew(n), *din_c = hnew(n), *big = hconst(n, 1e30f);
+    OK(act_fwd(cops, cpu, a, out_c, in, n));
+    const float *x = a == ACT_TANH ? out_c : in;
+    OK(act_bwd(cops, cpu, a, din_c, dout, x, n));
+
+    float *d_in = dput(g, in, n), *d_out = dnew(g, n * sizeof(float));
+    float *d_x = dput(g, x, n), *d_dout = dput(g, dout, n), *d_din = dput(g, big, n);
+    OK(act_fwd(go, g, a, d_out, d_in, n));
+    OK(act_bwd(go, g, a, d_din, d_dout, d_x, n));
+    float *out = hget(g, d_out, n), *din = hget(g, d_din, n);
+    char what[64];
+    snprintf(what, sizeof what, "%s_fwd", act_name[a]);
+    CHECK_CLOSE(what, "fp32", out, out_c, n, ACT_FLOOR, ELEM_TOL);
+    snprintf(what, sizeof what, "%s_bwd", act_name[a]);
+    CHECK_CLOSE(what, "fp32", din, din_c, n, ACT_FLOOR, ELEM_TOL);
+    if (n >= 3 && a == ACT_RELU)
+        CU_ASSERT(isnan(out[n / 2]));
+
+    /* in place: out == in, din == dout */
+    OK(act_fwd(go, g, a, d_in, d_in, n));
+    OK(act_bwd(go, g, a, d_dout, d_dout, d_x, n));
+    down(g, out, d_in, n * sizeof(float));
+    down(g, din, d_dout, n * sizeof(float));
+    snprintf(what, sizeof what, "%s_fwd in place", act_name[a]);
+    CHECK_CLOSE(what, "fp32", out, out_c, n, ACT_FLOOR, ELEM_TOL);
+    snprintf(what, sizeof what, "%s_bwd in place", act_name[a]);
+    CHECK_CLOSE(what, "fp32", din, din_c, n, ACT_FLOOR, ELEM_TOL);
+
+    dt_backend_free(g, d_in), dt_backend_free(g, d_out), dt_backend_free(g, d_x);
+    dt_backend_free(g, d_dout), dt_backend_free(g, d_din);
+    free(in), free(dout), free(out_c), free(din_c), free(big), free(out), free(din);
+}
+
+static void test_activations_vs_cpu(void)
+{
+    const size_t sizes[] = {1, 3, 1021, 4099, BIG_N};
+    for (int a = ACT_RELU; a <= ACT_TANH; a++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            act_case((enum act)a, sizes[s]);
+}
+
+/* Exact values: relu is max(x, 0) with NaN through, its gradient passes
+ * nothing at 0; GELU and tanh match torch (double) closely. */
+static void test_activation_values(void)
+{
+    const float x[] = {-2.0f, -1.0f, 0.0f, 0.5f, 1.0f, 3.0f, NAN};
+    enum { N = sizeof x / sizeof x[0] };
+    const double gelu[] = {-0.04550026389635842, -0.15865525393145707, 0.0, 0.34573123063700656,
+                           0.8413447460685429, 2.99595030590511};
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float ones[N], out[N];
+    fill_value(ones, N, 1.0f);
+    float *dx = dput(g, x, N), *d1 = dput(g, ones, N), *dy = dnew(g, sizeof out);
+    OK(go->relu_fwd(g, dy, dx, N));
+    down(g, out, dy, sizeof out);
+    CU_ASSERT(out[0] == 0.0f && out[1] == 0.0f && out[2] == 0.0f && out[3] == 0.5f &&
+              out[5] == 3.0f);
+    CU_ASSERT(isnan(out[6]));
+    OK(go->relu_bwd(g, dy, d1, dx, N));
+    down(g, out, dy, sizeof out);
+    CU_ASSERT(out[0] == 0.0f && out[2] == 0.0f && out[3] == 1.0f && out[5] == 1.0f);
+    OK(go->gelu_fwd(g, dy, dx, N));
+    down(g, out, dy, sizeof out);
+    for (int i = 0; i < N - 1; i++)
+        CU_ASSERT(fabs(out[i] - gelu[i]) < 1e-6);
+    OK(go->tanh_fwd(g, dy, dx, N));
+    down(g, out, dy, sizeof out);
+    for (int i = 0; i < N - 1; i++)
+        CU_ASSERT(fabs(out[i] - tanh(x[i])) < 1e-6);
+    dt_backend_free(g, dx), dt_backend_free(g, d1), dt_backend_free(g, dy);
+}
+
+/* ---- dropout ---------------------------------------------------------- */
+
+static const struct dt_rng_key drop_key = {
+    .seed = 2024, .purpose = DT_RNG_DROPOUT, .stream = 3, .step = 17};
+
+/* Forward and backward bit for bit against the CPU, in place too, and
+ * the block in two calls (row0, row0 + k) equal to one. */
+static void dropout_case(int rows, int cols, uint64_t row0, float p)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    const size_t n = (size_t)rows * cols;
+    float *in = hrand(n, 0.5f, 1.5f), *dout = hrand(n, 0.5f, 1.5f); /* never 0 */
+    float *out_c = hnew(n), *din_c = hnew(n), *nan_n = hconst(n, NAN);
+    OK(cops->dropout_fwd(cpu, out_c, in, rows, cols, p, &drop_key, row0));
+    OK(cops->dropout_bwd(cpu, din_c, dout, rows, cols, p, &drop_key, row0));
+
+    float *d_in = dput(g, in, n), *d_dout = dput(g, dout, n);
+    float *d_out = dput(g, nan_n, n), *d_din = dput(g, nan_n, n);
+    OK(go->dropout_fwd(g, d_out, d_in, rows, cols, p, &drop_key, row0));
+    OK(go->dropout_bwd(g, d_din, d_dout, rows, cols, p, &drop_key, row0));
+    float *out = hget(g, d_out, n), *din = hget(g, d_din, n);
+    size_t zeros_differ = 0;
+    for (size_t i = 0; i < n; i++)
+        zeros_differ += (out[i] == 0.0f) != (out_c[i] == 0.0f);
+    CU_ASSERT_EQUAL(zeros_differ, 0);
+    char what[96];
+    snprintf(what, sizeof what, "dropout_fwd %dx%d row0=%llu p=%g", rows, cols,
+             (unsigned long long)row0, (double)p);
+    CHECK_SAME_BITS(what, out, out_c, n);
+    snprintf(what, sizeof what, "dropout_bwd %dx%d row0=%llu p=%g", rows, cols,
+             (unsigned long long)row0, (double)p);
+    CHECK_SAME_BITS(what, din, din_c, n);
+
+    /* in place */
+    OK(go->dropout_fwd(g, d_in, d_in, rows, cols, p, &drop_key, row0));
+    down(g, out, d_in, n * sizeof(float));
+    CHECK_SAME_BITS("dropout_fwd in place", out, out_c, n);
+
+    /* rows [0, k) and [k, rows) in two calls */
+    if (rows >= 2) {
+        int k = rows / 2 + 1;
+        size_t nk = (size_t)k * cols;
+        up(g, d_out, nan_n, n * sizeof(float));
+        OK(go->dropout_bwd(g, d_out, d_dout, k, cols, p, &drop_key, row0));
+        OK(go->dropout_bwd(g, d_out + nk, d_dout + nk, rows - k, cols, p, &drop_key,
+                           row0 + (uint64_t)k));
+        down(g, din, d_out, n * sizeof(float));
+        CHECK_SAME_BITS("dropout_bwd in two calls", din, din_c, n);
+    }
+    dt_backend_free(g, d_in), dt_backend_free(g, d_dout);
+    dt_backend_free(g, d_out), dt_backend_free(g, d_din);
+    free(in), free(dout), free(out_c), free(din_c), free(nan_n), free(out), free(din);
+}
+
+static void test_dropout_bitwise(void)
+{
+    const struct {
+        int rows, cols;
+        uint64_t row0;
+    } cases[] = {
+        {37, 129, 5},
+        {1, 3, 0},
+        {5, 7, 2},                   /* Philox blocks straddle rows */
+        {7, 13, (1ull << 33) + 1},   /* element indices past 2^32 (x 13) */
+        {3, 1, 1ull << 40},          /* block index past 2^32 */
+        {2048, 2051, 7},             /* more Philox blocks than one grid */
+    };
+    const float ps[] = {0.1f, 0.5f, 0.9f};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t j = 0; j < sizeof ps / sizeof ps[0]; j++)
+            dropout_case(cases[c].rows, cases[c].cols, cases[c].row0, ps[j]);
+}
+
+/* p == 0 copies (the key may be NULL), in place it changes nothing. */
+static void test_dropout_p0(void)
+{
+    enum { ROWS = 3, COLS = 1021, N = ROWS * COLS };
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *in = hrand(N, -1, 1), *nan_n = hconst(N, NAN);
+    float *d_in = dput(g, in, N), *d_out = dput(g, nan_n, N);
+    OK(go->dropout_fwd(g, d_out, d_in, ROWS, COLS, 0.0f, NULL, 9));
+    float *out = hget(g, d_out, N);
+    CHECK_SAME_BITS("dropout_fwd p=0", out, in, N);
+    up(g, d_out, nan_n, N * sizeof(float));
+    OK(go->dropout_bwd(g, d_out, d_in, ROWS, COLS, 0.0f, &drop_key, 9));
+    down(g, out, d_out, N * sizeof(float));
+    CHECK_SAME_BITS("dropout_bwd p=0", out, in, N);
+    OK(go->dropout_fwd(g, d_in, d_in, ROWS, COLS, 0.0f, NULL, 0));
+    down(g, out, d_in, N * sizeof(float));
+    CHECK_SAME_BITS("dropout_fwd p=0 in place", out, in, N);
+    OK(go->dropout_fwd(g, d_out, d_in, 0, COLS, 0.5f, &drop_key, 0)); /* empty */
+    dt_backend_free(g, d_in), dt_backend_free(g, d_out);
+    free(in), free(nan_n), free(out);
+}
+
+/* ---- flatten ---------------------------------------------------------- */
+
+static void test_flatten(void)
+{
+    const size_t sizes[] = {1, 1021, BIG_N};
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *in = hrand(n, -1, 1), *dout = hrand(n, -1, 1), *nan_n = hconst(n, NAN);
+        float *d_in = dput(g, in, n), *d_dout = dput(g, dout, n);
+        float *d_out = dput(g, nan_n, n), *d_din = dput(g, nan_n, n);
+        OK(go->flatten_fwd(g, d_out, d_in, n));
+        OK(go->flatten_bwd(g, d_din, d_dout, n));
+        OK(go->flatten_fwd(g, d_in, d_in, n)); /* in place: nothing to do */
+        float *out = hget(g, d_out, n), *din = hget(g, d_din, n), *same = hget(g, d_in, n);
+        CHECK_SAME_BITS("flatten_fwd", out, in, n);
+        CHECK_SAME_BITS("flatten_bwd", din, dout, n);
+        CHECK_SAME_BITS("flatten_fwd in place", same, in, n);
+        dt_backend_free(g, d_in), dt_backend_free(g, d_dout);
+        dt_backend_free(g, d_out), dt_backend_free(g, d_din);
+        free(in), free(dout), free(nan_n), free(out), free(din), free(same);
+    }
+}
+
+/* ---- softmax cross-entropy -------------------------------------------- */
+
+static int32_t *random_labels(int B, int C)
+{
+    int32_t *l = calloc((size_t)B, sizeof *l);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+    struct dt_rng_key key = {.seed = 5, .purpose = DT_RNG_TEST, .stream = 12};
+    for (int b = 0; b < B; b++)
+        l[b] = (int32_t)dt_rng_below(&key, draws++, (uint64_t)C);
+    return l;
+}
+
+static int32_t *dlabels(dt_backend_t *be, const int32_t *l, int B)
+{
+    int32_t *d = dnew(be, (size_t)B * sizeof *d);
+    up(be, d, l, (size_t)B * sizeof *d);
+    return d;
+}
+
+/* Forward (loss and count added to old totals, probs), the same bits on a
+ * second run, and backward against the CPU. Rows 0 and 1 hold ties. */
+static void xent_case(int B, int C)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    const size_t n = (size_t)B * C;
+    float *logits = hrand(n, -8, 8), *nan_n = hconst(n, NAN);
+    int32_t *labels = random_labels(B, C);
+    if (C >= 3) {
+        logits[1] = logits[2] = 20.0f; /* row 0: tie at 1 and 2, label 1: a hit */
+        labels[0] = 1;
+        if (B >= 2) { /* row 1: tie at 0 and C-1, label C-1: a miss */
+            logits[C] = logits[2 * (size_t)C - 1] = 20.0f;
+            labels[1] = C - 1;
+        }
+    }
+    float *probs_c = hnew(n), *d_c = hnew(n);
+    double loss_c = 100.0;
+    int64_t hits_c = 7;
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, &loss_c, &hits_c));
+    OK(cops->softmax_xent_bwd(cpu, d_c, probs_c, labels, B, C, 1.0f / B));
+
+    float *d_logits = dput(g, logits, n), *d_probs = dput(g, nan_n, n);
+    float *d_d = dput(g, nan_n, n), *d_pc = dput(g, probs_c, n);
+    int32_t *d_labels = dlabels(g, labels, B);
+    double loss = 100.0, loss2 = 100.0;
+    int64_t hits = 7, hits2 = 7;
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits));
+    float *probs = hget(g, d_probs, n);
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss2, &hits2));
+    float *probs2 = hget(g, d_probs, n);
+    OK(go->softmax_xent_bwd(g, d_d, d_pc, d_labels, B, C, 1.0f / B));
+    float *dl = hget(g, d_d, n);
+
+    char what[64];
+    snprintf(what, sizeof what, "softmax_xent_fwd %dx%d probs", B, C);
+    CHECK_CLOSE(what, "fp32", probs, probs_c, n, TINY, ELEM_TOL);
+    double e = cu_rel_diff(loss - 100.0, loss_c - 100.0, 1.0);
+    if (!(e < ELEM_TOL) || hits != hits_c)
+        printf("\n  softmax_xent_fwd %dx%d: loss %.17g vs %.17g, correct %lld vs %lld\n", B, C,
+               loss, loss_c, (long long)hits, (long long)hits_c);
+    CU_ASSERT(e < ELEM_TOL);
+    CU_ASSERT_EQUAL(hits, hits_c);
+    CU_ASSERT_EQUAL(memcmp(&loss, &loss2, sizeof loss), 0); /* same bits every run */
+    CU_ASSERT_EQUAL(hits2, hits);
+    CU_ASSERT_EQUAL(memcmp(probs, probs2, n * sizeof *probs), 0);
+    snprintf(what, sizeof what, "softmax_xent_bwd %dx%d", B, C);
+    CHECK_CLOSE(what, "fp32", dl, d_c, n, TINY, ELEM_TOL);
+
+    dt_backend_free(g, d_logits), dt_backend_free(g, d_probs), dt_backend_free(g, d_d);
+    dt_backend_free(g, d_pc), dt_backend_free(g, d_labels);
+    free(logits), free(nan_n), free(labels), free(probs_c), free(d_c);
+    free(probs), free(probs2), free(dl);
+}
+
+static void test_xent_vs_cpu(void)
+{
+    /* C above the block size, B above the grid */
+    const int shapes[][2] = {{1, 1},   {3, 2},    {37, 65},  {128, 10},
+                             {5, 1001}, {7, 4097}, {5000, 10}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        xent_case(shapes[s][0], shapes[s][1]);
+}
+
+static void test_xent_stable(void)
+{
+    enum { B = 3, C = 4 };
+    const float logits[B * C] = {1e4f,  1e4f - 1.0f, -1e4f, 0.0f,
+                                 -1e4f, -1e4f,       -1e4f, -1e4f + 2.0f,
+                                 3e4f,  -3e4f,       0.0f,  1.0f};
+    const int32_t labels[B] = {1, 3, 1};
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float probs_c[B * C], probs[B * C], d[B * C];
+    double loss_c = 0.0, loss = 0.0;
+    int64_t hits_c = 0, hits = 0;
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, &loss_c, &hits_c));
+    float *d_logits = dput(g, logits, B * C), *d_probs = dnew(g, sizeof probs);
+    float *d_d = dnew(g, sizeof d);
+    int32_t *d_labels = dlabels(g, labels, B);
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits));
+    OK(go->softmax_xent_bwd(g, d_d, d_probs, d_labels, B, C, 1.0f));
+    down(g, probs, d_probs, sizeof probs);
+    down(g, d, d_d, sizeof d);
+    CU_ASSERT(isfinite(loss));
+    CU_ASSERT(fabs(loss - loss_c) < 1e-3);
+    CU_ASSERT_EQUAL(hits, hits_c);
+    CHECK_CLOSE("softmax_xent_fwd extreme logits", "fp32", probs, probs_c, B * C, TINY,
+                ELEM_TOL);
+    int nans = 0;
+    for (int i = 0; i < B * C; i++)
+        nans += isnan(d[i]);
+    CU_ASSERT_EQUAL(nans, 0);
+    dt_backend_free(g, d_logits), dt_backend_free(g, d_probs), dt_backend_free(g, d_d);
+    dt_backend_free(g, d_labels);
+}
+
+/* Bad labels: DT_ERR_INVALID_ARG naming the op, the first bad row and its
+ * label; nothing added; the next call works. */
+static void test_xent_invalid_label(void)
+{
+    enum { B = 8, C = 5 };
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *logits = hrand(B * C, -2, 2);
+    int32_t labels[B] = {0, 1, 2, 5, 4, 3, -1, 0};
+    float *d_logits = dput(g, logits, B * C), *d_probs = dnew(g, B * C * sizeof(float));
+    int32_t *d_labels = dlabels(g, labels, B);
+    double loss = 1.5;
+    int64_t hits = 3;
+    dt_clear_error();
+    CU_ASSERT_EQUAL(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits),
+                    DT_ERR_INVALID_ARG);
+    const char *msg = dt_last_error();
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "softmax_xent_fwd"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "label 5 of row 3"));
+    CU_ASSERT(loss == 1.5 && hits == 3);
+
+    labels[3] = 4, labels[6] = 0;
+    up(g, d_labels, labels, sizeof labels);
+    double loss_c = 0.0;
+    int64_t hits_c = 0;
+    float *probs_c = hnew(B * C);
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, &loss_c, &hits_c));
+    loss = 0.0, hits = 0;
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits));
+    CU_ASSERT(cu_rel_diff(loss, loss_c, 1.0) < ELEM_TOL);
+    CU_ASSERT_EQUAL(hits, hits_c);
+    dt_backend_free(g, d_logits), dt_backend_free(g, d_probs), dt_backend_free(g, d_labels);
+    free(logits), free(probs_c);
+}
+
+/* ---- optimizers ------------------------------------------------------- */
+
+static void sgd_case(const struct dt_sgd_args *cfg, size_t n, int steps)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    const int mom = cfg->momentum != 0.0f;
+    float *p_c = hrand(n, -1, 1), *buf_c = hconst(n, NAN); /* holds nothing yet */
+    float *d_p = dput(g, p_c, n), *d_buf = dput(g, buf_c, n), *d_g = dnew(g, n * sizeof(float));
+    for (int t = 0; t < steps; t++) {
+        struct dt_sgd_args a = *cfg;
+        a.first_step = t == 0;
+        float *grad = hrand(n, -1, 1);
+        up(g, d_g, grad, n * sizeof(float));
+        OK(cops->sgd_update(cpu, p_c, grad, mom ? buf_c : NULL, n, &a));
+        OK(go->sgd_update(g, d_p, d_g, mom ? d_buf : NULL, n, &a));
+        CU_ASSERT_EQUAL_FATAL(dt_backend_sync(g), DT_OK); /* before grad is freed */
+        free(grad);
+    }
+    float *p = hget(g, d_p, n), *buf = hget(g, d_buf, n);
+    char what[96];
+    snprintf(what, sizeof what, "sgd_update p (momentum %g, nesterov %d)",
+             (double)cfg->momentum, cfg->nesterov);
+    CHECK_CLOSE(what, "fp32", p, p_c, n, TINY, ELEM_TOL);
+    if (mom) {
+        snprintf(what, sizeof what, "sgd_update buf (momentum %g, nesterov %d)",
+                 (double)cfg->momentum, cfg->nesterov);
+        CHECK_CLOSE(what, "fp32", buf, buf_c, n, TINY, ELEM_TOL);
+    }
+    dt_backend_free(g, d_p), dt_backend_free(g, d_buf), dt_backend_free(g, d_g);
+    free(p_c), free(buf_c), free(p), free(buf);
+}
+
+static void test_sgd_vs_cpu(void)
+{
+    const struct dt_sgd_args cfg[] = {
+        {.lr = 0.1f},
+        {.lr = 0.05f, .weight_decay = 1e-2f},
+        {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-2f},
+        {.lr = 0.05f, .momentum = 0.8f, .weight_decay = 1e-3f, .nesterov = 1},
+    };
+    const size_t sizes[] = {3, 1037, BIG_N};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            sgd_case(&cfg[c], sizes[s], 5);
+}
+
+static void adamw_case(const struct dt_adamw_args *cfg, size_t n, int steps)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *p_c = hrand(n, -1, 1), *m_c = hnew(n), *v_c = hnew(n);
+    float *d_p = dput(g, p_c, n), *d_m = dput(g, m_c, n), *d_v = dput(g, v_c, n);
+    float *d_g = dnew(g, n * sizeof(float));
+    for (int t = 1; t <= steps; t++) {
+        struct dt_adamw_args a = *cfg;
+        a.t = t;
+        float *grad = hrand(n, -1, 1);
+        up(g, d_g, grad, n * sizeof(float));
+        OK(cops->adamw_update(cpu, p_c, grad, m_c, v_c, n, &a));
+        OK(go->adamw_update(g, d_p, d_g, d_m, d_v, n, &a));
+        CU_ASSERT_EQUAL_FATAL(dt_backend_sync(g), DT_OK);
+        free(grad);
+    }
+    float *p = hget(g, d_p, n), *m = hget(g, d_m, n), *v = hget(g, d_v, n);
+    char what[64];
+    snprintf(what, sizeof what, "adamw_update p (wd %g)", (double)cfg->weight_decay);
+    CHECK_CLOSE(what, "fp32", p, p_c, n, TINY, ELEM_TOL);
+    snprintf(what, sizeof what, "adamw_update m (wd %g)", (double)cfg->weight_decay);
+    CHECK_CLOSE(what, "fp32", m, m_c, n, TINY, ELEM_TOL);
+    snprintf(what, sizeof what, "adamw_update v (wd %g)", (double)cfg->weight_decay);
+    CHECK_CLOSE(what, "fp32", v, v_c, n, TINY, ELEM_TOL);
+    dt_backend_free(g, d_p), dt_backend_free(g, d_m), dt_backend_free(g, d_v);
+    dt_backend_free(g, d_g);
+    free(p_c), free(m_c), free(v_c), free(p), free(m), free(v);
+}
+
+static void test_adamw_vs_cpu(void)
+{
+    const struct dt_adamw_args cfg[] = {
+        {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f},
+        {.lr = 1e-2f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.0f},
+    };
+    const size_t sizes[] = {3, 1037, BIG_N};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            adamw_case(&cfg[c], sizes[s], 6);
+}
+
+/* ---- reductions ------------------------------------------------------- */
+
+static void test_sumsq(void)
+{
+    const size_t sizes[] = {0, 1, 1021, BIG_N};
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *x = hrand(n, -2, 2);
+        float *d_x = dput(g, x, n);
+        double ref = -1.0, got = -1.0, again = -2.0;
+        OK(cops->sumsq(cpu, x, n, &ref));
+        OK(go->sumsq(g, d_x, n, &got));
+        OK(go->sumsq(g, d_x, n, &again));
+        if (!(cu_rel_diff(got, ref, TINY) < 1e-10))
+            printf("\n  sumsq n=%zu: %.17g vs %.17g\n", n, got, ref);
+        CU_ASSERT(cu_rel_diff(got, ref, TINY) < 1e-10);
+        CU_ASSERT_EQUAL(memcmp(&got, &again, sizeof got), 0); /* same bits every run */
+        dt_backend_free(g, d_x);
+        free(x);
+    }
+    /* non-finite values, last element of a big buffer and early */
+    float *x = hrand(BIG_N, -1, 1);
+    float *d_x = dput(g, x, BIG_N);
+    double got = 0.0;
+    x[BIG_N - 1] = NAN;
+    up(g, d_x + BIG_N - 1, x + BIG_N - 1, sizeof(float));
+    OK(go->sumsq(g, d_x, BIG_N, &got));
+    CU_ASSERT(isnan(got));
+    x[BIG_N - 1] = -INFINITY;
+    up(g, d_x + BIG_N - 1, x + BIG_N - 1, sizeof(float));
+    OK(go->sumsq(g, d_x, BIG_N, &got));
+    CU_ASSERT(isinf(got) && got > 0);
+    x[7] = NAN; /* NaN wins over inf */
+    up(g, d_x + 7, x + 7, sizeof(float));
+    OK(go->sumsq(g, d_x, BIG_N, &got));
+    CU_ASSERT(isnan(got));
+    x[7] = FLT_MAX, x[BIG_N - 1] = FLT_MAX; /* no overflow in double */
+    up(g, d_x, x, BIG_N * sizeof(float));
+    OK(go->sumsq(g, d_x, BIG_N, &got));
+    CU_ASSERT(isfinite(got) && got >= 2.0 * (double)FLT_MAX * FLT_MAX);
+    dt_backend_free(g, d_x);
+    free(x);
+}
+
+static void test_all_finite(void)
+{
+    const size_t where[] = {0, 1021, BIG_N / 2, BIG_N - 1};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *x = hrand(BIG_N, -1, 1);
+    x[3] = FLT_MAX, x[4] = -FLT_MAX, x[5] = FLT_MIN / 4; /* extremes, subnormal */
+    float *d_x = dput(g, x, BIG_N);
+    int ok = -1;
+    OK(go->all_finite(g, d_x, BIG_N, &ok));
+    CU_ASSERT_EQUAL(ok, 1);
+    ok = -1;
+    OK(go->all_finite(g, d_x, 0, &ok));
+    CU_ASSERT_EQUAL(ok, 1);
+    for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+        for (int b = 0; b < 3; b++) {
+            up(g, d_x + where[w], &bad[b], sizeof(float));
+            ok = -1;
+            OK(go->all_finite(g, d_x, BIG_N, &ok));
+            CU_ASSERT_EQUAL(ok, 0);
+            up(g, d_x + where[w], x + where[w], sizeof(float));
+        }
+    ok = -1;
+    OK(go->all_finite(g, d_x, BIG_N, &ok)); /* clean again */
+    CU_ASSERT_EQUAL(ok, 1);
+    dt_backend_free(g, d_x);
+    free(x);
+}
+
+static void test_scale_fill(void)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *x0 = hrand(BIG_N, -1, 1), *expect = hnew(BIG_N);
+    float *d_x = dput(g, x0, BIG_N);
+    OK(go->scale(g, d_x, BIG_N, -0.37f));
+    OK(cops->scale(cpu, x0, BIG_N, -0.37f));
+    float *x = hget(g, d_x, BIG_N);
+    CHECK_SAME_BITS("scale", x, x0, BIG_N);
+    OK(go->fill(g, d_x, BIG_N - 1, 3.25f)); /* n respected: the last one stays */
+    memcpy(expect, x0, BIG_N * sizeof(float));
+    OK(cops->fill(cpu, expect, BIG_N - 1, 3.25f));
+    down(g, x, d_x, BIG_N * sizeof(float));
+    CHECK_SAME_BITS("fill", x, expect, BIG_N);
+    dt_backend_free(g, d_x);
+    free(x0), free(expect), free(x);
+}
+
+/* ---- invalid arguments ------------------------------------------------ */
+
+static void test_invalid_args(void)
+{
+    dt_backend_t *be = gpu[FP32];
+    const struct dt_ops *o = gops[FP32];
+    const int32_t lab_h[2] = {0, 1};
+    float *x = dnew(be, 16 * sizeof(float)), *y = dnew(be, 16 * sizeof(float));
+    float *z = dnew(be, 16 * sizeof(float));
+    int32_t *lab = dlabels(be, lab_h, 2);
+    const struct dt_rng_key *key = &drop_key;
+    double loss = 0.0;
+    int64_t hits = 0;
+    int fin = 0;
+    CHECK_INVALID(o->linear_fwd(be, NULL, x, y, 2, 2, 2), "linear_fwd");
+    CHECK_INVALID(o->linear_fwd(be, z, x, y, -1, 2, 2), "linear_fwd");
+    CHECK_INVALID(o->linear_bwd(be, z, NULL, x, x, y, 2, 2, 2), "linear_bwd");
+    CHECK_INVALID(o->linear_bwd(be, z, y, x, x, NULL, 2, 2, 2), "linear_bwd");
+    CHECK_INVALID(o->linear_bwd(be, z, y, x, x, y, 2, -2, 2), "linear_bwd");
+    CHECK_INVALID(o->bias_fwd(be, x, NULL, 2, 2), "bias_fwd");
+    CHECK_INVALID(o->bias_fwd(be, x, y, 2, -1), "bias_fwd");
+    CHECK_INVALID(o->bias_bwd(be, NULL, x, 2, 2), "bias_bwd");
+    CHECK_INVALID(o->relu_fwd(be, NULL, x, 4), "relu_fwd");
+    CHECK_INVALID(o->relu_bwd(be, z, x, NULL, 4), "relu_bwd");
+    CHECK_INVALID(o->gelu_fwd(be, z, NULL, 4), "gelu_fwd");
+    CHECK_INVALID(o->gelu_bwd(be, NULL, x, y, 4), "gelu_bwd");
+    CHECK_INVALID(o->tanh_fwd(be, NULL, x, 4), "tanh_fwd");
+    CHECK_INVALID(o->tanh_bwd(be, z, NULL, y, 4), "tanh_bwd");
+    CHECK_INVALID(o->dropout_fwd(be, z, x, 2, 2, 1.0f, key, 0), "dropout_fwd");
+    CHECK_INVALID(o->dropout_fwd(be, z, x, 2, 2, -0.1f, key, 0), "dropout_fwd");
+    CHECK_INVALID(o->dropout_fwd(be, z, x, 2, 2, NAN, key, 0), "dropout_fwd");
+    CHECK_INVALID(o->dropout_fwd(be, z, x, -2, 2, 0.5f, key, 0), "dropout_fwd");
+    CHECK_INVALID(o->dropout_fwd(be, z, x, 2, 2, 0.5f, NULL, 0), "dropout_fwd");
+    CHECK_INVALID(o->dropout_bwd(be, NULL, x, 2, 2, 0.5f, key, 0), "dropout_bwd");
+    CHECK_INVALID(o->dropout_bwd(be, z, x, 2, 2, 1.5f, key, 0), "dropout_bwd");
+    CHECK_INVALID(o->flatten_fwd(be, NULL, x, 4), "flatten_fwd");
+    CHECK_INVALID(o->flatten_bwd(be, z, NULL, 4), "flatten_bwd");
+    CHECK_INVALID(o->softmax_xent_fwd(be, z, x, lab, 1, 0, &loss, &hits), "softmax_xent_fwd");
+    CHECK_INVALID(o->softmax_xent_fwd(be, z, x, lab, 1, 4, NULL, &hits), "softmax_xent_fwd");
+    CHECK_INVALID(o->softmax_xent_fwd(be, z, x, NULL, 1, 4, &loss, &hits), "softmax_xent_fwd");
+    CHECK_INVALID(o->softmax_xent_bwd(be, z, x, lab, -1, 4, 1.0f), "softmax_xent_bwd");
+    CHECK_INVALID(o->softmax_xent_bwd(be, z, NULL, lab, 2, 4, 1.0f), "softmax_xent_bwd");
+    struct dt_sgd_args sgd = {.lr = 0.1f, .momentum = 0.9f};
+    CHECK_INVALID(o->sgd_update(be, x, y, NULL, 4, &sgd), "sgd_update");
+    CHECK_INVALID(o->sgd_update(be, x, y, z, 4, NULL), "sgd_update");
+    sgd = (struct dt_sgd_args){.lr = -0.1f};
+    CHECK_INVALID(o->sgd_update(be, x, y, z, 4, &sgd), "sgd_update");
+    sgd = (struct dt_sgd_args){.lr = 0.1f, .nesterov = 1};
+    CHECK_INVALID(o->sgd_update(be, x, y, z, 4, &sgd), "sgd_update");
+    struct dt_adamw_args adam = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .t = 0};
+    CHECK_INVALID(o->adamw_update(be, x, y, z, z, 4, &adam), "adamw_update");
+    adam.t = 1;
+    CHECK_INVALID(o->adamw_update(be, x, y, NULL, z, 4, &adam), "adamw_update");
+    adam.beta2 = 1.0f;
+    CHECK_INVALID(o->adamw_update(be, x, y, z, z, 4, &adam), "adamw_update");
+    CHECK_INVALID(o->sumsq(be, x, 4, NULL), "sumsq");
+    CHECK_INVALID(o->scale(be, NULL, 4, 2.0f), "scale");
+    CHECK_INVALID(o->fill(be, NULL, 4, 2.0f), "fill");
+    CHECK_INVALID(o->all_finite(be, NULL, 4, &fin), "all_finite");
+    CU_ASSERT(loss == 0.0 && hits == 0);
+    /* the failed calls wrote nothing */
+    float h[3][16];
+    down(be, h[0], x, sizeof h[0]);
+    down(be, h[1], y, sizeof h[1]);
+    down(be, h[2], z, sizeof h[2]);
+    int untouched = 1;
+    for (int i = 0; i < 16; i++)
+        untouched &= h[0][i] == 0.0f && h[1][i] == 0.0f && h[2][i] == 0.0f;
+    CU_ASSERT(untouched);
+    dt_backend_free(be, x), dt_backend_free(be, y), dt_backend_free(be, z);
+    dt_backend_free(be, lab);
+}
+
+int main(void)
+{
+    char why[512];
+    if (!dt_cuda_usable(why, sizeof why)) {
+        printf("test_gpu_ops: SKIPPED: %s\n", why);
+        return SKIP_CODE;
+    }
+    printf("test_gpu_ops: %s\n", why);
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("cuda_backend", suite_init, suite_cleanup);
+    CU_ADD(s, test_backend_basics);
+    CU_ADD(s, test_backend_oom);
+
+    s = CU_add_suite("cuda_linear", suite_init, suite_cleanup);
+    CU_ADD(s, test_linear_vs_cpu);
+    CU_ADD(s, test_linear_empty);
+    CU_ADD(s, test_bias_vs_cpu);
+
+    s = CU_add_suite("cuda_activation", suite_init, suite_cleanup);
+    CU_ADD(s, test_activations_vs_cpu);
+    CU_ADD(s, test_activation_values);
+
+    s = CU_add_suite("cuda_dropout", suite_init, suite_cleanup);
+    CU_ADD(s, test_dropout_bitwise);
+    CU_ADD(s, test_dropout_p0);
+
+    s = CU_add_suite("cuda_flatten", suite_init, suite_cleanup);
+    CU_ADD(s, test_flatten);
+
+    s = CU_add_suite("cuda_softmax_xent", suite_init, suite_cleanup);
+    CU_ADD(s, test_xent_vs_cpu);
+    CU_ADD(s, test_xent_stable);
+    CU_ADD(s, test_xent_invalid_label);
+
+    s = CU_add_suite("cuda_optim", suite_init, suite_cleanup);
+    CU_ADD(s, test_sgd_vs_cpu);
+    CU_ADD(s, test_adamw_vs_cpu);
+
+    s = CU_add_suite("cuda_reduce", suite_init, suite_cleanup);
+    CU_ADD(s, test_sumsq);
+    CU_ADD(s, test_all_finite);
+    CU_ADD(s, test_scale_fill);
+
+    s = CU_add_suite("cuda_invalid_args", suite_init, suite_cleanup);
+    CU_ADD(s, test_invalid_args);
+    return cu_run_all();
+}
