@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The quick-start job on one GPU, held against the CPU backend it is built
+# to match:
+#   1. the default job (configs/fashion-mnist-mlp.yaml, 10 epochs) trained
+#      with runtime.device=cuda reaches at least 88.5% test accuracy, like the
+#      CPU run in tests/cli/accuracy_test.sh;
+#   2. the same job for a few steps on cpu and on cuda (fp32, TF32 off,
+#      dropout on, one metrics record per step) logs the same training loss
+#      at every step, within a relative tolerance (DTRAIN_GPU_LOSS_RTOL,
+#      default 1e-3): same data order, same dropout masks, same initial
+#      parameters, so only the GEMM summation order differs;
+#   3. a bf16 run of a few hundred steps keeps a finite loss that falls.
+# Exits 77 (ctest: skipped) with "SKIPPED: why" when this dtrain has no
+# usable GPU: `dtrain version` says so on its "gpu:" line (a binary without
+# that line is probed with a one-step cuda run, which exits 64 and says why).
+#   gpu_train.sh DTRAIN SOURCE_DIR [WORKDIR]
+# DTRAIN_DATA overrides the dataset (default SOURCE_DIR/data/fashion-mnist.h5).
+set -euo pipefail
+DTRAIN=$1 SRC=$2
+W=${3:-}
+DATA=${DTRAIN_DATA:-$SRC/data/fashion-mnist.h5}
+JOB=$SRC/configs/fashion-mnist-mlp.yaml
+RTOL=${DTRAIN_GPU_LOSS_RTOL:-1e-3}
+CMP_STEPS=20
+BF16_STEPS=300
+
+if [ ! -f "$DATA" ]; then
+  echo "SKIPPED: $DATA not imported (run launch/setup.sh)"
+  exit 77
+fi
+if [ -z "$W" ]; then
+  W=$(mktemp -d)
+  trap 'rm -rf "$W"' EXIT
+fi
+mkdir -p "$W"
+
+run() { # NAME [--set ...]: one dtrain train into $W/NAME, output in $W/NAME.log
+  local name=$1
+  shift
+  rm -rf "${W:?}/$name"
+  if ! "$DTRAIN" train "$JOB" --set data.path="$DATA" --set output.dir="$W/$name" \
+    --set runtime.progress=lines --resume never "$@" >"$W/$name.log" 2>&1; then
+    cat "$W/$name.log"
+    echo "FAILED: dtrain train ($name) exited non-zero"
+    return 1
+  fi
+}
+record() { grep "\"type\":\"$2\"" "$W/$1/metrics.jsonl"; }
+field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+# "step loss" per training record
+losses() { record "$1" train | while read -r l; do echo "$(field step <<<"$l") $(field loss <<<"$l")"; done; }
+
+# ---- is there a GPU this dtrain can use? ---------------------------------------
+version=$("$DTRAIN" version)
+echo "$version"
+if [[ $version != *cuda* ]]; then
+  echo "SKIPPED: this dtrain was built without the cuda backend"
+  exit 77
+fi
+gpu_line=$(grep '^gpu:' <<<"$version" || true)
+if [ -n "$gpu_line" ]; then
+  if [[ $gpu_line == "gpu: none"* ]]; then
+    echo "SKIPPED: no usable GPU: ${gpu_line#gpu: none; }"
+    exit 77
+  fi
+else
+  set +e
+  "$DTRAIN" train "$JOB" --set data.path="$DATA" --set output.dir="$W/probe" --resume never \
+    --set runtime.device=cuda --set train.steps=1 --set train.schedule.warmup_steps=0 \
+    --set runtime.progress=off >"$W/probe.log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" = 64 ] && grep -q 'cuda backend is not usable' "$W/probe.log"; then
+    echo "SKIPPED: $(grep -o 'cuda backend is not usable.*' "$W/probe.log" | head -1)"
+    exit 77
+  fi
+fi
+
+fail=0
+cuda=(--set runtime.device=cuda)
+
+# ---- 1. the default job on the GPU ------------------------------------------------
+echo "== 1. default job, 10 epochs, runtime.device=cuda"
+if run full "${cuda[@]}"; then
+  start=$(record full start || true)
+  summary=$(record full summary || true)
+  echo "start:   $start"
+  echo "summary: $summary"
+  device=$(field device <<<"$start")
+  acc=$(field test_acc <<<"$summary")
+  echo "device: $device; final test accuracy: $acc (required: 0.885)"
+  if [ "$device" != cuda ]; then
+    echo "FAILED: the run's start record names device '$device', not cuda"
+    fail=1
+  elif ! awk -v a="$acc" 'BEGIN { exit !(a >= 0.885) }'; then
+    echo "FAILED: test accuracy $acc < 0.885"
+    fail=1
+  fi
+else
+  fail=1
+fi
+
+# ---- 2. cpu against cuda, step by step -----------------------------------------------
+echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1), loss per step"
+short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedule.warmup_steps=5
+       --set train.precision=fp32 --set runtime.allow_tf32=false --set model.dropout=0.1
+       --set checkpoint.every_minutes=0)
+if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@]}" "${cuda[@]}"; then
+  losses cmp_cpu >"$W/cmp_cpu.loss"
+  losses cmp_cuda >"$W/cmp_cuda.loss"
+  if ! paste "$W/cmp_cpu.loss" "$W/cmp_cuda.loss" | awk -v tol="$RTOL" -v want="$CMP_STEPS" '
+      function finite(v) { return v == v + 0 && v + 0 < 1e30 && v + 0 > -1e30 }
+      function abs(v) { return v < 0 ? -v : v }
+      BEGIN { printf "%5s %14s %14s %10s\n", "step", "cpu loss", "cuda loss", "rel diff" }
+      {
+        m = abs($2) > abs($4) ? abs($2) : abs($4); if (m < 1e-12) m = 1e-12
+        d = abs($2 - $4) / m
+        bad = $1 != $3 || !finite($2) || !finite($4) || d > tol
+        printf "%5d %14.9g %14.9g %10.2e%s\n", $1, $2, $4, d, bad ? "  <-- over " tol : ""
+        n++; nbad += bad; if (d > worst) worst = d
+      }
+      END {
+        printf "%d steps compared, largest relative difference %.2e (tolerance %s)\n", n, worst, tol
+        exit !(n == want && nbad == 0)
+      }'; then
+    echo "FAILED: cpu and cuda losses differ (or steps are missing)"
+    fail=1
+  fi
+else
+  fail=1
+fi
+
+# ---- 3. bf16 ---------------------------------------------------------------------------
+echo "== 3. $BF16_STEPS steps in bf16 on cuda"
+if run bf16 "${cuda[@]}" --set train.precision=bf16 --set train.steps="$BF16_STEPS" \
+  --set train.log_every=25 --set train.schedule.warmup_steps=50 --set checkpoint.every_minutes=0; then
+  losses bf16 >"$W/bf16.loss"
+  echo "precision: $(record bf16 start | field precision); test accuracy: $(record bf16 summary | field test_acc)"
+  if ! awk -v want=$((BF16_STEPS / 25)) '
+      function finite(v) { return v == v + 0 && v + 0 < 1e30 && v + 0 > -1e30 }
+      { printf "step %5d loss %s\n", $1, $2; n++; if (!finite($2)) nonfinite++
+        if (n == 1) first = $2; last = $2 }
+      END {
+        printf "first window %s, last window %s\n", first, last
+        exit !(n == want && nonfinite == 0 && last < 0.7 * first)
+      }' "$W/bf16.loss"; then
+    echo "FAILED: bf16 loss not finite, not falling to below 0.7 x the first window, or records missing"
+    fail=1
+  fi
+  [ "$(record bf16 start | field precision)" = bf16 ] || { echo "FAILED: the run was not bf16"; fail=1; }
+else
+  fail=1
+fi
+
+if [ "$fail" = 0 ]; then echo "gpu_train: all passed"; else echo "gpu_train: FAILED"; fi
+exit "$fail"
