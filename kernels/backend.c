@@ -21,11 +21,14 @@ const char *dt_backend_list(void)
 #endif
 }
 
-int dt_cuda_usable(char *why, size_t len)
+int dt_cuda_usable(char *why, size_t len) { return dt_cuda_usable_device(0, why, len); }
+
+int dt_cuda_usable_device(int device, char *why, size_t len)
 {
 #ifdef DT_HAVE_CUDA
-    return dt_cuda_probe(why, len);
+    return dt_cuda_probe_device(device, why, len);
 #else
+    (void)device;
     snprintf(why, len, "this dtrain was built without CUDA (DTRAIN_CUDA=OFF or no nvcc)");
     return 0;
 #endif
@@ -66,7 +69,7 @@ dt_status dt_backend_create(const char *name, const struct dt_backend_opts *opts
         return dt_cpu_backend_create(opts, out);
     if (strcmp(name, "cuda") == 0) {
         char why[512];
-        if (!dt_cuda_usable(why, sizeof why))
+        if (!dt_cuda_usable_device(opts ? opts->device : 0, why, sizeof why))
             return dt_set_error(DT_ERR_UNSUPPORTED, "the cuda backend is not usable: %s", why);
 #ifdef DT_HAVE_CUDA
         return dt_cuda_backend_create(opts, out);

@@ -62,6 +62,8 @@ const char *dt_backend_list(void);
 /* CUDA probe: 1 and a device description when a usable GPU exists, else 0
  * and the reason (no CUDA in this build, no driver, no device, ...). */
 int dt_cuda_usable(char *why, size_t len);
+/* The same for visible device `device` (a rank probes its own GPU only). */
+int dt_cuda_usable_device(int device, char *why, size_t len);
 /* CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applied);
  * 0 without CUDA, driver or device. */
 int dt_cuda_device_count(void);

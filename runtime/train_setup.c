@@ -145,6 +145,16 @@ static int rank_threads(const struct run *r)
     return per > 0 ? per : 1;
 }
 
+/* One GPU per rank of a node: local rank -> visible device. With fewer
+ * devices than ranks (a per-task CUDA_VISIBLE_DEVICES from Slurm shows each
+ * rank one), ranks wrap around, and check_gpu_sharing tells a real sharing
+ * apart by device UUID. */
+static int rank_device(const struct run *r)
+{
+    int count = dt_cuda_device_count();
+    return count > 0 ? dt_comm_local_rank(r->comm) % count : 0;
+}
+
 /* runtime.device resolved: auto takes a usable GPU, else the CPU with the
  * reason logged once. */
 static dt_status resolve_device(struct run *r, const char **name)
@@ -154,7 +164,7 @@ static dt_status resolve_device(struct run *r, const char **name)
     *name = job->runtime.device;
     if (strcmp(*name, "auto") != 0)
         return DT_OK;
-    if (dt_cuda_usable(why, sizeof why)) {
+    if (dt_cuda_usable_device(rank_device(r), why, sizeof why)) {
         *name = "cuda";
         return DT_OK;
     }
@@ -175,14 +185,8 @@ static dt_status backend_local(struct run *r, const char **name)
     dt_status st = resolve_device(r, name);
     if (st != DT_OK)
         return st;
-    if (strcmp(*name, "cuda") == 0) {
-        /* One GPU per rank of a node: local rank -> visible device. With
-         * fewer devices than ranks (a per-task CUDA_VISIBLE_DEVICES from
-         * Slurm shows each rank one), ranks wrap around, and
-         * check_gpu_sharing tells a real sharing apart by device UUID. */
-        int count = dt_cuda_device_count();
-        o.device = count > 0 ? dt_comm_local_rank(r->comm) % count : 0;
-    }
+    if (strcmp(*name, "cuda") == 0)
+        o.device = rank_device(r);
     st = dt_backend_create(*name, &o, &r->be);
     return st == DT_OK ? st : dt_error_context(st, "runtime.device=%s", *name);
 }

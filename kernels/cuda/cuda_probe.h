@@ -15,6 +15,8 @@ extern "C" {
  * build's kernels; 0 and the reason otherwise (no driver, driver older than
  * the runtime, no device, no kernel image for its compute capability). */
 int dt_cuda_probe(char *why, size_t len);
+/* The same for visible device `device`; only that device gets a context. */
+int dt_cuda_probe_device(int device, char *why, size_t len);
 /* Visible devices, 0 when CUDA cannot start. */
 int dt_cuda_probe_count(void);
 

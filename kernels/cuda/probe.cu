@@ -46,7 +46,9 @@ static int kernel_runs(char *why, size_t len, const cudaDeviceProp *prop)
     return 1;
 }
 
-extern "C" int dt_cuda_probe(char *why, size_t len)
+extern "C" int dt_cuda_probe(char *why, size_t len) { return dt_cuda_probe_device(0, why, len); }
+
+extern "C" int dt_cuda_probe_device(int device, char *why, size_t len)
 {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -71,16 +73,24 @@ extern "C" int dt_cuda_probe(char *why, size_t len)
         snprintf(why, len, "CUDA cannot start: %s", cudaGetErrorString(err));
         return 0;
     }
+    if (device < 0 || device >= count) {
+        snprintf(why, len, "device %d is not visible (%d visible; CUDA_VISIBLE_DEVICES may hide "
+                           "the others)", device, count);
+        return 0;
+    }
     cudaDeviceProp prop;
-    err = cudaGetDeviceProperties(&prop, 0);
+    err = cudaGetDeviceProperties(&prop, device);
+    if (err == cudaSuccess)
+        err = cudaSetDevice(device); /* the test kernel's context goes on this device only */
     if (err != cudaSuccess) {
-        snprintf(why, len, "cannot query device 0: %s", cudaGetErrorString(err));
+        snprintf(why, len, "cannot use device %d: %s", device, cudaGetErrorString(err));
         return 0;
     }
     if (!kernel_runs(why, len, &prop))
         return 0;
-    snprintf(why, len, "%d device(s); device 0: %s (sm_%d%d, %.0f GiB)", count, prop.name,
-             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    snprintf(why, len, "%d device(s); device %d: %s (sm_%d%d, %.0f GiB)", count, device,
+             prop.name, prop.major, prop.minor,
+             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     return 1;
 }
 
