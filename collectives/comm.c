@@ -104,6 +104,8 @@ size_t dt_comm_dtype_size(enum dt_comm_dtype t)
         return 8;
     case DT_COMM_U8:
         return 1;
+    case DT_COMM_BF16:
+        return 2;
     }
     return 0;
 }
@@ -125,6 +127,8 @@ static dt_status check_reduce(const char *call, const void *buf, size_t count, e
         return dt_set_error(DT_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)t);
     if (op != DT_COMM_SUM && op != DT_COMM_AVG && op != DT_COMM_MAX && op != DT_COMM_MIN)
         return dt_set_error(DT_ERR_INVALID_ARG, "%s: unknown reduction %d", call, (int)op);
+    if (t == DT_COMM_BF16 && op != DT_COMM_SUM)
+        return dt_set_error(DT_ERR_INVALID_ARG, "%s: bf16 supports SUM only", call);
     if (op == DT_COMM_AVG && t != DT_COMM_F32 && t != DT_COMM_F64)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "%s: AVG needs a floating-point dtype (use SUM for integers)", call);

@@ -21,7 +21,9 @@
 typedef struct dt_comm dt_comm_t;
 typedef struct dt_comm_req dt_comm_req_t;
 
-enum dt_comm_dtype { DT_COMM_F32, DT_COMM_F64, DT_COMM_I32, DT_COMM_I64, DT_COMM_U8 };
+/* BF16: raw bfloat16 bits (uint16_t); reductions on it support SUM only,
+ * summing in fp32 and rounding each partial sum to nearest bf16. */
+enum dt_comm_dtype { DT_COMM_F32, DT_COMM_F64, DT_COMM_I32, DT_COMM_I64, DT_COMM_U8, DT_COMM_BF16 };
 enum dt_comm_op { DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN };
 
 /* Creates a communicator over every rank of the job. MPI must be

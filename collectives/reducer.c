@@ -8,6 +8,9 @@
  * MPI requires of collectives, and it makes the sums bit-identical run to
  * run for one world size, whatever the timing of ready() calls on each
  * rank. Gradients arrive pre-scaled, so the reduction is a plain SUM.
+ * With a bf16 wire each bucket is packed right before its all-reduce and
+ * unpacked as soon as it completes, so the fp32 buffer is final after
+ * finish() either way.
  *
  * State per step: buckets [0, next) have been started; reqs[k] is non-NULL
  * while bucket k is in flight; buckets before `oldest` are all complete.
@@ -30,6 +33,7 @@ struct dt_reducer {
     float *grads;
     size_t total;
     int overlap;
+    struct dt_reducer_wire wire; /* wire.pack NULL: fp32 on the wire */
     size_t nbuckets;
     size_t *start;        /* nbuckets + 1 offsets; start[nbuckets] == total */
     dt_comm_req_t **reqs; /* per bucket, non-NULL while in flight */
@@ -72,6 +76,9 @@ static dt_status check_opts(const float *grads, size_t total, const struct dt_re
                             "gradient reducer: comm.bucket_mb is %g; it must be a positive "
                             "number of MiB",
                             o->bucket_mb);
+    if (o->wire && (!o->wire->pack || !o->wire->unpack || (!o->wire->wire && total > 0)))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: a bf16 wire needs pack, unpack and a buffer");
     if (!(o->first_bucket_mb > 0) || !(o->first_bucket_mb <= o->bucket_mb))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "gradient reducer: the first bucket (%g MiB) must be positive and "
@@ -103,6 +110,7 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
                              .grads = grads,
                              .total = total,
                              .overlap = o->overlap,
+                             .wire = o->wire ? *o->wire : (struct dt_reducer_wire){0},
                              .nbuckets = n,
                              .start = r->start,
                              .reqs = r->reqs};
@@ -131,11 +139,27 @@ static dt_status bucket_error(const dt_reducer_t *r, dt_status st, size_t k)
 static dt_status start_bucket(dt_reducer_t *r)
 {
     size_t k = r->next, lo = r->start[k], hi = r->start[k + 1];
-    dt_status st =
-        dt_comm_iallreduce(r->comm, r->grads + lo, hi - lo, DT_COMM_F32, DT_COMM_SUM, &r->reqs[k]);
+    dt_status st;
+    if (r->wire.pack) {
+        st = r->wire.pack(r->wire.ctx, r->wire.wire + lo, r->grads + lo, hi - lo);
+        if (st == DT_OK)
+            st = dt_comm_iallreduce(r->comm, r->wire.wire + lo, hi - lo, DT_COMM_BF16,
+                                    DT_COMM_SUM, &r->reqs[k]);
+    } else {
+        st = dt_comm_iallreduce(r->comm, r->grads + lo, hi - lo, DT_COMM_F32, DT_COMM_SUM,
+                                &r->reqs[k]);
+    }
     if (st != DT_OK) return bucket_error(r, st, k);
     r->next = k + 1;
     return DT_OK;
+}
+
+/* Bucket k's sum has arrived: widen it back from the wire. */
+static dt_status bucket_done(dt_reducer_t *r, size_t k)
+{
+    size_t lo = r->start[k], hi = r->start[k + 1];
+    if (!r->wire.unpack) return DT_OK;
+    return r->wire.unpack(r->wire.ctx, r->grads + lo, r->wire.wire + lo, hi - lo);
 }
 
 /* Tests the oldest buckets in flight, in order, stopping at the first one
@@ -150,6 +174,7 @@ static dt_status progress(dt_reducer_t *r)
         if (st != DT_OK || done) r->reqs[k] = NULL; /* test frees the request either way */
         if (st != DT_OK) return bucket_error(r, st, k);
         if (!done) break;
+        if ((st = bucket_done(r, k)) != DT_OK) return bucket_error(r, st, k);
     }
     return DT_OK;
 }
@@ -164,6 +189,7 @@ static dt_status drain(dt_reducer_t *r)
         if (!r->reqs[k]) continue;
         dt_status st = dt_comm_wait(r->comm, r->reqs[k]);
         r->reqs[k] = NULL;
+        if (st == DT_OK && first == DT_OK) st = bucket_done(r, k);
         if (st != DT_OK && first == DT_OK) {
             first = bucket_error(r, st, k);
             snprintf(msg, sizeof msg, "%s", dt_last_error());

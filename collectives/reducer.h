@@ -9,12 +9,14 @@
  * prefix covers a bucket its non-blocking all-reduce starts, and every
  * later call progresses the ones in flight. finish() starts what is left
  * and waits for all. Gradients arrive pre-scaled by 1/global batch rows, so
- * the sum over ranks is the global mean (fp32).
+ * the sum over ranks is the global mean (fp32, or bf16 on the wire with
+ * opts.wire).
  */
 #ifndef DT_REDUCER_H
 #define DT_REDUCER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../runtime/status.h"
 #include "comm.h"
@@ -23,10 +25,24 @@
 
 typedef struct dt_reducer dt_reducer_t;
 
+/* Gradients on the wire in bf16 (comm.grad_dtype): pack rounds a bucket
+ * of the fp32 gradients into `wire` (bf16 bits at the same offsets) just
+ * before its all-reduce starts; unpack widens the summed bucket back into
+ * the gradients once it has completed. Both are called on the reducer's
+ * thread; on a device backend they queue work in stream order. `wire`
+ * holds `total` elements in the communicator's kind of memory. */
+struct dt_reducer_wire {
+    dt_status (*pack)(void *ctx, uint16_t *wire, const float *grads, size_t n);
+    dt_status (*unpack)(void *ctx, float *grads, const uint16_t *wire, size_t n);
+    void *ctx;
+    uint16_t *wire;
+};
+
 struct dt_reducer_opts {
-    double bucket_mb;       /* target bucket size in MiB (> 0) */
+    double bucket_mb;       /* target bucket size in MiB of fp32 gradients (> 0) */
     double first_bucket_mb; /* the first bucket's size in MiB (> 0, <= bucket_mb) */
     int overlap;            /* 0: start every bucket only in finish() */
+    const struct dt_reducer_wire *wire; /* NULL: fp32 on the wire */
 };
 
 /* Cuts `total` elements into buckets: the first of first_elems, the rest of

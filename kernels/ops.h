@@ -113,6 +113,12 @@ struct dt_ops {
     dt_status (*fill)(dt_backend_t *be, float *x, size_t n, float v);
     /* *out = 1 if every x is finite, else 0 */
     dt_status (*all_finite)(dt_backend_t *be, const float *x, size_t n, int *out);
+
+    /* Gradients on the wire in bf16 (comm.grad_dtype): dst(n) = the raw
+     * bits of src rounded to the nearest bf16 (ties to even, overflow to
+     * infinity, NaN stays a quiet NaN); from_bf16 widens them back, exactly. */
+    dt_status (*to_bf16)(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
+    dt_status (*from_bf16)(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
 };
 
 #endif

@@ -87,6 +87,7 @@ struct dt_job {
     struct {
         char backend[DT_JOB_STR];    /* auto | mpi | nccl (gradients) */
         double bucket_mb;            /* gradient bucket size, MiB */
+        char grad_dtype[DT_JOB_STR]; /* fp32 | bf16: gradients on the wire */
         int overlap;                 /* all-reduce buckets while backward runs */
     } comm;
     struct {

@@ -38,6 +38,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL}
 static const char *const progress_modes[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "nccl", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const wire_types[] = {"fp32", "bf16", NULL};
 static const char *const ckpt_errors[] = {"stop", "continue", NULL};
 
 /* Short type names for the rows. */
@@ -156,6 +157,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("comm.bucket_mb", F, comm.bucket_mb, "25",
         "gradient bucket size in MiB; each bucket is all-reduced as soon as backward has "
         "finished it (the first bucket is at most 1 MiB)", FROM_TO(0.001, 4096)),
+    ROW("comm.grad_dtype", E, comm.grad_dtype, "fp32",
+        "type gradients travel in between ranks: bf16 halves the bytes of every all-reduce "
+        "(each rank's gradients and each partial sum rounded to bf16; the optimizer still "
+        "works in fp32)", ONE_OF(wire_types)),
     ROW("comm.overlap", B, comm.overlap, "true",
         "all-reduce buckets while backward is still running; false waits for the whole "
         "backward (for comparison)", ANY),

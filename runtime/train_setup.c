@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../io/tensors.h"
+#include "bf16.h"
 #include "dist.h"
 #include "fault.h"
 #include "log.h"
@@ -385,6 +386,40 @@ static dt_status create_loaders(struct run *r)
     return DT_OK;
 }
 
+/* comm.grad_dtype=bf16: the reducer packs each bucket to bf16 before its
+ * all-reduce and unpacks the sum after. Gradients in the backend's memory
+ * go through the backend's cast ops (in stream order on a GPU); staged
+ * host copies are converted here. */
+static dt_status wire_pack(void *ctx, uint16_t *wire, const float *g, size_t n)
+{
+    struct run *r = ctx;
+    if (r->wire_in_backend)
+        return dt_backend_ops(r->be)->to_bf16(r->be, wire, g, n);
+    for (size_t i = 0; i < n; i++)
+        wire[i] = dt_bf16_from_float(g[i]);
+    return DT_OK;
+}
+
+static dt_status wire_unpack(void *ctx, float *g, const uint16_t *wire, size_t n)
+{
+    struct run *r = ctx;
+    if (r->wire_in_backend)
+        return dt_backend_ops(r->be)->from_bf16(r->be, g, wire, n);
+    for (size_t i = 0; i < n; i++)
+        g[i] = dt_bf16_to_float(wire[i]);
+    return DT_OK;
+}
+
+static dt_status open_wire(struct run *r, size_t n)
+{
+    r->wire_in_backend = !r->stage_grads;
+    r->wire = (struct dt_reducer_wire){.pack = wire_pack, .unpack = wire_unpack, .ctx = r};
+    return r->wire_in_backend
+               ? dt_backend_alloc(r->be, n * sizeof(uint16_t), (void **)&r->wire.wire)
+               : dt_malloc(n * sizeof(uint16_t), "the bf16 copy of the gradients",
+                           (void **)&r->wire.wire);
+}
+
 static dt_status build_local(struct run *r)
 {
     const struct dt_job *job = r->job;
@@ -420,6 +455,10 @@ static dt_status build_local(struct run *r)
             DT_CHECK(dt_malloc(n * sizeof(float), "host copies of the gradients",
                                (void **)&r->host_grads));
             ro.overlap = 0; /* the whole buffer is copied out after backward */
+        }
+        if (strcmp(job->comm.grad_dtype, "bf16") == 0) {
+            DT_CHECK(open_wire(r, n));
+            ro.wire = &r->wire;
         }
         DT_CHECK(dt_reducer_create(r->grad_comm, r->stage_grads ? r->host_grads
                                                                 : dt_model_grads(r->model),
@@ -470,9 +509,11 @@ dt_status dt_train_build(struct run *r)
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);
     if (r->red)
-        DT_LOG_INFO("comm", "gradients all-reduced over %s in %zu bucket%s of up to %.3g MiB, "
-                            "overlap %s",
-                    dt_comm_backend(r->grad_comm), dt_reducer_bucket_count(r->red),
+        DT_LOG_INFO("comm", "%s gradients all-reduced over %s%s in %zu bucket%s of up to "
+                            "%.3g MiB, overlap %s",
+                    job->comm.grad_dtype, dt_comm_backend(r->grad_comm),
+                    r->stage_grads ? " (through host memory)" : "",
+                    dt_reducer_bucket_count(r->red),
                     dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
                     job->comm.overlap ? "on" : "off");
     return check_params(r);
@@ -518,6 +559,10 @@ void dt_train_close(struct run *r, dt_status st)
     dt_reducer_destroy(r->red);
     dt_comm_destroy(r->own_comm);
     free(r->host_grads);
+    if (r->wire_in_backend)
+        dt_backend_free(r->be, r->wire.wire);
+    else
+        free(r->wire.wire);
     dt_loader_destroy(r->train_ld);
     dt_loader_destroy(r->test_ld);
     dt_optim_destroy(r->opt);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../runtime/bf16.h"
 #include "../../runtime/log.h"
 #include "../../runtime/util.h"
 #include "../comm_impl.h"
@@ -27,6 +28,7 @@
 struct mpi_comm {
     struct dt_comm base; /* first, so a dt_comm_t * is a struct mpi_comm * */
     MPI_Comm world;      /* duplicate of MPI_COMM_WORLD, errors return */
+    MPI_Op bf16_sum;     /* SUM on bf16 bits (MPI has no bf16 type) */
 };
 
 /* One iallreduce: a request per piece, and what AVG needs at the end. */
@@ -58,6 +60,8 @@ static MPI_Datatype mpi_dtype(enum dt_comm_dtype t)
         return MPI_INT64_T;
     case DT_COMM_U8:
         return MPI_UINT8_T;
+    case DT_COMM_BF16:
+        return MPI_UINT16_T;
     }
     DT_ASSERT(0 && "unknown dtype");
     return MPI_DATATYPE_NULL;
@@ -65,12 +69,25 @@ static MPI_Datatype mpi_dtype(enum dt_comm_dtype t)
 
 static const char *dtype_plural(enum dt_comm_dtype t)
 {
-    static const char *const names[] = {"floats", "doubles", "int32s", "int64s", "bytes"};
+    static const char *const names[] = {"floats", "doubles", "int32s", "int64s", "bytes",
+                                        "bf16s"};
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "elements";
 }
 
-static MPI_Op mpi_op(enum dt_comm_op op)
+/* inout[i] = bf16(inout[i] + in[i]): the sum in fp32, rounded once. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
 {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = dt_bf16_from_float(dt_bf16_to_float(a[i]) + dt_bf16_to_float(b[i]));
+}
+
+/* comm.c lets only SUM through for bf16. */
+static MPI_Op mpi_op(const struct mpi_comm *m, enum dt_comm_op op, enum dt_comm_dtype t)
+{
+    if (t == DT_COMM_BF16)
+        return m->bf16_sum;
     switch (op) {
     case DT_COMM_SUM:
     case DT_COMM_AVG:
@@ -149,7 +166,7 @@ static dt_status mpi_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_co
     for (size_t off = 0; off < count; off += lim) {
         size_t n = count - off < lim ? count - off : lim;
         int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)n, mpi_dtype(t),
-                               mpi_op(op), impl(c)->world);
+                               mpi_op(impl(c), op, t), impl(c)->world);
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, c->rank, "MPI_Allreduce of %zu %s%s", n, dtype_plural(t),
                             piece_note(note, sizeof note, off, n, count));
@@ -224,7 +241,8 @@ static dt_status mpi_reduce_scatter(dt_comm_t *c, const void *send, void *recv, 
                             "takes (%zu); split the call into smaller ones",
                             count, dtype_plural(t), lim);
     int rc =
-        MPI_Reduce_scatter_block(send, recv, (int)count, mpi_dtype(t), mpi_op(op), impl(c)->world);
+        MPI_Reduce_scatter_block(send, recv, (int)count, mpi_dtype(t), mpi_op(impl(c), op, t),
+                                 impl(c)->world);
     if (rc != MPI_SUCCESS)
         return mpi_fail(rc, c->rank, "MPI_Reduce_scatter_block of %zu %s per rank", count,
                         dtype_plural(t));
@@ -260,7 +278,8 @@ static dt_status mpi_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_c
     for (size_t off = 0; off < count; off += lim, started++) {
         size_t n = count - off < lim ? count - off : lim;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)n, mpi_dtype(t),
-                                mpi_op(op), impl(c)->world, &r->parts[started]);
+                                mpi_op(impl(c), r->op, r->dtype), impl(c)->world,
+                                &r->parts[started]);
         if (rc != MPI_SUCCESS) {
             st = mpi_fail(rc, c->rank, "MPI_Iallreduce of %zu %s%s", n, dtype_plural(t),
                           piece_note(note, sizeof note, off, n, count));
@@ -331,6 +350,8 @@ static void mpi_abort(dt_comm_t *c, int exit_code)
 
 static void free_comm(struct mpi_comm *m)
 {
+    if (dt_mpi_usable() && m->bf16_sum != MPI_OP_NULL)
+        MPI_Op_free(&m->bf16_sum);
     if (dt_mpi_usable() && m->world != MPI_COMM_NULL && MPI_Comm_free(&m->world) != MPI_SUCCESS)
         DT_LOG_WARN("comm", "MPI_Comm_free of the world duplicate failed");
     free(m);
@@ -411,10 +432,16 @@ dt_status dt_mpi_comm_create(dt_comm_t **out)
     }
     DT_CHECK(dt_calloc(1, sizeof *m, "the mpi communicator", (void **)&m));
     m->world = MPI_COMM_NULL;
+    m->bf16_sum = MPI_OP_NULL;
     m->base.ops = &mpi_ops;
     m->base.max_count = INT_MAX;
     m->base.mpi_handle = &m->world;
     DT_CHECK(dt_mpi_bootstrap(&m->base, &m->world));
+    if (MPI_Op_create(bf16_sum, 1, &m->bf16_sum) != MPI_SUCCESS) {
+        m->bf16_sum = MPI_OP_NULL;
+        st = dt_set_error(DT_ERR_COMM, "MPI_Op_create of the bf16 sum failed");
+        goto out;
+    }
     DT_LOG_DEBUG("comm", "mpi communicator: rank %d of %d, local %d of %d on %s", m->base.rank,
                  m->base.size, m->base.local_rank, m->base.local_size, m->base.host);
     *out = &m->base;

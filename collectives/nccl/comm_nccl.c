@@ -51,6 +51,18 @@
 #define NCCL_WHAT 160               /* "ncclAllReduce of N floats (sum)" */
 #define NCCL_MSG 1024
 
+/* ncclBfloat16 (2 bytes) is 9 in every NCCL from 2.10 on, so in every one
+ * this file builds with. Older headers declare the name only where
+ * cuda_bf16.h defined __CUDA_BF16_TYPES_EXIST__, which it does for C++ and
+ * never for C, as this file is; there the value is spelled out. (2.28, the
+ * NCCL checked, declares it for C as well.) An NCCL built without bf16
+ * (CUDA 10) rejects it at the call, with its own message. */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0) || defined(__CUDA_BF16_TYPES_EXIST__)
+#define NCCL_BF16 ncclBfloat16
+#else
+#define NCCL_BF16 ((ncclDataType_t)9)
+#endif
+
 struct nccl_comm {
     struct dt_comm base; /* first, so a dt_comm_t * is a struct nccl_comm * */
     MPI_Comm world;      /* bootstrap: duplicate of MPI_COMM_WORLD, errors return */
@@ -104,6 +116,8 @@ static ncclDataType_t nccl_dtype(enum dt_comm_dtype t)
         return ncclInt64;
     case DT_COMM_U8:
         return ncclUint8;
+    case DT_COMM_BF16:
+        return NCCL_BF16;
     }
     DT_ASSERT(0 && "unknown dtype");
     return ncclUint8;
@@ -127,7 +141,7 @@ static ncclRedOp_t nccl_op(enum dt_comm_op op)
 
 static const char *dtype_plural(enum dt_comm_dtype t)
 {
-    static const char *const names[] = {"floats", "doubles", "int32s", "int64s", "bytes"};
+    static const char *const names[] = {"floats", "doubles", "int32s", "int64s", "bytes", "bf16s"};
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "elements";
 }
 

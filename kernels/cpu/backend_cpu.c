@@ -59,6 +59,8 @@ static const struct dt_ops cpu_ops_ref = {
     .scale = dt_cpu_scale_ref,
     .fill = dt_cpu_fill_ref,
     .all_finite = dt_cpu_all_finite_ref,
+    .to_bf16 = dt_cpu_to_bf16,
+    .from_bf16 = dt_cpu_from_bf16,
 };
 
 /* GELU, tanh and softmax-xent backward have no faster version than the
@@ -86,6 +88,8 @@ static const struct dt_ops cpu_ops_fast = {
     .scale = dt_cpu_scale,
     .fill = dt_cpu_fill,
     .all_finite = dt_cpu_all_finite,
+    .to_bf16 = dt_cpu_to_bf16,
+    .from_bf16 = dt_cpu_from_bf16,
 };
 
 /* Zero bytes still get a real (one-line) allocation, so a valid buffer is

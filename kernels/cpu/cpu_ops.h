@@ -26,6 +26,7 @@
 
 #include <string.h>
 
+#include "../../runtime/bf16.h"
 #include "../ops.h"
 
 /* The fast loops work on blocks of this many floats (one cache line, one
@@ -49,14 +50,7 @@
  * compute, up to the order of the fp32 sums. */
 static inline float dt_cpu_round_bf16(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN (quiet) */
-        return x;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, sizeof u);
-    return x;
+    return x != x ? x : dt_bf16_to_float(dt_bf16_from_float(x)); /* NaN stays as it is */
 }
 
 static inline float dt_cpu_round_fp16(float x) { return (float)(_Float16)x; }
@@ -140,5 +134,9 @@ dt_status dt_cpu_fill_ref(dt_backend_t *be, float *x, size_t n, float v);
 dt_status dt_cpu_fill(dt_backend_t *be, float *x, size_t n, float v);
 dt_status dt_cpu_all_finite_ref(dt_backend_t *be, const float *x, size_t n, int *out);
 dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out);
+
+/* cast.c (one version serves both tables) */
+dt_status dt_cpu_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
+dt_status dt_cpu_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
 
 #endif

@@ -411,6 +411,8 @@ static const struct dt_ops cuda_ops = {
     .scale = dt_cuda_scale,
     .fill = dt_cuda_fill,
     .all_finite = dt_cuda_all_finite,
+    .to_bf16 = dt_cuda_to_bf16,
+    .from_bf16 = dt_cuda_from_bf16,
 };
 
 /* ---- create and destroy ------------------------------------------------ */

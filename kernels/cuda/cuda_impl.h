@@ -142,6 +142,9 @@ dt_status dt_cuda_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
 dt_status dt_cuda_scale(dt_backend_t *be, float *x, size_t n, float s);
 dt_status dt_cuda_fill(dt_backend_t *be, float *x, size_t n, float v);
 dt_status dt_cuda_all_finite(dt_backend_t *be, const float *x, size_t n, int *out);
+/* cast.cu */
+dt_status dt_cuda_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
+dt_status dt_cuda_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
 
 #ifdef __cplusplus
 }

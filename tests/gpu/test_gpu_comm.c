@@ -6,10 +6,13 @@
  * (work queued on the compute stream before a collective is seen by it),
  * and the whole-device ordering without a bound stream; an NCCL error
  * turning into a status that names the call, after which the communicator
- * refuses work. With one rank a reduction returns its input, so the
- * ordering checks use the out-of-place collectives (allgather,
- * reduce-scatter), whose copy NCCL really performs. Several ranks need a
- * GPU each and run as multi-GPU jobs.
+ * refuses work. Gradients in bf16 on the wire (comm.grad_dtype=bf16): an
+ * all-reduce of bf16 bits made on the device by the backend's to_bf16, and
+ * the reducer with a bf16 wire, whose result must be the bf16-rounded
+ * gradients (an fp32 wire would leave them unrounded). With one rank a
+ * reduction returns its input, so the ordering checks use the out-of-place
+ * collectives (allgather, reduce-scatter), whose copy NCCL really
+ * performs. Several ranks need a GPU each and run as multi-GPU jobs.
  *
  * Exits 77 (skipped) where no usable GPU is present.
  */
@@ -24,6 +27,7 @@
 #include "../../collectives/comm_impl.h"
 #include "../../collectives/reducer.h"
 #include "../../runtime/backend.h"
+#include "../../runtime/bf16.h"
 #include "../unit/cu_util.h"
 
 #define SKIP_EXIT 77
@@ -212,6 +216,69 @@ static void test_iallreduce_many(void)
     CU_ASSERT_EQUAL(done, 1);
 }
 
+/* x rounded to bf16 and widened again, as the wire leaves it. */
+static float bf16_round(float x)
+{
+    return dt_bf16_to_float(dt_bf16_from_float(x));
+}
+
+/* d_b(n) = bf16 bits of d_f(n) on the device, all-reduced (SUM, one rank,
+ * blocking or not), widened into d_f again. */
+static void bf16_allreduce(uint16_t *d_b, float *d_f, size_t n, int nonblocking)
+{
+    CU_ASSERT_EQUAL_FATAL(ops->to_bf16(be, d_b, d_f, n), DT_OK);
+    if (nonblocking) {
+        dt_comm_req_t *req = NULL;
+        int done = 0;
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d_b, n, DT_COMM_BF16, DT_COMM_SUM, &req),
+                              DT_OK);
+        while (!done)
+            CU_ASSERT_EQUAL_FATAL(dt_comm_test(comm, req, &done), DT_OK);
+    } else {
+        CU_ASSERT_EQUAL_FATAL(dt_comm_allreduce(comm, d_b, n, DT_COMM_BF16, DT_COMM_SUM), DT_OK);
+    }
+    CU_ASSERT_EQUAL_FATAL(ops->from_bf16(be, d_f, d_b, n), DT_OK);
+}
+
+/* bf16 bits through NCCL: the result is the input rounded to bf16, bit for
+ * bit, over a whole buffer and a part starting one element in. Only SUM is
+ * accepted for bf16. */
+static void test_allreduce_bf16(void)
+{
+    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_BF16), 2);
+    float *h = host_alloc(BIG_N * sizeof *h), *want = host_alloc(BIG_N * sizeof *h);
+    float *back = host_alloc(BIG_N * sizeof *h);
+    float *d_f = dev_alloc(BIG_N * sizeof *d_f);
+    uint16_t *d_b = dev_alloc(BIG_N * sizeof *d_b);
+    size_t rounded = 0;
+    for (size_t i = 0; i < BIG_N; i++) {
+        h[i] = ((float)((long)(i % 2003) - 1001) + 1.0f / 3.0f) * 1e-3f;
+        want[i] = bf16_round(h[i]);
+        rounded += want[i] != h[i];
+    }
+    CU_ASSERT(rounded > BIG_N / 2); /* the wire loses bits, so a pass means something */
+    for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+        upload(d_f, h, BIG_N * sizeof *h);
+        bf16_allreduce(d_b, d_f, BIG_N, nonblocking);
+        download(back, d_f, BIG_N * sizeof *back);
+        CU_ASSERT_EQUAL(memcmp(back, want, BIG_N * sizeof *back), 0);
+        upload(d_f, h, BIG_N * sizeof *h);
+        bf16_allreduce(d_b + 1, d_f + 1, BIG_N - 1, nonblocking);
+        download(back, d_f, BIG_N * sizeof *back);
+        CU_ASSERT_EQUAL(back[0], h[0]); /* outside the part: untouched */
+        CU_ASSERT_EQUAL(memcmp(back + 1, want + 1, (BIG_N - 1) * sizeof *back), 0);
+    }
+    const enum dt_comm_op refused[] = {DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN};
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++)
+        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d_b, 8, DT_COMM_BF16, refused[k]),
+                        DT_ERR_INVALID_ARG);
+    dt_backend_free(be, d_f);
+    dt_backend_free(be, d_b);
+    free(h);
+    free(want);
+    free(back);
+}
+
 /* ---- other collectives ------------------------------------------------------- */
 
 static void test_broadcast_allgather_reduce_scatter(void)
@@ -327,6 +394,73 @@ static void test_reducer_nccl(void)
     free(h);
 }
 
+/* The reducer's bf16 wire on the device: the backend's cast ops, queued on
+ * the compute stream like the trainer's. */
+static dt_status wire_pack(void *ctx, uint16_t *wire, const float *g, size_t n)
+{
+    dt_backend_t *b = ctx;
+    return dt_backend_ops(b)->to_bf16(b, wire, g, n);
+}
+
+static dt_status wire_unpack(void *ctx, float *g, const uint16_t *wire, size_t n)
+{
+    dt_backend_t *b = ctx;
+    return dt_backend_ops(b)->from_bf16(b, g, wire, n);
+}
+
+/* k + step + 1/3: never a bf16 value (1/3 needs every mantissa bit). */
+static float bucket_value(size_t k, int step)
+{
+    return (float)(k + 1 + (size_t)step) + 1.0f / 3.0f;
+}
+
+/* As test_reducer_nccl, with gradients bf16 on the wire: every bucket comes
+ * back as its value rounded to bf16 (which it is not already), so a bucket
+ * sent in fp32 or packed before its fill (holding the last step's value)
+ * would show. */
+static void test_reducer_nccl_bf16(void)
+{
+    enum { N = 600000 };
+    float *g = dev_alloc(N * sizeof *g);
+    float *h = host_alloc(N * sizeof *h);
+    struct dt_reducer_wire wire = {.pack = wire_pack,
+                                   .unpack = wire_unpack,
+                                   .ctx = be,
+                                   .wire = dev_alloc(N * sizeof(uint16_t))};
+    struct dt_reducer_opts o = {
+        .bucket_mb = 0.5, .first_bucket_mb = 0.1, .overlap = 1, .wire = &wire};
+    dt_reducer_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_create(comm, g, N, &o, &r), DT_OK);
+    size_t nb = dt_reducer_bucket_count(r), off[16];
+    CU_ASSERT_FATAL(nb >= 4 && nb <= 16);
+    dt_bucket_plan(N, 26214, 131072, off, 16); /* 0.1 and 0.5 MiB of floats */
+    for (int step = 0; step < 2; step++) {
+        CU_ASSERT_EQUAL_FATAL(dt_reducer_begin(r), DT_OK);
+        for (size_t k = 0; k < nb; k++) {
+            size_t lo = off[k], hi = k + 1 < nb ? off[k + 1] : N;
+            queue_busy_work();
+            CU_ASSERT_EQUAL_FATAL(ops->fill(be, g + lo, hi - lo, bucket_value(k, step)), DT_OK);
+            CU_ASSERT_EQUAL_FATAL(dt_reducer_ready(r, hi), DT_OK);
+        }
+        double wait_s = -1;
+        CU_ASSERT_EQUAL_FATAL(dt_reducer_finish(r, &wait_s), DT_OK);
+        CU_ASSERT(wait_s >= 0);
+        download(h, g, N * sizeof *h);
+        size_t bad = 0;
+        for (size_t k = 0; k < nb; k++) {
+            const float v = bucket_value(k, step), want = bf16_round(v);
+            CU_ASSERT(want != v);
+            for (size_t i = off[k]; i < (k + 1 < nb ? off[k + 1] : N); i++)
+                bad += h[i] != want;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+    dt_reducer_destroy(r);
+    dt_backend_free(be, wire.wire);
+    dt_backend_free(be, g);
+    free(h);
+}
+
 /* ---- the benchmark ------------------------------------------------------------ */
 
 static void test_bench_nccl(void)
@@ -410,11 +544,13 @@ int main(int argc, char **argv)
     CU_ADD(s, test_allreduce_f32);
     CU_ADD(s, test_allreduce_i64);
     CU_ADD(s, test_allreduce_dtypes);
+    CU_ADD(s, test_allreduce_bf16);
     CU_ADD(s, test_iallreduce_many);
     CU_ADD(s, test_broadcast_allgather_reduce_scatter);
     CU_ADD(s, test_bound_stream_order);
     CU_ADD(s, test_unbound_order);
     CU_ADD(s, test_reducer_nccl);
+    CU_ADD(s, test_reducer_nccl_bf16);
     CU_ADD(s, test_bench_nccl);
     CU_ADD(s, test_short_timeout);
     CU_ADD(s, test_nccl_error);

@@ -8,7 +8,10 @@
  * (linear runs on all four backends; the other ops are fp32 whatever the
  * precision and run on the fp32 one at 1e-5). Dropout, flatten, fill and
  * scale must match bit for bit, and the softmax loss and sumsq must come
- * out the same bits on every run. Shapes are odd (B=37, In=129, Out=65),
+ * out the same bits on every run. The bf16 casts of gradients for the wire
+ * must match the CPU bit for bit and a table of known bits (ties, overflow,
+ * subnormals, signed zeros, infinities, NaN payloads), and from_bf16 is
+ * checked on all 65536 bf16 values. Shapes are odd (B=37, In=129, Out=65),
  * sizes are not multiples of 4, and some tensors have more elements than
  * one grid of DT_CUDA_MAX_BLOCKS x DT_CUDA_THREADS threads covers, so the
  * grid-stride loops go round. Also checked: parameter gradients
@@ -243,6 +246,7 @@ static void test_backend_basics(void)
                   o->softmax_xent_bwd);
         CU_ASSERT(o->sgd_update && o->adamw_update && o->sumsq && o->scale && o->fill &&
                   o->all_finite);
+        CU_ASSERT(o->to_bf16 && o->from_bf16);
     }
     /* zeroed, aligned, and a round trip H2D, D2D, D2H */
     dt_backend_t *be = gpu[FP32];
@@ -978,6 +982,166 @@ static void test_scale_fill(void)
     free(x0), free(expect), free(x);
 }
 
+/* ---- bf16 casts ------------------------------------------------------- */
+
+/* Float bits and the bf16 bits the wire must carry: nearest, ties to even,
+ * overflow to infinity, subnormals kept, NaN quiet with its sign and the
+ * top of its payload (the CPU reference's rule, not cvt's canonical NaN). */
+static const struct bf16_case {
+    uint32_t in;
+    uint16_t want;
+} bf16_cases[] = {
+    {0x3f800000u, 0x3f80}, /* 1 */
+    {0x3f808000u, 0x3f80}, /* tie: down to even */
+    {0x3f818000u, 0x3f82}, /* tie: up to even */
+    {0xbf808000u, 0xbf80}, /* negative tie */
+    {0xbf818000u, 0xbf82}, /* negative tie, up */
+    {0x3f808001u, 0x3f81}, /* just past a tie */
+    {0x3f807fffu, 0x3f80}, /* just short of one */
+    {0x7f7f7fffu, 0x7f7f}, /* largest finite bf16 */
+    {0x7f7e8000u, 0x7f7e}, /* tie below it, stays */
+    {0x7f7f8000u, 0x7f80}, /* tie above it: overflows to inf */
+    {0x7f7fffffu, 0x7f80}, /* FLT_MAX */
+    {0xff7fffffu, 0xff80}, /* -FLT_MAX */
+    {0x00800000u, 0x0080}, /* FLT_MIN */
+    {0x007fffffu, 0x0080}, /* largest subnormal rounds up to FLT_MIN */
+    {0x807fffffu, 0x8080}, /* the same, negative */
+    {0x00400000u, 0x0040}, /* subnormal, exact */
+    {0x00000001u, 0x0000}, /* smallest subnormal */
+    {0x80000001u, 0x8000}, /* to -0 */
+    {0x00008000u, 0x0000}, /* subnormal tie, to even */
+    {0x00018000u, 0x0002}, /* subnormal tie, up to even */
+    {0x80018000u, 0x8002}, /* the same, negative */
+    {0x00000000u, 0x0000}, /* +0 */
+    {0x80000000u, 0x8000}, /* -0 */
+    {0x7f800000u, 0x7f80}, /* +inf */
+    {0xff800000u, 0xff80}, /* -inf */
+    {0x7fc00000u, 0x7fc0}, /* quiet NaN */
+    {0xffc00000u, 0xffc0}, /* negative quiet NaN */
+    {0x7f800001u, 0x7fc0}, /* signalling NaN, payload in the low half only */
+    {0x7fa00000u, 0x7fe0}, /* signalling NaN, payload kept */
+    {0xff812345u, 0xffc1}, /* negative signalling NaN */
+    {0x7fffffffu, 0x7fff}, /* NaN, every payload bit */
+    {0xffffffffu, 0xffff}, /* the same, negative */
+};
+#define NBF16_CASES (sizeof bf16_cases / sizeof bf16_cases[0])
+#define BF16_TIE 0x8000u         /* low half of a float halfway between two bf16s */
+#define BF16_SENTINEL 0xabcdu    /* past the end of dst: must survive */
+#define F32_SENTINEL 0x7f80abcdu /* the same for a float dst (a NaN) */
+
+/* x(n) as float bits: the known cases first, then alternately any 32 bits
+ * (every exponent, NaN payloads, subnormals) and exact ties. */
+static void fill_bf16_inputs(float *x, size_t n)
+{
+    struct dt_rng_key key = {.seed = 4243, .purpose = DT_RNG_TEST, .stream = 12};
+    struct dt_rng_stream s;
+    dt_rng_stream_init(&key, 0, &s);
+    size_t i = 0;
+    for (; i < n && i < NBF16_CASES; i++)
+        memcpy(&x[i], &bf16_cases[i].in, sizeof x[i]);
+    for (; i < n; i += 4) {
+        uint32_t w[4];
+        dt_rng_stream_block(&s, draws++, w);
+        for (size_t k = 0; k < 4 && i + k < n; k++) {
+            uint32_t u = (i + k) % 2 ? (w[k] & 0xffff0000u) | BF16_TIE : w[k];
+            memcpy(&x[i + k], &u, sizeof u);
+        }
+    }
+}
+
+/* to_bf16 and then from_bf16 of n inputs on the GPU against the CPU, bit
+ * for bit, and against the table; nothing written past n. */
+static void bf16_case(dt_backend_t *g, const struct dt_ops *go, const char *cfg, size_t n)
+{
+    float *x = hnew(n), *rt_ref = hnew(n), *rt = hnew(n + 1);
+    uint16_t *ref = calloc(n + 1, sizeof *ref), *b = calloc(n + 1, sizeof *b);
+    CU_ASSERT_FATAL(ref && b);
+    fill_bf16_inputs(x, n);
+    OK(cops->to_bf16(cpu, ref, x, n));
+    OK(cops->from_bf16(cpu, rt_ref, ref, n));
+    for (size_t i = 0; i <= n; i++) {
+        b[i] = BF16_SENTINEL;
+        memcpy(&rt[i], &(uint32_t){F32_SENTINEL}, sizeof rt[i]);
+    }
+    float *d_x = dput(g, x, n), *d_rt = dnew(g, (n + 1) * sizeof *d_rt);
+    uint16_t *d_b = dnew(g, (n + 1) * sizeof *d_b);
+    up(g, d_b, b, (n + 1) * sizeof *b);
+    up(g, d_rt, rt, (n + 1) * sizeof *rt);
+    OK(go->to_bf16(g, d_b, d_x, n));
+    OK(go->from_bf16(g, d_rt, d_b, n));
+    down(g, b, d_b, (n + 1) * sizeof *b);
+    down(g, rt, d_rt, (n + 1) * sizeof *rt);
+    if (memcmp(b, ref, n * sizeof *b) != 0 || memcmp(rt, rt_ref, n * sizeof *rt) != 0)
+        printf("\n  bf16 casts on the %s backend:", cfg);
+    CHECK_SAME_BITS("to_bf16", b, ref, n);
+    CHECK_SAME_BITS("from_bf16(to_bf16)", rt, rt_ref, n);
+    CU_ASSERT_EQUAL(b[n], BF16_SENTINEL);
+    uint32_t last;
+    memcpy(&last, &rt[n], sizeof last);
+    CU_ASSERT_EQUAL(last, F32_SENTINEL);
+    for (size_t i = 0; i < n && i < NBF16_CASES; i++) {
+        if (b[i] != bf16_cases[i].want)
+            printf("\n  cuda to_bf16(%08x) = %04x, want %04x (%s)\n", bf16_cases[i].in, b[i],
+                   bf16_cases[i].want, cfg);
+        CU_ASSERT_EQUAL(b[i], bf16_cases[i].want);
+    }
+    dt_backend_free(g, d_x), dt_backend_free(g, d_rt), dt_backend_free(g, d_b);
+    free(x), free(rt_ref), free(rt), free(ref), free(b);
+}
+
+static void test_bf16_vs_cpu(void)
+{
+    /* the known cases alone on every backend configuration (the casts do
+     * not depend on train.precision), then sizes: none, one, odd ones and
+     * more than one grid covers */
+    for (int c = 0; c < NCFG; c++)
+        bf16_case(gpu[c], gops[c], cfgs[c].name, NBF16_CASES);
+    const size_t sizes[] = {0, 1, 1021, 4099, BIG_N};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        bf16_case(gpu[FP32], gops[FP32], "fp32", sizes[s]);
+    /* n == 0 needs no buffers */
+    OK(gops[FP32]->to_bf16(gpu[FP32], NULL, NULL, 0));
+    OK(gops[FP32]->from_bf16(gpu[FP32], NULL, NULL, 0));
+}
+
+/* Every bf16 value widened (the bits move to the top half, NaN payloads
+ * included) and narrowed again: back to itself, except that a signalling
+ * NaN comes back quiet, as on the CPU. */
+static void test_bf16_all_values(void)
+{
+    enum { NB = 1 << 16 };
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    uint16_t *b = calloc(NB, sizeof *b), *back = calloc(NB, sizeof *back);
+    uint16_t *back_ref = calloc(NB, sizeof *back_ref);
+    CU_ASSERT_FATAL(b && back && back_ref);
+    float *f_ref = hnew(NB), *f = hnew(NB);
+    for (uint32_t i = 0; i < NB; i++)
+        b[i] = (uint16_t)i;
+    OK(cops->from_bf16(cpu, f_ref, b, NB));
+    OK(cops->to_bf16(cpu, back_ref, f_ref, NB));
+    uint16_t *d_b = dnew(g, NB * sizeof *d_b);
+    float *d_f = dnew(g, NB * sizeof *d_f);
+    up(g, d_b, b, NB * sizeof *b);
+    OK(go->from_bf16(g, d_f, d_b, NB));
+    OK(go->to_bf16(g, d_b, d_f, NB));
+    down(g, f, d_f, NB * sizeof *f);
+    down(g, back, d_b, NB * sizeof *back);
+    CHECK_SAME_BITS("from_bf16, every value", f, f_ref, NB);
+    CHECK_SAME_BITS("to_bf16(from_bf16), every value", back, back_ref, NB);
+    size_t wrong = 0;
+    for (uint32_t i = 0; i < NB; i++) {
+        uint32_t u;
+        memcpy(&u, &f[i], sizeof u);
+        int nan = (i & 0x7fffu) > 0x7f80u;
+        wrong += u != i << 16;
+        wrong += back[i] != (nan ? (uint16_t)(i | 0x0040u) : (uint16_t)i);
+    }
+    CU_ASSERT_EQUAL(wrong, 0);
+    dt_backend_free(g, d_b), dt_backend_free(g, d_f);
+    free(b), free(back), free(back_ref), free(f_ref), free(f);
+}
+
 /* ---- invalid arguments ------------------------------------------------ */
 
 static void test_invalid_args(void)
@@ -1037,6 +1201,10 @@ static void test_invalid_args(void)
     CHECK_INVALID(o->scale(be, NULL, 4, 2.0f), "scale");
     CHECK_INVALID(o->fill(be, NULL, 4, 2.0f), "fill");
     CHECK_INVALID(o->all_finite(be, NULL, 4, &fin), "all_finite");
+    CHECK_INVALID(o->to_bf16(be, NULL, x, 4), "to_bf16");
+    CHECK_INVALID(o->to_bf16(be, (uint16_t *)y, NULL, 4), "to_bf16");
+    CHECK_INVALID(o->from_bf16(be, NULL, (const uint16_t *)y, 4), "from_bf16");
+    CHECK_INVALID(o->from_bf16(be, z, NULL, 4), "from_bf16");
     CU_ASSERT(loss == 0.0 && hits == 0);
     /* the failed calls wrote nothing */
     float h[3][16];
@@ -1094,6 +1262,10 @@ int main(void)
     CU_ADD(s, test_sumsq);
     CU_ADD(s, test_all_finite);
     CU_ADD(s, test_scale_fill);
+
+    s = CU_add_suite("cuda_cast", suite_init, suite_cleanup);
+    CU_ADD(s, test_bf16_vs_cpu);
+    CU_ADD(s, test_bf16_all_values);
 
     s = CU_add_suite("cuda_invalid_args", suite_init, suite_cleanup);
     CU_ADD(s, test_invalid_args);

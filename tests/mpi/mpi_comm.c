@@ -24,6 +24,7 @@
 #include "../../collectives/comm.h"
 #include "../../collectives/comm_impl.h"
 #include "../../collectives/reducer.h"
+#include "../../runtime/bf16.h"
 #include "../../runtime/log.h"
 #include "../../runtime/rng.h"
 #include "../../runtime/util.h"
@@ -131,6 +132,9 @@ static void fill_typed(void *buf, enum dt_comm_dtype t, size_t n)
         case DT_COMM_U8:
             ((uint8_t *)buf)[i] = (uint8_t)(ival(rank, i) + 5);
             break;
+        case DT_COMM_BF16: /* small integers: every partial sum is exact in bf16 */
+            ((uint16_t *)buf)[i] = dt_bf16_from_float((float)ival(rank, i));
+            break;
         }
     }
 }
@@ -163,6 +167,9 @@ static size_t count_wrong(const void *buf, enum dt_comm_dtype t, enum dt_comm_op
             wrong += ((const uint8_t *)buf)[i] != (uint8_t)u;
             break;
         }
+        case DT_COMM_BF16:
+            wrong += dt_bf16_to_float(((const uint16_t *)buf)[i]) != (float)e;
+            break;
         }
     }
     return wrong;
@@ -192,6 +199,28 @@ static void test_allreduce_types(void)
     check_allreduce(DT_COMM_F64, DT_COMM_AVG, ((size_t)1 << 18) + 1);
     int32_t i[3] = {1, 2, 3};
     CU_ASSERT_EQUAL(dt_comm_allreduce(comm, i, 3, DT_COMM_I32, DT_COMM_AVG), DT_ERR_INVALID_ARG);
+    check_allreduce(DT_COMM_BF16, DT_COMM_SUM, 1001);
+    check_allreduce(DT_COMM_BF16, DT_COMM_SUM, ((size_t)1 << 20) + 5);
+    uint16_t h[2] = {0x3f80, 0x4000};
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, h, 2, DT_COMM_BF16, DT_COMM_MAX), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, h, 2, DT_COMM_BF16, DT_COMM_AVG), DT_ERR_INVALID_ARG);
+}
+
+/* A bf16 sum rounds each partial sum: 1 + 2^-9 on every rank is 1 in bf16
+ * (the addend rounds away), so any number of ranks gives `size` exactly
+ * while the fp32 sum keeps the extra bits. */
+static void test_allreduce_bf16_rounds(void)
+{
+    uint16_t h = dt_bf16_from_float(1.0f + 0x1p-9f);
+    CU_ASSERT_EQUAL(h, dt_bf16_from_float(1.0f));
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &h, 1, DT_COMM_BF16, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_bf16_to_float(h), (float)size);
+    dt_comm_req_t *req = NULL;
+    uint16_t v[3] = {dt_bf16_from_float(0.5f), dt_bf16_from_float(-2.0f), 0};
+    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, v, 3, DT_COMM_BF16, DT_COMM_SUM, &req), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
+    CU_ASSERT(dt_bf16_to_float(v[0]) == 0.5f * size && dt_bf16_to_float(v[1]) == -2.0f * size &&
+              v[2] == 0);
 }
 
 /* ---- non-blocking ---------------------------------------------------------- */
@@ -503,6 +532,62 @@ static void test_reducer_deterministic(void)
     free(ref);
 }
 
+/* Host-memory pack and unpack for a bf16 wire, counting what they move. */
+static size_t packed, unpacked;
+static dt_status host_pack(void *ctx, uint16_t *wire, const float *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        wire[i] = dt_bf16_from_float(g[i]);
+    packed += n;
+    return DT_OK;
+}
+static dt_status host_unpack(void *ctx, float *g, const uint16_t *wire, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] = dt_bf16_to_float(wire[i]);
+    unpacked += n;
+    return DT_OK;
+}
+
+/* A bf16 wire: every element is packed and unpacked once per step; data
+ * bf16 holds exactly (and whose sums it holds) gives the fp32 result bit
+ * for bit; full-precision data comes within bf16 resolution of it, and
+ * not bit-equal (the wire really rounds). */
+static void test_reducer_bf16_wire(void)
+{
+    float *x = xcalloc(RED_N, sizeof *x), *g = xcalloc(RED_N, sizeof *g);
+    float *ref = xcalloc(RED_N, sizeof *ref);
+    uint16_t *wire = xcalloc(RED_N, sizeof *wire);
+    struct dt_reducer_wire w = {host_pack, host_unpack, NULL, wire};
+    struct dt_reducer_opts o = {.bucket_mb = RED_BUCKET_MB, .first_bucket_mb = RED_FIRST_MB,
+                                .overlap = 1, .wire = &w};
+    dt_reducer_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_create(comm, g, RED_N, &o, &r), DT_OK);
+    for (size_t i = 0; i < RED_N; i++)
+        x[i] = (float)((int)((i * 7 + (size_t)rank * 3) % 33) - 16) * 0.25f;
+    plain_allreduce(x, ref);
+    packed = unpacked = 0;
+    reduce_step(r, g, x, 11, 0);
+    CU_ASSERT(packed == RED_N && unpacked == RED_N);
+    CU_ASSERT_EQUAL(memcmp(g, ref, RED_N * sizeof *g), 0);
+    random_grads(x, RED_N, 0, 77);
+    plain_allreduce(x, ref);
+    reduce_step(r, g, x, 12, 1);
+    size_t far = 0, differ = 0;
+    for (size_t i = 0; i < RED_N; i++) {
+        far += !(fabsf(g[i] - ref[i]) <= 0x1p-6f * (fabsf(ref[i]) + (float)size));
+        differ += g[i] != ref[i];
+    }
+    CU_ASSERT_EQUAL(far, 0);
+    CU_ASSERT(differ > RED_N / 2);
+    struct dt_reducer_wire bad = {host_pack, NULL, NULL, wire};
+    o.wire = &bad;
+    dt_reducer_t *r2 = NULL;
+    CU_ASSERT_EQUAL(dt_reducer_create(comm, g, RED_N, &o, &r2), DT_ERR_INVALID_ARG);
+    dt_reducer_destroy(r);
+    free(x), free(g), free(ref), free(wire);
+}
+
 /* A step abandoned half-way (begin() again with buckets in flight) is
  * drained; the next step then runs normally. */
 static void test_reducer_restart(void)
@@ -586,6 +671,7 @@ static void add_suites(void)
     CU_pSuite s = CU_add_suite("mpi_comm", NULL, NULL);
     CU_ADD(s, test_identity);
     CU_ADD(s, test_allreduce_types);
+    CU_ADD(s, test_allreduce_bf16_rounds);
     CU_ADD(s, test_iallreduce_test_loop);
     CU_ADD(s, test_many_in_flight);
     CU_ADD(s, test_broadcast);
@@ -597,6 +683,7 @@ static void add_suites(void)
     CU_ADD(s, test_reducer_matches_allreduce);
     CU_ADD(s, test_reducer_deterministic);
     CU_ADD(s, test_reducer_restart);
+    CU_ADD(s, test_reducer_bf16_wire);
     CU_ADD(s, test_bench);
 }
 

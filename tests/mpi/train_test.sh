@@ -4,6 +4,8 @@
 #     samples per step: same losses (1e-5) and final parameters (1e-5);
 #   - two runs with the same world size are bit-identical, and so are
 #     overlap off and tiny buckets (the sums do not depend on timing);
+#   - bf16 gradients on the wire stay close to fp32 ones, and do not
+#     depend on the bucket size either;
 #   - each rank reads about 1/N of the training bytes;
 #   - a short last batch (drop_last off) neither hangs nor repeats samples;
 #   - bad input and a failing rank stop every rank with one message naming
@@ -90,6 +92,15 @@ run f4 4 --set train.micro_batch=8 --set comm.bucket_mb=0.001 || bad "tiny bucke
 "$COMPARE" b4/model.h5 f4/model.h5 0 >/dev/null && ok || bad "tiny buckets changed the result"
 nb=$(sed -n 's/.* in \([0-9]*\) buckets of up to.*/\1/p' f4/train.log)
 [ -n "$nb" ] && [ "$nb" -ge 5 ] && ok || bad "tiny buckets gave '${nb}' buckets, expected several"
+
+# --- bf16 gradients on the wire --------------------------------------------------
+run w4 4 --set train.micro_batch=8 --set comm.grad_dtype=bf16 || bad "bf16 wire: $(tail -3 w4.out)"
+grep -q "bf16 gradients all-reduced over mpi" w4/train.log && ok || bad "bf16 wire not logged"
+same_losses b4 w4 5e-3 && ok || bad "bf16 wire losses far from fp32's: $(paste <(losses b4) <(losses w4) | tail -3)"
+"$COMPARE" b4/model.h5 w4/model.h5 0 >/dev/null && bad "bf16 wire gave fp32's exact parameters" || ok
+run x4 4 --set train.micro_batch=8 --set comm.grad_dtype=bf16 --set comm.bucket_mb=0.001 \
+  || bad "bf16 wire, tiny buckets"
+"$COMPARE" w4/model.h5 x4/model.h5 0 >/dev/null && ok || bad "bf16 wire: buckets changed the result"
 
 # --- each rank reads its share ----------------------------------------------------
 bytes=$(grep '"type":"summary"' b4/metrics.jsonl | sed 's/.*"train_bytes_read_per_rank":\[\([0-9,]*\)\].*/\1/')

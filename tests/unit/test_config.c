@@ -128,6 +128,7 @@ static void assert_jobs_equal(const struct dt_job *a, const struct dt_job *b)
     CU_ASSERT_EQUAL(a->runtime.allow_tf32, b->runtime.allow_tf32);
     CU_ASSERT_EQUAL(a->runtime.share_gpus, b->runtime.share_gpus);
     CU_ASSERT_STRING_EQUAL(a->comm.backend, b->comm.backend);
+    CU_ASSERT_STRING_EQUAL(a->comm.grad_dtype, b->comm.grad_dtype);
     CU_ASSERT_EQUAL(a->runtime.threads, b->runtime.threads);
     CU_ASSERT_STRING_EQUAL(a->runtime.log_level, b->runtime.log_level);
     CU_ASSERT_EQUAL(a->runtime.reference_kernels, b->runtime.reference_kernels);
@@ -243,6 +244,7 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(j.runtime.allow_tf32, 0);
     CU_ASSERT_EQUAL(j.runtime.share_gpus, 0);
     CU_ASSERT_STRING_EQUAL(j.comm.backend, "auto");
+    CU_ASSERT_STRING_EQUAL(j.comm.grad_dtype, "fp32");
     CU_ASSERT_EQUAL(j.runtime.threads, 0);
     CU_ASSERT_STRING_EQUAL(j.runtime.log_level, "info");
     CU_ASSERT_EQUAL(j.runtime.reference_kernels, 0);

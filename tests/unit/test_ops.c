@@ -355,6 +355,46 @@ static void test_round_values(void)
     CU_ASSERT_EQUAL(dt_cpu_round_fp16(0x1p-26f), 0.0f);                   /* underflow */
 }
 
+/* Gradients to bf16 bits and back: known bit patterns, an exact round
+ * trip for values bf16 holds, both tables alike. */
+static void test_bf16_cast(void)
+{
+    const uint32_t in_bits[] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu,
+                                0x80000000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u,
+                                0x00000001u, 0x00018000u};
+    const uint16_t want[] = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x7f80, 0x8000,
+                             0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x0000, 0x0002};
+    enum { N = sizeof want / sizeof want[0] };
+    float x[N], back[N];
+    uint16_t b[N];
+    memcpy(x, in_bits, sizeof x);
+    for (int k = 0; k < NBACKENDS; k++) {
+        OK(ops[k]->to_bf16(backends[k], b, x, N));
+        for (int i = 0; i < N; i++) {
+            if (b[i] != want[i])
+                printf("\n  to_bf16(%08x) = %04x, want %04x (%s)\n", in_bits[i], b[i], want[i],
+                       bname[k]);
+            CU_ASSERT_EQUAL(b[i], want[i]);
+        }
+        OK(ops[k]->from_bf16(backends[k], back, b, N));
+        CU_ASSERT_EQUAL(back[0], 1.0f);
+        CU_ASSERT_EQUAL(back[2], 1.0f + 0x1p-6f);
+        CU_ASSERT(isinf(back[4]) && back[4] > 0);
+        CU_ASSERT(signbit(back[5]) && back[5] == 0.0f);
+        CU_ASSERT(isnan(back[8]) && isnan(back[9]));
+        float r[64], r2[64];
+        uint16_t rb[64];
+        fill_uniform(r, 64, -1000, 1000);
+        for (int i = 0; i < 64; i++)
+            r[i] = dt_cpu_round_bf16(r[i]);
+        OK(ops[k]->to_bf16(backends[k], rb, r, 64));
+        OK(ops[k]->from_bf16(backends[k], r2, rb, 64));
+        CU_ASSERT(memcmp(r, r2, sizeof r) == 0);
+        OK(ops[k]->to_bf16(backends[k], NULL, NULL, 0));
+        CU_ASSERT_EQUAL(ops[k]->from_bf16(backends[k], NULL, b, 3), DT_ERR_INVALID_ARG);
+    }
+}
+
 /* bf16/fp16: both tables give what fp32 gives on operands rounded first,
  * bit for bit (the same GEMM on the same numbers), and differ from fp32 on
  * unrounded ones; an fp16 operand past 65504 overflows the product. */
@@ -1314,6 +1354,7 @@ int main(void)
     CU_ADD(s, test_linear_fast_vs_ref);
     CU_ADD(s, test_linear_empty);
     CU_ADD(s, test_round_values);
+    CU_ADD(s, test_bf16_cast);
     CU_ADD(s, test_linear_precision);
     CU_ADD(s, test_bias_grad);
     CU_ADD(s, test_bias_fast_vs_ref);
