@@ -389,15 +389,20 @@ static dt_status after_bad_step(struct run *r, int64_t step, double loss)
 }
 
 /* One step: batch, reduction, agreement, optimizer. *end when the epoch is
- * over; *flags gets the agreed coordinator flags (stop, checkpoint). */
-static dt_status train_step(struct run *r, struct window *w, int *end, int *stop, int *ckpt)
+ * over; *flags gets the agreed coordinator flags (stop, checkpoint).
+ * *comm_failed = 1 when the step failed before the ranks agreed on it (a
+ * communication failure of any status: comm, timeout, cuda). */
+static dt_status train_step(struct run *r, struct window *w, int *end, int *stop, int *ckpt,
+                            int *comm_failed)
 {
     double v[OUT_N] = {0};
     dt_status local = DT_OK;
     int64_t step = r->step;
     dt_status st = run_batch(r, step, w, end, v, &local);
-    if (st != DT_OK)
+    if (st != DT_OK) {
+        *comm_failed = 1;
         return st; /* communication failed: the caller aborts the job */
+    }
     if (*end && local == DT_OK)
         return DT_OK;
     if (dt_fault_armed("nan", r->rank, step) && !r->nan_injected) {
@@ -461,7 +466,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
         int end = 0;
         while (r->step < r->total_steps && rollbacks == r->rollbacks) {
             int stop = 0, ckpt = 0;
-            DT_CHECK(train_step(r, &w, &end, &stop, &ckpt));
+            DT_CHECK(train_step(r, &w, &end, &stop, &ckpt, &res->comm_failed));
             if (end)
                 break;
             int64_t step = r->step;
@@ -608,7 +613,7 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct d
 out:
     /* every failure past start-up that is not a communication failure was
      * agreed by all ranks (see agree_outcome) */
-    res->comm_failed = st == DT_ERR_COMM;
+    res->comm_failed = res->comm_failed || st == DT_ERR_COMM;
     dt_watchdog_stop(r.wd);
     dt_train_close(&r, st);
     return st;

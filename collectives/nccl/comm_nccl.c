@@ -217,10 +217,13 @@ static dt_status timeout_fail(struct nccl_comm *n, const char *what, double limi
     return dt_set_error(DT_ERR_TIMEOUT, "%s", msg);
 }
 
-/* DT_ERR_CUDA with CUDA's text: "<call> for <what> failed on rank R: ...". */
+/* DT_ERR_CUDA with CUDA's text: "<call> for <what> failed on rank R: ...".
+ * Clears the thread's last error, as the compute backend does, so the next
+ * kernel launch is not blamed for it. */
 static dt_status cuda_fail(const struct nccl_comm *n, cudaError_t err, const char *call,
                            const char *what)
 {
+    (void)cudaGetLastError();
     return dt_set_error(DT_ERR_CUDA, "%s for %s failed on rank %d (device %d): %s", call, what,
                         n->base.rank, n->device, cudaGetErrorString(err));
 }
@@ -235,6 +238,15 @@ static dt_status broken_fail(const struct nccl_comm *n, const char *what)
 }
 
 /* ---- polling ---------------------------------------------------------------- */
+
+/* A query that finds work still running may leave cudaErrorNotReady as
+ * the thread's last error; the compute backend checks each kernel launch
+ * with cudaGetLastError, so the next launch would fail with it. Clears
+ * that and nothing else. */
+static void clear_not_ready(void)
+{
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
 
 /* Short waits (most collectives) spin, so their end is seen at once;
  * long ones stop taking a core. */
@@ -296,6 +308,7 @@ static dt_status wait_gpu(struct nccl_comm *n, cudaEvent_t ev, const char *what,
         if (err == cudaSuccess) return DT_OK;
         if (err != cudaErrorNotReady)
             return cuda_fail(n, err, ev ? "cudaEventQuery" : "cudaStreamQuery", what);
+        clear_not_ready();
         dt_status st = check_async(n, what);
         if (st != DT_OK) return st;
         double waited = dt_now() - t0;
@@ -447,10 +460,12 @@ static dt_status nccl_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
         *done = st == DT_OK;
         return st;
     }
-    if (err == cudaErrorNotReady)
+    if (err == cudaErrorNotReady) {
+        clear_not_ready();
         st = check_async(n, r->what);
-    else
+    } else {
         st = cuda_fail(n, err, "cudaEventQuery", r->what);
+    }
     if (st != DT_OK) release(n, r, 0);
     return st;
 }
