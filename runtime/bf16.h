@@ -7,6 +7,7 @@
 #ifndef DT_BF16_H
 #define DT_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -28,6 +29,19 @@ static inline float dt_bf16_to_float(uint16_t b)
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* Whole buffers: dst(n) = bf16 bits of src(n), and back. */
+static inline void dt_bf16_pack(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dt_bf16_from_float(src[i]);
+}
+
+static inline void dt_bf16_unpack(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dt_bf16_to_float(src[i]);
 }
 
 #endif

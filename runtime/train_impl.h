@@ -39,10 +39,9 @@ struct run {
     int stage_grads;
     float *host_grads;
     /* comm.grad_dtype=bf16: the bf16 copy the reducer sends, in the
-     * backend's memory beside the gradients (or in host memory beside
+     * backend's memory beside the gradients (in host memory beside
      * host_grads when they are staged) */
     struct dt_reducer_wire wire;
-    int wire_in_backend;
     /* fp16: dynamic loss scaling */
     int scaling;
     struct dt_scaler scaler;

@@ -393,28 +393,25 @@ static dt_status create_loaders(struct run *r)
 static dt_status wire_pack(void *ctx, uint16_t *wire, const float *g, size_t n)
 {
     struct run *r = ctx;
-    if (r->wire_in_backend)
+    if (!r->stage_grads)
         return dt_backend_ops(r->be)->to_bf16(r->be, wire, g, n);
-    for (size_t i = 0; i < n; i++)
-        wire[i] = dt_bf16_from_float(g[i]);
+    dt_bf16_pack(wire, g, n);
     return DT_OK;
 }
 
 static dt_status wire_unpack(void *ctx, float *g, const uint16_t *wire, size_t n)
 {
     struct run *r = ctx;
-    if (r->wire_in_backend)
+    if (!r->stage_grads)
         return dt_backend_ops(r->be)->from_bf16(r->be, g, wire, n);
-    for (size_t i = 0; i < n; i++)
-        g[i] = dt_bf16_to_float(wire[i]);
+    dt_bf16_unpack(g, wire, n);
     return DT_OK;
 }
 
 static dt_status open_wire(struct run *r, size_t n)
 {
-    r->wire_in_backend = !r->stage_grads;
     r->wire = (struct dt_reducer_wire){.pack = wire_pack, .unpack = wire_unpack, .ctx = r};
-    return r->wire_in_backend
+    return !r->stage_grads
                ? dt_backend_alloc(r->be, n * sizeof(uint16_t), (void **)&r->wire.wire)
                : dt_malloc(n * sizeof(uint16_t), "the bf16 copy of the gradients",
                            (void **)&r->wire.wire);
@@ -559,7 +556,7 @@ void dt_train_close(struct run *r, dt_status st)
     dt_reducer_destroy(r->red);
     dt_comm_destroy(r->own_comm);
     free(r->host_grads);
-    if (r->wire_in_backend)
+    if (!r->stage_grads)
         dt_backend_free(r->be, r->wire.wire);
     else
         free(r->wire.wire);

@@ -12,8 +12,7 @@
 dt_status dt_cpu_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size_t n)
 {
     DT_CPU_REQUIRE((dst && src) || n == 0, "to_bf16", "pointers must not be NULL");
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dt_bf16_from_float(src[i]);
+    dt_bf16_pack(dst, src, n);
     return DT_OK;
 }
 
@@ -21,7 +20,6 @@ dt_status dt_cpu_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size
 dt_status dt_cpu_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, size_t n)
 {
     DT_CPU_REQUIRE((dst && src) || n == 0, "from_bf16", "pointers must not be NULL");
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dt_bf16_to_float(src[i]);
+    dt_bf16_unpack(dst, src, n);
     return DT_OK;
 }

@@ -60,6 +60,16 @@ static dt_status check_bias(const char *op, const float *x, const float *b, int 
 /* Scratch slots of the rounded operands (train.precision bf16/fp16). */
 enum { OPERAND_IN, OPERAND_W, OPERAND_DOUT };
 
+/* The forward's operands at the backend's precision. */
+static dt_status rounded_fwd_operands(dt_backend_t *be, const float **in, const float **w, int B,
+                                      int I, int O)
+{
+    dt_status st = dt_cpu_operand(be, OPERAND_IN, *in, (size_t)B * I, in);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, *w, (size_t)O * I, w);
+    return st;
+}
+
 /* The backward's operands at the backend's precision; w only when the
  * input gradient is asked for. */
 static dt_status rounded_bwd_operands(dt_backend_t *be, const float **dout, const float **in,
@@ -81,9 +91,7 @@ dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, c
 {
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
     if (st == DT_OK)
-        st = dt_cpu_operand(be, OPERAND_IN, in, (size_t)B * I, &in);
-    if (st == DT_OK)
-        st = dt_cpu_operand(be, OPERAND_W, w, (size_t)O * I, &w);
+        st = rounded_fwd_operands(be, &in, &w, B, I, O);
     if (st != DT_OK)
         return st;
     for (int b = 0; b < B; b++) {
@@ -163,9 +171,7 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
 {
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
     if (st == DT_OK)
-        st = dt_cpu_operand(be, OPERAND_IN, in, (size_t)B * I, &in);
-    if (st == DT_OK)
-        st = dt_cpu_operand(be, OPERAND_W, w, (size_t)O * I, &w);
+        st = rounded_fwd_operands(be, &in, &w, B, I, O);
     if (st != DT_OK)
         return st;
     if (B == 0 || O == 0)

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_impl.h"
+#include "cuda_probe.h"
 
 extern "C" {
 #include "../../runtime/log.h"
@@ -121,16 +122,9 @@ static void arch_hint(const struct cuda_backend *cb, char *buf, size_t len)
 
 static void driver_hint(char *buf, size_t len)
 {
-    int drv = 0, rt = 0;
-    if (cudaDriverGetVersion(&drv) != cudaSuccess || cudaRuntimeGetVersion(&rt) != cudaSuccess)
-        (void)cudaGetLastError();
-    if (drv == 0)
-        snprintf(buf, len, "; no NVIDIA driver is installed");
-    else
-        snprintf(buf, len,
-                 "; the driver supports CUDA %d.%d and this dtrain was built for CUDA %d.%d: "
-                 "upgrade the NVIDIA driver",
-                 drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    char text[256];
+    dt_cuda_driver_text(text, sizeof text);
+    snprintf(buf, len, "; %s", text);
 }
 
 /* "<lib> error on cuda:0 (NAME) in OP (shapes)" */

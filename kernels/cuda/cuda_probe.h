@@ -17,6 +17,9 @@ extern "C" {
 int dt_cuda_probe(char *why, size_t len);
 /* The same for visible device `device`; only that device gets a context. */
 int dt_cuda_probe_device(int device, char *why, size_t len);
+/* Why the driver cannot run this build: none installed, or its CUDA
+ * version and the one this build needs (for cudaErrorInsufficientDriver). */
+void dt_cuda_driver_text(char *buf, size_t len);
 /* Visible devices, 0 when CUDA cannot start. */
 int dt_cuda_probe_count(void);
 

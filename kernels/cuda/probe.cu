@@ -46,6 +46,20 @@ static int kernel_runs(char *why, size_t len, const cudaDeviceProp *prop)
     return 1;
 }
 
+extern "C" void dt_cuda_driver_text(char *buf, size_t len)
+{
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess || cudaRuntimeGetVersion(&rt) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (drv == 0)
+        snprintf(buf, len, "no NVIDIA driver is installed");
+    else
+        snprintf(buf, len,
+                 "the NVIDIA driver supports CUDA %d.%d but this dtrain needs CUDA %d.%d; "
+                 "upgrade the driver",
+                 drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+}
+
 extern "C" int dt_cuda_probe(char *why, size_t len) { return dt_cuda_probe_device(0, why, len); }
 
 extern "C" int dt_cuda_probe_device(int device, char *why, size_t len)
@@ -53,16 +67,7 @@ extern "C" int dt_cuda_probe_device(int device, char *why, size_t len)
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err == cudaErrorInsufficientDriver) {
-        int drv = 0, rt = 0;
-        cudaDriverGetVersion(&drv);
-        cudaRuntimeGetVersion(&rt);
-        if (drv == 0)
-            snprintf(why, len, "no NVIDIA driver is installed");
-        else
-            snprintf(why, len,
-                     "the NVIDIA driver supports CUDA %d.%d but this dtrain needs CUDA %d.%d; "
-                     "upgrade the driver",
-                     drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+        dt_cuda_driver_text(why, len);
         return 0;
     }
     if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {

@@ -536,15 +536,13 @@ static void test_reducer_deterministic(void)
 static size_t packed, unpacked;
 static dt_status host_pack(void *ctx, uint16_t *wire, const float *g, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        wire[i] = dt_bf16_from_float(g[i]);
+    dt_bf16_pack(wire, g, n);
     packed += n;
     return DT_OK;
 }
 static dt_status host_unpack(void *ctx, float *g, const uint16_t *wire, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        g[i] = dt_bf16_to_float(wire[i]);
+    dt_bf16_unpack(g, wire, n);
     unpacked += n;
     return DT_OK;
 }
