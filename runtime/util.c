@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,74 @@ dt_status dt_calloc(size_t n, size_t size, const char *what, void **out)
         return dt_set_error(DT_ERR_NOMEM, "out of host memory allocating %zu x %zu bytes for %s",
                             n, size, what);
     return DT_OK;
+}
+
+int dt_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0)
+        return 0;
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+int dt_mul_size(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+/* " (it is a directory)" and the like, for a path that is not a regular file */
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return " (it is a directory)";
+    if (S_ISFIFO(m))
+        return " (it is a FIFO)";
+    if (S_ISSOCK(m))
+        return " (it is a socket)";
+    if (S_ISCHR(m) || S_ISBLK(m))
+        return " (it is a device)";
+    return "";
+}
+
+dt_status dt_input_open(const char *path, const char *what, int *fd, int64_t *size)
+{
+    struct stat sb;
+    *fd = -1;
+    if (!path || !path[0])
+        return dt_set_error(DT_ERR_NOT_FOUND, "%s: no file given (an empty path)", what);
+    /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
+            return dt_set_error(DT_ERR_NOT_FOUND, "%s %s: no such file", what, path);
+        if (e == EACCES || e == EPERM)
+            return dt_set_error(DT_ERR_NOT_FOUND, "%s %s: cannot read it: %s", what, path,
+                                strerror(e));
+        return dt_set_error(DT_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(e));
+    }
+    if (fstat(f, &sb) != 0) {
+        int e = errno;
+        close(f);
+        return dt_set_error(DT_ERR_IO, "%s %s: cannot stat: %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        return dt_set_error(DT_ERR_NOT_FOUND, "%s %s: not a regular file%s", what, path,
+                            file_kind(sb.st_mode));
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags >= 0)
+        fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+    *fd = f;
+    if (size)
+        *size = (int64_t)sb.st_size;
+    return DT_OK;
+}
+
+dt_status dt_input_check(const char *path, const char *what, int64_t *size)
+{
+    int fd;
+    dt_status st = dt_input_open(path, what, &fd, size);
+    if (st == DT_OK)
+        close(fd);
+    return st;
 }
 
 int dt_edit_distance(const char *a, const char *b)

@@ -23,6 +23,24 @@ dt_status dt_mkdir_p(const char *path);
 dt_status dt_malloc(size_t bytes, const char *what, void **out);
 dt_status dt_calloc(size_t n, size_t size, const char *what, void **out);
 
+/* Checked products: *out = a * b and 1, or 0 when the product does not
+ * fit (or, for int64, when either factor is negative). */
+int dt_mul_i64(int64_t a, int64_t b, int64_t *out);
+int dt_mul_size(size_t a, size_t b, size_t *out);
+
+/* The one way dtrain opens a file it reads (job files, datasets,
+ * checkpoints, model files, IDX files): read-only and without blocking
+ * (a FIFO or a device never hangs the open), then it must be a regular
+ * file. `what` names the input in messages ("dataset", "IDX images").
+ * Errors: DT_ERR_NOT_FOUND (no such file, not readable, not a regular
+ * file: a directory, FIFO, socket or device; exit 66), DT_ERR_IO
+ * (anything else). On success *fd is open (blocking) and *size holds the
+ * file's size; the caller closes it. */
+dt_status dt_input_open(const char *path, const char *what, int *fd, int64_t *size);
+/* dt_input_open and close: for readers that open the file by name
+ * themselves (HDF5). size may be NULL. */
+dt_status dt_input_check(const char *path, const char *what, int64_t *size);
+
 /* Levenshtein distance between two strings (for "did you mean"). */
 int dt_edit_distance(const char *a, const char *b);
 
