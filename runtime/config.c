@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "config_impl.h"
@@ -29,6 +30,11 @@
 #define MSG_MAX 1536 /* one error message before its location */
 #define LIST_MAX 256 /* entries of the largest int list field */
 #define WHY_MAX 64   /* " (out of range)" and the like */
+/* Bounds checked before libyaml sees a text: its parser is quadratic in
+ * nesting depth (200,000 nested brackets take minutes), and a job is a few
+ * KiB nested a few levels. */
+#define JOB_MAX_BYTES (1u << 20)
+#define JOB_MAX_DEPTH 32
 
 /* What is being parsed and where it came from, for messages. */
 struct ctx {
@@ -389,15 +395,12 @@ static dt_status apply_document(const struct ctx *c)
 
 /* libyaml's own words for a syntax error, at the place it points to. key is
  * the key a --set value was meant for ("" for a file). */
-static dt_status yaml_failure(const struct ctx *c, const yaml_parser_t *p, FILE *f,
-                              const char *key)
+static dt_status yaml_failure(const struct ctx *c, const yaml_parser_t *p, const char *key)
 {
     char ctxt[256] = "";
     const char *what = c->file ? c->file : c->where;
     if (p->error == YAML_MEMORY_ERROR)
         return dt_set_error(DT_ERR_NOMEM, "%s: out of memory while parsing YAML", what);
-    if (f && ferror(f))
-        return dt_set_error(DT_ERR_IO, "cannot read job file '%s': %s", c->file, strerror(errno));
     const char *problem = p->problem ? p->problem : "invalid YAML";
     if (p->error == YAML_READER_ERROR)
         return dt_set_error(DT_ERR_USAGE, "%s: byte %zu: %s", what, p->problem_offset, problem);
@@ -414,12 +417,11 @@ static dt_status yaml_failure(const struct ctx *c, const yaml_parser_t *p, FILE 
 }
 
 /* A job is one YAML document; a second one is an error, not ignored. */
-static dt_status check_single_document(const struct ctx *c, yaml_parser_t *p, FILE *f,
-                                       const char *key)
+static dt_status check_single_document(const struct ctx *c, yaml_parser_t *p, const char *key)
 {
     yaml_document_t next;
     if (!yaml_parser_load(p, &next))
-        return yaml_failure(c, p, f, key);
+        return yaml_failure(c, p, key);
     yaml_node_t *root = yaml_document_get_root_node(&next);
     int empty = is_null(root); /* a stray "---" at the end is harmless */
     yaml_mark_t mark = next.start_mark;
@@ -429,17 +431,68 @@ static dt_status check_single_document(const struct ctx *c, yaml_parser_t *p, FI
     return fail(c, &mark, key, "found a second YAML document; a job is one document");
 }
 
+/* ---- bounds before parsing ---------------------------------------------- */
+
+/* Whether a quote at text[i] opens a quoted scalar: YAML quotes start a
+ * token; inside a plain scalar ("it's") they are ordinary characters. */
+static int opens_quote(const char *text, size_t i)
+{
+    if (i == 0)
+        return 1;
+    char p = text[i - 1];
+    return p == ' ' || p == '\t' || p == '\n' || p == '\r' || p == ':' || p == ',' || p == '[' ||
+           p == '{' || p == '-';
+}
+
+/* Refuses flow collections nested deeper than JOB_MAX_DEPTH, in one pass
+ * over the text (quoted scalars and comments skipped; brackets inside
+ * plain or block scalars are counted, which only errs on the safe side). */
+static dt_status check_nesting(const struct ctx *c, const char *text, size_t len, const char *key)
+{
+    size_t line = 1, col = 1;
+    int depth = 0;
+    char quote = 0, comment = 0;
+    for (size_t i = 0; i < len; i++, col++) {
+        char ch = text[i];
+        if (ch == '\n') {
+            line++;
+            col = 0;
+            comment = 0;
+            continue;
+        }
+        if (comment)
+            continue;
+        if (quote) {
+            if (ch == '\\' && quote == '"' && i + 1 < len)
+                i++, col++;
+            else if (ch == quote)
+                quote = 0;
+            continue;
+        }
+        if ((ch == '\'' || ch == '"') && opens_quote(text, i))
+            quote = ch;
+        else if (ch == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t'))
+            comment = 1;
+        else if ((ch == '[' || ch == '{') && ++depth > JOB_MAX_DEPTH) {
+            yaml_mark_t m = {.line = line - 1, .column = col - 1};
+            return fail(c, &m, key, "nested deeper than %d levels; a job is a few levels deep",
+                        JOB_MAX_DEPTH);
+        } else if ((ch == ']' || ch == '}') && depth > 0)
+            depth--;
+    }
+    return DT_OK;
+}
+
 /* Parses the parser's input and applies it to c->job (c->doc is set here). */
-static dt_status parse_input(struct ctx *c, yaml_parser_t *p, FILE *f,
-                             const struct dt_cfg_key *leaf)
+static dt_status parse_input(struct ctx *c, yaml_parser_t *p, const struct dt_cfg_key *leaf)
 {
     yaml_document_t doc;
     dt_status st;
     const char *key = leaf ? leaf->key : "";
     if (!yaml_parser_load(p, &doc))
-        return yaml_failure(c, p, f, key);
+        return yaml_failure(c, p, key);
     c->doc = &doc;
-    st = check_single_document(c, p, f, key); /* first, so a failed --set changes nothing */
+    st = check_single_document(c, p, key); /* first, so a failed --set changes nothing */
     if (st == DT_OK && leaf)
         st = apply_leaf(c, leaf, yaml_document_get_root_node(&doc));
     else if (st == DT_OK)
@@ -449,16 +502,31 @@ static dt_status parse_input(struct ctx *c, yaml_parser_t *p, FILE *f,
     return st;
 }
 
+/* Parses YAML text (a whole job, or one key's value when leaf is set) and
+ * applies it to c->job, after the size and nesting bounds. */
+static dt_status parse_text(struct ctx *c, const char *text, size_t len,
+                            const struct dt_cfg_key *leaf)
+{
+    yaml_parser_t p;
+    const char *key = leaf ? leaf->key : "";
+    if (len > JOB_MAX_BYTES)
+        return fail(c, NULL, key, "%zu bytes; a job is at most %u bytes", len, JOB_MAX_BYTES);
+    dt_status st = check_nesting(c, text, len, key);
+    if (st != DT_OK)
+        return st;
+    if (!yaml_parser_initialize(&p))
+        return dt_set_error(DT_ERR_NOMEM, "%s: out of memory starting the YAML parser",
+                            c->file ? c->file : c->where);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    st = parse_input(c, &p, leaf);
+    yaml_parser_delete(&p);
+    return st;
+}
+
 /* Reads value text (a YAML scalar or flow sequence) into one key. */
 static dt_status apply_text(struct ctx *c, const struct dt_cfg_key *k, const char *text)
 {
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p))
-        return dt_set_error(DT_ERR_NOMEM, "%s: out of memory starting the YAML parser", c->where);
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
-    dt_status st = parse_input(c, &p, NULL, k);
-    yaml_parser_delete(&p);
-    return st;
+    return parse_text(c, text, strlen(text), k);
 }
 
 /* ---- public ------------------------------------------------------------ */
@@ -477,73 +545,91 @@ void dt_job_defaults(struct dt_job *job)
     }
 }
 
-static dt_status open_job(const char *path, FILE **out)
+/* Reads a job file whole (it goes through dtrain's one input check, so a
+ * directory or a FIFO is refused at once), at most JOB_MAX_BYTES. */
+static dt_status read_job(const char *path, char **text, size_t *len)
 {
-    struct stat sb;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt_set_error(DT_ERR_NOT_FOUND, "cannot open job file '%s': %s", path,
-                            strerror(errno));
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        return dt_set_error(DT_ERR_NOT_FOUND, "cannot open job file '%s': %s", path,
-                            strerror(EISDIR));
+    int fd;
+    int64_t size;
+    dt_status st = dt_input_open(path, "job file", &fd, &size);
+    if (st != DT_OK)
+        return st;
+    *text = NULL;
+    if (size > (int64_t)JOB_MAX_BYTES) {
+        close(fd);
+        return dt_set_error(DT_ERR_USAGE, "job file %s: %lld bytes; a job is at most %u bytes",
+                            path, (long long)size, JOB_MAX_BYTES);
     }
-    *out = f;
+    char *buf = malloc(JOB_MAX_BYTES + 1);
+    size_t got = 0;
+    ssize_t r = 1;
+    while (buf && got <= JOB_MAX_BYTES && r > 0) {
+        r = read(fd, buf + got, JOB_MAX_BYTES + 1 - got);
+        if (r > 0)
+            got += (size_t)r;
+        else if (r < 0 && errno == EINTR)
+            r = 1;
+    }
+    int err = errno;
+    close(fd);
+    if (!buf)
+        return dt_set_error(DT_ERR_NOMEM, "job file %s: out of memory reading it", path);
+    if (r < 0) {
+        free(buf);
+        return dt_set_error(DT_ERR_IO, "cannot read job file '%s': %s", path, strerror(err));
+    }
+    if (got > JOB_MAX_BYTES) {
+        free(buf);
+        return dt_set_error(DT_ERR_USAGE,
+                            "job file %s: more than %u bytes; a job is at most %u "
+                            "bytes",
+                            path, JOB_MAX_BYTES, JOB_MAX_BYTES);
+    }
+    buf[got] = '\0';
+    *text = buf;
+    *len = got;
     return DT_OK;
 }
 
-static dt_status parse_file(FILE *f, const char *path, struct dt_job *job)
+/* Defaults, then the job text on top, into *job only when all of it applies. */
+static dt_status load_text(const char *name, const char *text, size_t len, struct dt_job *job)
 {
-    yaml_parser_t p;
-    struct ctx c = {.job = job, .file = path};
-    if (!yaml_parser_initialize(&p))
-        return dt_set_error(DT_ERR_NOMEM, "%s: out of memory starting the YAML parser", path);
-    yaml_parser_set_input_file(&p, f);
-    dt_status st = parse_input(&c, &p, f, NULL);
-    yaml_parser_delete(&p);
+    dt_status st = DT_OK;
+    struct dt_job *tmp = NULL;
+    struct ctx c = {.file = name};
+    if (strlen(name) >= sizeof job->source)
+        return dt_set_error(DT_ERR_USAGE, "job file path is too long (%zu bytes; at most %zu)",
+                            strlen(name), sizeof job->source - 1);
+    DT_CHECK(dt_malloc(sizeof *tmp, "the job", (void **)&tmp));
+    dt_job_defaults(tmp);
+    snprintf(tmp->source, sizeof tmp->source, "%s", name);
+    c.job = tmp;
+    DT_CHECK(parse_text(&c, text, len, NULL));
+    memcpy(job, tmp, sizeof *job);
+out:
+    free(tmp);
     return st;
 }
 
 dt_status dt_job_load(const char *path, struct dt_job *job)
 {
     DT_ASSERT(path && job);
-    dt_status st = DT_OK;
-    struct dt_job *tmp = NULL;
-    FILE *f = NULL;
+    char *text = NULL;
+    size_t len = 0;
     if (strlen(path) >= sizeof job->source)
         return dt_set_error(DT_ERR_USAGE, "job file path is too long (%zu bytes; at most %zu)",
                             strlen(path), sizeof job->source - 1);
-    DT_CHECK(open_job(path, &f));
-    DT_CHECK(dt_malloc(sizeof *tmp, "the job", (void **)&tmp));
-    dt_job_defaults(tmp);
-    snprintf(tmp->source, sizeof tmp->source, "%s", path);
-    DT_CHECK(parse_file(f, path, tmp));
-    memcpy(job, tmp, sizeof *job);
-out:
-    free(tmp);
-    if (f)
-        fclose(f);
+    dt_status st = read_job(path, &text, &len);
+    if (st == DT_OK)
+        st = load_text(path, text, len, job);
+    free(text);
     return st;
 }
 
 dt_status dt_job_load_text(const char *name, const char *text, struct dt_job *job)
 {
     DT_ASSERT(name && text && job);
-    dt_status st = DT_OK;
-    struct dt_job *tmp = NULL;
-    FILE *f = fmemopen((void *)text, strlen(text), "r");
-    if (!f)
-        return dt_set_error(DT_ERR_NOMEM, "%s: cannot read the job text", name);
-    DT_CHECK(dt_malloc(sizeof *tmp, "the job", (void **)&tmp));
-    dt_job_defaults(tmp);
-    snprintf(tmp->source, sizeof tmp->source, "%s", name);
-    DT_CHECK(parse_file(f, name, tmp));
-    memcpy(job, tmp, sizeof *job);
-out:
-    free(tmp);
-    fclose(f);
-    return st;
+    return load_text(name, text, strlen(text), job);
 }
 
 /* The key part of "key=value" with surrounding blanks removed. */

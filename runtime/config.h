@@ -20,6 +20,16 @@
 #define DT_JOB_PATH 4096
 #define DT_JOB_MAX_HIDDEN 32
 
+/* Upper bounds of the job's sizes and counts, so that every product of
+ * them (epochs x steps per epoch, rows x widths) stays far inside 64 bits
+ * and every matrix dimension inside what BLAS takes (int). */
+#define DT_JOB_MAX_WIDTH 1048576    /* a hidden layer's width: 2^20 */
+#define DT_JOB_MAX_BATCH 1000000000 /* samples in one batch */
+#define DT_JOB_MAX_EPOCHS 1000000
+#define DT_JOB_MAX_STEPS 1000000000000 /* steps, and intervals counted in steps */
+#define DT_JOB_MAX_THREADS 4096
+#define DT_JOB_MAX_COUNT 1000000 /* retries, rollbacks, checkpoints kept */
+
 struct dt_job {
     char source[DT_JOB_PATH]; /* the job file it came from ("" for defaults) */
     struct {

@@ -55,7 +55,7 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("model.type", E, model.type, "mlp",
         "model family; mlp is a stack of fully connected layers", ONE_OF(model_types)),
     ROW("model.hidden", L, model.hidden, "[512, 512]",
-        "widths of the hidden layers, input side first", AT_LEAST(1),
+        "widths of the hidden layers, input side first", FROM_TO(1, DT_JOB_MAX_WIDTH),
         .count_offset = offsetof(struct dt_job, model.nhidden), .min_count = 1),
     ROW("model.activation", E, model.activation, "relu",
         "activation after each hidden layer", ONE_OF(activations)),
@@ -76,20 +76,23 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         FROM_TO(1, 1024)),
 
     ROW("train.epochs", I, train.epochs, "10",
-        "passes over the training split; used when train.steps is 0", AT_LEAST(0)),
+        "passes over the training split; used when train.steps is 0",
+        FROM_TO(0, DT_JOB_MAX_EPOCHS)),
     ROW("train.steps", I, train.steps, "0", "optimizer steps to run; 0 = use train.epochs",
-        AT_LEAST(0)),
+        FROM_TO(0, DT_JOB_MAX_STEPS)),
     ROW("train.global_batch", I, train.global_batch, "128",
-        "samples per optimizer step, summed over all ranks", AT_LEAST(1)),
+        "samples per optimizer step, summed over all ranks", FROM_TO(1, DT_JOB_MAX_BATCH)),
     ROW("train.micro_batch", I, train.micro_batch, "0",
         "samples per forward/backward pass on one rank; 0 = global_batch / world size "
-        "(no accumulation)", AT_LEAST(0)),
+        "(no accumulation)", FROM_TO(0, DT_JOB_MAX_BATCH)),
     ROW("train.seed", I, train.seed, "42", "seed of every random draw (init, shuffle, dropout)",
         AT_LEAST(0)),
-    ROW("train.eval_batch", I, train.eval_batch, "1000", "samples per evaluation batch",
-        AT_LEAST(1)),
+    ROW("train.eval_batch", I, train.eval_batch, "1000",
+        "samples per evaluation batch, summed over all ranks (at most the test split's size is "
+        "used)", FROM_TO(1, DT_JOB_MAX_BATCH)),
     ROW("train.log_every", I, train.log_every, "100",
-        "optimizer steps between progress lines and metrics records", AT_LEAST(1)),
+        "optimizer steps between progress lines and metrics records",
+        FROM_TO(1, DT_JOB_MAX_STEPS)),
     ROW("train.clip_norm", F, train.clip_norm, "0",
         "clip gradients to this global L2 norm; 0 = off", AT_LEAST(0)),
     ROW("train.precision", E, train.precision, "fp32",
@@ -117,9 +120,11 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("train.schedule.name", E, train.schedule.name, "cosine",
         "learning-rate schedule after warm-up", ONE_OF(schedules)),
     ROW("train.schedule.warmup_steps", I, train.schedule.warmup_steps, "0",
-        "steps of linear warm-up from 0 to the peak learning rate", AT_LEAST(0)),
+        "steps of linear warm-up from 0 to the peak learning rate; at most the run's length",
+        FROM_TO(0, DT_JOB_MAX_STEPS)),
     ROW("train.schedule.step_size", I, train.schedule.step_size, "1000",
-        "step: multiply the learning rate by gamma every step_size steps", AT_LEAST(1)),
+        "step: multiply the learning rate by gamma every step_size steps",
+        FROM_TO(1, DT_JOB_MAX_STEPS)),
     ROW("train.schedule.gamma", F, train.schedule.gamma, "0.1", "step: decay factor",
         ABOVE_TO(0, 1)),
     ROW("train.schedule.min_lr", F, train.schedule.min_lr, "0",
@@ -134,7 +139,8 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "cuda: allow several ranks of a node on one GPU (otherwise an error); gradients then "
         "travel through host memory over MPI", ANY),
     ROW("runtime.threads", I, runtime.threads, "0",
-        "CPU threads per rank; 0 = all cores available to the rank", AT_LEAST(0)),
+        "CPU threads per rank; 0 = all cores available to the rank",
+        FROM_TO(0, DT_JOB_MAX_THREADS)),
     ROW("runtime.log_level", E, runtime.log_level, "info",
         "least severe level logged; DTRAIN_LOG overrides", ONE_OF(log_levels)),
     ROW("runtime.reference_kernels", B, runtime.reference_kernels, "false",
@@ -144,9 +150,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         ONE_OF(progress_modes)),
     ROW("runtime.max_bad_steps", I, runtime.max_bad_steps, "5",
         "steps in a row with a non-finite loss or gradient (each skipped) before rolling back "
-        "to the last checkpoint", AT_LEAST(1)),
+        "to the last checkpoint", FROM_TO(1, DT_JOB_MAX_COUNT)),
     ROW("runtime.max_rollbacks", I, runtime.max_rollbacks, "3",
-        "rollbacks to the last checkpoint before the run stops as diverged", AT_LEAST(0)),
+        "rollbacks to the last checkpoint before the run stops as diverged",
+        FROM_TO(0, DT_JOB_MAX_COUNT)),
     ROW("runtime.timeout_s", F, runtime.timeout_s, "600",
         "watchdog: a step, collective or checkpoint taking longer ends the rank with exit 75 "
         "(restartable); 0 = off", AT_LEAST(0)),
@@ -166,14 +173,16 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "backward (for comparison)", ANY),
 
     ROW("checkpoint.every_steps", I, checkpoint.every_steps, "0",
-        "write a checkpoint every this many optimizer steps; 0 = off", AT_LEAST(0)),
+        "write a checkpoint every this many optimizer steps; 0 = off",
+        FROM_TO(0, DT_JOB_MAX_STEPS)),
     ROW("checkpoint.every_minutes", F, checkpoint.every_minutes, "30",
         "write a checkpoint when this many minutes passed since the last (rank 0's clock "
         "decides); 0 = off", AT_LEAST(0)),
     ROW("checkpoint.keep_last", I, checkpoint.keep_last, "3",
-        "newest checkpoints to keep", AT_LEAST(1)),
+        "newest valid checkpoints to keep", FROM_TO(1, DT_JOB_MAX_COUNT)),
     ROW("checkpoint.keep_every", I, checkpoint.keep_every, "0",
-        "also keep checkpoints whose step is a multiple of this; 0 = off", AT_LEAST(0)),
+        "also keep checkpoints whose step is a multiple of this; 0 = off",
+        FROM_TO(0, DT_JOB_MAX_STEPS)),
     ROW("checkpoint.on_error", E, checkpoint.on_error, "stop",
         "when a checkpoint cannot be written: stop (exit 74) or continue training",
         ONE_OF(ckpt_errors)),
@@ -465,20 +474,33 @@ const char *dt_cfg_type_name(enum dt_cfg_type t)
     return "?";
 }
 
+/* A bound as written in messages: integers in full ("1000000000", not
+ * "1e+09"), floats in %g. */
+static void bound_text(const struct dt_cfg_key *k, double v, char *buf, size_t len)
+{
+    if (k->type == DT_CFG_FLOAT)
+        snprintf(buf, len, "%g", v);
+    else
+        snprintf(buf, len, "%.0f", v);
+}
+
 /* The bounds in math form: ">= 1", "> 0", "[0, 1)", "(0, 1]", "1 to 64". */
 static void bounds(const struct dt_cfg_key *k, char *buf, size_t len)
 {
     unsigned r = k->range;
+    char lo[32], hi[32];
+    bound_text(k, k->lo, lo, sizeof lo);
+    bound_text(k, k->hi, hi, sizeof hi);
     if ((r & DT_CFG_LO) && (r & DT_CFG_HI)) {
         if (k->type != DT_CFG_FLOAT && !(r & (DT_CFG_LO_EXCL | DT_CFG_HI_EXCL)))
-            snprintf(buf, len, "%g to %g", k->lo, k->hi);
+            snprintf(buf, len, "%s to %s", lo, hi);
         else
-            snprintf(buf, len, "%c%g, %g%c", r & DT_CFG_LO_EXCL ? '(' : '[', k->lo, k->hi,
+            snprintf(buf, len, "%c%s, %s%c", r & DT_CFG_LO_EXCL ? '(' : '[', lo, hi,
                      r & DT_CFG_HI_EXCL ? ')' : ']');
     } else if (r & DT_CFG_LO) {
-        snprintf(buf, len, "%s %g", r & DT_CFG_LO_EXCL ? ">" : ">=", k->lo);
+        snprintf(buf, len, "%s %s", r & DT_CFG_LO_EXCL ? ">" : ">=", lo);
     } else if (r & DT_CFG_HI) {
-        snprintf(buf, len, "%s %g", r & DT_CFG_HI_EXCL ? "<" : "<=", k->hi);
+        snprintf(buf, len, "%s %s", r & DT_CFG_HI_EXCL ? "<" : "<=", hi);
     } else {
         buf[0] = '\0';
     }

@@ -85,6 +85,15 @@ static dt_status open_data_local(struct run *r)
         return dt_error_context(st, "data.path");
     DT_CHECK(dt_dataset_split(r->ds, job->data.train_split, &r->train));
     DT_CHECK(dt_dataset_split(r->ds, job->data.test_split, &r->test));
+    for (int k = 0; k < 2; k++) {
+        const struct dt_split_info *s = k ? r->test : r->train;
+        if (s->n < 1) {
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "dataset %s: split '%s' (data.%s_split) holds no samples",
+                              job->data.path, s->name, k ? "test" : "train");
+            goto out;
+        }
+    }
     int same = r->train->ndim == r->test->ndim;
     for (int i = 0; same && i < r->train->ndim; i++)
         same = r->train->shape[i] == r->test->shape[i];
@@ -350,6 +359,39 @@ static dt_status plan_batches(struct run *r)
 
 static void log_layer(void *ctx, const char *s) { DT_LOG_INFO("model", "%s", s); }
 
+/* Evaluation batch over all ranks: train.eval_batch, but no larger than the
+ * test split, at least one row per rank, and a multiple of the ranks. */
+static int64_t eval_global_batch(const struct run *r)
+{
+    int64_t eg = r->job->train.eval_batch < r->test->n ? r->job->train.eval_batch : r->test->n;
+    if (eg < r->world)
+        eg = r->world;
+    return eg - eg % r->world;
+}
+
+/* The run's length from train.steps, or train.epochs x steps per epoch,
+ * and the warm-up checked against it. */
+static dt_status plan_length(struct run *r)
+{
+    const struct dt_job *job = r->job;
+    if (job->train.steps > 0)
+        r->total_steps = job->train.steps;
+    else if (!dt_mul_i64(job->train.epochs, r->bpe, &r->total_steps))
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.epochs=%lld x %lld steps per epoch is more steps than dtrain "
+                            "can count; use fewer epochs",
+                            (long long)job->train.epochs, (long long)r->bpe);
+    r->epochs = (r->total_steps + r->bpe - 1) / r->bpe;
+    if (job->train.schedule.warmup_steps > r->total_steps)
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.schedule.warmup_steps (%lld) is longer than the whole run "
+                            "(%lld steps: train.epochs=%lld x %lld steps per epoch); the learning "
+                            "rate would never reach train.optimizer.lr",
+                            (long long)job->train.schedule.warmup_steps, (long long)r->total_steps,
+                            (long long)job->train.epochs, (long long)r->bpe);
+    return DT_OK;
+}
+
 static dt_status create_loaders(struct run *r)
 {
     const struct dt_job *job = r->job;
@@ -368,8 +410,7 @@ static dt_status create_loaders(struct run *r)
     if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */
-    int64_t eg = job->train.eval_batch < r->world ? r->world : job->train.eval_batch;
-    eg -= eg % r->world;
+    int64_t eg = eval_global_batch(r);
     lo.split = job->data.test_split;
     lo.global_batch = eg;
     lo.micro_batch = eg / r->world;
@@ -381,9 +422,7 @@ static dt_status create_loaders(struct run *r)
     if (r->bpe < 1)
         return dt_set_error(DT_ERR_USAGE, "an epoch of split '%s' has no full global batch",
                             r->train->name);
-    r->total_steps = job->train.steps > 0 ? job->train.steps : job->train.epochs * r->bpe;
-    r->epochs = (r->total_steps + r->bpe - 1) / r->bpe;
-    return DT_OK;
+    return plan_length(r);
 }
 
 /* comm.grad_dtype=bf16: the reducer packs each bucket to bf16 before its
@@ -429,7 +468,7 @@ static dt_status build_local(struct run *r)
         r->micro = r->per_rank = 1;
     else
         DT_CHECK(plan_batches(r));
-    int64_t eval_rows = (job->train.eval_batch + r->world - 1) / r->world;
+    int64_t eval_rows = eval_global_batch(r) / r->world;
     int64_t max_rows = r->micro > eval_rows ? r->micro : eval_rows;
     if (dt_fault_armed("nomem", r->rank, -1)) {
         st = dt_set_error(DT_ERR_NOMEM, "out of memory allocating the model (DTRAIN_FAULT)");

@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cu_util.h"
 #include "runtime/config.h"
+#include "runtime/config_impl.h"
 
 #define PATH_MAX_ 4096
 
@@ -342,10 +344,92 @@ static void test_missing_file(void)
     dt_status st = dt_job_load(path, &j);
     CU_ASSERT_EQUAL(st, DT_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(dt_status_exit_code(st), 66);
-    snprintf(want, sizeof want, "cannot open job file '%s': No such file or directory", path);
+    snprintf(want, sizeof want, "job file %s: no such file", path);
     CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
     CU_ASSERT_EQUAL(dt_job_load(cu_tmpdir(), &j), DT_ERR_NOT_FOUND); /* a directory */
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "Is a directory"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "not a regular file (it is a directory)"));
+}
+
+/* A FIFO is refused at once (opening one to read would wait for a writer). */
+static void test_fifo_job(void)
+{
+    char path[PATH_MAX_];
+    struct dt_job j;
+    tmp_path("job.fifo", path);
+    remove(path);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+    CU_ASSERT_EQUAL(dt_job_load(path, &j), DT_ERR_NOT_FOUND);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "not a regular file (it is a FIFO)"));
+    remove(path);
+}
+
+/* 200,000 nested brackets are refused before libyaml sees them (it takes
+ * minutes on them), naming the place; a job nested 32 deep still parses
+ * as far as its keys go. */
+static void test_deep_nesting(void)
+{
+    enum { N = 200000 };
+    char path[PATH_MAX_];
+    struct dt_job j;
+    char *text = malloc(2 * N + 64);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    size_t k = (size_t)sprintf(text, "model:\n  hidden: ");
+    memset(text + k, '[', N);
+    memset(text + k + N, ']', N);
+    text[k + 2 * N] = '\0';
+    CU_ASSERT_EQUAL(load_text("deep.yaml", text, &j, path), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "deep.yaml:2:43: nested deeper "
+                                                   "than 32 levels"));
+    /* the same through --set */
+    dt_job_defaults(&j);
+    memcpy(text, "model.hidden=", 13);
+    memset(text + 13, '{', N);
+    text[13 + N] = '\0';
+    CU_ASSERT_EQUAL(dt_job_set(&j, text), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "nested deeper than 32 levels"));
+    /* brackets inside quotes and comments do not count */
+    k = (size_t)sprintf(text, "# [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\noutput:\n  dir: '");
+    memset(text + k, '[', 40);
+    sprintf(text + k + 40, "'\nmodel:\n  hidden: [[1]]\n");
+    CU_ASSERT_EQUAL(load_text("quoted.yaml", text, &j, path), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "model.hidden[0]: expected an integer"));
+    free(text);
+}
+
+/* A job file larger than 1 MiB is refused before it is parsed. */
+static void test_huge_job(void)
+{
+    char path[PATH_MAX_];
+    struct dt_job j;
+    size_t n = (1u << 20) + 10;
+    char *text = malloc(n + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    memset(text, '#', n);
+    text[n] = '\0';
+    CU_ASSERT_EQUAL(load_text("huge.yaml", text, &j, path), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "a job is at most 1048576 bytes"));
+    free(text);
+}
+
+/* Every integer key has an upper bound, so no product of job sizes can
+ * overflow: a value past it names the key and the range. */
+static void test_upper_bounds(void)
+{
+    expect_set_error("train.eval_batch=4611686018427387904",
+                     "--set train.eval_batch=4611686018427387904: train.eval_batch: expected an "
+                     "integer from 1 to 1000000000, got '4611686018427387904'");
+    expect_set_error("model.hidden=[2000000]",
+                     "--set model.hidden=[2000000]: model.hidden[0]: expected an integer from 1 "
+                     "to 1048576, got '2000000'");
+    expect_set_error("checkpoint.keep_last=4294967296",
+                     "--set checkpoint.keep_last=4294967296: checkpoint.keep_last: expected an "
+                     "integer from 1 to 1000000, got '4294967296'");
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        const struct dt_cfg_key *k = &dt_cfg_keys[i];
+        if ((k->type == DT_CFG_INT && strcmp(k->key, "train.seed") != 0) ||
+            k->type == DT_CFG_INT_LIST)
+            CU_ASSERT((k->range & DT_CFG_HI) && k->hi <= 1e12);
+    }
 }
 
 /* ---- load errors ------------------------------------------------------- */
@@ -364,22 +448,24 @@ static void test_unknown_keys(void)
     expect_load_error("model:\n  colour: red\n", ":2:3: model.colour: unknown key; the keys of "
                                                  "model are type, hidden, activation, dropout, "
                                                  "init");
-    expect_load_error("foo: 1\n",
-                      ":1:1: foo: unknown key; the sections are model, data, train, runtime, comm, checkpoint, output");
+    expect_load_error("foo: 1\n", ":1:1: foo: unknown key; the sections are model, data, train, "
+                                  "runtime, comm, checkpoint, output");
     expect_load_error("train.epochs: 3\n", ":1:1: train.epochs: dotted names are for --set; in a "
                                            "job file nest each part as a mapping");
 }
 
 static void test_bad_ints(void)
 {
-    expect_load_error("train:\n  global_batch: abc\n",
-                      ":2:17: train.global_batch: expected a positive integer, got 'abc'");
-    expect_load_error("train:\n  global_batch: 0\n",
-                      ":2:17: train.global_batch: expected a positive integer, got '0'");
+    expect_load_error(
+        "train:\n  global_batch: abc\n",
+        ":2:17: train.global_batch: expected an integer from 1 to 1000000000, got 'abc'");
+    expect_load_error(
+        "train:\n  global_batch: 0\n",
+        ":2:17: train.global_batch: expected an integer from 1 to 1000000000, got '0'");
     expect_load_error("train:\n  epochs: 1.5\n",
-                      ":2:11: train.epochs: expected an integer >= 0, got '1.5'");
+                      ":2:11: train.epochs: expected an integer from 0 to 1000000, got '1.5'");
     expect_load_error("train:\n  epochs: 12x\n",
-                      ":2:11: train.epochs: expected an integer >= 0, got '12x'");
+                      ":2:11: train.epochs: expected an integer from 0 to 1000000, got '12x'");
     expect_load_error("train:\n  seed: 99999999999999999999\n",
                       ":2:9: train.seed: expected an integer >= 0, got '99999999999999999999' "
                       "(out of range)");
@@ -446,18 +532,20 @@ static void test_shape_errors(void)
 
 static void test_list_errors(void)
 {
-    const char *want = "expected a list of 1 to 32 positive integers";
+    const char *want = "expected a list of 1 to 32 integers from 1 to 1048576";
     char text[512], suffix[256];
-    expect_load_error("model:\n  hidden: 512\n",
-                      ":2:11: model.hidden: expected a list of 1 to 32 positive integers, got '512'");
+    expect_load_error(
+        "model:\n  hidden: 512\n",
+        ":2:11: model.hidden: expected a list of 1 to 32 integers from 1 to 1048576, got '512'");
     snprintf(suffix, sizeof suffix, ":2:11: model.hidden: %s, got 0 entries", want);
     expect_load_error("model:\n  hidden: []\n", suffix);
     expect_load_error("model:\n  hidden: [1, 0]\n",
-                      ":2:15: model.hidden[1]: expected a positive integer, got '0'");
+                      ":2:15: model.hidden[1]: expected an integer from 1 to 1048576, got '0'");
     expect_load_error("model:\n  hidden:\n    - 3\n    - x\n",
-                      ":4:7: model.hidden[1]: expected a positive integer, got 'x'");
-    expect_load_error("model:\n  hidden: [[1]]\n",
-                      ":2:12: model.hidden[0]: expected a positive integer, got a sequence");
+                      ":4:7: model.hidden[1]: expected an integer from 1 to 1048576, got 'x'");
+    expect_load_error(
+        "model:\n  hidden: [[1]]\n",
+        ":2:12: model.hidden[0]: expected an integer from 1 to 1048576, got a sequence");
     int n = snprintf(text, sizeof text, "model:\n  hidden: [");
     for (int i = 0; i < 33; i++)
         n += snprintf(text + n, sizeof text - (size_t)n, "%s%d", i ? ", " : "", i + 1);
@@ -529,15 +617,17 @@ static void test_set_errors(void)
                      "--set train.schedule=1: train.schedule: is a section with keys name, "
                      "warmup_steps, step_size, gamma, min_lr; set one key in it, e.g. --set "
                      "train.schedule.name=...");
-    expect_set_error("train.global_batch=abc", "--set train.global_batch=abc: train.global_batch: "
-                                               "expected a positive integer, got 'abc'");
+    expect_set_error("train.global_batch=abc",
+                     "--set train.global_batch=abc: train.global_batch: "
+                     "expected an integer from 1 to 1000000000, got 'abc'");
     expect_set_error("train.optimizer.lr=", "--set train.optimizer.lr=: train.optimizer.lr: "
                                             "expected a number > 0, got no value");
     expect_set_error("model.hidden=256", "--set model.hidden=256: model.hidden: expected a list "
-                                         "of 1 to 32 positive integers, got '256'");
-    expect_set_error("model.hidden=[256,-1]",
-                     "--set model.hidden=[256,-1]: model.hidden[1]: expected a positive integer, "
-                     "got '-1'");
+                                         "of 1 to 32 integers from 1 to 1048576, got '256'");
+    expect_set_error(
+        "model.hidden=[256,-1]",
+        "--set model.hidden=[256,-1]: model.hidden[1]: expected an integer from 1 to 1048576, "
+        "got '-1'");
     expect_set_error("train.optimizer.lr",
                      "--set train.optimizer.lr: expected key=value, e.g. train.optimizer.lr=0.01");
     expect_set_error("=5", "--set =5: no key before '='");
@@ -642,7 +732,7 @@ static void test_round_trip_awkward_values(void)
     set_str(j.output.dir, sizeof j.output.dir, "runs/données: #1 - [x]");
     j.model.nhidden = DT_JOB_MAX_HIDDEN;
     for (int i = 0; i < DT_JOB_MAX_HIDDEN; i++)
-        j.model.hidden[i] = 1 + i * 1000003;
+        j.model.hidden[i] = 1 + i * 33331;
     assert_round_trip(&j);
 }
 
@@ -722,6 +812,10 @@ int main(void)
     CU_ADD(s, test_validate);
     CU_ADD(s, test_round_trip_defaults_and_full);
     CU_ADD(s, test_round_trip_awkward_values);
+    CU_ADD(s, test_fifo_job);
+    CU_ADD(s, test_deep_nesting);
+    CU_ADD(s, test_huge_job);
+    CU_ADD(s, test_upper_bounds);
     CU_ADD(s, test_yaml_layout);
     CU_ADD(s, test_reference_page);
     return cu_run_all();
