@@ -7,7 +7,8 @@
 #   - bf16 gradients on the wire stay close to fp32 ones, and do not
 #     depend on the bucket size either;
 #   - each rank reads about 1/N of the training bytes;
-#   - a short last batch (drop_last off) neither hangs nor repeats samples;
+#   - a short last batch (drop_last off) neither hangs nor repeats samples,
+#     and one of a single row (three ranks get none) gives 1 rank's result;
 #   - bad input and a failing rank stop every rank with one message naming
 #     the rank, with the right exit code, and never hang.
 #   train_test.sh DTRAIN COMPARE_MODELS WORKDIR
@@ -16,7 +17,7 @@ DTRAIN=$1 COMPARE=$2 W=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 MPIRUN="bash $HERE/mpirun.sh"
 PY=$(command -v python3)
-rm -rf "$W" && mkdir -p "$W/idx" "$W/idx2"
+rm -rf "$W" && mkdir -p "$W/idx" "$W/idx2" "$W/idx3"
 cd "$W"
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
@@ -51,8 +52,10 @@ expect_fail() {
 
 "$PY" "$HERE/../cli/make_idx.py" idx 1024 200 4 || exit 1
 "$PY" "$HERE/../cli/make_idx.py" idx2 1000 200 4 || exit 1
+"$PY" "$HERE/../cli/make_idx.py" idx3 1001 200 4 || exit 1
 "$DTRAIN" data import idx idx -o tiny.h5 >/dev/null || exit 1
 "$DTRAIN" data import idx idx2 -o other.h5 >/dev/null || exit 1
+"$DTRAIN" data import idx idx3 -o odd.h5 >/dev/null || exit 1
 cat > job.yaml <<JOB
 model:
   hidden: [32]
@@ -115,11 +118,24 @@ run g4 4 --set data.path=other.h5 --set data.drop_last=false --set train.global_
   --set train.epochs=1 || bad "short last batch: $(cat g4.out)"
 samples=$(grep '"type":"summary"' g4/metrics.jsonl | sed 's/.*"samples":\([0-9]*\).*/\1/')
 [ "$samples" = 1000 ] && ok || bad "an epoch of 1000 samples consumed $samples"
-# 1000 = 27 x 37 + 1: a last batch of 1 row, so three ranks get none
-run h4 4 --set data.path=other.h5 --set data.drop_last=false --set train.global_batch=36 \
-  --set train.micro_batch=9 --set train.epochs=1 --set data.shuffle=false || bad "tiny last batch"
-run h1 1 --set data.path=other.h5 --set data.drop_last=false --set train.global_batch=36 \
-  --set train.micro_batch=9 --set train.epochs=1 --set data.shuffle=false || bad "tiny last batch, 1 rank"
+# 1001 samples, global batch 40 over 4 ranks in micro-batches of 5: 25 full
+# batches and a last batch of 1 row, so ranks 0-2 get none (an empty
+# micro-batch) and rank 3 gets it
+tiny=(--set data.path=odd.h5 --set data.drop_last=false --set train.global_batch=40
+      --set train.micro_batch=5 --set train.epochs=1)
+run h4 4 "${tiny[@]}" || bad "tiny last batch: $(cat h4.out)"
+run h1 1 "${tiny[@]}" || bad "tiny last batch, 1 rank: $(cat h1.out)"
+samples=$(grep '"type":"summary"' h4/metrics.jsonl | sed 's/.*"samples":\([0-9]*\).*/\1/')
+steps=$(grep '"type":"summary"' h4/metrics.jsonl | sed 's/.*"steps":\([0-9]*\).*/\1/')
+[ "$samples" = 1001 ] && [ "$steps" = 26 ] && ok \
+  || bad "tiny last batch: $samples samples in $steps steps, expected 1001 in 26"
+# each full batch gives every rank 10 rows, so ranks 0-2 read 250 rows and
+# rank 3 one more: bytes b, b, b and b * 251/250
+bytes=$(grep '"type":"summary"' h4/metrics.jsonl | sed 's/.*"train_bytes_read_per_rank":\[\([0-9,]*\)\].*/\1/')
+awk -v list="$bytes" 'BEGIN { n = split(list, b, ",");
+  exit !(n == 4 && b[1] > 0 && b[1] == b[2] && b[2] == b[3] && b[4] * 250 == b[1] * 251) }' \
+  && ok || bad "tiny last batch: bytes per rank [$bytes], expected ranks 0-2 equal, rank 3 one row more"
+same_losses h1 h4 1e-5 && ok || bad "tiny last batch: losses 1 vs 4 ranks differ"
 "$COMPARE" h1/model.h5 h4/model.h5 1e-5 >/dev/null && ok || bad "short last batch differs 1 vs 4 ranks"
 
 # --- bad input and failures ------------------------------------------------------------
