@@ -25,8 +25,13 @@
  * close it alone; MPI-IO reports open errors on every rank in practice.
  *
  * Reading (verify, load) is serial with HDF5's default sec2 driver and
- * needs no MPI. Every HDF5 call holds the io/ lock, taken once per public
- * function.
+ * needs no MPI. A reader trusts nothing a file declares: attributes must
+ * be single values of the right type, a tensor's shape must fit in the
+ * file before anything is allocated for it, links that lead out of the
+ * file are refused, and meta_checksum covers the metadata HDF5's own
+ * checksums leave out. A file that fails and shows any sign of having been
+ * a checkpoint is reported as damaged, never as foreign. Every HDF5 call
+ * holds the io/ lock, taken once per public function.
  */
 #define _GNU_SOURCE
 #include "checkpoint.h"
@@ -41,15 +46,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <math.h>
+#include <stdarg.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/log.h"
 #include "../runtime/fault.h"
+#include "../runtime/log.h"
+#include "../runtime/util.h"
 #include "hdf5_lock.h"
+#include "outfile.h"
 
 #define CKPT_FORMAT "checkpoint"
 #define CKPT_PREFIX "ckpt-"
@@ -63,10 +70,9 @@
 #define MAX_STEP_DIGITS 19 /* an int64 step */
 #define MAX_NUMEL (INT64_C(1) << 40)
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
-/* The file's size beyond its data (measured: ~4 KiB plus ~0.4 KiB per
- * tensor with its groups and checksum), estimated with room to spare. */
-#define HEADER_BYTES 8192
-#define PER_TENSOR_BYTES 1024
+#define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define FNV_PRIME UINT64_C(0x100000001b3)
+#define MAX_SHORT_STR 1024 /* dtrain_format, dtrain_version, optimizer */
 
 /* ---- checksum ------------------------------------------------------------ */
 
@@ -152,6 +158,7 @@ struct save {
     const struct dt_ckpt_tensor *t;
     int n;
     uint64_t *sums; /* n checksums */
+    uint64_t meta_sum;
     hid_t *dsets;   /* n datasets of the open file */
     hid_t file;
 };
@@ -190,9 +197,22 @@ static dt_status agree(const struct save *s, dt_status st)
 
 /* ---- saving: checks and shared values --------------------------------- */
 
+/* A name HDF5 stores as given: components separated by single '/', none
+ * empty, "." or "..", so a reader lists exactly the names that were saved. */
+static int valid_tensor_name(const char *name)
+{
+    if (!name[0] || memchr(name, '\0', DT_CKPT_NAME) == NULL) return 0;
+    for (const char *p = name;;) {
+        size_t len = strcspn(p, "/");
+        if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && !strncmp(p, "..", 2))) return 0;
+        if (!p[len]) return 1;
+        p += len + 1;
+    }
+}
+
 static dt_status check_tensor_arg(const struct dt_ckpt_tensor *t, int i)
 {
-    if (!t->name[0] || memchr(t->name, '\0', DT_CKPT_NAME) == NULL || t->name[0] == '/')
+    if (!valid_tensor_name(t->name))
         return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor %d has no valid name", i);
     if (t->ndim < 1 || t->ndim > 2 || t->shape[0] < 0 || (t->ndim == 2 && t->shape[1] < 0))
         return dt_set_error(DT_ERR_INVALID_ARG,
@@ -293,10 +313,10 @@ static dt_status check_same_layout(struct save *s)
 /* An upper estimate of the file's size: data, job YAML, metadata. */
 static uint64_t file_estimate(const struct save *s)
 {
-    uint64_t need = HEADER_BYTES + (s->yaml ? strlen(s->yaml) : 0);
+    uint64_t data = 0;
     for (int i = 0; i < s->n; i++)
-        need += PER_TENSOR_BYTES + (uint64_t)numel_of(s->t[i].ndim, s->t[i].shape) * sizeof(float);
-    return need;
+        data += (uint64_t)numel_of(s->t[i].ndim, s->t[i].shape) * sizeof(float);
+    return dt_outfile_hdf5_estimate(data, (uint64_t)s->n, s->yaml ? strlen(s->yaml) : 0);
 }
 
 /* A file-size limit (ulimit -f) below the checkpoint's size fails the save
@@ -305,14 +325,7 @@ static uint64_t file_estimate(const struct save *s)
  * file that crashes the process in MPI_Finalize. */
 static dt_status check_fsize_limit(const struct save *s)
 {
-    struct rlimit rl;
-    uint64_t need = file_estimate(s);
-    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
-        return DT_OK;
-    return dt_set_error(DT_ERR_IO,
-                        "checkpoint %s: the file-size limit (ulimit -f) is %llu bytes "
-                        "but the checkpoint needs about %llu",
-                        s->final, (unsigned long long)rl.rlim_cur, (unsigned long long)need);
+    return dt_outfile_check_limit("checkpoint", s->final, file_estimate(s));
 }
 
 /* This rank's flat slice [lo, hi) of an n-element tensor. */
@@ -378,6 +391,79 @@ static void meta_attrs(struct dt_ckpt_meta *m, struct num_attr a[NUM_META_ATTRS]
     memcpy(a, tab, sizeof tab);
 }
 
+/* ---- the meta checksum -------------------------------------------------- */
+
+/* HDF5 checksums most of a file's metadata, but not every part of it: a
+ * large attribute (a job YAML over 4 KiB) is stored unchecked, and so are
+ * link names in a big group. meta_checksum covers what the tensor checksums
+ * do not: the format version, every meta attribute, the strings, the job
+ * YAML, and every tensor's name, shape and checksum. Tensors enter as a sum
+ * of per-tensor terms, so the writer and the reader need not list them in
+ * the same order. Files written before it existed have no meta_checksum
+ * and are read without it. */
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
+/* Eight bytes, least significant first, whatever the host's byte order. */
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        h = (h ^ ((v >> (8 * i)) & 0xff)) * FNV_PRIME;
+    return h;
+}
+
+static uint64_t tensor_term(const char *name, int ndim, const int64_t *shape, uint64_t sum)
+{
+    uint64_t h = fnv_bytes(FNV_OFFSET, name, strlen(name) + 1);
+    h = fnv_u64(h, (uint64_t)ndim);
+    h = fnv_u64(h, (uint64_t)shape[0]);
+    h = fnv_u64(h, (uint64_t)(ndim == 2 ? shape[1] : 0));
+    return mix64(fnv_u64(h, sum));
+}
+
+struct meta_text {
+    const char *version, *optimizer, *job; /* as stored */
+};
+
+static uint64_t meta_checksum(const struct dt_ckpt_meta *m, int format_version,
+                              const struct meta_text *txt, uint64_t tensors)
+{
+    struct dt_ckpt_meta copy = *m;
+    struct num_attr a[NUM_META_ATTRS];
+    meta_attrs(&copy, a);
+    uint64_t h = fnv_u64(FNV_OFFSET, (uint64_t)(int64_t)format_version);
+    for (int i = 0; i < NUM_META_ATTRS; i++) {
+        uint64_t v = 0;
+        if (a[i].kind == A_INT) {
+            int iv;
+            memcpy(&iv, a[i].v, sizeof iv);
+            v = (uint64_t)(int64_t)iv;
+        } else
+            memcpy(&v, a[i].v, sizeof v); /* int64, uint64 or the bits of a double */
+        h = fnv_u64(h, v);
+    }
+    h = fnv_bytes(h, txt->version, strlen(txt->version) + 1);
+    h = fnv_bytes(h, txt->optimizer, strlen(txt->optimizer) + 1);
+    h = fnv_bytes(h, txt->job, strlen(txt->job) + 1);
+    return mix64(fnv_u64(h, tensors));
+}
+
+/* After compute_checksums: every rank holds the same meta, YAML and sums. */
+static void compute_meta_sum(struct save *s)
+{
+    uint64_t tensors = 0;
+    for (int i = 0; i < s->n; i++)
+        tensors += tensor_term(s->t[i].name, s->t[i].ndim, s->t[i].shape, s->sums[i]);
+    struct meta_text txt = {s->meta.version, s->meta.optimizer, s->yaml ? s->yaml : ""};
+    s->meta_sum = meta_checksum(&s->meta, DT_CKPT_FORMAT_VERSION, &txt, tensors);
+}
+
 static hid_t mem_type(enum attr_kind k)
 {
     return k == A_I64   ? H5T_NATIVE_INT64
@@ -417,36 +503,6 @@ static herr_t put_str(hid_t loc, const char *name, const char *value)
     return e;
 }
 
-/* Reads a scalar fixed-length string attribute into a malloc'd string. */
-static herr_t get_str(hid_t loc, const char *name, char **out)
-{
-    char *buf = NULL;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t t = a < 0 ? -1 : H5Aget_type(a);
-    size_t size = t < 0 ? 0 : H5Tget_size(t);
-    if (t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 && size > 0)
-        buf = calloc(size + 1, 1);
-    herr_t e = buf ? H5Aread(a, t, buf) : -1;
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    if (e < 0) free(buf);
-    *out = e < 0 ? NULL : buf;
-    return e;
-}
-
-/* A numeric scalar attribute, converted to the kind's native type. */
-static herr_t get_num(hid_t loc, const char *name, enum attr_kind k, void *v)
-{
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    hid_t t = a < 0 ? -1 : H5Aget_type(a);
-    H5T_class_t cls = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
-    herr_t e = -1;
-    if (cls == H5T_INTEGER || (cls == H5T_FLOAT && k == A_F64)) e = H5Aread(a, mem_type(k), v);
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    return e;
-}
-
 /* ---- saving: the file ----------------------------------------------------- */
 
 static dt_status create_file(struct save *s)
@@ -475,6 +531,7 @@ static dt_status write_header(struct save *s)
     if (e >= 0) e = put_str(s->file, "dtrain_version", s->meta.version);
     if (e >= 0) e = put_str(s->file, "optimizer", s->meta.optimizer);
     if (e >= 0) e = put_str(s->file, "job", s->yaml ? s->yaml : "");
+    if (e >= 0) e = put_num(s->file, "meta_checksum", A_U64, &s->meta_sum);
     return e < 0 ? dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot write its attributes", s->tmp)
                  : DT_OK;
 }
@@ -543,29 +600,6 @@ static herr_t select_flat(hid_t space, const struct dt_ckpt_tensor *t, uint64_t 
     return e;
 }
 
-/* "12 KiB", "4.1 MiB", "2.0 GiB". */
-static void format_bytes(double b, char *buf, size_t len)
-{
-    if (b < 1024.0 * 1024.0)
-        snprintf(buf, len, "%.0f KiB", b / 1024.0);
-    else if (b < 1024.0 * 1024.0 * 1024.0)
-        snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024.0));
-    else
-        snprintf(buf, len, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
-}
-
-/* "; <n> free on its file system": HDF5 1.10's MPI-IO driver reports a
- * short write without the system's reason, so say whether space ran out. */
-static void space_hint(const char *dir, char *buf, size_t len)
-{
-    struct statvfs v;
-    char free_[32];
-    buf[0] = '\0';
-    if (statvfs(dir, &v) != 0) return;
-    format_bytes((double)v.f_bavail * (double)v.f_frsize, free_, sizeof free_);
-    snprintf(buf, len, "; %s free on its file system", free_);
-}
-
 /* One collective write of this rank's slice of tensor i. A rank whose
  * selection fails still joins the collective call with nothing selected. */
 static dt_status write_slice(struct save *s, int i, hid_t dxpl)
@@ -587,8 +621,10 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
     herr_t e = fs < 0 || ms < 0 ? -1 : H5Dwrite(s->dsets[i], H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
     dt_status st = DT_OK;
     if (sel < 0 || e < 0) {
+        /* HDF5 1.10's MPI-IO driver reports a short write without the
+         * system's reason, so say whether space ran out */
         char hint[128];
-        space_hint(s->dir, hint, sizeof hint);
+        dt_outfile_free_text(s->tmp, hint, sizeof hint);
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot write tensor %s%s", s->tmp, t->name,
                          hint);
     }
@@ -634,33 +670,10 @@ static dt_status close_file(struct save *s, int flush)
 
 /* Rank 0 reserves the whole file's space right after the (still empty)
  * file is created, before any data is written: a full disk or quota then
- * fails here, cleanly. Met in the middle of a collective write instead,
- * HDF5 1.10 cannot recover: with ROMIO the ranks hang in H5Fclose, with
- * OMPIO the close fails and the process crashes in MPI_Finalize, and OMPIO
- * may even report the lost data writes as done. Blocks are reserved past
- * the end of the file (the size stays 0), so HDF5 sees the file it
- * expects; file systems without fallocate get a free-space check. */
+ * fails here, cleanly (outfile.c says why that matters). */
 static dt_status reserve_space(const struct save *s)
 {
-    uint64_t need = file_estimate(s);
-    int fd = open(s->tmp, O_WRONLY | O_CLOEXEC);
-    int rc = fd < 0 ? -1 : fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)need);
-    int err = errno;
-    char hint[128] = "";
-    if (rc != 0 && fd >= 0 && (err == EOPNOTSUPP || err == ENOSYS)) {
-        struct statvfs v;
-        rc = statvfs(s->dir, &v) != 0 || (uint64_t)v.f_bavail * v.f_frsize >= need ? 0 : -1;
-        err = ENOSPC;
-    }
-    if (rc != 0 && fd >= 0) /* give back what a failed fallocate kept */
-        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)need);
-    if (fd >= 0) close(fd);
-    if (rc == 0) return DT_OK;
-    char size[32];
-    format_bytes((double)need, size, sizeof size);
-    space_hint(s->dir, hint, sizeof hint);
-    return dt_set_error(DT_ERR_IO, "checkpoint %s: cannot reserve %s for it: %s%s", s->tmp, size,
-                        strerror(err), hint);
+    return dt_outfile_reserve("checkpoint", s->tmp, file_estimate(s));
 }
 
 /* The HDF5 part, lock held: create, reserve, write, close, each stage
@@ -688,16 +701,6 @@ static dt_status write_file(struct save *s)
 
 /* ---- saving: the commit (rank 0) ------------------------------------------ */
 
-static dt_status fsync_path(const char *path, int is_dir)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (is_dir ? O_DIRECTORY : 0));
-    int ok = fd >= 0 && (fsync(fd) == 0 || (is_dir && (errno == EINVAL || errno == EROFS)));
-    int err = errno;
-    if (fd >= 0) close(fd);
-    return ok ? DT_OK
-              : dt_set_error(DT_ERR_IO, "checkpoint: cannot sync %s: %s", path, strerror(err));
-}
-
 /* Writes "<name>\n" to .latest.tmp, syncs it and renames it to latest. */
 static dt_status write_latest(const struct save *s)
 {
@@ -705,45 +708,13 @@ static dt_status write_latest(const struct save *s)
     snprintf(tmp, sizeof tmp, "%s/%s", s->dir, LATEST_TMP);
     snprintf(dst, sizeof dst, "%s/%s", s->dir, LATEST_FILE);
     int len = snprintf(line, sizeof line, "%s\n", s->name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    int ok = fd >= 0 && write(fd, line, (size_t)len) == len && fsync(fd) == 0;
-    int err = errno;
-    if (fd >= 0 && close(fd) != 0 && ok) {
-        ok = 0;
-        err = errno;
-    }
-    if (ok && rename(tmp, dst) != 0) {
-        ok = 0;
-        err = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        return dt_set_error(DT_ERR_IO, "checkpoint %s: cannot update %s: %s", s->final, dst,
-                            strerror(err));
-    }
-    return fsync_path(s->dir, 1);
-}
-
-/* Gives back reserved blocks past the end of the finished file. */
-static void release_reserve(const struct save *s)
-{
-    struct stat sb;
-    uint64_t need = file_estimate(s);
-    int fd = open(s->tmp, O_WRONLY | O_CLOEXEC);
-    if (fd >= 0 && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size < need)
-        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, sb.st_size,
-                  (off_t)need - sb.st_size);
-    if (fd >= 0) close(fd);
+    return dt_outfile_write_small("checkpoint pointer", tmp, dst, line, (size_t)len);
 }
 
 static dt_status commit(const struct save *s)
 {
-    release_reserve(s);
-    dt_status st = fsync_path(s->tmp, 0);
-    if (st == DT_OK && rename(s->tmp, s->final) != 0)
-        st = dt_set_error(DT_ERR_IO, "checkpoint %s: cannot rename %s into place: %s", s->final,
-                          s->tmp, strerror(errno));
-    if (st == DT_OK) st = fsync_path(s->dir, 1);
+    dt_outfile_release(s->tmp, file_estimate(s));
+    dt_status st = dt_outfile_commit("checkpoint", s->tmp, s->final);
     if (st == DT_OK) st = write_latest(s);
     return st;
 }
@@ -788,6 +759,7 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
     if (st == DT_OK) st = check_fsize_limit(&s);
     DT_CHECK(agree(&s, st));
     DT_CHECK(compute_checksums(&s));
+    compute_meta_sum(&s);
     dt_h5_lock();
     st = write_file(&s);
     dt_h5_unlock();
@@ -809,65 +781,305 @@ out:
 
 /* ---- reading ----------------------------------------------------------------- */
 
-/* Opens a checkpoint read-only (sec2 driver). Lock held. */
-static dt_status open_file(const char *path, hid_t *f)
+/* A checkpoint open for reading (serial, sec2 driver). Lock held while it
+ * is used. */
+struct reader {
+    const char *path;
+    hid_t f;
+    int64_t file_bytes;
+};
+
+/* "checkpoint X is damaged: <what>", for a file that shows it was a
+ * checkpoint but cannot be read as one. */
+static dt_status damaged(const struct reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static dt_status damaged(const struct reader *r, const char *fmt, ...)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return dt_set_error(errno == ENOENT || errno == ENOTDIR ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                            "checkpoint %s: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s: not a regular file", path);
-    *f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (*f < 0)
-        return dt_h5_error(DT_ERR_BAD_DATA,
-                           "checkpoint %s: not a readable HDF5 file "
-                           "(truncated or corrupt?)",
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s is damaged: %s", r->path, what);
+}
+
+/* The same, with HDF5's own reason: call right after the failing call. */
+static dt_status damaged_h5(const struct reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static dt_status damaged_h5(const struct reader *r, const char *fmt, ...)
+{
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s is damaged: %s", r->path, what);
+}
+
+static dt_status open_file(struct reader *r, const char *path)
+{
+    r->path = path;
+    r->f = -1;
+    dt_status st = dt_input_check(path, "checkpoint", &r->file_bytes);
+    if (st != DT_OK) return st;
+    r->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (r->f < 0)
+        return dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s is damaged or is not an HDF5 file",
                            path);
     return DT_OK;
 }
 
-static dt_status bad_attr(const char *path, const char *name)
+static void close_file_r(struct reader *r)
 {
-    return dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s: attribute '%s' missing or unreadable", path,
-                       name);
+    if (r->f >= 0) H5Fclose(r->f);
+    r->f = -1;
 }
 
-/* Copies a string attribute into a fixed buffer. */
-static dt_status get_fixed_str(hid_t f, const char *path, const char *name, char *dst, size_t len)
+/* "attribute 'step'" or "attribute 'checksum' of tensor T", for messages. */
+static void attr_name(const char *tensor, const char *name, char *buf, size_t len)
 {
-    char *v = NULL;
-    if (get_str(f, name, &v) < 0) return bad_attr(path, name);
-    snprintf(dst, len, "%s", v);
-    free(v);
+    if (tensor)
+        snprintf(buf, len, "attribute '%s' of tensor %s", name, tensor);
+    else
+        snprintf(buf, len, "attribute '%s'", name);
+}
+
+/* Opens attribute name of loc (of tensor `tensor`, NULL for the root) with
+ * its type and its number of elements; a missing or unreadable one is
+ * damage. */
+static dt_status open_attr(const struct reader *r, hid_t loc, const char *tensor, const char *name,
+                           hid_t *a, hid_t *t, hssize_t *n)
+{
+    char who[DT_CKPT_NAME + 64];
+    attr_name(tensor, name, who, sizeof who);
+    *a = *t = -1;
+    htri_t e = H5Aexists(loc, name);
+    if (e <= 0)
+        return e < 0 ? damaged_h5(r, "cannot look up %s", who) : damaged(r, "%s is missing", who);
+    hid_t sp = -1;
+    *a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (*a < 0 || (*t = H5Aget_type(*a)) < 0 || (sp = H5Aget_space(*a)) < 0 ||
+        (*n = H5Sget_simple_extent_npoints(sp)) < 0) {
+        dt_status st = damaged_h5(r, "cannot read %s", who);
+        if (sp >= 0) H5Sclose(sp);
+        return st;
+    }
+    H5Sclose(sp);
     return DT_OK;
 }
 
-/* Format check and every field of the meta. Lock held. */
-static dt_status read_meta(hid_t f, const char *path, struct dt_ckpt_meta *m)
+static void close_attr(hid_t a, hid_t t)
+{
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+}
+
+/* One number (of the kind's type: integers for integer kinds, integers or
+ * floats for A_F64). */
+static dt_status get_num(const struct reader *r, hid_t loc, const char *tensor, const char *name,
+                         enum attr_kind k, void *v)
+{
+    char who[DT_CKPT_NAME + 64];
+    hid_t a, t;
+    hssize_t n = 0;
+    dt_status st = open_attr(r, loc, tensor, name, &a, &t, &n);
+    if (st != DT_OK) return st;
+    attr_name(tensor, name, who, sizeof who);
+    H5T_class_t cls = H5Tget_class(t);
+    if (!(cls == H5T_INTEGER || (cls == H5T_FLOAT && k == A_F64)) || n != 1)
+        st = damaged(r, "%s is not a single %s", who, k == A_F64 ? "number" : "integer");
+    else if (H5Aread(a, mem_type(k), v) < 0)
+        st = damaged_h5(r, "cannot read %s", who);
+    close_attr(a, t);
+    return st;
+}
+
+/* One fixed-length string of at most max bytes, malloc'd into *out. */
+static dt_status get_str(const struct reader *r, hid_t loc, const char *name, size_t max,
+                         char **out)
+{
+    char who[DT_CKPT_NAME + 64];
+    hid_t a, t;
+    hssize_t n = 0;
+    *out = NULL;
+    dt_status st = open_attr(r, loc, NULL, name, &a, &t, &n);
+    if (st != DT_OK) return st;
+    attr_name(NULL, name, who, sizeof who);
+    size_t size = H5Tget_size(t);
+    if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0 || n != 1 || size == 0)
+        st = damaged(r, "%s is not a single fixed-length string", who);
+    else if (size > max)
+        st = damaged(r, "%s declares %zu bytes, more than %zu", who, size, max);
+    else if (!(*out = calloc(size + 1, 1)))
+        st = dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory reading %s", r->path, who);
+    else if (H5Aread(a, t, *out) < 0)
+        st = damaged_h5(r, "cannot read %s", who);
+    if (st != DT_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    close_attr(a, t);
+    return st;
+}
+
+/* ---- is it a checkpoint at all? ------------------------------------------ */
+
+/* Root attributes only a checkpoint carries (models and datasets have a
+ * format_version too). */
+static const char *const ckpt_attr_names[] = {
+    "step",    "epoch",     "batch",     "samples", "seed",          "world",
+    "optim_t", "bad_steps", "rollbacks", "job",     "meta_checksum",
+};
+
+/* H5Lvisit: stops (1) at the first dataset that has a checksum attribute. */
+static herr_t find_tensor(hid_t g, const char *name, const H5L_info_t *li, void *op)
+{
+    (void)op;
+    if (li->type != H5L_TYPE_HARD) return 0;
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    if (o < 0) return -1;
+    htri_t yes = H5Iget_type(o) == H5I_DATASET ? H5Aexists(o, "checksum") : 0;
+    H5Oclose(o);
+    return yes < 0 ? -1 : yes > 0;
+}
+
+/* Whether the open file shows it was written as a checkpoint: a checkpoint
+ * attribute on the root or a tensor with a checksum. 1 yes, 0 no, or a
+ * damage status (set) when HDF5 cannot even tell. */
+static int checkpoint_signs(const struct reader *r, dt_status *st)
+{
+    for (size_t i = 0; i < sizeof ckpt_attr_names / sizeof ckpt_attr_names[0]; i++) {
+        htri_t e = H5Aexists(r->f, ckpt_attr_names[i]);
+        if (e < 0) {
+            *st = damaged_h5(r, "cannot look up its attributes");
+            return -1;
+        }
+        if (e > 0) return 1;
+    }
+    herr_t v = H5Lvisit(r->f, H5_INDEX_NAME, H5_ITER_INC, find_tensor, NULL);
+    if (v < 0) {
+        *st = damaged_h5(r, "cannot list its objects");
+        return -1;
+    }
+    return v > 0;
+}
+
+/* dtrain_format must say "checkpoint". A file that lacks it or says
+ * something else is "not a dtrain checkpoint" only when nothing else in it
+ * looks like one; otherwise it is a damaged checkpoint. */
+static dt_status check_format(const struct reader *r)
 {
     char *format = NULL;
-    int version = 0;
     dt_status st = DT_OK;
-    if (get_str(f, "dtrain_format", &format) < 0 || strcmp(format, CKPT_FORMAT) != 0) {
-        st = dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s: not a dtrain checkpoint (format %s)",
-                          path, format ? format : "missing");
-        goto out;
+    htri_t e = H5Aexists(r->f, "dtrain_format");
+    if (e < 0) return damaged_h5(r, "cannot look up its attributes");
+    if (e > 0) {
+        DT_CHECK(get_str(r, r->f, "dtrain_format", MAX_SHORT_STR, &format));
+        if (!strcmp(format, CKPT_FORMAT)) goto out;
     }
-    if (get_num(f, "format_version", A_INT, &version) < 0 || version != DT_CKPT_FORMAT_VERSION) {
-        st = dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s: format version %d, this dtrain reads %d",
-                          path, version, DT_CKPT_FORMAT_VERSION);
-        goto out;
-    }
+    int signs = checkpoint_signs(r, &st);
+    if (signs < 0) goto out;
+    if (signs && format)
+        st = damaged(r, "its dtrain_format is '%s' but it holds checkpoint attributes", format);
+    else if (signs)
+        st = damaged(r, "its dtrain_format attribute is missing but it holds checkpoint "
+                        "attributes or tensors");
+    else if (format && (!strcmp(format, "model") || !strcmp(format, "dataset")))
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "checkpoint %s is not a dtrain checkpoint (it is a dtrain %s file)",
+                          r->path, format);
+    else if (format)
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "checkpoint %s is not a dtrain checkpoint (its dtrain_format is '%s')",
+                          r->path, format);
+    else
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "checkpoint %s is not a dtrain checkpoint (an HDF5 file without a "
+                          "dtrain_format attribute)",
+                          r->path);
+out:
+    free(format);
+    return st;
+}
+
+/* ---- the header: meta, job, tensor list ---------------------------------- */
+
+/* Values no checkpoint holds are damage too. */
+static dt_status check_meta_values(const struct reader *r, const struct dt_ckpt_meta *m)
+{
+    const char *neg = NULL;
+    int64_t v = 0;
+    const struct {
+        const char *name;
+        int64_t v;
+    } counts[] = {{"step", m->step},          {"epoch", m->epoch},     {"batch", m->batch},
+                  {"samples", m->samples},    {"optim_t", m->optim_t}, {"bad_steps", m->bad_steps},
+                  {"rollbacks", m->rollbacks}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0] && !neg; i++)
+        if (counts[i].v < 0) {
+            neg = counts[i].name;
+            v = counts[i].v;
+        }
+    if (neg)
+        return damaged(r, "attribute '%s' is %lld (it counts, so it is never negative)", neg,
+                       (long long)v);
+    if (m->world < 1)
+        return damaged(r, "attribute 'world' is %d (a checkpoint is written by 1 or more ranks)",
+                       m->world);
+    if (!isfinite(m->loss_scale) || !(m->loss_scale > 0))
+        return damaged(r, "attribute 'loss_scale' is %g (it must be a positive number)",
+                       m->loss_scale);
+    if (!isfinite(m->created))
+        return damaged(r, "attribute 'created' is %g (not a time)", m->created);
+    return DT_OK;
+}
+
+/* What the header holds beyond the meta. */
+struct header {
+    struct meta_text txt; /* malloc'd strings, as stored */
+    int has_sum;
+    uint64_t meta_sum;
+};
+
+static void header_free(struct header *h)
+{
+    free((char *)h->txt.version);
+    free((char *)h->txt.optimizer);
+    free((char *)h->txt.job);
+    memset(h, 0, sizeof *h);
+}
+
+/* Format, version and every attribute of the root. */
+static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struct header *h)
+{
+    int version = 0;
+    dt_status st;
+    memset(h, 0, sizeof *h);
+    DT_CHECK(check_format(r));
+    DT_CHECK(get_num(r, r->f, NULL, "format_version", A_INT, &version));
+    if (version < 1) return damaged(r, "its format version is %d, which no dtrain writes", version);
+    if (version > DT_CKPT_FORMAT_VERSION)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "checkpoint %s has format version %d; this dtrain reads version %d "
+                            "(a newer dtrain wrote it)",
+                            r->path, version, DT_CKPT_FORMAT_VERSION);
     struct num_attr a[NUM_META_ATTRS];
     memset(m, 0, sizeof *m);
     meta_attrs(m, a);
     for (int i = 0; i < NUM_META_ATTRS; i++)
-        if (get_num(f, a[i].name, a[i].kind, a[i].v) < 0) DT_CHECK(bad_attr(path, a[i].name));
-    DT_CHECK(get_fixed_str(f, path, "dtrain_version", m->version, sizeof m->version));
-    DT_CHECK(get_fixed_str(f, path, "optimizer", m->optimizer, sizeof m->optimizer));
+        DT_CHECK(get_num(r, r->f, NULL, a[i].name, a[i].kind, a[i].v));
+    DT_CHECK(get_str(r, r->f, "dtrain_version", MAX_SHORT_STR, (char **)&h->txt.version));
+    DT_CHECK(get_str(r, r->f, "optimizer", MAX_SHORT_STR, (char **)&h->txt.optimizer));
+    DT_CHECK(get_str(r, r->f, "job", (size_t)r->file_bytes, (char **)&h->txt.job));
+    snprintf(m->version, sizeof m->version, "%s", h->txt.version);
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", h->txt.optimizer);
+    htri_t e = H5Aexists(r->f, "meta_checksum");
+    if (e < 0) DT_CHECK(damaged_h5(r, "cannot look up attribute 'meta_checksum'"));
+    h->has_sum = e > 0;
+    if (h->has_sum) DT_CHECK(get_num(r, r->f, NULL, "meta_checksum", A_U64, &h->meta_sum));
+    DT_CHECK(check_meta_values(r, m));
 out:
-    free(format);
+    if (st != DT_OK) header_free(h);
     return st;
 }
 
@@ -880,33 +1092,67 @@ struct tensor_hdr {
     uint64_t checksum;
 };
 
-static dt_status open_tensor(hid_t f, const char *path, const char *name, struct tensor_hdr *h)
+static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
+{
+    if (ndim == 2)
+        snprintf(buf, len, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
+    else
+        snprintf(buf, len, "[%lld]", (long long)shape[0]);
+}
+
+/* Type, shape and checksum of tensor `name`, and that its data can be in
+ * the file, all before anything is allocated for it. */
+static dt_status open_tensor(const struct reader *r, const char *name, struct tensor_hdr *h)
 {
     dt_status st = DT_OK;
     hsize_t dims[2] = {0, 1};
     hid_t sp = -1, ty = -1;
+    char shape[64], declared[96], what[CKPT_PATH + 32];
     memset(h, 0, sizeof *h);
-    h->d = H5Dopen2(f, name, H5P_DEFAULT);
+    h->d = -1;
+    enum dt_h5_path p = dt_h5_hard_path(r->f, name);
+    if (p != DT_H5_PATH_HARD) {
+        if (p == DT_H5_PATH_ERROR) return damaged_h5(r, "cannot look up tensor %s", name);
+        return dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s: tensor %s is %s", r->path, name,
+                            p == DT_H5_PATH_LINK ? "a link to elsewhere, not stored in the file"
+                                                 : "missing");
+    }
+    h->d = H5Dopen2(r->f, name, H5P_DEFAULT);
     if (h->d < 0) {
-        st = dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s: tensor %s is missing", path, name);
+        st = damaged_h5(r, "cannot open tensor %s", name);
         goto out;
     }
     sp = H5Dget_space(h->d);
     ty = H5Dget_type(h->d);
     h->ndim = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
     if (ty < 0 || H5Tget_class(ty) != H5T_FLOAT || H5Tget_size(ty) != sizeof(float) ||
-        (h->ndim != 1 && h->ndim != 2) || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
-        st = dt_h5_error(DT_ERR_BAD_DATA,
-                         "checkpoint %s: tensor %s is not a 1-D or 2-D float32 "
-                         "array",
-                         path, name);
+        (h->ndim != 1 && h->ndim != 2) || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
+        dims[0] > INT64_MAX || dims[1] > INT64_MAX) {
+        st = damaged_h5(r, "tensor %s is not a 1-D or 2-D float32 array", name);
         goto out;
     }
     h->shape[0] = (int64_t)dims[0];
     h->shape[1] = h->ndim == 2 ? (int64_t)dims[1] : 0;
-    h->numel = (int64_t)(dims[0] * (h->ndim == 2 ? dims[1] : 1));
-    if (get_num(h->d, "checksum", A_U64, &h->checksum) < 0)
-        st = dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s: tensor %s has no checksum", path, name);
+    int64_t bytes = 0;
+    shape_str(h->ndim, h->shape, shape, sizeof shape);
+    if (!dt_mul_i64(h->shape[0], h->ndim == 2 ? h->shape[1] : 1, &h->numel) ||
+        !dt_mul_i64(h->numel, (int64_t)sizeof(float), &bytes) || bytes > r->file_bytes) {
+        st = damaged(r,
+                     "tensor %s declares shape %s, more float32 values than the file's %lld "
+                     "bytes hold",
+                     name, shape, (long long)r->file_bytes);
+        goto out;
+    }
+    snprintf(declared, sizeof declared, "shape %s", shape);
+    snprintf(what, sizeof what, "checkpoint %s is damaged", r->path);
+    struct dt_h5_storage stor = {.what = what,
+                                 .file = r->path,
+                                 .obj = name,
+                                 .declared = declared,
+                                 .bytes = (uint64_t)bytes,
+                                 .file_bytes = r->file_bytes};
+    DT_CHECK(dt_h5_check_storage(h->d, &stor));
+    st = get_num(r, h->d, name, "checksum", A_U64, &h->checksum);
 out:
     if (ty >= 0) H5Tclose(ty);
     if (sp >= 0) H5Sclose(sp);
@@ -918,27 +1164,23 @@ out:
 }
 
 /* Reads the whole tensor into dst and checks its checksum; closes it. */
-static dt_status read_tensor(struct tensor_hdr *h, const char *path, const char *name, float *dst)
+static dt_status read_tensor(const struct reader *r, struct tensor_hdr *h, const char *name,
+                             float *dst)
 {
     static float nothing;
     dt_status st = DT_OK;
     if (h->numel > 0 && H5Dread(h->d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
-        st = dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s: cannot read tensor %s", path, name);
+        st = damaged_h5(r, "cannot read tensor %s", name);
     else if (dt_ckpt_checksum(h->numel > 0 ? dst : &nothing, (size_t)h->numel) != h->checksum)
-        st = dt_set_error(DT_ERR_BAD_DATA,
-                          "checkpoint %s: tensor %s fails its checksum (the file "
-                          "is corrupt)",
-                          path, name);
+        st = damaged(r, "tensor %s fails its checksum", name);
     H5Dclose(h->d);
     h->d = -1;
     return st;
 }
 
-/* ---- verify ------------------------------------------------------------------- */
-
 struct visit {
+    const struct reader *r;
     struct dt_ckpt_info *info;
-    const char *path;
     dt_status st;
 };
 
@@ -946,10 +1188,16 @@ struct visit {
 static herr_t visit_link(hid_t g, const char *name, const H5L_info_t *li, void *op)
 {
     struct visit *v = op;
-    if (li->type != H5L_TYPE_HARD) return 0;
+    if (li->type != H5L_TYPE_HARD) {
+        v->st = dt_set_error(DT_ERR_BAD_DATA,
+                             "checkpoint %s: %s is a link to elsewhere; a checkpoint holds "
+                             "only its own tensors",
+                             v->r->path, name);
+        return -1;
+    }
     hid_t o = H5Oopen(g, name, H5P_DEFAULT);
     if (o < 0) {
-        v->st = dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s: cannot open %s", v->path, name);
+        v->st = damaged_h5(v->r, "cannot open %s", name);
         return -1;
     }
     int is_dataset = H5Iget_type(o) == H5I_DATASET;
@@ -959,38 +1207,67 @@ static herr_t visit_link(hid_t g, const char *name, const H5L_info_t *li, void *
         v->st = dt_set_error(DT_ERR_BAD_DATA,
                              "checkpoint %s: more than %d tensors or a name "
                              "longer than %d (%s)",
-                             v->path, DT_CKPT_MAX_TENSORS, DT_CKPT_NAME - 1, name);
+                             v->r->path, DT_CKPT_MAX_TENSORS, DT_CKPT_NAME - 1, name);
         return -1;
     }
     snprintf(v->info->names[v->info->ntensors++], DT_CKPT_NAME, "%s", name);
     return 0;
 }
 
-/* Reads and checks every tensor listed in info, keeping their shapes. */
-static dt_status verify_tensors(hid_t f, const char *path, struct dt_ckpt_info *info)
+/* Meta, job YAML and every tensor's name and shape into info, checked
+ * against meta_checksum when the file has one. No tensor data is read. */
+static dt_status read_header(const struct reader *r, struct dt_ckpt_info *info)
+{
+    struct header h;
+    dt_status st = read_meta(r, &info->meta, &h);
+    if (st != DT_OK) return st;
+    struct visit v = {.r = r, .info = info};
+    if (H5Lvisit(r->f, H5_INDEX_NAME, H5_ITER_INC, visit_link, &v) < 0)
+        DT_CHECK(v.st != DT_OK ? v.st : damaged_h5(r, "cannot list its tensors"));
+    uint64_t tensors = 0;
+    for (int i = 0; i < info->ntensors; i++) {
+        struct tensor_hdr th;
+        DT_CHECK(open_tensor(r, info->names[i], &th));
+        H5Dclose(th.d);
+        info->ndim[i] = th.ndim;
+        info->shape[i][0] = th.shape[0];
+        info->shape[i][1] = th.shape[1];
+        info->numel[i] = th.numel;
+        tensors += tensor_term(info->names[i], th.ndim, th.shape, th.checksum);
+    }
+    if (h.has_sum &&
+        meta_checksum(&info->meta, DT_CKPT_FORMAT_VERSION, &h.txt, tensors) != h.meta_sum)
+        DT_CHECK(damaged(r, "its attributes or its list of tensors fail their checksum"));
+    info->job_yaml = (char *)h.txt.job;
+    h.txt.job = NULL;
+out:
+    header_free(&h);
+    return st;
+}
+
+/* ---- verify ------------------------------------------------------------------- */
+
+/* Reads and checks every tensor listed in info. */
+static dt_status verify_tensors(const struct reader *r, struct dt_ckpt_info *info)
 {
     dt_status st = DT_OK;
     float *buf = NULL;
-    size_t cap = 0;
+    int64_t cap = 0;
     for (int i = 0; i < info->ntensors; i++) {
         struct tensor_hdr h;
-        DT_CHECK(open_tensor(f, path, info->names[i], &h));
-        info->ndim[i] = h.ndim;
-        info->shape[i][0] = h.shape[0];
-        info->shape[i][1] = h.shape[1];
-        info->numel[i] = h.numel;
-        if ((size_t)h.numel > cap) {
+        DT_CHECK(open_tensor(r, info->names[i], &h));
+        if (h.numel > cap) {
             free(buf);
-            cap = (size_t)h.numel;
-            buf = malloc(cap * sizeof *buf);
+            cap = h.numel;
+            buf = malloc((size_t)cap * sizeof *buf);
         }
         if (!buf && h.numel > 0) {
             H5Dclose(h.d);
-            st = dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory reading tensor %s", path,
-                              info->names[i]);
+            st = dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory reading tensor %s",
+                              r->path, info->names[i]);
             goto out;
         }
-        DT_CHECK(read_tensor(&h, path, info->names[i], buf));
+        DT_CHECK(read_tensor(r, &h, info->names[i], buf));
     }
 out:
     free(buf);
@@ -999,35 +1276,25 @@ out:
 
 static dt_status verify_locked(const char *path, struct dt_ckpt_info *info)
 {
-    hid_t f = -1;
-    dt_status st = DT_OK;
-    DT_CHECK(open_file(path, &f));
-    DT_CHECK(read_meta(f, path, &info->meta));
-    if (get_str(f, "job", &info->job_yaml) < 0) DT_CHECK(bad_attr(path, "job"));
-    struct visit v = {.info = info, .path = path};
-    if (H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, visit_link, &v) < 0)
-        DT_CHECK(v.st != DT_OK ? v.st
-                               : dt_h5_error(DT_ERR_BAD_DATA,
-                                             "checkpoint %s: cannot list its "
-                                             "tensors",
-                                             path));
-    DT_CHECK(verify_tensors(f, path, info));
+    struct reader r;
+    dt_status st;
+    DT_CHECK(open_file(&r, path));
+    DT_CHECK(read_header(&r, info));
+    DT_CHECK(verify_tensors(&r, info));
+    info->file_bytes = r.file_bytes;
 out:
-    if (f >= 0 && H5Fclose(f) < 0 && st == DT_OK)
-        st = dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s: cannot close", path);
+    if (r.f >= 0 && H5Fclose(r.f) < 0 && st == DT_OK) st = damaged_h5(&r, "it cannot be closed");
     return st;
 }
 
 dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info)
 {
-    struct stat sb;
     struct dt_ckpt_info *own = info ? info : malloc(sizeof *own);
     if (!own) return dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory", path);
     memset(own, 0, sizeof *own);
     dt_h5_lock();
     dt_status st = verify_locked(path, own);
     dt_h5_unlock();
-    if (st == DT_OK && stat(path, &sb) == 0) own->file_bytes = (int64_t)sb.st_size;
     if (st != DT_OK || !info) {
         dt_ckpt_info_free(own);
         if (!info) free(own);
@@ -1044,18 +1311,10 @@ void dt_ckpt_info_free(struct dt_ckpt_info *info)
 
 /* ---- load ---------------------------------------------------------------------- */
 
-static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
-{
-    if (ndim == 2)
-        snprintf(buf, len, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
-    else
-        snprintf(buf, len, "[%lld]", (long long)shape[0]);
-}
-
-static dt_status load_tensor(hid_t f, const char *path, struct dt_ckpt_tensor *t)
+static dt_status load_tensor(const struct reader *r, struct dt_ckpt_tensor *t)
 {
     struct tensor_hdr h;
-    dt_status st = open_tensor(f, path, t->name, &h);
+    dt_status st = open_tensor(r, t->name, &h);
     if (st != DT_OK) return st;
     int same = h.ndim == t->ndim && h.shape[0] == t->shape[0] &&
                (h.ndim == 1 || h.shape[1] == t->shape[1]);
@@ -1067,25 +1326,28 @@ static dt_status load_tensor(hid_t f, const char *path, struct dt_ckpt_tensor *t
         return dt_set_error(DT_ERR_BAD_DATA,
                             "checkpoint %s: tensor %s has shape %s, the model "
                             "expects %s",
-                            path, t->name, got, want);
+                            r->path, t->name, got, want);
     }
-    return read_tensor(&h, path, t->name, t->data);
+    return read_tensor(r, &h, t->name, t->data);
 }
 
 dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ckpt_tensor *t, int n)
 {
-    struct dt_ckpt_meta m;
-    hid_t f = -1;
-    dt_status st = DT_OK;
+    struct reader r = {.f = -1};
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    dt_status st = info ? DT_OK : dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory", path);
+    if (st != DT_OK) return st;
     dt_h5_lock();
-    DT_CHECK(open_file(path, &f));
-    DT_CHECK(read_meta(f, path, &m));
+    DT_CHECK(open_file(&r, path));
+    DT_CHECK(read_header(&r, info));
     for (int i = 0; i < n; i++)
-        DT_CHECK(load_tensor(f, path, &t[i]));
-    if (meta) *meta = m;
+        DT_CHECK(load_tensor(&r, &t[i]));
+    if (meta) *meta = info->meta;
 out:
-    if (f >= 0) H5Fclose(f);
+    close_file_r(&r);
     dt_h5_unlock();
+    dt_ckpt_info_free(info);
+    free(info);
     return st;
 }
 
@@ -1152,18 +1414,32 @@ int dt_ckpt_list(const char *dir, char (*names)[256], int64_t *steps, int max)
 dt_status dt_ckpt_latest(const char *dir, char *name, size_t len)
 {
     char path[CKPT_PATH], line[512] = "";
+    struct stat sb;
+    int fd = -1;
+    int64_t step = 0;
     if (len) name[0] = '\0';
     snprintf(path, sizeof path, "%s/%s", dir, LATEST_FILE);
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return dt_set_error(errno == ENOENT || errno == ENOTDIR ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                            "checkpoint pointer %s: %s", path, strerror(errno));
-    int ok = fgets(line, sizeof line, fp) != NULL;
-    fclose(fp);
+    if (lstat(path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
+        return dt_set_error(DT_ERR_NOT_FOUND, "checkpoint pointer %s: no such file", path);
+    /* there, but a FIFO, a directory, unreadable: a pointer that says nothing */
+    dt_status st = dt_input_open(path, "checkpoint pointer", &fd, NULL);
+    if (st != DT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        return dt_set_error(st == DT_ERR_IO ? st : DT_ERR_BAD_DATA, "%s", why);
+    }
+    ssize_t got = read(fd, line, sizeof line - 1);
+    int err = errno;
+    close(fd);
+    if (got < 0)
+        return dt_set_error(DT_ERR_IO, "checkpoint pointer %s: cannot read: %s", path,
+                            strerror(err));
+    line[got] = '\0';
     line[strcspn(line, "\r\n")] = '\0';
-    if (!ok || !line[0] || strchr(line, '/') || strlen(line) >= len)
-        return dt_set_error(DT_ERR_BAD_DATA, "checkpoint pointer %s does not name a file in %s",
-                            path, dir);
+    if (!parse_name(line, &step) || strlen(line) >= len)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "checkpoint pointer %s does not name a checkpoint file in %s", path,
+                            dir);
     snprintf(name, len, "%s", line);
     return DT_OK;
 }
@@ -1196,6 +1472,28 @@ static dt_status remove_temps(const char *dir)
     return st;
 }
 
+/* Whether dir/name opens as a dtrain checkpoint whose step attribute is
+ * `step` (the one its name gives): the format and one attribute, no
+ * tensor data, so retention stays cheap. When not, the reason is set. */
+static int is_own_checkpoint(const char *dir, const char *name, int64_t step)
+{
+    char path[CKPT_PATH];
+    struct reader r = {.f = -1};
+    int64_t got = -1;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    dt_h5_lock();
+    dt_status st = open_file(&r, path);
+    if (st == DT_OK) st = check_format(&r);
+    if (st == DT_OK) st = get_num(&r, r.f, NULL, "step", A_I64, &got);
+    if (st == DT_OK && got != step)
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "checkpoint %s holds step %lld, not the %lld its name says", path,
+                          (long long)got, (long long)step);
+    close_file_r(&r);
+    dt_h5_unlock();
+    return st == DT_OK;
+}
+
 dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every)
 {
     char latest[256] = "";
@@ -1211,9 +1509,18 @@ dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every)
     int n = scan_dir(dir, &e);
     if (n < 0 && st == DT_OK)
         st = dt_set_error(DT_ERR_NOMEM, "checkpoint retention: out of memory listing %s", dir);
-    for (int i = 0; i < n; i++) {
-        int keep = i < keep_last || (keep_every > 0 && e[i].step % keep_every == 0) ||
+    /* a file that only looks like one by its name takes no slot, and it is
+     * not ours to remove */
+    for (int i = 0, valid = 0; i < n; i++) {
+        if (!is_own_checkpoint(dir, e[i].name, e[i].step)) {
+            DT_LOG_WARN("ckpt",
+                        "retention: leaving %s/%s alone, it is no checkpoint of step %lld: %s", dir,
+                        e[i].name, (long long)e[i].step, dt_last_error());
+            continue;
+        }
+        int keep = valid < keep_last || (keep_every > 0 && e[i].step % keep_every == 0) ||
                    !strcmp(e[i].name, latest);
+        valid++;
         dt_status r = keep ? DT_OK : remove_file(dir, e[i].name, "retention");
         if (st == DT_OK) st = r;
     }

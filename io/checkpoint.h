@@ -9,7 +9,10 @@
  *                         format_version, dtrain_version, step, epoch,
  *                         batch, samples, seed, world, loss_scale, optim_t,
  *                         bad_steps, rollbacks, created, optimizer, job
- *                         (the resolved job as YAML)
+ *                         (the resolved job as YAML), meta_checksum (uint64:
+ *                         every attribute above and every tensor's name,
+ *                         shape and checksum; files written before it
+ *                         existed are read without it)
  *   /<tensor name>        float32 of the tensor's shape, with attribute
  *                         checksum (uint64, dt_ckpt_checksum of its values)
  * Tensor names carry their group: "params/fc1.weight", "optim/m/fc1.weight".
@@ -91,31 +94,45 @@ struct dt_ckpt_info {
 };
 
 /* Reads a checkpoint file alone (any process, no MPI needed): checks the
- * format, every attribute and every tensor's checksum. DT_ERR_BAD_DATA
- * (truncated, not a checkpoint, checksum mismatch naming the tensor),
- * DT_ERR_NOT_FOUND. info may be NULL; its tensors come in name order. On
- * failure info->job_yaml is already freed (NULL). */
+ * format, every attribute, meta_checksum and every tensor's checksum.
+ * Nothing is allocated from a size the file declares before the file is
+ * known to hold it. DT_ERR_BAD_DATA: "checkpoint X is damaged: ..." (with
+ * HDF5's reason) for a file that shows it was written as a checkpoint
+ * (truncated, a flipped bit, a tensor failing its checksum), "checkpoint X
+ * is not a dtrain checkpoint (...)" only for an HDF5 file with nothing of
+ * a checkpoint in it, "checkpoint X is damaged or is not an HDF5 file" for
+ * one HDF5 cannot open. DT_ERR_NOT_FOUND: no such file, or not a regular
+ * file (never opened, so a FIFO cannot hang it). info may be NULL; its
+ * tensors come in name order. On failure info->job_yaml is already freed
+ * (NULL). */
 dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);
 void dt_ckpt_info_free(struct dt_ckpt_info *info);
 
 /* Reads meta and, for each of the n tensors, the tensor of that name into
  * t[i].data (any process; every rank reads all). A tensor missing or of
- * another shape is DT_ERR_BAD_DATA naming it and both shapes. Checks each
- * checksum as it reads. */
+ * another shape is DT_ERR_BAD_DATA naming it and both shapes. Checks the
+ * header (meta_checksum) and each tensor's checksum as it reads; errors
+ * as dt_ckpt_verify. */
 dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ckpt_tensor *t,
                        int n);
 
 /* Committed checkpoints in dir (ckpt-*.h5, temporary files ignored),
  * newest (highest step) first: up to max file names (without the
- * directory) and their steps. Returns how many there are. */
+ * directory) and their steps. Returns how many there are. By name only:
+ * a reader verifies each before trusting it. */
 int dt_ckpt_list(const char *dir, char (*names)[256], int64_t *steps, int max);
 
-/* The file `latest` names in dir ("" and DT_ERR_NOT_FOUND when absent). */
+/* The file `latest` names in dir ("" and DT_ERR_NOT_FOUND when absent;
+ * DT_ERR_BAD_DATA when it is no regular file or does not name a
+ * ckpt-<step>.h5). */
 dt_status dt_ckpt_latest(const char *dir, char *name, size_t len);
 
 /* Retention, rank 0 only: keeps the newest keep_last checkpoints and those
  * whose step is a multiple of keep_every (0: none), and removes stale
- * temporary files; never removes the one latest names. */
+ * temporary files; never removes the one latest names. A file named like
+ * a checkpoint whose header does not open as a dtrain checkpoint of the
+ * step in its name is not ours: it takes no slot, is never removed, and
+ * gets one warning per call naming it. */
 dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every);
 
 #endif

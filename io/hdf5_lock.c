@@ -1,6 +1,7 @@
 /*
- * hdf5_lock.c - the process-wide HDF5 mutex and HDF5 error text (see
- * hdf5_lock.h). The mutex is the one mutable global of io/: HDF5 itself is
+ * hdf5_lock.c - the process-wide HDF5 mutex, HDF5 error text, and the
+ * checks of links and storage made before a file's declared sizes are
+ * trusted (see hdf5_lock.h). The mutex is the one mutable global of io/: HDF5 itself is
  * process-global state, so its lock has to be too.
  */
 #include "hdf5_lock.h"
@@ -9,7 +10,12 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "../runtime/util.h"
+
+#define COMPACT_MAX_BYTES 65536 /* a compact dataset lives in its object header */
 
 static pthread_mutex_t h5_mutex = PTHREAD_MUTEX_INITIALIZER;
 static int h5_ready; /* guarded by h5_mutex */
@@ -26,6 +32,7 @@ void dt_h5_lock(void)
 
 void dt_h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
 
+/* The innermost entry of HDF5's error stack (where the problem was found). */
 struct walk_ctx {
     char *buf;
     size_t len;
@@ -40,13 +47,43 @@ static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data)
     return 0;
 }
 
-void dt_h5_error_text(char *buf, size_t len)
+static void innermost(char *buf, size_t len)
 {
-    if (len == 0)
-        return;
     buf[0] = '\0';
     struct walk_ctx ctx = {buf, len};
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &ctx);
+}
+
+/* A failed system call inside HDF5 reads "<what failed>: <details>, errno =
+ * N, error message = '<strerror>', <more details>" (HDF5 keeps that form
+ * for programs that parse it). Returns N, 0 when there is none. */
+static int parse_errno(const char *desc)
+{
+    const char *e = strstr(desc, "errno = ");
+    return e ? atoi(e + strlen("errno = ")) : 0;
+}
+
+void dt_h5_error_text(char *buf, size_t len)
+{
+    char desc[1024];
+    if (len == 0) return;
+    innermost(desc, sizeof desc);
+    const char *msg = strstr(desc, "error message = '");
+    if (!parse_errno(desc) || !msg) {
+        snprintf(buf, len, "%s", desc);
+        return;
+    }
+    /* keep "<what failed>: <strerror>" and drop times, addresses, sizes */
+    msg += strlen("error message = '");
+    size_t head = strcspn(desc, ":,"), tail = strcspn(msg, "'");
+    snprintf(buf, len, "%.*s: %.*s", (int)head, desc, (int)tail, msg);
+}
+
+int dt_h5_errno(void)
+{
+    char desc[1024];
+    innermost(desc, sizeof desc);
+    return parse_errno(desc);
 }
 
 dt_status dt_h5_error(dt_status st, const char *fmt, ...)
@@ -61,4 +98,149 @@ dt_status dt_h5_error(dt_status st, const char *fmt, ...)
     if (h5[0])
         return dt_set_error(st, "%s (HDF5: %s)", msg, h5);
     return dt_set_error(st, "%s", msg);
+}
+
+/* ---- checks before trusting an object ------------------------------------ */
+
+enum dt_h5_path dt_h5_hard_path(hid_t loc, const char *name)
+{
+    char part[1024];
+    size_t len = strlen(name);
+    if (len == 0 || len >= sizeof part) return DT_H5_PATH_MISSING;
+    /* each prefix "a", "a/b", "a/b/c" must be a hard link */
+    for (size_t i = 1; i <= len; i++) {
+        if (name[i] != '/' && name[i] != '\0') continue;
+        memcpy(part, name, i);
+        part[i] = '\0';
+        H5L_info_t li;
+        htri_t e = H5Lexists(loc, part, H5P_DEFAULT);
+        if (e <= 0) return e < 0 ? DT_H5_PATH_ERROR : DT_H5_PATH_MISSING;
+        if (H5Lget_info(loc, part, &li, H5P_DEFAULT) < 0) return DT_H5_PATH_ERROR;
+        if (li.type != H5L_TYPE_HARD) return DT_H5_PATH_LINK;
+    }
+    return DT_H5_PATH_HARD;
+}
+
+/* Where HDF5 looks for external file `name` of a dataset in `file`: under
+ * HDF5_EXTFILE_PREFIX or the access list's prefix ("${ORIGIN}" = the
+ * file's directory), else as given. */
+static void external_path(hid_t d, const char *file, const char *name, char *buf, size_t len)
+{
+    char prefix[1024] = "";
+    const char *env = getenv("HDF5_EXTFILE_PREFIX");
+    if (env && *env) {
+        snprintf(prefix, sizeof prefix, "%s", env);
+    } else {
+        hid_t dapl = H5Dget_access_plist(d);
+        if (dapl >= 0 && H5Pget_efile_prefix(dapl, prefix, sizeof prefix) < 0) prefix[0] = '\0';
+        if (dapl >= 0) H5Pclose(dapl);
+    }
+    const char *origin = "${ORIGIN}";
+    if (!strncmp(prefix, origin, strlen(origin))) {
+        const char *slash = strrchr(file, '/');
+        int dlen = slash ? (int)(slash - file) : 1;
+        snprintf(buf, len, "%.*s%s/%s", dlen, slash ? file : ".", prefix + strlen(origin), name);
+    } else if (prefix[0]) {
+        snprintf(buf, len, "%s/%s", prefix, name);
+    } else {
+        snprintf(buf, len, "%s", name);
+    }
+}
+
+/* External files (H5Pset_external) must be regular files: HDF5 opens them
+ * by name and a FIFO would never answer. */
+static dt_status check_external(hid_t d, hid_t dcpl, int count, const struct dt_h5_storage *s)
+{
+    for (int i = 0; i < count; i++) {
+        char name[1024] = "", full[2048];
+        off_t off = 0;
+        hsize_t size = 0;
+        if (H5Pget_external(dcpl, (unsigned)i, sizeof name, name, &off, &size) < 0)
+            return dt_h5_error(DT_ERR_BAD_DATA, "%s: cannot read the external files of %s", s->what,
+                               s->obj);
+        external_path(d, s->file, name, full, sizeof full);
+        dt_status st = dt_input_check(full, "external file", NULL);
+        if (st != DT_OK)
+            return dt_error_context(st, "%s: %s is stored outside the file", s->what, s->obj);
+    }
+    return DT_OK;
+}
+
+/* Every chunk of a chunked dataset is written, and they fit in the file. */
+static dt_status check_chunks(hid_t d, hid_t dcpl, const struct dt_h5_storage *s)
+{
+    hsize_t dims[H5S_MAX_RANK], chunk[H5S_MAX_RANK], have = 0;
+    int64_t want = 1;
+    hid_t sp = H5Dget_space(d);
+    int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (sp >= 0) H5Sclose(sp);
+    if (nd < 0 || H5Pget_chunk(dcpl, nd, chunk) != nd || H5Dget_num_chunks(d, H5S_ALL, &have) < 0)
+        return dt_h5_error(DT_ERR_BAD_DATA, "%s: cannot read the chunk layout of %s", s->what,
+                           s->obj);
+    for (int i = 0; i < nd; i++) {
+        if (chunk[i] == 0)
+            return dt_set_error(DT_ERR_BAD_DATA, "%s: %s has a chunk dimension of 0", s->what,
+                                s->obj);
+        hsize_t per = dims[i] / chunk[i] + (dims[i] % chunk[i] != 0);
+        if (per > (hsize_t)INT64_MAX || !dt_mul_i64(want, (int64_t)per, &want)) want = INT64_MAX;
+    }
+    if ((uint64_t)want != have)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "%s: %s declares %s but only %llu of its %lld chunks were ever "
+                            "written",
+                            s->what, s->obj, s->declared, (unsigned long long)have,
+                            (long long)want);
+    hsize_t stored = H5Dget_storage_size(d);
+    if ((int64_t)stored > s->file_bytes || stored > (hsize_t)INT64_MAX)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "%s: %s declares %llu stored bytes, more than the file's %lld "
+                            "(truncated?)",
+                            s->what, s->obj, (unsigned long long)stored, (long long)s->file_bytes);
+    return DT_OK;
+}
+
+dt_status dt_h5_check_storage(hid_t d, const struct dt_h5_storage *s)
+{
+    dt_status st = DT_OK;
+    hid_t dcpl = H5Dget_create_plist(d);
+    H5D_layout_t layout = dcpl < 0 ? H5D_LAYOUT_ERROR : H5Pget_layout(dcpl);
+    int external = dcpl < 0 ? -1 : H5Pget_external_count(dcpl);
+    if (layout == H5D_LAYOUT_ERROR || external < 0) {
+        st = dt_h5_error(DT_ERR_BAD_DATA, "%s: cannot read the storage layout of %s", s->what,
+                         s->obj);
+        goto out;
+    }
+    if (s->bytes == 0) goto out; /* nothing to read */
+    if (layout == H5D_VIRTUAL) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "%s: %s is a virtual dataset (its data is in other datasets); dtrain "
+                          "reads data stored in the file",
+                          s->what, s->obj);
+    } else if (external > 0) {
+        st = s->external_ok ? check_external(d, dcpl, external, s)
+                            : dt_set_error(DT_ERR_BAD_DATA,
+                                           "%s: %s is stored in external files; dtrain writes "
+                                           "it inside the file",
+                                           s->what, s->obj);
+    } else if (layout == H5D_CHUNKED) {
+        st = check_chunks(d, dcpl, s);
+    } else if (layout == H5D_CONTIGUOUS) {
+        haddr_t at = H5Dget_offset(d);
+        if (at == HADDR_UNDEF)
+            st = dt_set_error(DT_ERR_BAD_DATA, "%s: %s declares %s but its data was never written",
+                              s->what, s->obj, s->declared);
+        else if (at > (haddr_t)s->file_bytes || s->bytes > (uint64_t)s->file_bytes - at)
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "%s: %s declares %s (%llu bytes from byte %llu) but the file "
+                              "holds only %lld bytes (truncated?)",
+                              s->what, s->obj, s->declared, (unsigned long long)s->bytes,
+                              (unsigned long long)at, (long long)s->file_bytes);
+    } else if (layout == H5D_COMPACT && s->bytes > COMPACT_MAX_BYTES) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "%s: %s declares %s (%llu bytes), more than a compact dataset holds",
+                          s->what, s->obj, s->declared, (unsigned long long)s->bytes);
+    }
+out:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    return st;
 }

@@ -1,6 +1,7 @@
 /*
- * hdf5_lock.h - internal to io/: the one process-wide lock around HDF5 and
- * the conversion of HDF5 failures into dt_status.
+ * hdf5_lock.h - internal to io/: the one process-wide lock around HDF5,
+ * the conversion of HDF5 failures into dt_status, and the checks every
+ * reader in io/ makes before it trusts what a file declares.
  *
  * Debian's parallel HDF5 is built without thread safety, so every HDF5 call
  * made by io/ (dataset reads from loader threads, imports, checkpoints)
@@ -12,7 +13,9 @@
 #ifndef DT_IO_HDF5_LOCK_H
 #define DT_IO_HDF5_LOCK_H
 
+#include <hdf5.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../runtime/status.h"
 
@@ -22,12 +25,45 @@ void dt_h5_unlock(void);
 
 /* Copies the description of the innermost entry of HDF5's current error
  * stack (where the error was detected, e.g. "file signature not found")
- * into buf, or "" when the stack is empty. Call with the lock held, right
- * after the failing call: the next HDF5 API call clears the stack. */
+ * into buf, or "" when the stack is empty; a failed system call becomes
+ * "<what failed>: <strerror>" ("file write failed: File too large").
+ * Call with the lock held, right after the failing call: the next HDF5 API
+ * call clears the stack. */
 void dt_h5_error_text(char *buf, size_t len);
+
+/* The errno of a system call that failed inside HDF5, from the innermost
+ * entry of its error stack, or 0 when the error was not a system call's.
+ * Lock held, right after the failing call. */
+int dt_h5_errno(void);
 
 /* dt_set_error(st, fmt, ...) with " (HDF5: <innermost message>)" appended
  * when HDF5 has one. Lock held. Returns st. */
 dt_status dt_h5_error(dt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* How dt_h5_hard_path found name (relative to loc, "a/b/c"): every part a
+ * hard link; missing; a part is a soft, external or user-defined link
+ * (which can lead out of the file, to a FIFO that never answers); or an
+ * HDF5 error. Lock held. */
+enum dt_h5_path { DT_H5_PATH_ERROR = -1, DT_H5_PATH_MISSING, DT_H5_PATH_HARD, DT_H5_PATH_LINK };
+enum dt_h5_path dt_h5_hard_path(hid_t loc, const char *name);
+
+/* What dt_h5_check_storage checks a dataset against. */
+struct dt_h5_storage {
+    const char *what;     /* message prefix: "dataset /data/x.h5" */
+    const char *file;     /* the HDF5 file's path (for external file names) */
+    const char *obj;      /* the dataset's name: "/train/x" */
+    const char *declared; /* what its shape declares: "1099511627776 rows" */
+    uint64_t bytes;       /* bytes its shape and type need */
+    int64_t file_bytes;   /* size of the file */
+    int external_ok;      /* external raw files allowed (regular files only) */
+};
+
+/* Before anything is allocated from a dataset's declared shape: its data
+ * could really be there. Contiguous data lies inside the file, every chunk
+ * of a chunked dataset was written and the chunks fit in the file, a
+ * compact dataset fits its header, external files (when allowed) are
+ * regular files; virtual datasets are refused. DT_ERR_BAD_DATA naming the
+ * object, or dt_input_check's status for an external file. Lock held. */
+dt_status dt_h5_check_storage(hid_t d, const struct dt_h5_storage *s);
 
 #endif

@@ -368,7 +368,16 @@ static void test_load_errors(void)
     CU_ASSERT_EQUAL(dt_ckpt_load(p, NULL, back.t, NT), DT_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_NOT_FOUND);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), p));
-    CU_ASSERT_EQUAL(dt_ckpt_verify(dir, NULL), DT_ERR_BAD_DATA);
+    /* a directory or a FIFO is no input file: 66, never a hang */
+    CU_ASSERT_EQUAL(dt_ckpt_verify(dir, NULL), DT_ERR_NOT_FOUND);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "not a regular file"));
+    snprintf(p, sizeof p, "%s/fifo.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
+    alarm(60); /* a blocking open would hang here: fail loudly instead */
+    CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_NOT_FOUND);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "(it is a FIFO)"));
+    CU_ASSERT_EQUAL(dt_ckpt_load(p, NULL, back.t, NT), DT_ERR_NOT_FOUND);
+    alarm(0);
 }
 
 static void test_not_a_checkpoint(void)
@@ -386,6 +395,54 @@ static void test_not_a_checkpoint(void)
     CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, &t, 1), DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_BAD_DATA);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "not a dtrain checkpoint"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "model file"));
+    /* an HDF5 file with nothing of dtrain in it */
+    snprintf(p, sizeof p, "%s/plain.h5", dir);
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "not a dtrain checkpoint"));
+}
+
+/* A checkpoint that lost its dtrain_format, or whose dtrain_format says
+ * something else, is a damaged checkpoint: its other attributes and its
+ * tensors say what it was. */
+static void test_damaged_not_foreign(void)
+{
+    char dir[4096], path[4400], p[4400];
+    static struct set s;
+    fresh_dir("dmg", dir, sizeof dir);
+    make_set(&s, 13);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 42, &s, path, sizeof path), DT_OK);
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/edited%d.h5", dir, k);
+        copy_file(path, p);
+        hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+        CU_ASSERT_FATAL(f >= 0);
+        CU_ASSERT(H5Adelete(f, "dtrain_format") >= 0);
+        if (k == 1) {
+            hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+            H5Tset_size(t, 6);
+            hid_t a = H5Acreate2(f, "dtrain_format", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+            CU_ASSERT(H5Awrite(a, t, "model") >= 0);
+            H5Aclose(a);
+            H5Sclose(sp);
+            H5Tclose(t);
+        }
+        if (k == 2) /* no checkpoint attribute left: the tensors still tell */
+            for (const char *const *n =
+                     (const char *const[]){"step", "epoch", "batch", "samples", "seed", "world",
+                                           "optim_t", "bad_steps", "rollbacks", "job",
+                                           "meta_checksum", NULL};
+                 *n; n++)
+                CU_ASSERT(H5Adelete(f, *n) >= 0);
+        H5Fclose(f);
+        CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_BAD_DATA);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "is damaged"));
+        CU_ASSERT_PTR_NULL(strstr(dt_last_error(), "not a dtrain checkpoint"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), p));
+    }
 }
 
 /* ---- damage --------------------------------------------------------------------- */
@@ -474,6 +531,231 @@ static void test_bit_flip(void)
     CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
 }
 
+/* Is what a damaged copy handed back exactly what was saved? */
+static int same_as_saved(const struct dt_ckpt_info *got, const struct dt_ckpt_info *want)
+{
+    const struct dt_ckpt_meta *a = &got->meta, *b = &want->meta;
+    int same =
+        a->step == b->step && a->epoch == b->epoch && a->batch == b->batch &&
+        a->samples == b->samples && a->seed == b->seed && a->world == b->world &&
+        !memcmp(&a->loss_scale, &b->loss_scale, sizeof a->loss_scale) && a->optim_t == b->optim_t &&
+        a->bad_steps == b->bad_steps && a->rollbacks == b->rollbacks &&
+        !memcmp(&a->created, &b->created, sizeof a->created) && !strcmp(a->version, b->version) &&
+        !strcmp(a->optimizer, b->optimizer) && got->ntensors == want->ntensors && got->job_yaml &&
+        want->job_yaml && !strcmp(got->job_yaml, want->job_yaml);
+    for (int i = 0; same && i < got->ntensors; i++)
+        same = !strcmp(got->names[i], want->names[i]) && got->ndim[i] == want->ndim[i] &&
+               got->shape[i][0] == want->shape[i][0] && got->shape[i][1] == want->shape[i][1];
+    return same;
+}
+
+/* A failure of a damaged copy: bad data, naming the file, never "not a
+ * dtrain checkpoint". Returns 1 when the message is as it should be. */
+static int damage_reported(dt_status st, const char *path)
+{
+    const char *msg = dt_last_error();
+    return st == DT_ERR_BAD_DATA && strstr(msg, path) && !strstr(msg, "not a dtrain checkpoint");
+}
+
+/* One bit flipped at a time all over a real checkpoint (every byte of its
+ * metadata, every 61st byte of tensor data): each copy must either fail as
+ * damaged, or (a bit HDF5 never reads) verify and load exactly what was
+ * saved. Nothing may crash. The job YAML is over 4 KiB, which HDF5 stores
+ * without a checksum of its own. */
+static void test_flip_everywhere(void)
+{
+    char dir[4096], path[4400], copy[4400];
+    static struct set s, back;
+    struct dt_ckpt_info *want = calloc(1, sizeof *want), *got = calloc(1, sizeof *got);
+    struct stat sb;
+    static char yaml[6001];
+    for (int i = 0; i < 6000; i++)
+        yaml[i] = i % 61 == 60 ? '\n' : (char)('a' + i % 26);
+    struct dt_ckpt_meta m = make_meta(42);
+    fresh_dir("flipall", dir, sizeof dir);
+    make_set(&s, 12);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, s.t, NT, yaml, path, sizeof path), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_verify(path, want), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(stat(path, &sb), 0);
+    haddr_t data[NT];
+    for (int i = 0; i < NT; i++) {
+        data[i] = data_offset(path, s.t[i].name);
+        CU_ASSERT_FATAL(data[i] != HADDR_UNDEF);
+    }
+    snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
+    copy_file(path, copy);
+    int fd = open(copy, O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    int tried = 0, wrong_msg = 0, passed_wrongly = 0, harmless = 0;
+    for (off_t at = 0; at < sb.st_size; at++) {
+        int in_data = 0;
+        for (int i = 0; i < NT; i++)
+            in_data |=
+                (haddr_t)at >= data[i] &&
+                (haddr_t)at < data[i] + 4 * (haddr_t)(s.t[i].shape[0] *
+                                                      (s.t[i].ndim == 2 ? s.t[i].shape[1] : 1));
+        if (in_data && at % 61 != 0) continue;
+        unsigned char c, flipped;
+        CU_ASSERT_EQUAL_FATAL(pread(fd, &c, 1, at), 1);
+        flipped = c ^ (unsigned char)(1u << (at % 8));
+        CU_ASSERT_EQUAL_FATAL(pwrite(fd, &flipped, 1, at), 1);
+        tried++;
+        memset(got, 0, sizeof *got);
+        dt_status st = dt_ckpt_verify(copy, got);
+        if (st == DT_OK) {
+            int same = same_as_saved(got, want);
+            dt_ckpt_info_free(got);
+            empty_like(&back, &s);
+            same = same && dt_ckpt_load(copy, NULL, back.t, NT) == DT_OK &&
+                   !memcmp(back.w, s.w, sizeof s.w) && !memcmp(back.b, s.b, sizeof s.b) &&
+                   !memcmp(back.m, s.m, sizeof s.m);
+            harmless += same;
+            if (!same && passed_wrongly++ < 5)
+                fprintf(stderr, "\n    bit %d of byte %lld: verifies but holds other values",
+                        (int)(at % 8), (long long)at);
+        } else if (!damage_reported(st, copy) && wrong_msg++ < 5) {
+            fprintf(stderr, "\n    bit %d of byte %lld: %s (%s)", (int)(at % 8), (long long)at,
+                    dt_last_error(), dt_status_str(st));
+        }
+        if (st != DT_OK) {
+            empty_like(&back, &s);
+            dt_status lst = dt_ckpt_load(copy, NULL, back.t, NT);
+            if (lst == DT_OK &&
+                (memcmp(back.w, s.w, sizeof s.w) || memcmp(back.b, s.b, sizeof s.b) ||
+                 memcmp(back.m, s.m, sizeof s.m)) &&
+                passed_wrongly++ < 5)
+                fprintf(stderr, "\n    bit %d of byte %lld: loads other values", (int)(at % 8),
+                        (long long)at);
+            if (lst != DT_OK && !damage_reported(lst, copy) && wrong_msg++ < 5)
+                fprintf(stderr, "\n    bit %d of byte %lld: load: %s", (int)(at % 8), (long long)at,
+                        dt_last_error());
+        }
+        CU_ASSERT_EQUAL_FATAL(pwrite(fd, &c, 1, at), 1);
+    }
+    close(fd);
+    printf("(%d flips, %d harmless, %d wrong msg, %d passed wrongly) ", tried, harmless, wrong_msg,
+           passed_wrongly);
+    CU_ASSERT(tried > 1000);
+    CU_ASSERT_EQUAL(wrong_msg, 0);
+    CU_ASSERT_EQUAL(passed_wrongly, 0);
+    dt_ckpt_info_free(want);
+    free(want);
+    free(got);
+}
+
+/* A copy of a good checkpoint, opened read-write for editing. */
+static hid_t edit_copy(const char *path, const char *dir, const char *name, char *copy, size_t len)
+{
+    snprintf(copy, len, "%s/%s", dir, name);
+    copy_file(path, copy);
+    hid_t f = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    return f;
+}
+
+/* Replaces root attribute `name` by n values of type t. */
+static void replace_attr(hid_t f, const char *name, hid_t t, hsize_t n, const void *v)
+{
+    CU_ASSERT(H5Adelete(f, name) >= 0);
+    hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(a >= 0 && H5Awrite(a, t, v) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+}
+
+/* Verify and load both refuse the edited copy as bad data with `needle`. */
+static void refused(const char *copy, const struct set *s, const char *needle)
+{
+    static struct set back;
+    dt_status st = dt_ckpt_verify(copy, NULL);
+    CU_ASSERT_EQUAL(st, DT_ERR_BAD_DATA);
+    if (!strstr(dt_last_error(), needle))
+        fprintf(stderr, "\n    verify %s: '%s' lacks '%s'", copy, dt_last_error(), needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), needle));
+    empty_like(&back, s);
+    CU_ASSERT_EQUAL(dt_ckpt_load(copy, NULL, back.t, NT), DT_ERR_BAD_DATA);
+    if (!strstr(dt_last_error(), needle))
+        fprintf(stderr, "\n    load %s: '%s' lacks '%s'", copy, dt_last_error(), needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), needle));
+}
+
+/* Checkpoints edited the way a hostile or buggy writer could: attributes
+ * of the wrong type or size, impossible values, a tensor whose shape
+ * declares more than the file holds, tensors that are links. Each is
+ * refused as bad data before anything is allocated from it. */
+static void test_hostile_checkpoints(void)
+{
+    char dir[4096], path[4400], copy[4400];
+    static struct set s;
+    fresh_dir("hostile", dir, sizeof dir);
+    make_set(&s, 14);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 42, &s, path, sizeof path), DT_OK);
+
+    int64_t many[100] = {0};
+    hid_t f = edit_copy(path, dir, "array-step.h5", copy, sizeof copy);
+    replace_attr(f, "step", H5T_NATIVE_INT64, 100, many);
+    H5Fclose(f);
+    refused(copy, &s, "attribute 'step' is not a single integer");
+
+    const char *three[3] = {"model: a", "model: b", "model: c"};
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, 9);
+    char fixed[3][9];
+    for (int i = 0; i < 3; i++)
+        snprintf(fixed[i], sizeof fixed[i], "%s", three[i]);
+    f = edit_copy(path, dir, "array-job.h5", copy, sizeof copy);
+    replace_attr(f, "job", t, 3, fixed);
+    H5Fclose(f);
+    H5Tclose(t);
+    refused(copy, &s, "attribute 'job' is not a single fixed-length string");
+
+    double half = 0.5;
+    f = edit_copy(path, dir, "float-world.h5", copy, sizeof copy);
+    replace_attr(f, "world", H5T_NATIVE_DOUBLE, 0, &half);
+    H5Fclose(f);
+    refused(copy, &s, "attribute 'world' is not a single integer");
+
+    int zero = 0;
+    f = edit_copy(path, dir, "world0.h5", copy, sizeof copy);
+    replace_attr(f, "world", H5T_NATIVE_INT, 0, &zero);
+    H5Fclose(f);
+    refused(copy, &s, "attribute 'world' is 0");
+
+    /* a tensor declaring 2^60 values it never wrote, and one of 4 GB */
+    hsize_t huge[2][2] = {{(hsize_t)1 << 40, (hsize_t)1 << 20}, {1000000, 1000}};
+    for (int k = 0; k < 2; k++) {
+        f = edit_copy(path, dir, k ? "big.h5" : "huge.h5", copy, sizeof copy);
+        hid_t sp = H5Screate_simple(2, huge[k], NULL);
+        hid_t d =
+            H5Dcreate2(f, "params/huge", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        uint64_t sum = 7;
+        hid_t asp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(d, "checksum", H5T_STD_U64LE, asp, H5P_DEFAULT, H5P_DEFAULT);
+        CU_ASSERT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0);
+        H5Aclose(a);
+        H5Sclose(asp);
+        H5Dclose(d);
+        H5Sclose(sp);
+        H5Fclose(f);
+        CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "is damaged: tensor params/huge declares"));
+    }
+
+    /* a tensor that is a link to another of the same shape: never followed */
+    for (int k = 0; k < 2; k++) {
+        f = edit_copy(path, dir, k ? "elink.h5" : "slink.h5", copy, sizeof copy);
+        CU_ASSERT(H5Ldelete(f, "params/fc1.weight", H5P_DEFAULT) >= 0);
+        herr_t e = k ? H5Lcreate_external(path, "/optim/m/fc1.weight", f, "params/fc1.weight",
+                                          H5P_DEFAULT, H5P_DEFAULT)
+                     : H5Lcreate_soft("/optim/m/fc1.weight", f, "params/fc1.weight", H5P_DEFAULT,
+                                      H5P_DEFAULT);
+        CU_ASSERT(e >= 0);
+        H5Fclose(f);
+        refused(copy, &s, "params/fc1.weight is a link to elsewhere");
+    }
+}
+
 /* ---- the directory ------------------------------------------------------------- */
 
 static void test_list_order(void)
@@ -529,6 +811,21 @@ static void test_latest(void)
     CU_ASSERT_EQUAL(dt_ckpt_latest(dir, name, sizeof name), DT_ERR_BAD_DATA);
     write_text(dir, "latest", "");
     CU_ASSERT_EQUAL(dt_ckpt_latest(dir, name, sizeof name), DT_ERR_BAD_DATA);
+    write_text(dir, "latest", "..\n");
+    CU_ASSERT_EQUAL(dt_ckpt_latest(dir, name, sizeof name), DT_ERR_BAD_DATA);
+    write_text(dir, "latest", "notes.txt\n");
+    CU_ASSERT_EQUAL(dt_ckpt_latest(dir, name, sizeof name), DT_ERR_BAD_DATA);
+    /* a FIFO in its place: an answer, not a hang */
+    char p[4400];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    CU_ASSERT_EQUAL(unlink(p), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
+    alarm(60);
+    CU_ASSERT_EQUAL(dt_ckpt_latest(dir, name, sizeof name), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "FIFO"));
+    CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 0, 0), DT_ERR_BAD_DATA);
+    alarm(0);
+    CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 2);
 }
 
 static void test_prune(void)
@@ -565,6 +862,38 @@ static void test_prune(void)
     write_text(dir, "latest", "../x\n");
     CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 0, 0), DT_ERR_BAD_DATA);
     CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 1);
+}
+
+/* Files named like checkpoints that are not (a foreign file, a file whose
+ * header does not open as a checkpoint, a checkpoint whose step differs
+ * from its name) take no slot in keep_last, and retention leaves them. */
+static void test_prune_foreign(void)
+{
+    char dir[4096], path[4400], p[4400], names[16][256];
+    float v[4] = {1, 2, 3, 4};
+    struct dt_ckpt_tensor t = {"params/v", 1, {4, 0}, v};
+    fresh_dir("prunef", dir, sizeof dir);
+    for (int64_t step = 10; step <= 30; step += 10) {
+        struct dt_ckpt_meta m = make_meta(step);
+        CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, &t, 1, "", path, sizeof path), DT_OK);
+    }
+    write_text(dir, "ckpt-0000000099.h5", "someone else's file\n");
+    snprintf(p, sizeof p, "%s/ckpt-0000000010.h5", dir);
+    char moved[4400];
+    snprintf(moved, sizeof moved, "%s/ckpt-0000000098.h5", dir); /* holds step 10 */
+    copy_file(p, moved);
+    snprintf(p, sizeof p, "%s/ckpt-0000000097.h5", dir); /* a model, not a checkpoint */
+    struct dt_named_tensor mt = {"w", 1, {4, 0}, v};
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, &mt, 1), DT_OK);
+    CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 6);
+    CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 2, 0), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_list(dir, names, NULL, 16), 5);
+    const char *want[] = {"ckpt-0000000099.h5", "ckpt-0000000098.h5", "ckpt-0000000097.h5",
+                          "ckpt-0000000030.h5", "ckpt-0000000020.h5"};
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_STRING_EQUAL(names[i], want[i]);
+    CU_ASSERT_FALSE(exists(dir, "ckpt-0000000010.h5"));
+    CU_ASSERT_EQUAL(dt_ckpt_verify(moved, NULL), DT_OK); /* a sound file, only misnamed */
 }
 
 /* ---- failing saves -------------------------------------------------------------- */
@@ -747,11 +1076,15 @@ int main(int argc, char **argv)
     CU_ADD(s, test_tiny_tensors);
     CU_ADD(s, test_load_errors);
     CU_ADD(s, test_not_a_checkpoint);
+    CU_ADD(s, test_damaged_not_foreign);
+    CU_ADD(s, test_hostile_checkpoints);
     CU_ADD(s, test_truncated);
     CU_ADD(s, test_bit_flip);
+    CU_ADD(s, test_flip_everywhere);
     CU_ADD(s, test_list_order);
     CU_ADD(s, test_latest);
     CU_ADD(s, test_prune);
+    CU_ADD(s, test_prune_foreign);
     CU_ADD(s, test_save_fails_file_size);
     CU_ADD(s, test_save_fails_disk_full);
     CU_ADD(s, test_save_fails_no_dir);

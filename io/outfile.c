@@ -1,0 +1,208 @@
+/*
+ * outfile.c - reserving, syncing and committing the files dtrain writes
+ * (see outfile.h).
+ *
+ * Why reserve: HDF5 1.10 cannot recover from a write that fails half way
+ * (serially the file is left half-closed; with MPI-IO the ranks hang in
+ * H5Fclose or crash in MPI_Finalize, and may even report lost writes as
+ * done), and its serial driver reports a short write as a long line of
+ * its own. Blocks reserved past the end of the empty file (the size stays
+ * 0, so HDF5 sees the file it expects) move the failure to one system call
+ * whose errno is known. File systems without fallocate get a free-space
+ * check instead; a file-size limit is compared before, because
+ * fallocate(KEEP_SIZE) does not enforce it.
+ */
+#define _GNU_SOURCE
+#include "outfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define HDF5_HEADER_BYTES 8192 /* superblock, root group, heaps */
+#define HDF5_OBJECT_BYTES 1024 /* one object header, its links, a chunk index entry */
+#define OUT_PATH 4352          /* a directory (PATH_MAX) plus a file name */
+
+uint64_t dt_outfile_hdf5_estimate(uint64_t data_bytes, uint64_t objects, uint64_t attr_bytes)
+{
+    return HDF5_HEADER_BYTES + HDF5_OBJECT_BYTES * objects + attr_bytes + data_bytes;
+}
+
+void dt_outfile_format_bytes(double b, char *buf, size_t len)
+{
+    if (b < 1024.0 * 1024.0)
+        snprintf(buf, len, "%.0f KiB", b / 1024.0);
+    else if (b < 1024.0 * 1024.0 * 1024.0)
+        snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024.0));
+    else
+        snprintf(buf, len, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* The directory holding path ("." for a bare name). */
+static void dir_of(const char *path, char *buf, size_t len)
+{
+    char tmp[OUT_PATH];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    snprintf(buf, len, "%s", dirname(tmp));
+}
+
+void dt_outfile_free_text(const char *path, char *buf, size_t len)
+{
+    char dir[OUT_PATH], size[32];
+    struct statvfs v;
+    if (len) buf[0] = '\0';
+    dir_of(path, dir, sizeof dir);
+    if (statvfs(dir, &v) != 0) return;
+    dt_outfile_format_bytes((double)v.f_bavail * (double)v.f_frsize, size, sizeof size);
+    snprintf(buf, len, "; %s free on its file system", size);
+}
+
+/* The process's file-size limit in bytes, or 0 when there is none. */
+static uint64_t fsize_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+    return (uint64_t)rl.rlim_cur;
+}
+
+void dt_outfile_reason(int err, const char *path, char *buf, size_t len)
+{
+    char limit[96] = "", free_[96], size[32];
+    uint64_t lim = fsize_limit();
+    if (err == EFBIG && lim) {
+        dt_outfile_format_bytes((double)lim, size, sizeof size);
+        snprintf(limit, sizeof limit, " (the file-size limit, ulimit -f, is %s)", size);
+    }
+    dt_outfile_free_text(path, free_, sizeof free_);
+    snprintf(buf, len, "%s%s%s", strerror(err), limit, free_);
+}
+
+dt_status dt_outfile_check_limit(const char *what, const char *path, uint64_t bytes)
+{
+    char reason[256], size[32];
+    uint64_t lim = fsize_limit();
+    if (!lim || lim >= bytes) return DT_OK;
+    dt_outfile_format_bytes((double)bytes, size, sizeof size);
+    dt_outfile_reason(EFBIG, path, reason, sizeof reason);
+    return dt_set_error(DT_ERR_IO, "%s %s: needs about %s: %s", what, path, size, reason);
+}
+
+dt_status dt_outfile_reserve(const char *what, const char *path, uint64_t bytes)
+{
+    char reason[256], size[32];
+    struct statvfs v;
+    dt_status st = dt_outfile_check_limit(what, path, bytes);
+    if (st != DT_OK) return st;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    int rc = fd < 0 ? -1 : fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes);
+    int err = errno;
+    if (rc != 0 && fd >= 0 && (err == EOPNOTSUPP || err == ENOSYS)) {
+        rc = statvfs(path, &v) != 0 || (uint64_t)v.f_bavail * v.f_frsize >= bytes ? 0 : -1;
+        err = ENOSPC;
+    }
+    if (rc != 0 && fd >= 0) /* give back what a failed fallocate kept */
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes);
+    if (fd >= 0) close(fd);
+    if (rc == 0) return DT_OK;
+    dt_outfile_format_bytes((double)bytes, size, sizeof size);
+    dt_outfile_reason(err, path, reason, sizeof reason);
+    return dt_set_error(DT_ERR_IO, "%s %s: cannot reserve %s for it: %s", what, path, size, reason);
+}
+
+void dt_outfile_release(const char *path, uint64_t bytes)
+{
+    struct stat sb;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size < bytes)
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, sb.st_size,
+                  (off_t)bytes - sb.st_size);
+    if (fd >= 0) close(fd);
+}
+
+/* fsync of path (a directory when is_dir); messages name `file`, the file
+ * being written, and path when that is its directory. */
+static dt_status sync_one(const char *what, const char *file, const char *path, int is_dir)
+{
+    char reason[256];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (is_dir ? O_DIRECTORY : 0));
+    int ok = fd >= 0 && fsync(fd) == 0;
+    int err = errno;
+    /* some file systems cannot sync a directory; that is no failure */
+    if (!ok && fd >= 0 && is_dir && (err == EINVAL || err == EROFS || err == EBADF)) ok = 1;
+    if (fd >= 0) close(fd);
+    if (ok) return DT_OK;
+    dt_outfile_reason(err, path, reason, sizeof reason);
+    if (is_dir)
+        return dt_set_error(DT_ERR_IO, "%s %s: cannot sync its directory %s: %s", what, file, path,
+                            reason);
+    return dt_set_error(DT_ERR_IO, "%s %s: cannot sync: %s", what, file, reason);
+}
+
+dt_status dt_outfile_sync(const char *what, const char *path)
+{
+    return sync_one(what, path, path, 0);
+}
+
+dt_status dt_outfile_sync_dir(const char *what, const char *path)
+{
+    char dir[OUT_PATH];
+    dir_of(path, dir, sizeof dir);
+    return sync_one(what, path, dir, 1);
+}
+
+dt_status dt_outfile_commit(const char *what, const char *tmp, const char *final)
+{
+    char reason[256];
+    dt_status st = dt_outfile_sync(what, tmp);
+    if (st != DT_OK) return st;
+    if (rename(tmp, final) != 0) {
+        dt_outfile_reason(errno, final, reason, sizeof reason);
+        return dt_set_error(DT_ERR_IO, "%s %s: cannot rename %s into place: %s", what, final, tmp,
+                            reason);
+    }
+    return dt_outfile_sync_dir(what, final);
+}
+
+/* Writes all of data to fd; errno tells why not. */
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (n == 0) errno = ENOSPC;
+            return 0;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 1;
+}
+
+dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *path,
+                                 const void *data, size_t len)
+{
+    char reason[256];
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int ok = fd >= 0 && write_all(fd, data, len);
+    int err = errno;
+    if (fd >= 0 && close(fd) != 0 && ok) {
+        ok = 0;
+        err = errno;
+    }
+    dt_status st = DT_OK;
+    if (!ok) {
+        dt_outfile_reason(err, tmp, reason, sizeof reason);
+        st = dt_set_error(DT_ERR_IO, "%s %s: cannot write %s: %s", what, path, tmp, reason);
+    }
+    if (st == DT_OK) st = dt_outfile_commit(what, tmp, path);
+    if (st != DT_OK) unlink(tmp);
+    return st;
+}

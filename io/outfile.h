@@ -1,0 +1,72 @@
+/*
+ * outfile.h - internal to io/: the one way dtrain writes a file it keeps
+ * (checkpoints, model.h5, imported datasets).
+ *
+ * A file is written under a temporary name in its final directory. Right
+ * after the temporary file is created, the space its contents will need is
+ * reserved (an upper estimate), so a full disk, a quota or a file-size
+ * limit fails there, before any data is written, instead of half way
+ * through a write inside HDF5. When complete it is synced, renamed into
+ * place and the directory synced, so a crash or a failure at any moment
+ * leaves either the new file complete or the old one untouched. Every
+ * failure names the file and carries the system's reason and the free
+ * space: "<what> <path>: cannot ...: <OS reason>; <N> free on its file
+ * system".
+ * Not a public header: nothing outside io/ includes it.
+ */
+#ifndef DT_IO_OUTFILE_H
+#define DT_IO_OUTFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/status.h"
+
+/* An upper estimate of the size of an HDF5 file holding data_bytes of raw
+ * data in `objects` groups, datasets and chunks, plus attr_bytes of
+ * attribute values (measured: about 4 KiB plus 0.4 KiB per object). */
+uint64_t dt_outfile_hdf5_estimate(uint64_t data_bytes, uint64_t objects, uint64_t attr_bytes);
+
+/* "12 KiB", "4.1 MiB", "2.0 GiB". */
+void dt_outfile_format_bytes(double bytes, char *buf, size_t len);
+
+/* "<strerror(err)>[ (the file-size limit, ulimit -f, is N)]; <N> free on
+ * its file system" for a failure writing path (the free space part when
+ * the file system holding path's directory can be asked). */
+void dt_outfile_reason(int err, const char *path, char *buf, size_t len);
+
+/* "; <N> free on its file system", or "" when unknown. */
+void dt_outfile_free_text(const char *path, char *buf, size_t len);
+
+/* A file-size limit (ulimit -f) below `bytes` for path is DT_ERR_IO:
+ * "<what> <path>: needs about <size>: File too large (the file-size
+ * limit, ulimit -f, is <N>); <N> free on its file system". */
+dt_status dt_outfile_check_limit(const char *what, const char *path, uint64_t bytes);
+
+/* Reserves `bytes` for the file at path (already created) without changing
+ * its size, so the writer sees the file it expects: the file-size limit is
+ * checked, then blocks are allocated past the end of the file
+ * (fallocate KEEP_SIZE), or, where the file system cannot, its free space
+ * is compared. DT_ERR_IO: "<what> <path>: cannot reserve <size> for it:
+ * <OS reason>; <N> free on its file system". */
+dt_status dt_outfile_reserve(const char *what, const char *path, uint64_t bytes);
+
+/* Gives back the reserved blocks past the end of the finished file. */
+void dt_outfile_release(const char *path, uint64_t bytes);
+
+/* fsync of the file at path, and of the directory that holds path.
+ * DT_ERR_IO: "<what> <path>: cannot sync[ its directory D]: <reason>". */
+dt_status dt_outfile_sync(const char *what, const char *path);
+dt_status dt_outfile_sync_dir(const char *what, const char *path);
+
+/* The commit of a finished temporary file: sync tmp, rename it to final,
+ * sync final's directory. On failure tmp is left for the caller to
+ * remove. */
+dt_status dt_outfile_commit(const char *what, const char *tmp, const char *final);
+
+/* Replaces path with len bytes of data the same way, through tmp (for
+ * small files such as a checkpoint directory's `latest`). */
+dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *path,
+                                 const void *data, size_t len);
+
+#endif
