@@ -86,6 +86,7 @@ struct dt_job {
         int64_t max_bad_steps;       /* non-finite steps in a row before a rollback */
         int64_t max_rollbacks;       /* rollbacks before giving up */
         double timeout_s;            /* watchdog: longest step/collective/checkpoint; 0 = off */
+        double memory_limit;         /* GiB of host memory per rank; 0 = the machine's share */
     } runtime;
     struct {
         int64_t every_steps;         /* 0 = off */
@@ -102,6 +103,7 @@ struct dt_job {
     } comm;
     struct {
         char dir[DT_JOB_PATH];       /* run directory */
+        int adopt;                   /* use a non-empty directory dtrain did not make */
     } output;
 };
 

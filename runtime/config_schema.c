@@ -17,7 +17,10 @@
 #include "util.h"
 
 #define FIELD(f) .offset = offsetof(struct dt_job, f), .size = sizeof(((struct dt_job *)0)->f)
-#define ROW(k, t, f, d, doc_, ...) {.key = k, .type = t, FIELD(f), .def = d, .doc = doc_, __VA_ARGS__}
+#define ROW(k, t, f, d, doc_, ...)                                                                 \
+    {                                                                                              \
+        .key = k, .type = t, FIELD(f), .def = d, .doc = doc_, __VA_ARGS__                          \
+    }
 
 /* Ranges, used as the variadic tail of ROW. */
 #define ANY .range = 0
@@ -157,6 +160,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("runtime.timeout_s", F, runtime.timeout_s, "600",
         "watchdog: a step, collective or checkpoint taking longer ends the rank with exit 75 "
         "(restartable); 0 = off", AT_LEAST(0)),
+    ROW("runtime.memory_limit", F, runtime.memory_limit, "0",
+        "GiB of host memory one rank may use; a job estimated to need more is refused before it "
+        "allocates (exit 64). 0 = the rank's share of the node's memory (or its cgroup limit)",
+        FROM_TO(0, 1048576)),
 
     ROW("comm.backend", E, comm.backend, "auto",
         "how gradients travel between ranks: nccl (GPU memory), mpi (host memory), or auto = "
@@ -189,6 +196,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
 
     ROW("output.dir", P, output.dir, "runs/fashion-mnist-mlp",
         "run directory: resolved job, log, metrics, checkpoints", ANY),
+    ROW("output.adopt", B, output.adopt, "false",
+        "use output.dir even when it is a non-empty directory that dtrain did not make (files "
+        "there named like dtrain's may be overwritten); otherwise such a directory is refused",
+        ANY),
 };
 /* clang-format on */
 #undef I

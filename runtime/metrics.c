@@ -1,10 +1,12 @@
 /*
- * metrics.c - append-only JSON-lines writer for metrics.jsonl.
+ * metrics.c - append-only JSON-lines writer for metrics.jsonl, and the
+ * field-by-field record builder that keeps every line valid JSON.
  */
+#define _GNU_SOURCE
 #include "metrics.h"
 
 #include <errno.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,84 @@ struct dt_metrics {
     FILE *fp;
     char path[4096];
 };
+
+/* ---- records ------------------------------------------------------------ */
+
+/* A JSON string literal of s: quotes, backslashes and control characters
+ * escaped; bytes >= 0x80 pass through (UTF-8 stays UTF-8). */
+static void put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* The stream of a record, after its key; NULL when the record failed. */
+static FILE *field(struct dt_metrics_rec *r, const char *key)
+{
+    FILE *f = r->stream;
+    if (!f)
+        return NULL;
+    fputc(',', f);
+    put_string(f, key);
+    fputc(':', f);
+    return f;
+}
+
+void dt_metrics_begin(struct dt_metrics_rec *r, const char *type)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    r->buf = NULL;
+    r->len = 0;
+    r->stream = open_memstream(&r->buf, &r->len);
+    if (r->stream)
+        fprintf(r->stream, "{\"time\":%.3f", (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec);
+    dt_metrics_str(r, "type", type);
+}
+
+void dt_metrics_str(struct dt_metrics_rec *r, const char *key, const char *value)
+{
+    FILE *f = field(r, key);
+    if (f)
+        put_string(f, value);
+}
+
+void dt_metrics_int(struct dt_metrics_rec *r, const char *key, int64_t value)
+{
+    FILE *f = field(r, key);
+    if (f)
+        fprintf(f, "%lld", (long long)value);
+}
+
+void dt_metrics_num(struct dt_metrics_rec *r, const char *key, double value, int digits)
+{
+    FILE *f = field(r, key);
+    if (f && isfinite(value))
+        fprintf(f, "%.*g", digits, value);
+    else if (f)
+        fputs("null", f);
+}
+
+void dt_metrics_u64_list(struct dt_metrics_rec *r, const char *key, const uint64_t *v, int n)
+{
+    FILE *f = field(r, key);
+    if (!f)
+        return;
+    fputc('[', f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)v[i]);
+    fputc(']', f);
+}
+
+/* ---- the file ------------------------------------------------------------ */
 
 dt_status dt_metrics_open(const char *path, dt_metrics_t **out)
 {
@@ -42,20 +122,20 @@ void dt_metrics_close(dt_metrics_t *m)
     free(m);
 }
 
-dt_status dt_metrics_write(dt_metrics_t *m, const char *fields, ...)
+dt_status dt_metrics_put(dt_metrics_t *m, struct dt_metrics_rec *r)
 {
-    if (!m || !m->fp)
-        return DT_OK;
-    char body[4096];
-    va_list ap;
-    va_start(ap, fields);
-    vsnprintf(body, sizeof body, fields, ap);
-    va_end(ap);
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    double now = (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
-    if (fprintf(m->fp, "{\"time\":%.3f,%s}\n", now, body) < 0 || fflush(m->fp) != 0)
-        return dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s", m->path,
-                            strerror(errno));
-    return DT_OK;
+    dt_status st = DT_OK;
+    FILE *f = r->stream;
+    int bad = !f || fputc('}', f) == EOF || ferror(f);
+    if (f && fclose(f) != 0)
+        bad = 1;
+    r->stream = NULL;
+    if (bad)
+        st = dt_set_error(DT_ERR_NOMEM, "out of memory writing a metrics record");
+    else if (m && m->fp && (fprintf(m->fp, "%s\n", r->buf) < 0 || fflush(m->fp) != 0))
+        st =
+            dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s", m->path, strerror(errno));
+    free(r->buf);
+    r->buf = NULL;
+    return st;
 }

@@ -10,8 +10,10 @@
  */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -59,6 +61,7 @@ struct dt_model {
     int nparams;
     struct dt_param_info params[DT_MODEL_MAX_PARAMS];
     size_t total;
+    size_t arena_floats; /* the activation arena for max_rows rows */
     float *param_buf, *grad_buf;
     float *arena;             /* one allocation for everything below */
     float *x, *probs, *gbuf[2];
@@ -167,7 +170,13 @@ static dt_status add_param(dt_model_t *m, const char *layer, const char *what, i
     p->ndim = ndim;
     p->shape[0] = d0;
     p->shape[1] = ndim > 1 ? d1 : 1;
-    p->numel = (size_t)(d0 * p->shape[1]);
+    int64_t numel;
+    if (!dt_mul_i64(d0, p->shape[1], &numel))
+        return dt_set_error(DT_ERR_USAGE,
+                            "model.hidden: %s.%s would have %lld x %lld elements, "
+                            "more than dtrain can count",
+                            layer, what, (long long)d0, (long long)p->shape[1]);
+    p->numel = (size_t)numel;
     p->fan_in = fan_in;
     p->fan_out = fan_out;
     *idx = m->nparams++;
@@ -248,7 +257,9 @@ out:
     return st;
 }
 
-/* Offsets in reverse layer order: backward finishes the last layer first. */
+/* Offsets in reverse layer order: backward finishes the last layer first.
+ * (Each tensor has at most 2^31 x 2^20 elements and there are at most
+ * DT_MODEL_MAX_PARAMS of them, so the sum fits.) */
 static void layout_params(dt_model_t *m)
 {
     size_t off = 0;
@@ -268,21 +279,33 @@ static void layout_params(dt_model_t *m)
     m->total = off;
 }
 
+/* Floats of the activation arena: per row, the input, a label, the class
+ * probabilities, two gradient buffers of the widest layer and every
+ * layer's output. */
+static dt_status size_arena(dt_model_t *m)
+{
+    int64_t per_row = m->in_dim + 1 + m->io.num_classes + 2 * m->max_dim, floats;
+    for (int i = 0; i < m->nlayers; i++)
+        per_row += m->layers[i].out_dim;
+    if (!dt_mul_i64(m->max_rows, per_row, &floats) || (uint64_t)floats > SIZE_MAX / sizeof(float))
+        return dt_set_error(DT_ERR_USAGE,
+                            "the activations of %lld rows (train.micro_batch, or the evaluation "
+                            "batch per rank) x %lld values per row are more than memory can hold; "
+                            "lower train.micro_batch",
+                            (long long)m->max_rows, (long long)per_row);
+    m->arena_floats = (size_t)floats;
+    return DT_OK;
+}
+
 static dt_status alloc_buffers(dt_model_t *m)
 {
     dt_status st;
     size_t rows = (size_t)m->max_rows;
-    size_t floats = rows * (size_t)m->in_dim            /* x */
-                    + rows                              /* y (int32, same size) */
-                    + rows * (size_t)m->io.num_classes  /* probs */
-                    + 2 * rows * (size_t)m->max_dim;    /* gradient ping-pong */
-    for (int i = 0; i < m->nlayers; i++)
-        floats += rows * (size_t)m->layers[i].out_dim;
     st = dt_backend_alloc(m->be, m->total * sizeof(float), (void **)&m->param_buf);
     if (st == DT_OK)
         st = dt_backend_alloc(m->be, m->total * sizeof(float), (void **)&m->grad_buf);
     if (st == DT_OK)
-        st = dt_backend_alloc(m->be, floats * sizeof(float), (void **)&m->arena);
+        st = dt_backend_alloc(m->be, m->arena_floats * sizeof(float), (void **)&m->arena);
     if (st != DT_OK)
         return dt_error_context(st, "allocating a model of %zu parameters for %zu rows",
                                 m->total, rows);
@@ -297,8 +320,56 @@ static dt_status alloc_buffers(dt_model_t *m)
     return DT_OK;
 }
 
-dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io,
-                          dt_backend_t *be, int64_t max_rows, dt_model_t **out)
+/* The layers, parameter layout and arena size of the job's model, nothing
+ * allocated yet. Every dimension stays within what the ops take (int). */
+static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_model_io *io,
+                       int64_t max_rows)
+{
+    dt_status st;
+    m->io = *io;
+    m->max_rows = max_rows;
+    m->in_dim = 1;
+    for (int i = 0; i < io->ndim; i++)
+        if (!dt_mul_i64(m->in_dim, io->shape[i], &m->in_dim) || m->in_dim > INT_MAX)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "the dataset's samples have more than %d values; a linear layer "
+                                "takes at most that many inputs",
+                                INT_MAX);
+    if (max_rows < 1 || max_rows > INT_MAX)
+        return dt_set_error(DT_ERR_USAGE,
+                            "train.micro_batch (or the evaluation batch per rank): %lld rows is "
+                            "outside 1 to %d",
+                            (long long)max_rows, INT_MAX);
+    snprintf(m->init, sizeof m->init, "%s", job->model.init);
+    snprintf(m->activation, sizeof m->activation, "%s", job->model.activation);
+    if (strcmp(job->model.type, "mlp") != 0)
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "model.type '%s' is not implemented in this version (available: mlp)",
+                            job->model.type);
+    DT_CHECK(build_mlp(m, job));
+    layout_params(m);
+    st = size_arena(m);
+out:
+    return st;
+}
+
+dt_status dt_model_measure(const struct dt_job *job, const struct dt_model_io *io, int64_t max_rows,
+                           struct dt_model_size *out)
+{
+    dt_model_t *m = NULL;
+    dt_status st = dt_calloc(1, sizeof *m, "the model", (void **)&m);
+    if (st == DT_OK)
+        st = build(m, job, io, max_rows);
+    if (st == DT_OK) {
+        out->params = m->total;
+        out->arena_bytes = (uint64_t)m->arena_floats * sizeof(float);
+    }
+    free(m);
+    return st;
+}
+
+dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io, dt_backend_t *be,
+                          int64_t max_rows, dt_model_t **out)
 {
     dt_status st;
     dt_model_t *m = NULL;
@@ -306,21 +377,7 @@ dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io
     DT_CHECK(dt_calloc(1, sizeof *m, "the model", (void **)&m));
     m->be = be;
     m->ops = dt_backend_ops(be);
-    m->io = *io;
-    m->max_rows = max_rows;
-    m->in_dim = 1;
-    for (int i = 0; i < io->ndim; i++)
-        m->in_dim *= io->shape[i];
-    snprintf(m->init, sizeof m->init, "%s", job->model.init);
-    snprintf(m->activation, sizeof m->activation, "%s", job->model.activation);
-    if (strcmp(job->model.type, "mlp") != 0) {
-        st = dt_set_error(DT_ERR_UNSUPPORTED,
-                          "model.type '%s' is not implemented in this version (available: mlp)",
-                          job->model.type);
-        goto out;
-    }
-    DT_CHECK(build_mlp(m, job));
-    layout_params(m);
+    DT_CHECK(build(m, job, io, max_rows));
     DT_CHECK(alloc_buffers(m));
     *out = m;
     m = NULL;

@@ -41,8 +41,19 @@ struct dt_model_io {
     int64_t num_classes;
 };
 
-dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io,
-                          dt_backend_t *be, int64_t max_rows, dt_model_t **out);
+dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io, dt_backend_t *be,
+                          int64_t max_rows, dt_model_t **out);
+
+/* What dt_model_create would allocate, without allocating it: parameter
+ * count and activation arena bytes. Same errors as dt_model_create for
+ * shapes and sizes (DT_ERR_USAGE naming the key, DT_ERR_BAD_DATA for a
+ * sample too large for a layer). */
+struct dt_model_size {
+    size_t params;
+    uint64_t arena_bytes;
+};
+dt_status dt_model_measure(const struct dt_job *job, const struct dt_model_io *io, int64_t max_rows,
+                           struct dt_model_size *out);
 void dt_model_destroy(dt_model_t *m);
 
 /* Fills parameters with the job's initialiser from (seed, DT_RNG_INIT,

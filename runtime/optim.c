@@ -72,6 +72,13 @@ void dt_optim_destroy(dt_optim_t *o)
 int64_t dt_optim_steps(const dt_optim_t *o) { return o->t; }
 void dt_optim_set_steps(dt_optim_t *o, int64_t t) { o->t = t; }
 
+int dt_optim_state_count_for(const struct dt_job *job)
+{
+    if (strcmp(job->train.optimizer.name, "adamw") == 0)
+        return 2;
+    return job->train.optimizer.momentum > 0 ? 1 : 0;
+}
+
 int dt_optim_state_count(const dt_optim_t *o) { return (o->m != NULL) + (o->v != NULL); }
 
 float *dt_optim_state(dt_optim_t *o, int i, const char **name)

@@ -32,6 +32,8 @@ void dt_optim_set_steps(dt_optim_t *o, int64_t t);
  * elements on the backend): 0 for SGD without momentum, 1 ("momentum")
  * for SGD, 2 ("m", "v") for AdamW. */
 int dt_optim_state_count(const dt_optim_t *o);
+/* The same for the job's optimizer, before one exists. */
+int dt_optim_state_count_for(const struct dt_job *job);
 float *dt_optim_state(dt_optim_t *o, int i, const char **name);
 
 /* Learning rate for 0-based optimizer step `step` of `total` steps:

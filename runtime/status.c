@@ -28,6 +28,7 @@ static const char *const names[DT_STATUS_COUNT] = {
     [DT_ERR_TIMEOUT] = "timeout",
     [DT_ERR_STOPPED] = "stopped",
     [DT_ERR_INTERNAL] = "internal error",
+    [DT_ERR_BUSY] = "in use",
 };
 
 const char *dt_status_str(dt_status st)
@@ -51,7 +52,9 @@ int dt_status_exit_code(dt_status st)
     case DT_ERR_COMM:
     case DT_ERR_REMOTE:
     case DT_ERR_TIMEOUT:
-    case DT_ERR_STOPPED: return 75;      /* EX_TEMPFAIL: restartable */
+    case DT_ERR_BUSY:
+    case DT_ERR_STOPPED:
+        return 75; /* EX_TEMPFAIL: restartable */
     case DT_ERR_CUDA:
     case DT_ERR_INTERNAL:
     default: return 70;                  /* EX_SOFTWARE */

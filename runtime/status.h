@@ -28,6 +28,7 @@ typedef enum dt_status {
     DT_ERR_TIMEOUT,       /* a step or collective took too long */
     DT_ERR_STOPPED,       /* stopped cleanly on request (signal) */
     DT_ERR_INTERNAL,      /* a bug in dtrain */
+    DT_ERR_BUSY,          /* in use by another run (a run directory), or memory not free now */
     DT_STATUS_COUNT
 } dt_status;
 
@@ -35,7 +36,7 @@ typedef enum dt_status {
 const char *dt_status_str(dt_status st);
 
 /* sysexits code for a status: 0, 64 usage, 65 data, 66 no input, 70 software,
- * 74 I/O, 75 temporary failure (restartable). */
+ * 74 I/O, 75 temporary failure (restartable, or busy). */
 int dt_status_exit_code(dt_status st);
 
 /* Records the message for the calling thread (printf-style) and returns st,

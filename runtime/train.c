@@ -155,11 +155,20 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
     *acc = v[OUT_ROWS] > 0 ? v[OUT_CORRECT] / v[OUT_ROWS] : 0;
     DT_LOG_INFO("eval", "epoch %lld: test loss %.4f, test accuracy %.2f%% (%.0f samples)",
                 (long long)epoch + 1, *loss, 100.0 * *acc, v[OUT_ROWS]);
-    return dt_metrics_write(r->metrics,
-                            "\"type\":\"eval\",\"split\":\"%s\",\"epoch\":%lld,\"step\":%lld,"
-                            "\"loss\":%.9g,\"acc\":%.6f,\"samples\":%.0f",
-                            r->test->name, (long long)epoch + 1, (long long)step, *loss, *acc,
-                            v[OUT_ROWS]);
+    if (!isfinite(*loss))
+        DT_LOG_WARN("eval",
+                    "epoch %lld: the test loss is not finite: the model's outputs "
+                    "overflow on the test split",
+                    (long long)epoch + 1);
+    struct dt_metrics_rec rec;
+    dt_metrics_begin(&rec, "eval");
+    dt_metrics_str(&rec, "split", r->test->name);
+    dt_metrics_int(&rec, "epoch", epoch + 1);
+    dt_metrics_int(&rec, "step", step);
+    dt_metrics_num(&rec, "loss", *loss, 9);
+    dt_metrics_num(&rec, "acc", *acc, 6);
+    dt_metrics_int(&rec, "samples", (int64_t)v[OUT_ROWS]);
+    return dt_metrics_put(r->metrics, &rec);
 }
 
 /* ---- one optimizer step -------------------------------------------------- */
@@ -345,15 +354,24 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
     double dt = dt_now() - w->t0, ns = w->steps ? (double)w->steps : 1.0;
     double loss = w->rows > 0 ? w->loss_sum / w->rows : 0;
     double acc = w->rows > 0 ? w->correct / w->rows : 0;
-    dt_status st = dt_metrics_write(
-        r->metrics,
-        "\"type\":\"train\",\"epoch\":%lld,\"step\":%lld,\"loss\":%.9g,\"acc\":%.6f,\"lr\":%.6g,"
-        "\"grad_norm\":%.6g,\"samples\":%lld,\"samples_per_s\":%.1f,\"step_s\":%.6f,"
-        "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_exposed_s\":%.6f,\"optimizer_s\":%.6f,"
-        "\"loss_scale\":%g,\"overflow_steps\":%lld",
-        (long long)epoch + 1, (long long)step, loss, acc, lr, w->grad_norm, (long long)samples,
-        dt > 0 ? w->rows / dt : 0.0, dt / ns, w->data_s / ns, w->compute_s / ns, w->comm_s / ns,
-        w->optim_s / ns, r->scaling ? r->scaler.scale : 1.0, (long long)w->overflows);
+    struct dt_metrics_rec rec;
+    dt_metrics_begin(&rec, "train");
+    dt_metrics_int(&rec, "epoch", epoch + 1);
+    dt_metrics_int(&rec, "step", step);
+    dt_metrics_num(&rec, "loss", loss, 9);
+    dt_metrics_num(&rec, "acc", acc, 6);
+    dt_metrics_num(&rec, "lr", lr, 9);
+    dt_metrics_num(&rec, "grad_norm", w->grad_norm, 9);
+    dt_metrics_int(&rec, "samples", samples);
+    dt_metrics_num(&rec, "samples_per_s", dt > 0 ? w->rows / dt : 0.0, 6);
+    dt_metrics_num(&rec, "step_s", dt / ns, 6);
+    dt_metrics_num(&rec, "data_wait_s", w->data_s / ns, 6);
+    dt_metrics_num(&rec, "compute_s", w->compute_s / ns, 6);
+    dt_metrics_num(&rec, "comm_exposed_s", w->comm_s / ns, 6);
+    dt_metrics_num(&rec, "optimizer_s", w->optim_s / ns, 6);
+    dt_metrics_num(&rec, "loss_scale", r->scaling ? r->scaler.scale : 1.0, 9);
+    dt_metrics_int(&rec, "overflow_steps", w->overflows);
+    dt_status st = dt_metrics_put(r->metrics, &rec);
     show_progress(r, epoch, step, w, lr, elapsed, samples, 1);
     return st;
 }
@@ -542,56 +560,82 @@ static dt_status start(struct run *r)
     DT_CHECK(dt_train_ckpt_resume(r));
     DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, &r->wd));
     r->last_ckpt_time = dt_now();
-    st = dt_metrics_write(r->metrics,
-                          "\"type\":\"start\",\"version\":\"%s\",\"world\":%d,\"params\":%zu,"
-                          "\"steps\":%lld,\"global_batch\":%lld,\"micro_batch\":%lld,"
-                          "\"first_step\":%lld,\"device\":\"%s\",\"precision\":\"%s\"",
-                          DT_VERSION, r->world, dt_model_num_params(r->model),
-                          (long long)r->total_steps, (long long)r->job->train.global_batch,
-                          (long long)r->micro, (long long)r->step, dt_backend_name(r->be),
-                          r->job->train.precision);
+    struct dt_metrics_rec rec;
+    dt_metrics_begin(&rec, "start");
+    dt_metrics_str(&rec, "version", DT_VERSION);
+    dt_metrics_int(&rec, "world", r->world);
+    dt_metrics_int(&rec, "params", (int64_t)dt_model_num_params(r->model));
+    dt_metrics_int(&rec, "steps", r->total_steps);
+    dt_metrics_int(&rec, "global_batch", r->job->train.global_batch);
+    dt_metrics_int(&rec, "micro_batch", r->micro);
+    dt_metrics_int(&rec, "first_step", r->step);
+    dt_metrics_str(&rec, "device", dt_backend_name(r->be));
+    dt_metrics_str(&rec, "precision", r->job->train.precision);
+    st = dt_metrics_put(r->metrics, &rec);
     st = dt_dist_agree(r->comm, st);
 out:
     return st;
 }
 
-/* "[b0,b1,...]": training-split bytes each rank read from the dataset. */
-static dt_status bytes_per_rank(struct run *r, char *out, size_t len)
+/* Training-split bytes each rank read from the dataset, gathered on every
+ * rank into all[world] (malloc'd). */
+static dt_status bytes_per_rank(struct run *r, uint64_t **all)
 {
-    uint64_t mine = dt_loader_bytes_read(r->train_ld), *all = NULL;
-    dt_status st = dt_calloc((size_t)r->world, sizeof *all, "per-rank byte counts", (void **)&all);
+    uint64_t mine = dt_loader_bytes_read(r->train_ld);
+    dt_status st = dt_calloc((size_t)r->world, sizeof **all, "per-rank byte counts", (void **)all);
     if (st == DT_OK)
-        st = r->world == 1 ? (all[0] = mine, DT_OK)
-                           : dt_comm_allgather(r->comm, &mine, all, sizeof mine);
-    size_t k = (size_t)snprintf(out, len, "[");
-    for (int i = 0; st == DT_OK && i < r->world && k < len; i++)
-        k += (size_t)snprintf(out + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)all[i]);
-    if (k < len)
-        snprintf(out + k, len - k, "]");
-    free(all);
+        st = r->world == 1 ? ((*all)[0] = mine, DT_OK)
+                           : dt_comm_allgather(r->comm, &mine, *all, sizeof mine);
     return st;
 }
 
 static dt_status finish(struct run *r, const struct dt_train_result *res)
 {
-    char dur[32], bytes[2048];
-    dt_status st = bytes_per_rank(r, bytes, sizeof bytes);
-    if (st != DT_OK)
+    char dur[32];
+    uint64_t *bytes = NULL;
+    dt_status st = bytes_per_rank(r, &bytes);
+    if (st != DT_OK) {
+        free(bytes);
         return st;
+    }
     dt_format_duration(res->seconds, dur, sizeof dur);
     DT_LOG_INFO("train", "done: %lld steps (%lld epoch%s) on %d rank%s in %s, %.0f samples/s, "
                          "%.1f GFLOP/s; final test accuracy %.2f%% (loss %.4f)",
                 (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s",
                 r->world, r->world == 1 ? "" : "s", dur, res->samples_per_s, res->gflops,
                 100.0 * res->test_acc, res->test_loss);
-    st = dt_metrics_write(
-        r->metrics,
-        "\"type\":\"summary\",\"world\":%d,\"steps\":%lld,\"epochs\":%lld,\"samples\":%lld,"
-        "\"seconds\":%.3f,\"samples_per_s\":%.1f,\"gflops\":%.3f,\"test_loss\":%.9g,"
-        "\"test_acc\":%.6f,\"train_bytes_read_per_rank\":%s",
-        r->world, (long long)res->steps, (long long)res->epochs, (long long)res->samples,
-        res->seconds, res->samples_per_s, res->gflops, res->test_loss, res->test_acc, bytes);
+    struct dt_metrics_rec rec;
+    dt_metrics_begin(&rec, "summary");
+    dt_metrics_int(&rec, "world", r->world);
+    dt_metrics_int(&rec, "steps", res->steps);
+    dt_metrics_int(&rec, "epochs", res->epochs);
+    dt_metrics_int(&rec, "samples", res->samples);
+    dt_metrics_num(&rec, "seconds", res->seconds, 9);
+    dt_metrics_num(&rec, "samples_per_s", res->samples_per_s, 6);
+    dt_metrics_num(&rec, "gflops", res->gflops, 6);
+    dt_metrics_num(&rec, "test_loss", res->test_loss, 9);
+    dt_metrics_num(&rec, "test_acc", res->test_acc, 6);
+    dt_metrics_u64_list(&rec, "train_bytes_read_per_rank", bytes, r->world);
+    free(bytes);
+    st = dt_metrics_put(r->metrics, &rec);
     return dt_dist_agree(r->comm, st);
+}
+
+/* A run whose final evaluation is not finite has not produced a usable
+ * model: it ends as diverged, without a final checkpoint or model.h5 (the
+ * checkpoints written so far stay). */
+static const char *nonfinite_name(double v) { return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
+
+static dt_status check_final_eval(struct run *r, double test_loss)
+{
+    if (isfinite(test_loss))
+        return DT_OK;
+    return dt_set_error(DT_ERR_USAGE,
+                        "training diverged: the final test loss is %s after step %lld, so no "
+                        "final checkpoint or %s/model.h5 was written (earlier checkpoints in %s "
+                        "are kept); lower train.optimizer.lr or set train.clip_norm",
+                        nonfinite_name(test_loss), (long long)r->step, r->job->output.dir,
+                        r->ckpt_dir);
 }
 
 dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct dt_train_opts *opts,
@@ -607,6 +651,7 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct d
     DT_CHECK(dt_fault_init());
     DT_CHECK(start(&r));
     DT_CHECK(train_loop(&r, res));
+    DT_CHECK(check_final_eval(&r, res->test_loss));
     DT_CHECK(dt_train_ckpt_save(&r, "end of training"));
     DT_CHECK(dt_train_save_model(&r));
     st = finish(&r, res);
@@ -634,6 +679,11 @@ dt_status dt_eval_run(const struct dt_job *job, dt_comm_t *comm, const char *che
     DT_CHECK(dt_train_ckpt_load_params(&r, checkpoint));
     DT_CHECK(evaluate(&r, r.epoch, r.step, &res->test_loss, &res->test_acc));
     res->steps = r.step;
+    if (!isfinite(res->test_loss))
+        st = dt_set_error(DT_ERR_USAGE,
+                          "checkpoint %s gives a test loss of %s: its parameters are not usable "
+                          "(the run that wrote it diverged)",
+                          checkpoint, nonfinite_name(res->test_loss));
 out:
     res->comm_failed = st == DT_ERR_COMM;
     dt_train_close(&r, st);

@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "rundir.h"
 #include "scaler.h"
 #include "train.h"
 
@@ -45,6 +46,7 @@ struct run {
     /* fp16: dynamic loss scaling */
     int scaling;
     struct dt_scaler scaler;
+    dt_rundir_t *rundir; /* rank 0: the claimed (locked) run directory */
     dt_metrics_t *metrics;
     FILE *logf;
     int64_t micro, per_rank, bpe, total_steps, epochs;

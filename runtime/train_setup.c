@@ -17,6 +17,7 @@
 #include "dist.h"
 #include "fault.h"
 #include "log.h"
+#include "memory.h"
 #include "train_impl.h"
 #include "util.h"
 
@@ -51,8 +52,10 @@ static dt_status open_run_dir_local(struct run *r)
 {
     const char *dir = r->job->output.dir;
     char path[4096 + 64];
-    dt_status st = dt_mkdir_p(r->ckpt_dir);
+    dt_status st = dt_rundir_claim(dir, r->job->output.adopt, &r->rundir);
     if (st != DT_OK)
+        return st;
+    if ((st = dt_mkdir_p(r->ckpt_dir)) != DT_OK)
         return dt_error_context(st, "output.dir");
     if ((st = write_config(r->job, dir)) != DT_OK)
         return st;
@@ -450,10 +453,66 @@ static dt_status wire_unpack(void *ctx, float *g, const uint16_t *wire, size_t n
 static dt_status open_wire(struct run *r, size_t n)
 {
     r->wire = (struct dt_reducer_wire){.pack = wire_pack, .unpack = wire_unpack, .ctx = r};
-    return !r->stage_grads
-               ? dt_backend_alloc(r->be, n * sizeof(uint16_t), (void **)&r->wire.wire)
-               : dt_malloc(n * sizeof(uint16_t), "the bf16 copy of the gradients",
-                           (void **)&r->wire.wire);
+    return !r->stage_grads ? dt_backend_alloc(r->be, n * sizeof(uint16_t), (void **)&r->wire.wire)
+                           : dt_malloc(n * sizeof(uint16_t), "the bf16 copy of the gradients",
+                                       (void **)&r->wire.wire);
+}
+
+/* Loader buffers for `rows`-row micro-batches of a split: the prefetch
+ * slots (inputs, labels, ids), each reader's staging of one read, and the
+ * epoch permutation. */
+static uint64_t loader_bytes(const struct run *r, const struct dt_split_info *s, int64_t rows)
+{
+    const struct dt_job *job = r->job;
+    int64_t row = s->sample_elems * (int64_t)sizeof(float) + 4 + 8, slots, reads, perm, all;
+    int64_t staging = s->sample_elems * (int64_t)sizeof(float) + 32;
+    if (!dt_mul_i64(job->data.prefetch * rows, row, &slots) ||
+        !dt_mul_i64(job->data.workers * rows, staging, &reads) || !dt_mul_i64(s->n, 8, &perm) ||
+        __builtin_add_overflow(slots, reads, &all) || __builtin_add_overflow(all, perm, &all))
+        return UINT64_MAX;
+    return (uint64_t)all;
+}
+
+static uint64_t times(uint64_t a, uint64_t b)
+{
+    uint64_t p;
+    return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
+}
+
+/* Host memory this rank is about to allocate, against what it can have
+ * (runtime/memory.h): refused with the numbers before anything large is
+ * allocated. On a GPU the model lives in device memory, whose shortage
+ * the CUDA backend reports itself. */
+static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64_t max_rows)
+{
+    const struct dt_job *job = r->job;
+    struct dt_model_size ms;
+    struct dt_mem_need need = {.rows = max_rows};
+    struct dt_mem_avail avail;
+    dt_status st = dt_model_measure(job, io, max_rows, &ms);
+    if (st != DT_OK)
+        return st;
+    uint64_t p4 = times(ms.params, sizeof(float));
+    int host = strcmp(dt_backend_name(r->be), "cpu") == 0;
+    int states = r->eval_only ? 0 : dt_optim_state_count_for(job);
+    need.params = host ? p4 : 0;
+    need.grads = host ? p4 : 0;
+    need.optim = host ? times(p4, (uint64_t)states) : 0;
+    need.activations = host ? ms.arena_bytes : 0;
+    need.staging = times(p4, 1 + (uint64_t)states); /* checkpoints; model.h5 takes less */
+    need.loaders = loader_bytes(r, r->test, eval_global_batch(r) / r->world);
+    if (!r->eval_only)
+        need.loaders = loader_bytes(r, r->train, r->micro) == UINT64_MAX
+                           ? UINT64_MAX
+                           : need.loaders + loader_bytes(r, r->train, r->micro);
+    if (!r->eval_only && r->world > 1) /* bf16 wire, host copies of staged gradients */
+        need.other =
+            times(ms.params,
+                  (strcmp(job->comm.grad_dtype, "bf16") == 0 && (host || r->stage_grads) ? 2 : 0) +
+                      (r->stage_grads ? sizeof(float) : 0));
+    need.resident = dt_mem_resident();
+    dt_mem_probe(dt_comm_local_size(r->comm), &avail);
+    return dt_mem_check(&need, &avail, job->runtime.memory_limit, r->rank);
 }
 
 static dt_status build_local(struct run *r)
@@ -474,6 +533,7 @@ static dt_status build_local(struct run *r)
         st = dt_set_error(DT_ERR_NOMEM, "out of memory allocating the model (DTRAIN_FAULT)");
         goto out;
     }
+    DT_CHECK(check_memory(r, &io, max_rows));
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
     if (!r->eval_only)
@@ -613,4 +673,5 @@ void dt_train_close(struct run *r, dt_status st)
             fprintf(r->logf, "error: %s\n", dt_last_error());
         fclose(r->logf);
     }
+    dt_rundir_release(r->rundir);
 }

@@ -136,6 +136,7 @@ static void assert_jobs_equal(const struct dt_job *a, const struct dt_job *b)
     CU_ASSERT_EQUAL(a->runtime.reference_kernels, b->runtime.reference_kernels);
     CU_ASSERT_STRING_EQUAL(a->runtime.progress, b->runtime.progress);
     CU_ASSERT_STRING_EQUAL(a->output.dir, b->output.dir);
+    CU_ASSERT_EQUAL(a->output.adopt, b->output.adopt);
 }
 
 /* Writes job as YAML, loads it back, and checks the two are equal. */
@@ -202,7 +203,8 @@ static const char full_job[] =
     "  reference_kernels: true\n"
     "  progress: lines\n"
     "output:\n"
-    "  dir: runs/exp-1\n";
+    "  dir: runs/exp-1\n"
+    "  adopt: true\n";
 
 /* ---- defaults and loading ---------------------------------------------- */
 
@@ -304,6 +306,7 @@ static void test_full_file(void)
     CU_ASSERT_EQUAL(j.runtime.reference_kernels, 1);
     CU_ASSERT_STRING_EQUAL(j.runtime.progress, "lines");
     CU_ASSERT_STRING_EQUAL(j.output.dir, "runs/exp-1");
+    CU_ASSERT_EQUAL(j.output.adopt, 1);
     CU_ASSERT_EQUAL(dt_job_validate(&j), DT_OK);
 }
 

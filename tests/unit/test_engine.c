@@ -7,6 +7,7 @@
 
 #include "../../runtime/backend.h"
 #include "../../runtime/config.h"
+#include "../../runtime/memory.h"
 #include "../../runtime/model.h"
 #include "../../runtime/optim.h"
 #include "../../runtime/rng.h"
@@ -293,6 +294,74 @@ static void test_optim_sgd_steps(void)
     CU_ASSERT_EQUAL(dt_optim_create(&job, be, 2, &o), DT_ERR_USAGE);
 }
 
+/* The memory decision: more than the limit or than the node could ever
+ * give a rank is the job's fault (64); more than is free now may pass
+ * later (75); what the process holds counts against the node's total but
+ * is no longer free, so it is not counted twice. */
+static void test_memory_check(void)
+{
+    const uint64_t G = 1ull << 30;
+    struct dt_mem_need need = {
+        .params = 1 * G, .grads = 1 * G, .activations = 2 * G, .resident = G, .rows = 128};
+    struct dt_mem_avail avail = {.node_total = 32 * G, .node_available = 24 * G, .local_ranks = 4};
+    snprintf(avail.host, sizeof avail.host, "node7");
+    CU_ASSERT_EQUAL(dt_mem_need_total(&need), 4 * G);
+    /* 4 GiB + 1 resident against 8 per rank in total and 6 free: fits */
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 0, 3), DT_OK);
+    /* the limit */
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 4.5, 3), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "more than runtime.memory_limit=4.5 GiB"));
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 5.5, 3), DT_OK);
+    /* free memory short now, but the node is large enough: 75 */
+    avail.node_available = 12 * G; /* 3 GiB per rank */
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 0, 3), DT_ERR_BUSY);
+    CU_ASSERT_EQUAL(dt_status_exit_code(DT_ERR_BUSY), 75);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "only 3.00 GiB is free for rank 3 on node7"));
+    /* more than a rank's share of the node: 64, with the numbers */
+    need.activations = 7 * G; /* 9 + 1 resident > 8 per rank */
+    avail.node_available = 32 * G;
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 0, 3), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "about 10.0 GiB of host memory"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "activations for 128 rows 7.00 GiB"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(),
+                                  "can have at most 8.00 GiB (32.0 GiB on the node, "
+                                  "shared by 4 ranks)"));
+    /* sizes past counting saturate instead of wrapping */
+    need.optim = UINT64_MAX;
+    CU_ASSERT_EQUAL(dt_mem_need_total(&need), UINT64_MAX);
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 0, 0), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "more than 16 EiB"));
+    /* nothing known about the node: nothing refused */
+    need.optim = 0;
+    avail = (struct dt_mem_avail){
+        .node_total = UINT64_MAX, .node_available = UINT64_MAX, .local_ranks = 1};
+    CU_ASSERT_EQUAL(dt_mem_check(&need, &avail, 0, 0), DT_OK);
+    /* this machine's own figures are read */
+    dt_mem_probe(1, &avail);
+    CU_ASSERT(avail.node_total > 0 && avail.node_total != UINT64_MAX);
+    CU_ASSERT(avail.node_available <= avail.node_total);
+    CU_ASSERT(dt_mem_resident() > 0);
+}
+
+/* The model's sizes are known before it is allocated, and a model whose
+ * sizes overflow is refused naming the key, not wrapped. */
+static void test_model_measure(void)
+{
+    struct dt_job jb;
+    struct dt_model_size ms;
+    struct dt_model_io io = {.ndim = 2, .shape = {28, 28}, .num_classes = 10};
+    dt_job_defaults(&jb);
+    CU_ASSERT_EQUAL_FATAL(dt_model_measure(&jb, &io, 128, &ms), DT_OK);
+    /* 784-512-512-10 */
+    CU_ASSERT_EQUAL(ms.params, 784u * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+    CU_ASSERT(ms.arena_bytes >= 128u * (784 + 512 + 512 + 10) * 4);
+    io.shape[0] = 1ll << 40; /* a sample too large for a layer */
+    CU_ASSERT_EQUAL(dt_model_measure(&jb, &io, 128, &ms), DT_ERR_BAD_DATA);
+    io.shape[0] = 28;
+    CU_ASSERT_EQUAL(dt_model_measure(&jb, &io, 1ll << 40, &ms), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "train.micro_batch"));
+}
+
 int main(void)
 {
     struct dt_backend_opts bo = {.threads = 1};
@@ -310,6 +379,8 @@ int main(void)
     CU_ADD(s, test_schedules);
     CU_ADD(s, test_clip);
     CU_ADD(s, test_optim_sgd_steps);
+    CU_ADD(s, test_memory_check);
+    CU_ADD(s, test_model_measure);
     int rc = cu_run_all();
     dt_backend_destroy(be);
     return rc;

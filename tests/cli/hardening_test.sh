@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Bad input as an adversarial user gives it, end to end: a run directory
+# that is not dtrain's or is in use, data and results that are not finite,
+# sizes no machine holds, inputs that are not files. Each case checks the
+# exit code, the message, and that nothing was lost or half written.
+#   hardening_test.sh DTRAIN MAKE_H5 WORKDIR
+set -uo pipefail
+DTRAIN=$1
+MAKE_H5=$2
+W=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+MPIRUN="bash $HERE/../mpi/mpirun.sh"
+rm -rf "$W" && mkdir -p "$W"
+cd "$W"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+# expect CODE PATTERN -- command...: exit code and a pattern in stdout+stderr
+expect() {
+  local code=$1 pat=$2; shift 3
+  local out rc
+  out=$(timeout 120 "$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
+  ok
+}
+# every line of a metrics file parses as JSON
+json_ok() { python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$1"; }
+
+"$MAKE_H5" data.h5 512 128 16 4 || { echo "cannot make data"; exit 1; }
+cat > job.yaml <<JOB
+model:
+  hidden: [16]
+  dropout: 0
+data:
+  path: data.h5
+train:
+  epochs: 2
+  global_batch: 32
+  eval_batch: 64
+  log_every: 4
+  optimizer:
+    lr: 0.01
+runtime:
+  threads: 1
+  progress: lines
+output:
+  dir: run
+JOB
+T="$DTRAIN train job.yaml"
+
+# --- the run directory -----------------------------------------------------------
+# a folder of the user's is refused, and left exactly as it was
+mkdir mine && echo "my own notes" > mine/config.yaml && echo "weights" > mine/model.h5
+sum=$(cat mine/* | md5sum)
+expect 64 "output.dir mine already exists, is not empty and is not a dtrain run directory.*output.adopt" -- $T --set output.dir=mine
+[ "$(cat mine/* | md5sum)" = "$sum" ] && [ "$(ls -A mine | wc -l)" = 2 ] && ok || bad "refused run changed mine/: $(ls -A mine)"
+# ... unless the job asks for it
+expect 0 "final test accuracy" -- $T --set output.dir=mine --set output.adopt=true
+[ -f mine/.dtrain-run ] && ok || bad "adopted directory has no marker"
+# the current directory is the classic slip
+expect 64 "output.dir \. already exists" -- $T --set output.dir=.
+# an empty folder, a new one, and the run's own folder again are fine
+mkdir empty
+expect 0 "final test accuracy" -- $T --set output.dir=empty
+grep -q "^dtrain run directory" empty/.dtrain-run && ok || bad "no marker text"
+expect 0 "already reached step" -- $T --set output.dir=empty
+# a run directory written before the marker existed is recognised
+cp -r empty legacy && rm legacy/.dtrain-run
+expect 0 "already reached step" -- $T --set output.dir=legacy
+[ -f legacy/.dtrain-run ] && ok || bad "legacy run directory not marked"
+# a file where the directory should be
+echo x > afile
+expect 64 "output.dir afile exists and is not a directory" -- $T --set output.dir=afile
+
+# a second run on a directory in use: exit 75 naming the holder; the
+# first run is not disturbed, and once it is killed the lock is free
+DTRAIN_FAULT=0:hang:3 $T --set output.dir=busy --set train.log_every=1 > busy1.out 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do grep -q "step 2/" busy1.out 2>/dev/null && break; sleep 0.1; done
+expect 75 "output.dir busy is in use by another dtrain run \(pid $pid on host $(hostname) since" -- $T --set output.dir=busy
+expect 75 "in use by another dtrain run \(pid $pid" -- $MPIRUN 2 $DTRAIN train job.yaml --set output.dir=busy
+kill -0 "$pid" 2>/dev/null && ok || bad "the first run died: $(tail -3 busy1.out)"
+kill -9 "$pid"; wait "$pid" 2>/dev/null
+expect 0 "final test accuracy" -- $T --set output.dir=busy
+# two runs started together: one trains, the other exits 75 at once
+$T --set output.dir=race > race1.out 2>&1 & p1=$!
+$T --set output.dir=race > race2.out 2>&1 & p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+codes=$(printf '%s\n' $r1 $r2 | sort | tr '\n' ' ')
+[ "$codes" = "0 75 " ] && ok || bad "two runs on one directory exited $r1 and $r2: $(tail -2 race1.out race2.out)"
+grep -h "in use" race1.out race2.out | grep -q "pid" && ok || bad "the loser did not name the holder"
+expect 0 "already reached step" -- $T --set output.dir=race
+
+# --- data and results that are not finite ------------------------------------------
+"$MAKE_H5" nan_test.h5 512 128 16 4 test:7:3=nan
+expect 65 "nan_test.h5.*test.*row 7" -- $T --set data.path=nan_test.h5 --set output.dir=nan1
+"$MAKE_H5" inf_train.h5 512 128 16 4 train:300:0=inf
+expect 65 "inf_train.h5.*train.*row 300" -- $T --set data.path=inf_train.h5 --set output.dir=nan2
+# finite inputs so large that the model's outputs overflow on the test split:
+# the final evaluation is not finite, so the run is not a success
+"$MAKE_H5" huge_test.h5 512 128 16 4 $(for c in $(seq 0 15); do printf 'test:5:%d=3e38 ' "$c"; done)
+expect 64 "training diverged: the final test loss is NaN" -- $T --set data.path=huge_test.h5 --set output.dir=diverged
+grep -q '"type":"eval".*"loss":null' diverged/metrics.jsonl && ok || bad "non-finite loss not written as null: $(grep eval diverged/metrics.jsonl | tail -1)"
+json_ok diverged/metrics.jsonl && ok || bad "metrics.jsonl is not valid JSON"
+[ ! -e diverged/model.h5 ] && ok || bad "a diverged run wrote model.h5"
+expect 64 "gives a test loss of NaN" -- $DTRAIN eval job.yaml --set data.path=huge_test.h5 --checkpoint empty/checkpoints/ckpt-0000000032.h5
+
+# --- sizes -------------------------------------------------------------------------
+"$MAKE_H5" empty_test.h5 512 0 16 4
+expect 65 "split 'test' \(data.test_split\) holds no samples" -- $T --set data.path=empty_test.h5 --set output.dir=e1
+"$MAKE_H5" empty_train.h5 0 64 16 4
+expect 65 "split 'train' \(data.train_split\) holds no samples" -- $T --set data.path=empty_train.h5 --set output.dir=e2
+expect 64 "train.schedule.warmup_steps \(100\) is longer than the whole run \(32 steps" -- $T --set train.schedule.warmup_steps=100 --set output.dir=w1
+# an evaluation batch larger than the test split is cut to the split
+expect 0 "final test accuracy" -- $T --set train.eval_batch=1000000000 --set output.dir=evbig
+expect 64 "train.eval_batch: expected an integer from 1 to 1000000000" -- $T --set train.eval_batch=4611686018427387904
+
+# a model no machine holds is refused before anything is allocated, with the
+# numbers, instead of being killed by the kernel; and so is one past the
+# job's own runtime.memory_limit
+expect 64 "needs about 28.0 TiB of host memory on each rank \(parameters 4.00 TiB.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1
+expect 64 "more than runtime.memory_limit=0.01 GiB" -- $T --set runtime.memory_limit=0.01 --set output.dir=m2
+expect 64 "needs about .*more than runtime.memory_limit" -- $MPIRUN 2 $DTRAIN train job.yaml --set runtime.memory_limit=0.01 --set output.dir=m3
+
+# --- inputs that are not regular files ----------------------------------------------
+mkfifo fifo
+expect 66 "job file fifo: not a regular file \(it is a FIFO\)" -- $DTRAIN train fifo
+expect 66 "dataset fifo: not a regular file \(it is a FIFO\)" -- $T --set data.path=fifo --set output.dir=f1
+expect 66 "not a regular file \(it is a FIFO\)" -- $DTRAIN data info fifo
+expect 66 "not a regular file" -- $DTRAIN data import idx --train-images fifo --train-labels fifo -o f.h5
+expect 66 "not a regular file \(it is a directory\)" -- $DTRAIN data import idx --train-images mine --train-labels mine -o f.h5
+expect 66 "not a regular file \(it is a directory\)" -- $DTRAIN train mine
+
+echo "hardening: $pass passed, $fail failed"
+[ "$fail" = 0 ]
