@@ -1,6 +1,12 @@
 /*
  * tensors.c - saving and loading named fp32 tensors with HDF5 (serial
  * API, one process). Every HDF5 call holds the io/ lock.
+ *
+ * Saving goes through outfile.h like a checkpoint: the temporary file's
+ * space is reserved first, so a full disk or a file-size limit fails
+ * before any data is written, with the system's reason and the free
+ * space, and the old model file stays as it was. Loading checks that each
+ * tensor's declared shape fits in the file before it allocates for it.
  */
 #include "tensors.h"
 
@@ -11,11 +17,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../runtime/util.h"
 #include "hdf5_lock.h"
+#include "outfile.h"
 
 #define MODEL_FORMAT "model"
 #define MODEL_VERSION 1
 #define MAX_TENSORS 4096
+#define MODEL_PATH 4200
+#define FORMAT_MAX 64 /* longest dtrain_format value read */
 
 static herr_t put_string_attr(hid_t loc, const char *name, const char *value)
 {
@@ -42,64 +52,180 @@ static herr_t put_int_attr(hid_t loc, const char *name, int value)
     return e;
 }
 
-static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const char *path)
+/* A failed HDF5 write: the system's reason and the free space when HDF5
+ * recorded an errno, else HDF5's own text and the free space. Lock held,
+ * right after the failing call. */
+static dt_status write_error(const char *path, const char *tmp, const char *what)
 {
+    char reason[256];
+    int err = dt_h5_errno();
+    if (err) {
+        dt_outfile_reason(err, tmp, reason, sizeof reason);
+        return dt_set_error(DT_ERR_IO, "model %s: cannot %s: %s", path, what, reason);
+    }
+    dt_outfile_free_text(tmp, reason, sizeof reason);
+    return dt_h5_error(DT_ERR_IO, "model %s: cannot %s%s", path, what, reason);
+}
+
+static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const char *path,
+                              const char *tmp)
+{
+    char what[DT_TENSOR_NAME + 32];
     hsize_t dims[2] = {(hsize_t)t->shape[0], t->ndim > 1 ? (hsize_t)t->shape[1] : 1};
     hid_t sp = H5Screate_simple(t->ndim > 1 ? 2 : 1, dims, NULL);
     hid_t d = H5Dcreate2(grp, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
+    dt_status st = DT_OK;
+    if (e < 0) {
+        snprintf(what, sizeof what, "write tensor %s", t->name);
+        st = write_error(path, tmp, what);
+    }
     if (d >= 0)
         H5Dclose(d);
     H5Sclose(sp);
-    return e < 0 ? dt_h5_error(DT_ERR_IO, "model %s: cannot write tensor %s", path, t->name)
-                 : DT_OK;
+    return st;
+}
+
+/* An upper estimate of the file's size. */
+static uint64_t model_estimate(const struct dt_named_tensor *t, int n)
+{
+    uint64_t data = 0;
+    for (int i = 0; i < n; i++)
+        data +=
+            (uint64_t)t[i].shape[0] * (uint64_t)(t[i].ndim > 1 ? t[i].shape[1] : 1) * sizeof(float);
+    return dt_outfile_hdf5_estimate(data, (uint64_t)n + 1, 0);
 }
 
 static dt_status save_locked(const char *tmp, const char *path, const struct dt_named_tensor *t,
                              int n)
 {
     dt_status st = DT_OK;
+    hid_t g = -1;
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0)
-        return dt_h5_error(DT_ERR_IO, "model %s: cannot create %s", path, tmp);
-    hid_t g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (g < 0 || put_string_attr(f, "dtrain_format", MODEL_FORMAT) < 0 ||
-        put_int_attr(f, "format_version", MODEL_VERSION) < 0)
-        st = dt_h5_error(DT_ERR_IO, "model %s: cannot write its header", path);
+    if (f < 0) return write_error(path, tmp, "create its temporary file");
+    st = dt_outfile_reserve("model", tmp, model_estimate(t, n));
+    if (st == DT_OK) {
+        g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (g < 0 || put_string_attr(f, "dtrain_format", MODEL_FORMAT) < 0 ||
+            put_int_attr(f, "format_version", MODEL_VERSION) < 0)
+            st = write_error(path, tmp, "write its header");
+    }
     for (int i = 0; i < n && st == DT_OK; i++)
-        st = write_tensor(g, &t[i], path);
+        st = write_tensor(g, &t[i], path, tmp);
     if (g >= 0)
         H5Gclose(g);
-    if (H5Fclose(f) < 0 && st == DT_OK)
-        st = dt_h5_error(DT_ERR_IO, "model %s: cannot close %s", path, tmp);
+    if (H5Fclose(f) < 0 && st == DT_OK) st = write_error(path, tmp, "finish writing it");
     return st;
+}
+
+static dt_status check_tensors(const struct dt_named_tensor *t, int n)
+{
+    if (n < 0 || n > MAX_TENSORS || (n > 0 && !t))
+        return dt_set_error(DT_ERR_INVALID_ARG, "model: %d tensors (at most %d)", n, MAX_TENSORS);
+    for (int i = 0; i < n; i++) {
+        int64_t numel = 0;
+        if (!t[i].name[0] || !memchr(t[i].name, '\0', sizeof t[i].name) || strchr(t[i].name, '/') ||
+            t[i].ndim < 1 || t[i].ndim > 2 ||
+            !dt_mul_i64(t[i].shape[0], t[i].ndim > 1 ? t[i].shape[1] : 1, &numel) ||
+            (numel > 0 && !t[i].data))
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "model: tensor %d (%.*s) has no valid name, "
+                                "shape or data",
+                                i, DT_TENSOR_NAME - 1, t[i].name);
+    }
+    return DT_OK;
 }
 
 dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int n)
 {
-    char tmp[4200];
+    char tmp[MODEL_PATH];
+    dt_status st = check_tensors(t, n);
+    if (st != DT_OK) return st;
+    if (strlen(path) + 32 > sizeof tmp)
+        return dt_set_error(DT_ERR_INVALID_ARG, "model path %.64s... is too long", path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     dt_h5_lock();
-    dt_status st = save_locked(tmp, path, t, n);
+    st = save_locked(tmp, path, t, n);
     dt_h5_unlock();
-    if (st == DT_OK && rename(tmp, path) != 0)
-        st = dt_set_error(DT_ERR_IO, "model %s: cannot rename %s into place: %s", path, tmp,
-                          strerror(errno));
+    if (st == DT_OK) {
+        dt_outfile_release(tmp, model_estimate(t, n));
+        st = dt_outfile_commit("model", tmp, path);
+    }
     if (st != DT_OK)
         unlink(tmp);
     return st;
 }
 
+/* ---- loading ------------------------------------------------------------- */
+
 struct load_ctx {
     const char *path;
+    int64_t file_bytes;
     struct dt_named_tensor *t;
     int n;
     dt_status st;
 };
 
+/* Opens /params/<name> and reads its shape; the data must fit in the file
+ * (checked before anything is allocated for it). */
+static dt_status open_one(struct load_ctx *c, hid_t grp, const char *name, const H5L_info_t *info,
+                          hid_t *d, struct dt_named_tensor *t)
+{
+    hsize_t dims[2] = {0, 1};
+    char declared[96], what[MODEL_PATH + 32];
+    int64_t numel = 0, bytes = 0;
+    if (strlen(name) >= sizeof t->name)
+        return dt_set_error(DT_ERR_BAD_DATA, "model %s: tensor name '%.64s...' is longer than %d",
+                            c->path, name, DT_TENSOR_NAME - 1);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    if (info->type != H5L_TYPE_HARD)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "model %s: /params/%s is a link to elsewhere, not a tensor in the file",
+                            c->path, name);
+    *d = H5Dopen2(grp, name, H5P_DEFAULT);
+    if (*d < 0)
+        return dt_h5_error(DT_ERR_BAD_DATA, "model %s: /params/%s is not a readable tensor",
+                           c->path, name);
+    hid_t sp = H5Dget_space(*d), ty = H5Dget_type(*d);
+    int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    H5T_class_t cls = ty < 0 ? H5T_NO_CLASS : H5Tget_class(ty);
+    int ok = (nd == 1 || nd == 2) && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0 &&
+             (cls == H5T_FLOAT || cls == H5T_INTEGER) && dims[0] <= INT64_MAX &&
+             dims[1] <= INT64_MAX;
+    if (ty >= 0) H5Tclose(ty);
+    if (sp >= 0) H5Sclose(sp);
+    if (!ok)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "model %s: /params/%s is not a 1-D or 2-D array of "
+                            "numbers",
+                            c->path, name);
+    t->ndim = nd;
+    t->shape[0] = (int64_t)dims[0];
+    t->shape[1] = nd == 2 ? (int64_t)dims[1] : 0;
+    if (!dt_mul_i64(t->shape[0], nd == 2 ? t->shape[1] : 1, &numel) ||
+        !dt_mul_i64(numel, (int64_t)sizeof(float), &bytes) || bytes > c->file_bytes)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "model %s: /params/%s declares %lld x %lld values, more than the "
+                            "file's %lld bytes hold",
+                            c->path, name, (long long)dims[0], (long long)(nd == 2 ? dims[1] : 1),
+                            (long long)c->file_bytes);
+    snprintf(declared, sizeof declared, "%lld values", (long long)numel);
+    snprintf(what, sizeof what, "model %s", c->path);
+    char obj[DT_TENSOR_NAME + 16];
+    snprintf(obj, sizeof obj, "/params/%s", name);
+    struct dt_h5_storage s = {.what = what,
+                              .file = c->path,
+                              .obj = obj,
+                              .declared = declared,
+                              .bytes = (uint64_t)bytes,
+                              .file_bytes = c->file_bytes};
+    return dt_h5_check_storage(*d, &s);
+}
+
 static herr_t load_one(hid_t grp, const char *name, const H5L_info_t *info, void *op)
 {
     struct load_ctx *c = op;
+    hid_t d = -1;
     if (c->n >= MAX_TENSORS) {
         c->st = dt_set_error(DT_ERR_BAD_DATA, "model %s: more than %d tensors", c->path,
                              MAX_TENSORS);
@@ -107,61 +233,95 @@ static herr_t load_one(hid_t grp, const char *name, const H5L_info_t *info, void
     }
     struct dt_named_tensor *t = &c->t[c->n];
     memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    hid_t d = H5Dopen2(grp, name, H5P_DEFAULT);
-    hid_t sp = d < 0 ? -1 : H5Dget_space(d);
-    hsize_t dims[2] = {0, 1};
-    int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
-    if (nd == 1 || nd == 2) {
-        H5Sget_simple_extent_dims(sp, dims, NULL);
-        t->ndim = nd;
-        t->shape[0] = (int64_t)dims[0];
-        t->shape[1] = (int64_t)dims[1];
-        t->data = malloc((size_t)(dims[0] * dims[1]) * sizeof(float) + 1);
+    c->st = open_one(c, grp, name, info, &d, t);
+    if (c->st == DT_OK) {
+        size_t numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        c->st = dt_malloc(numel * sizeof(float), "a model tensor", (void **)&t->data);
     }
-    if (!t->data || H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
+    if (c->st == DT_OK && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
         c->st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: cannot read tensor %s", c->path, name);
-    if (sp >= 0)
-        H5Sclose(sp);
     if (d >= 0)
         H5Dclose(d);
     if (c->st != DT_OK) {
         free(t->data);
         t->data = NULL;
+        return -1;
     }
-    c->n += c->st == DT_OK;
-    return c->st == DT_OK ? 0 : -1;
+    c->n++;
+    return 0;
+}
+
+/* dtrain_format, when the file has one, must say "model". */
+static dt_status check_format(hid_t f, const char *path)
+{
+    char value[FORMAT_MAX] = "";
+    htri_t e = H5Aexists(f, "dtrain_format");
+    if (e <= 0) return e < 0 ? dt_h5_error(DT_ERR_BAD_DATA, "model %s is damaged", path) : DT_OK;
+    hid_t a = H5Aopen(f, "dtrain_format", H5P_DEFAULT);
+    hid_t t = a < 0 ? -1 : H5Aget_type(a);
+    hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    herr_t r = -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) &&
+        H5Sget_simple_extent_npoints(sp) == 1 && H5Tget_size(t) < sizeof value &&
+        H5Tset_size(mt, sizeof value) >= 0)
+        r = H5Aread(a, mt, value);
+    dt_status st = DT_OK;
+    if (r < 0)
+        st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: its dtrain_format cannot be read", path);
+    else if (strcmp(value, MODEL_FORMAT) != 0)
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "model %s is not a dtrain model file (its dtrain_format is '%s')", path,
+                          value);
+    H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return st;
+}
+
+static void load_locked(struct load_ctx *c)
+{
+    hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t g = -1;
+    if (f < 0) {
+        c->st = dt_h5_error(DT_ERR_BAD_DATA, "model %s is damaged or is not an HDF5 file", c->path);
+        return;
+    }
+    c->st = check_format(f, c->path);
+    if (c->st == DT_OK) {
+        enum dt_h5_path p = dt_h5_hard_path(f, "params");
+        if (p == DT_H5_PATH_HARD) g = H5Gopen2(f, "params", H5P_DEFAULT);
+        if (g < 0)
+            c->st = dt_h5_error(DT_ERR_BAD_DATA,
+                                "model %s: not a dtrain model file (no /params group)", c->path);
+    }
+    if (c->st == DT_OK && H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, load_one, c) < 0 &&
+        c->st == DT_OK)
+        c->st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: cannot list its tensors", c->path);
+    if (g >= 0)
+        H5Gclose(g);
+    H5Fclose(f);
 }
 
 dt_status dt_tensors_load(const char *path, struct dt_named_tensor **out, int *n)
 {
-    struct load_ctx c = {.path = path, .t = calloc(MAX_TENSORS, sizeof *c.t)};
-    if (!c.t)
-        return dt_set_error(DT_ERR_NOMEM, "out of memory loading model %s", path);
-    if (access(path, R_OK) != 0) {
-        free(c.t);
-        return dt_set_error(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO, "model %s: %s", path,
-                            strerror(errno));
-    }
+    struct load_ctx c = {.path = path};
+    dt_status st = dt_input_check(path, "model", &c.file_bytes);
+    if (st != DT_OK) return st;
+    DT_CHECK(dt_calloc(MAX_TENSORS, sizeof *c.t, "a model's tensor list", (void **)&c.t));
     dt_h5_lock();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t g = f < 0 ? -1 : H5Gopen2(f, "params", H5P_DEFAULT);
-    if (g < 0)
-        c.st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: not a dtrain model file", path);
-    else
-        H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, load_one, &c);
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
+    load_locked(&c);
     dt_h5_unlock();
-    if (c.st != DT_OK) {
-        dt_tensors_free(c.t, c.n);
-        return c.st;
+    st = c.st;
+    if (st == DT_OK) {
+        *out = c.t;
+        *n = c.n;
+        c.t = NULL;
     }
-    *out = c.t;
-    *n = c.n;
-    return DT_OK;
+out:
+    dt_tensors_free(c.t, c.n);
+    return st;
 }
 
 void dt_tensors_free(struct dt_named_tensor *t, int n)

@@ -1,6 +1,6 @@
 /*
  * test_io.c - CUnit suites for io/: the IDX importer, the HDF5 dataset
- * reader and the prefetching loader.
+ * reader, the prefetching loader and model files.
  *
  * Every file a test needs is made here, in a private directory under
  * cu_tmpdir(): small IDX files (raw and gzipped, some deliberately
@@ -11,9 +11,13 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <hdf5.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -22,6 +26,7 @@
 #include "io/dataset.h"
 #include "io/idx.h"
 #include "io/loader.h"
+#include "io/tensors.h"
 #include "runtime/rng.h"
 #include "runtime/status.h"
 
@@ -1245,6 +1250,167 @@ static void test_loader_read_error(void)
     dt_dataset_close(ds);
 }
 
+/* ---- model files ------------------------------------------------------------- */
+
+/* Whole file into a malloc'd buffer (NULL when unreadable). */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    *len = buf && fread(buf, 1, (size_t)n, f) == (size_t)n ? (size_t)n : 0;
+    fclose(f);
+    return buf;
+}
+
+static void test_model_round_trip(void)
+{
+    char dir[4096], p[4200];
+    float w[6] = {1, -2, 3.5f, 4, 5, 6}, b[3] = {0.25f, 0, -1};
+    struct dt_named_tensor t[2] = {{"fc1.weight", 2, {2, 3}, w}, {"fc1.bias", 1, {3, 0}, b}};
+    tpath(dir, sizeof dir, "model-rt");
+    mkdir(dir, 0777);
+    snprintf(p, sizeof p, "%s/model.h5", dir);
+    ASSERT_STATUS(dt_tensors_save(p, t, 2), DT_OK);
+    CU_ASSERT_EQUAL(dir_entries(dir), 1); /* no temporary file left */
+    struct dt_named_tensor *got = NULL;
+    int n = 0;
+    ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[0].name, "fc1.bias"); /* name order */
+    CU_ASSERT(got[0].ndim == 1 && got[0].shape[0] == 3 && !memcmp(got[0].data, b, sizeof b));
+    CU_ASSERT(got[1].ndim == 2 && got[1].shape[0] == 2 && got[1].shape[1] == 3 &&
+              !memcmp(got[1].data, w, sizeof w));
+    dt_tensors_free(got, n);
+}
+
+/* Saves a 4 MiB model into dir where a small model.h5 already is, with the
+ * file size limited to 256 KiB when fsize (else in whatever room dir has):
+ * the save fails with the system's reason and the free space, and the old
+ * model.h5 is untouched, with no temporary file beside it. */
+static void failing_model_save(const char *dir, int fsize, const char *reason)
+{
+    enum { BIG = 1 << 20 };
+    char p[4200];
+    float small[4] = {1, 2, 3, 4};
+    struct dt_named_tensor t = {"fc1.weight", 1, {4, 0}, small};
+    snprintf(p, sizeof p, "%s/model.h5", dir);
+    ASSERT_STATUS(dt_tensors_save(p, &t, 1), DT_OK);
+    size_t before_len = 0, after_len = 0;
+    char *before = read_all(p, &before_len);
+    float *big = calloc(BIG, sizeof *big);
+    CU_ASSERT_FATAL(before && big);
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = (float)i;
+    struct dt_named_tensor bt = {"fc1.weight", 2, {1024, 1024}, big};
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 256 * 1024;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT(!fsize || setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    dt_clear_error();
+    dt_status st = dt_tensors_save(p, &bt, 1);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    ASSERT_STATUS(st, DT_ERR_IO);
+    ASSERT_MSG(p);
+    ASSERT_MSG(reason);
+    ASSERT_MSG("free on its file system");
+    char *after = read_all(p, &after_len);
+    CU_ASSERT(after && after_len == before_len && !memcmp(after, before, before_len));
+    CU_ASSERT_EQUAL(dir_entries(dir), 1);
+    free(after);
+    free(before);
+    free(big);
+}
+
+static void test_model_save_file_size_limit(void)
+{
+    char dir[4096];
+    tpath(dir, sizeof dir, "model-efbig");
+    mkdir(dir, 0777);
+    failing_model_save(dir, 1, "File too large (the file-size limit, ulimit -f, is 256 KiB)");
+}
+
+/* A real full disk (a 1 MiB tmpfs); needs the right to mount. */
+static void test_model_save_disk_full(void)
+{
+    char dir[4096];
+    tpath(dir, sizeof dir, "model-enospc");
+    mkdir(dir, 0777);
+    if (mount("dtrain-test", dir, "tmpfs", 0, "size=1m,mode=0755") != 0) {
+        printf("SKIPPED (cannot mount a small tmpfs: %s) ", strerror(errno));
+        return;
+    }
+    failing_model_save(dir, 0, "cannot reserve 4.0 MiB for it: No space left on device");
+    CU_ASSERT_EQUAL(umount2(dir, MNT_DETACH), 0);
+}
+
+/* Model files that are not what they claim: each is refused with a clear
+ * status before anything is allocated from what it declares. */
+static void test_model_bad_files(void)
+{
+    char dir[4096], p[4200];
+    struct dt_named_tensor *got = NULL;
+    int n = 0;
+    tpath(dir, sizeof dir, "model-bad");
+    mkdir(dir, 0777);
+    ASSERT_STATUS(dt_tensors_load(dir, &got, &n), DT_ERR_NOT_FOUND);
+    ASSERT_MSG("not a regular file");
+    snprintf(p, sizeof p, "%s/fifo.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
+    alarm(60); /* a blocking open would hang: fail loudly instead */
+    ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_ERR_NOT_FOUND);
+    alarm(0);
+    ASSERT_MSG("FIFO");
+    snprintf(p, sizeof p, "%s/text.h5", dir);
+    FILE *fp = fopen(p, "w");
+    fputs("not HDF5\n", fp);
+    fclose(fp);
+    ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_ERR_BAD_DATA);
+    ASSERT_MSG("is damaged or is not an HDF5 file");
+
+    /* a tensor declaring 2^60 floats it never wrote, a name longer than a
+     * tensor's name buffer, a link */
+    float w[2] = {1, 2};
+    struct dt_named_tensor t = {"w", 1, {2, 0}, w};
+    const char *edits[] = {"huge", "long", "link"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/%s.h5", dir, edits[k]);
+        ASSERT_STATUS(dt_tensors_save(p, &t, 1), DT_OK);
+        hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+        CU_ASSERT_FATAL(f >= 0);
+        if (k == 0) {
+            hsize_t dims[2] = {(hsize_t)1 << 40, (hsize_t)1 << 20};
+            hid_t sp = H5Screate_simple(2, dims, NULL);
+            hid_t d = H5Dcreate2(f, "params/huge", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                                 H5P_DEFAULT);
+            CU_ASSERT(d >= 0);
+            H5Dclose(d);
+            H5Sclose(sp);
+        } else if (k == 1) {
+            char name[7 + 100] = "params/";
+            memset(name + 7, 'a', 99);
+            name[106] = '\0';
+            CU_ASSERT(H5Lcreate_hard(f, "params/w", f, name, H5P_DEFAULT, H5P_DEFAULT) >= 0);
+        } else {
+            CU_ASSERT(H5Lcreate_soft("/params/w", f, "params/v", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+        }
+        H5Fclose(f);
+        got = NULL;
+        ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_ERR_BAD_DATA);
+        CU_ASSERT(got == NULL);
+        ASSERT_MSG(p);
+        ASSERT_MSG(k == 0   ? "/params/huge declares"
+                   : k == 1 ? "is longer than 63"
+                            : "/params/v is a link");
+    }
+}
+
 /* ---- main ------------------------------------------------------------------- */
 
 static int suite_init(void)
@@ -1315,6 +1481,11 @@ int main(void)
     CU_ADD(ldr, test_loader_bad_micro);
     CU_ADD(ldr, test_loader_held_slots_and_destroy);
     CU_ADD(ldr, test_loader_read_error);
+    CU_pSuite mdl = CU_add_suite("io_model", NULL, NULL);
+    CU_ADD(mdl, test_model_round_trip);
+    CU_ADD(mdl, test_model_save_file_size_limit);
+    CU_ADD(mdl, test_model_save_disk_full);
+    CU_ADD(mdl, test_model_bad_files);
     int rc = cu_run_all();
     if (rc == 0 && g_dir[0])
         rm_tree(g_dir); /* keep the files of a failed run for a look */
