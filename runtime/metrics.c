@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "util.h"
+
 struct dt_metrics {
     FILE *fp;
     char path[4096];
@@ -102,11 +104,10 @@ dt_status dt_metrics_open(const char *path, dt_metrics_t **out)
         return dt_set_error(DT_ERR_NOMEM, "out of memory opening metrics");
     if (path) {
         snprintf(m->path, sizeof m->path, "%s", path);
-        m->fp = fopen(path, "a");
-        if (!m->fp) {
-            int e = errno;
+        dt_status st = dt_output_open(path, "metrics file", 1, &m->fp);
+        if (st != DT_OK) {
             free(m);
-            return dt_set_error(DT_ERR_IO, "cannot open metrics file '%s': %s", path, strerror(e));
+            return st;
         }
     }
     *out = m;

@@ -35,9 +35,10 @@ static dt_status write_config(const struct dt_job *job, const char *dir)
     char tmp[4096 + 64], final[4096 + 64];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, TRAIN_CONFIG);
     snprintf(final, sizeof final, "%s/%s", dir, TRAIN_CONFIG);
-    FILE *fp = fopen(tmp, "w");
-    if (!fp)
-        return dt_set_error(DT_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    FILE *fp;
+    dt_status st = dt_output_open(tmp, "the resolved job", 0, &fp);
+    if (st != DT_OK)
+        return st;
     dt_job_write_yaml(job, fp);
     int bad = ferror(fp);
     bad |= fclose(fp) != 0;
@@ -60,9 +61,8 @@ static dt_status open_run_dir_local(struct run *r)
     if ((st = write_config(r->job, dir)) != DT_OK)
         return st;
     snprintf(path, sizeof path, "%s/%s", dir, TRAIN_LOG);
-    r->logf = fopen(path, "a");
-    if (!r->logf)
-        return dt_set_error(DT_ERR_IO, "cannot open log '%s': %s", path, strerror(errno));
+    if ((st = dt_output_open(path, "log", 1, &r->logf)) != DT_OK)
+        return st;
     dt_log_set_file(r->logf);
     snprintf(path, sizeof path, "%s/%s", dir, TRAIN_METRICS);
     return dt_metrics_open(path, &r->metrics);

@@ -142,6 +142,36 @@ dt_status dt_input_check(const char *path, const char *what, int64_t *size)
     return st;
 }
 
+dt_status dt_output_open(const char *path, const char *what, int append, FILE **out)
+{
+    struct stat sb;
+    *out = NULL;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return dt_set_error(DT_ERR_IO, "cannot write %s '%s': not a regular file%s", what, path,
+                            file_kind(sb.st_mode));
+    int fd =
+        open(path,
+             O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
+             0666);
+    if (fd < 0)
+        return dt_set_error(DT_ERR_IO, "cannot open %s '%s': %s", what, path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return dt_set_error(DT_ERR_IO, "cannot write %s '%s': not a regular file%s", what, path,
+                            file_kind(sb.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    *out = fdopen(fd, append ? "a" : "w");
+    if (!*out) {
+        int e = errno;
+        close(fd);
+        return dt_set_error(DT_ERR_IO, "cannot open %s '%s': %s", what, path, strerror(e));
+    }
+    return DT_OK;
+}
+
 int dt_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "status.h"
 
@@ -40,6 +41,12 @@ dt_status dt_input_open(const char *path, const char *what, int *fd, int64_t *si
 /* dt_input_open and close: for readers that open the file by name
  * themselves (HDF5). size may be NULL. */
 dt_status dt_input_check(const char *path, const char *what, int64_t *size);
+
+/* Opens a file dtrain writes in a run directory (its log, metrics, the
+ * resolved job), appending or truncating, never blocking and never onto
+ * anything but a regular file: a FIFO or directory of that name is an
+ * error (DT_ERR_IO naming it), not a hang. */
+dt_status dt_output_open(const char *path, const char *what, int append, FILE **out);
 
 /* Levenshtein distance between two strings (for "did you mean"). */
 int dt_edit_distance(const char *a, const char *b);

@@ -132,5 +132,10 @@ expect 66 "not a regular file" -- $DTRAIN data import idx --train-images fifo --
 expect 66 "not a regular file \(it is a directory\)" -- $DTRAIN data import idx --train-images mine --train-labels mine -o f.h5
 expect 66 "not a regular file \(it is a directory\)" -- $DTRAIN train mine
 
+# a FIFO where the run writes its metrics is an error, not a hang
+mkdir -p fiforun && expect 0 "final test accuracy" -- $T --set output.dir=fiforun
+rm fiforun/metrics.jsonl && mkfifo fiforun/metrics.jsonl
+expect 74 "metrics file 'fiforun/metrics.jsonl': not a regular file \(it is a FIFO\)" -- $T --set output.dir=fiforun
+
 echo "hardening: $pass passed, $fail failed"
 [ "$fail" = 0 ]
