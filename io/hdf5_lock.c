@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../runtime/util.h"
+#include "outfile.h"
 
 #define COMPACT_MAX_BYTES 65536 /* a compact dataset lives in its object header */
 
@@ -98,6 +99,23 @@ dt_status dt_h5_error(dt_status st, const char *fmt, ...)
     if (h5[0])
         return dt_set_error(st, "%s (HDF5: %s)", msg, h5);
     return dt_set_error(st, "%s", msg);
+}
+
+dt_status dt_h5_write_error(const char *what, const char *path, const char *file,
+                            const char *action_fmt, ...)
+{
+    char action[512], reason[256];
+    va_list ap;
+    va_start(ap, action_fmt);
+    vsnprintf(action, sizeof action, action_fmt, ap);
+    va_end(ap);
+    int err = dt_h5_errno();
+    if (err) {
+        dt_outfile_reason(err, file, reason, sizeof reason);
+        return dt_set_error(DT_ERR_IO, "%s %s: cannot %s: %s", what, path, action, reason);
+    }
+    dt_outfile_free_text(file, reason, sizeof reason);
+    return dt_h5_error(DT_ERR_IO, "%s %s: cannot %s%s", what, path, action, reason);
 }
 
 /* ---- checks before trusting an object ------------------------------------ */

@@ -40,6 +40,13 @@ int dt_h5_errno(void);
  * when HDF5 has one. Lock held. Returns st. */
 dt_status dt_h5_error(dt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A failed HDF5 write of `file` (the temporary file that becomes path):
+ * "<what> <path>: cannot <action>: <OS reason>; <N> free on its file
+ * system" when HDF5 recorded the system's errno, else HDF5's own text and
+ * the free space. DT_ERR_IO. Lock held, right after the failing call. */
+dt_status dt_h5_write_error(const char *what, const char *path, const char *file,
+                            const char *action_fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* How dt_h5_hard_path found name (relative to loc, "a/b/c"): every part a
  * hard link; missing; a part is a soft, external or user-defined link
  * (which can lead out of the file, to a FIFO that never answers); or an

@@ -8,21 +8,24 @@
  * alike, so both work without a branch.
  *
  * All headers and both label files are checked before anything is
- * written: counts agree, labels fit the class names. Images are then
+ * written: counts agree, labels fit the class names, and the data a
+ * header declares could be in its file (a raw file holds it, a gzipped
+ * one is large enough at deflate's best ratio), so nothing is allocated
+ * from a size the file cannot back. Inputs are opened with dt_input_open
+ * (a FIFO or a directory is refused, never waited on). Images are then
  * streamed chunk by chunk into /<split>/x (uint8, chunked by about 1 MiB,
  * no compression: dataset.c explains why random row reads want
  * uncompressed chunks), and the normalisation statistics are summed
- * exactly in integers on the way. The file is written as
- * "<out>.tmp.<pid>" in the output's directory, closed, fsynced and renamed
- * into place, and the temporary file is removed on any failure.
+ * exactly in integers on the way. The file is written through outfile.h
+ * as "<out>.tmp.<pid>" in the output's directory: its space reserved
+ * first, then closed, fsynced and renamed into place; the temporary file
+ * is removed on any failure.
  */
 #define _GNU_SOURCE
 #include "idx.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,12 +37,19 @@
 #include "../runtime/util.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
+#include "outfile.h"
 
 #define IDX_TYPE_U8 0x08
 #define IDX_MAX_DIMS (1 + DT_DATASET_MAX_DIMS)
 #define IDX_GZ_BUFFER (256 * 1024)
 #define CHUNK_TARGET_BYTES (1u << 20) /* x chunk size aimed at */
 #define CHUNK_MAX_ROWS 1024
+/* One image at most: a chunk holds at least one, and the importer keeps a
+ * chunk in memory. */
+#define IDX_MAX_SAMPLE_BYTES ((uint64_t)64 << 20)
+/* deflate's best ratio is 1032:1 (258-byte matches in 2-bit codes); a
+ * gzipped file cannot hold more than this many bytes per byte. */
+#define GZ_MAX_RATIO 1032
 
 struct idx_file {
     const char *path;
@@ -50,6 +60,7 @@ struct idx_file {
     uint64_t count;        /* dims[0] */
     uint64_t sample_bytes; /* product of dims[1..] */
     uint64_t got;          /* data bytes read so far */
+    int64_t file_bytes;    /* size of the file */
 };
 
 struct split_src {
@@ -108,21 +119,59 @@ static dt_status gz_read_full(struct idx_file *f, void *buf, size_t len, size_t 
     return DT_OK;
 }
 
+/* "N images of 28x28" for messages. */
+static void declared_str(const struct idx_file *f, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "%llu %s", (unsigned long long)f->dims[0], f->what);
+    for (int d = 1; d < f->ndims && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%llu", d > 1 ? "x" : " of ",
+                              (unsigned long long)f->dims[d]);
+}
+
+/* The data the header declares must be possible: the products fit, one
+ * image is of a sane size, and the file can hold it all. */
+static dt_status check_declared(struct idx_file *f, size_t header_bytes)
+{
+    char what[160];
+    int64_t sample = 1, total = 0;
+    declared_str(f, what, sizeof what);
+    for (int d = 1; d < f->ndims; d++)
+        if (!dt_mul_i64(sample, (int64_t)f->dims[d], &sample)) sample = -1;
+    if (sample < 0 || !dt_mul_i64((int64_t)f->count, sample, &total))
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: the IDX header declares %s, more data than any file holds",
+                            f->path, what);
+    if ((uint64_t)sample > IDX_MAX_SAMPLE_BYTES)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: the IDX header declares %s: one is %lld bytes, more than "
+                            "the %llu MiB an image may have",
+                            f->path, what, (long long)sample,
+                            (unsigned long long)(IDX_MAX_SAMPLE_BYTES >> 20));
+    f->sample_bytes = (uint64_t)sample;
+    int64_t room = f->file_bytes - (int64_t)header_bytes;
+    if (gzdirect(f->gz) && total > room)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: truncated: the IDX header declares %s (%lld data bytes) but "
+                            "the file holds only %lld",
+                            f->path, what, (long long)total, (long long)(room > 0 ? room : 0));
+    if (!gzdirect(f->gz) && total / GZ_MAX_RATIO > f->file_bytes)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: the IDX header declares %s (%lld data bytes), more than a "
+                            "gzipped file of %lld bytes can hold (truncated?)",
+                            f->path, what, (long long)total, (long long)f->file_bytes);
+    return DT_OK;
+}
+
 static dt_status idx_open(const char *path, int images, struct idx_file *f)
 {
     dt_status st = DT_OK;
     unsigned char hdr[4 * (IDX_MAX_DIMS + 1)];
     size_t got = 0;
+    int fd = -1;
     memset(f, 0, sizeof *f);
     f->path = path;
     f->what = images ? "images" : "labels";
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return dt_set_error(DT_ERR_NOT_FOUND, "file %s: no such file (IDX %s)", path,
-                                f->what);
-        return dt_set_error(DT_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
-    }
+    DT_CHECK(dt_input_open(path, images ? "IDX images" : "IDX labels", &fd, &f->file_bytes));
     f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
         close(fd);
@@ -164,19 +213,19 @@ static dt_status idx_open(const char *path, int images, struct idx_file *f)
         st = dt_set_error(DT_ERR_BAD_DATA, "file %s: truncated IDX header", path);
         goto out;
     }
-    f->sample_bytes = 1;
+    int zero = 0;
     for (int d = 0; d < f->ndims; d++) {
         const unsigned char *p = hdr + 4 * d;
         f->dims[d] = (uint64_t)p[0] << 24 | (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3];
-        if (d > 0)
-            f->sample_bytes *= f->dims[d];
+        zero |= f->dims[d] == 0;
     }
     f->count = f->dims[0];
-    if (f->count == 0 || f->sample_bytes == 0) {
+    if (zero) {
         st = dt_set_error(DT_ERR_BAD_DATA, "file %s: IDX %s file holds no data (dimensions %s)",
                           path, f->what, f->count == 0 ? "start with 0" : "include a 0");
         goto out;
     }
+    st = check_declared(f, 4 * (1 + (size_t)f->ndims));
 out:
     if (st != DT_OK)
         idx_close(f);
@@ -267,6 +316,9 @@ static dt_status check_opts(const struct dt_idx_import_opts *o)
     if (strlen(o->out_path) > 4000)
         return dt_set_error(DT_ERR_USAGE, "output path is too long");
     struct stat sb;
+    if (lstat(o->out_path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dt_set_error(DT_ERR_USAGE, "output %s is a directory; give the file to create",
+                            o->out_path);
     if (lstat(o->out_path, &sb) == 0 && !o->overwrite)
         return dt_set_error(DT_ERR_USAGE,
                             "output %s already exists; pass --overwrite to replace it, or choose "
@@ -327,8 +379,7 @@ static dt_status write_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtyp
     hid_t a = s >= 0 ? H5Acreate2(obj, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT) : -1;
     herr_t r = a >= 0 ? H5Awrite(a, mtype, buf) : -1;
     dt_status st = DT_OK;
-    if (r < 0)
-        st = dt_h5_error(DT_ERR_IO, "cannot write attribute '%s' to %s", name, path);
+    if (r < 0) st = dt_h5_write_error("dataset", path, path, "write attribute '%s'", name);
     if (a >= 0)
         H5Aclose(a);
     if (s >= 0)
@@ -394,14 +445,14 @@ static dt_status create_split(hid_t file, const char *path, const struct split_s
     dcpl = H5Pcreate(H5P_DATASET_CREATE);
     if (g < 0 || sx < 0 || sy < 0 || dcpl < 0 || H5Pset_chunk(dcpl, s->img.ndims, chunk) < 0 ||
         H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) {
-        st = dt_h5_error(DT_ERR_IO, "cannot create split '%s' in %s", s->name, path);
+        st = dt_h5_write_error("dataset", path, path, "create split '%s'", s->name);
         goto out;
     }
     x = H5Dcreate2(g, "x", H5T_STD_U8LE, sx, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     y = H5Dcreate2(g, "y", H5T_STD_U8LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (x < 0 || y < 0 || H5Dwrite(y, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                    s->labels) < 0) {
-        st = dt_h5_error(DT_ERR_IO, "cannot write /%s/y to %s", s->name, path);
+        st = dt_h5_write_error("dataset", path, path, "write /%s/y", s->name);
         goto out;
     }
     *x_out = x;
@@ -435,8 +486,7 @@ static dt_status write_rows(hid_t x, const char *path, const struct split_src *s
     if (fs >= 0 && ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
         r = H5Dwrite(x, H5T_NATIVE_UCHAR, ms, fs, H5P_DEFAULT, buf);
     dt_status st = DT_OK;
-    if (r < 0)
-        st = dt_h5_error(DT_ERR_IO, "cannot write images to /%s/x in %s", s->name, path);
+    if (r < 0) st = dt_h5_write_error("dataset", path, path, "write images to /%s/x", s->name);
     if (ms >= 0)
         H5Sclose(ms);
     if (fs >= 0)
@@ -448,6 +498,30 @@ struct stats {
     uint64_t n, sum, sumsq; /* over train pixels, unscaled */
 };
 
+/* Rows per chunk of a split's x: about CHUNK_TARGET_BYTES. */
+static uint64_t chunk_rows_of(const struct split_src *s)
+{
+    uint64_t rows = CHUNK_TARGET_BYTES / s->img.sample_bytes;
+    if (rows < 1) rows = 1;
+    if (rows > CHUNK_MAX_ROWS) rows = CHUNK_MAX_ROWS;
+    if (rows > s->img.count) rows = s->img.count;
+    return rows;
+}
+
+/* An upper estimate of the output's size: whole chunks of x, y, the class
+ * names. */
+static uint64_t import_estimate(const struct split_src *src, int nsrc, int num_classes)
+{
+    uint64_t data = 0, objects = 0;
+    for (int i = 0; i < nsrc; i++) {
+        uint64_t rows = chunk_rows_of(&src[i]);
+        uint64_t chunks = (src[i].img.count + rows - 1) / rows;
+        data += chunks * rows * src[i].img.sample_bytes + src[i].lab.count;
+        objects += 3 + chunks; /* group, x, y, chunk index entries */
+    }
+    return dt_outfile_hdf5_estimate(data, objects, (uint64_t)num_classes * (DT_NAME_MAX + 16));
+}
+
 /* Streams a split's images into its x, chunk by chunk. */
 static dt_status copy_images(hid_t file, const char *path, struct split_src *s,
                              struct stats *stats, FILE *progress)
@@ -455,13 +529,7 @@ static dt_status copy_images(hid_t file, const char *path, struct split_src *s,
     dt_status st = DT_OK;
     hid_t x = -1;
     unsigned char *buf = NULL;
-    uint64_t chunk_rows = CHUNK_TARGET_BYTES / s->img.sample_bytes;
-    if (chunk_rows < 1)
-        chunk_rows = 1;
-    if (chunk_rows > CHUNK_MAX_ROWS)
-        chunk_rows = CHUNK_MAX_ROWS;
-    if (chunk_rows > s->img.count)
-        chunk_rows = s->img.count;
+    uint64_t chunk_rows = chunk_rows_of(s);
     DT_CHECK(dt_malloc((size_t)(chunk_rows * s->img.sample_bytes), "image chunk",
                        (void **)&buf));
     dt_h5_lock();
@@ -503,33 +571,21 @@ out:
     return st;
 }
 
-static dt_status fsync_path(const char *path, int dir)
-{
-    int fd = open(path, (dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_set_error(DT_ERR_IO, "cannot open %s to sync it: %s", path, strerror(errno));
-    int r = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (r != 0 && !(dir && (e == EINVAL || e == EBADF)))
-        return dt_set_error(DT_ERR_IO, "cannot sync %s: %s", path, strerror(e));
-    return DT_OK;
-}
-
-/* Writes the whole file at tmp; the caller renames or removes it. */
-static dt_status write_file(const char *tmp, const char *out_path, struct split_src *src,
-                            int nsrc, int num_classes, const struct class_list *cl,
-                            FILE *progress)
+/* Writes the whole file at tmp, its space reserved first; *made says
+ * whether tmp was created (the caller then renames or removes it). */
+static dt_status write_file(const char *tmp, const char *out_path, struct split_src *src, int nsrc,
+                            int num_classes, const struct class_list *cl, FILE *progress, int *made)
 {
     dt_status st = DT_OK;
     struct stats stats = {0};
     dt_h5_lock();
     hid_t file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
-    if (file < 0)
-        st = dt_h5_error(DT_ERR_IO, "cannot create %s (for %s)", tmp, out_path);
+    if (file < 0) st = dt_h5_write_error("dataset", out_path, tmp, "create %s", tmp);
     dt_h5_unlock();
     if (st != DT_OK)
         return st;
+    *made = 1; /* H5F_ACC_EXCL: it is ours, complete or not */
+    DT_CHECK(dt_outfile_reserve("dataset", tmp, import_estimate(src, nsrc, num_classes)));
     for (int i = 0; i < nsrc; i++)
         DT_CHECK(copy_images(file, out_path, &src[i], i == 0 ? &stats : NULL, progress));
 
@@ -552,10 +608,9 @@ static dt_status write_file(const char *tmp, const char *out_path, struct split_
 out:
     dt_h5_lock();
     if (H5Fclose(file) < 0 && st == DT_OK)
-        st = dt_h5_error(DT_ERR_IO, "cannot finish writing %s (for %s)", tmp, out_path);
+        st = dt_h5_write_error("dataset", out_path, tmp, "finish writing %s", tmp);
     dt_h5_unlock();
-    if (st == DT_OK)
-        st = fsync_path(tmp, 0);
+    if (st == DT_OK) dt_outfile_release(tmp, import_estimate(src, nsrc, num_classes));
     return st;
 }
 
@@ -596,17 +651,9 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
     }
 
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", opts->out_path, (long)getpid());
-    made_tmp = 1;
-    DT_CHECK(write_file(tmp, opts->out_path, src, nsrc, num_classes, cl, progress));
-    if (rename(tmp, opts->out_path) != 0) {
-        st = dt_set_error(DT_ERR_IO, "cannot rename %s to %s: %s", tmp, opts->out_path,
-                          strerror(errno));
-        goto out;
-    }
+    DT_CHECK(write_file(tmp, opts->out_path, src, nsrc, num_classes, cl, progress, &made_tmp));
+    DT_CHECK(dt_outfile_commit("dataset", tmp, opts->out_path));
     made_tmp = 0;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", opts->out_path);
-    DT_CHECK(fsync_path(dirname(dir), 1));
     if (progress) {
         struct stat sb;
         char took[32];
@@ -616,8 +663,7 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
         fflush(progress);
     }
 out:
-    if (made_tmp)
-        unlink(tmp); /* H5F_ACC_EXCL: it is ours, complete or not */
+    if (made_tmp) unlink(tmp); /* after a rename there is nothing left by that name */
     for (int i = 0; i < 2; i++)
         split_close(&src[i]);
     free(cl);
@@ -632,14 +678,25 @@ static int is_file(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Finds dir/name or dir/name.gz; 0 if neither is there. */
+static int is_there(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* Finds dir/name or dir/name.gz, a regular file first; 0 if neither is
+ * there. Something else by that name (a FIFO, a directory) is taken too,
+ * so that opening it says what it is. */
 static int find_one(const char *dir, const char *name, char *out)
 {
-    snprintf(out, 4096, "%s/%s", dir, name);
-    if (is_file(out))
-        return 1;
-    snprintf(out, 4096, "%s/%s.gz", dir, name);
-    return is_file(out);
+    int (*const tests[2])(const char *) = {is_file, is_there};
+    for (int t = 0; t < 2; t++) {
+        snprintf(out, 4096, "%s/%s", dir, name);
+        if (tests[t](out)) return 1;
+        snprintf(out, 4096, "%s/%s.gz", dir, name);
+        if (tests[t](out)) return 1;
+    }
+    return 0;
 }
 
 dt_status dt_idx_find_in_dir(const char *dir, struct dt_idx_import_opts *opts, char buf[4][4096])

@@ -52,34 +52,15 @@ static herr_t put_int_attr(hid_t loc, const char *name, int value)
     return e;
 }
 
-/* A failed HDF5 write: the system's reason and the free space when HDF5
- * recorded an errno, else HDF5's own text and the free space. Lock held,
- * right after the failing call. */
-static dt_status write_error(const char *path, const char *tmp, const char *what)
-{
-    char reason[256];
-    int err = dt_h5_errno();
-    if (err) {
-        dt_outfile_reason(err, tmp, reason, sizeof reason);
-        return dt_set_error(DT_ERR_IO, "model %s: cannot %s: %s", path, what, reason);
-    }
-    dt_outfile_free_text(tmp, reason, sizeof reason);
-    return dt_h5_error(DT_ERR_IO, "model %s: cannot %s%s", path, what, reason);
-}
-
 static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const char *path,
                               const char *tmp)
 {
-    char what[DT_TENSOR_NAME + 32];
     hsize_t dims[2] = {(hsize_t)t->shape[0], t->ndim > 1 ? (hsize_t)t->shape[1] : 1};
     hid_t sp = H5Screate_simple(t->ndim > 1 ? 2 : 1, dims, NULL);
     hid_t d = H5Dcreate2(grp, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
     dt_status st = DT_OK;
-    if (e < 0) {
-        snprintf(what, sizeof what, "write tensor %s", t->name);
-        st = write_error(path, tmp, what);
-    }
+    if (e < 0) st = dt_h5_write_error("model", path, tmp, "write tensor %s", t->name);
     if (d >= 0)
         H5Dclose(d);
     H5Sclose(sp);
@@ -102,19 +83,20 @@ static dt_status save_locked(const char *tmp, const char *path, const struct dt_
     dt_status st = DT_OK;
     hid_t g = -1;
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) return write_error(path, tmp, "create its temporary file");
+    if (f < 0) return dt_h5_write_error("model", path, tmp, "create %s", tmp);
     st = dt_outfile_reserve("model", tmp, model_estimate(t, n));
     if (st == DT_OK) {
         g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         if (g < 0 || put_string_attr(f, "dtrain_format", MODEL_FORMAT) < 0 ||
             put_int_attr(f, "format_version", MODEL_VERSION) < 0)
-            st = write_error(path, tmp, "write its header");
+            st = dt_h5_write_error("model", path, tmp, "write its header");
     }
     for (int i = 0; i < n && st == DT_OK; i++)
         st = write_tensor(g, &t[i], path, tmp);
     if (g >= 0)
         H5Gclose(g);
-    if (H5Fclose(f) < 0 && st == DT_OK) st = write_error(path, tmp, "finish writing it");
+    if (H5Fclose(f) < 0 && st == DT_OK)
+        st = dt_h5_write_error("model", path, tmp, "finish writing %s", tmp);
     return st;
 }
 

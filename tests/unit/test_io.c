@@ -415,6 +415,123 @@ static void test_idx_progress(void)
     free(text);
 }
 
+/* Inputs that are no regular files are refused at once (66), never read
+ * or waited on: a FIFO (opening one blocks until a writer comes), a
+ * directory (read fails with EISDIR). */
+static void test_idx_not_regular(void)
+{
+    struct idx_pair p;
+    char fifo[4096], dir[4096], buf[4][4096];
+    make_pair("nonreg-train", 0, 10, 2, 2, 3, &p);
+    tpath(fifo, sizeof fifo, "fifo-images-idx3-ubyte");
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    tpath(dir, sizeof dir, "a-directory");
+    mkdir(dir, 0777);
+    struct dt_idx_import_opts o = {.train_images = fifo, .train_labels = p.labels};
+    alarm(60); /* a blocking open would hang: fail loudly instead */
+    import_fails(&o, "out-fifo", DT_ERR_NOT_FOUND, fifo, "not a regular file (it is a FIFO)");
+    o = (struct dt_idx_import_opts){.train_images = p.images, .train_labels = dir};
+    import_fails(&o, "out-dir", DT_ERR_NOT_FOUND, dir, "not a regular file (it is a directory)");
+    /* found by its standard name in a directory, and still refused */
+    char mnist[4096], f[4200];
+    tpath(mnist, sizeof mnist, "fifodir");
+    mkdir(mnist, 0777);
+    snprintf(f, sizeof f, "%s/train-images-idx3-ubyte", mnist);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(f, 0600), 0);
+    snprintf(f, sizeof f, "%s/train-labels-idx1-ubyte", mnist);
+    CU_ASSERT_EQUAL(rename(p.labels, f), 0);
+    o = (struct dt_idx_import_opts){0};
+    ASSERT_STATUS(dt_idx_find_in_dir(mnist, &o, buf), DT_OK);
+    import_fails(&o, "out-fifodir", DT_ERR_NOT_FOUND, "train-images-idx3-ubyte", "FIFO");
+    alarm(0);
+}
+
+/* Writes an images file with the given header dims and `nbytes` of data,
+ * and a labels file of n labels (or a header declaring lab_n labels over
+ * the same n bytes). */
+static void write_declared(const char *images, int gz, const uint32_t *dims, size_t nbytes,
+                           const char *labels, uint32_t lab_n, int lab_gz, size_t n)
+{
+    unsigned char data[1024] = {0};
+    CU_ASSERT_FATAL(nbytes <= sizeof data && n <= sizeof data);
+    write_idx(images, gz, 0x00000803, dims, 3, data, nbytes);
+    write_idx(labels, lab_gz, 0x00000801, &lab_n, 1, data, n);
+}
+
+/* Headers that declare more data than the file holds are refused as bad
+ * data before anything is allocated from them: products beyond 64 bits,
+ * one image of 2^62 bytes, 2^31 images in 320 bytes, raw or gzipped. */
+static void test_idx_declared_sizes(void)
+{
+    char img[4096], lab[4096];
+    const uint32_t big = UINT32_C(1) << 31;
+    tpath(img, sizeof img, "decl-images");
+    tpath(lab, sizeof lab, "decl-labels");
+    struct dt_idx_import_opts o = {.train_images = img, .train_labels = lab};
+
+    uint32_t huge_image[3] = {2, big, big / 2};
+    write_declared(img, 0, huge_image, 320, lab, 2, 0, 2);
+    import_fails(&o, "out-decl1", DT_ERR_BAD_DATA, img, "2 images of 2147483648x1073741824");
+    ASSERT_MSG("more than the 64 MiB an image may have");
+
+    uint32_t overflow[3] = {10, big, big};
+    write_declared(img, 0, overflow, 320, lab, 10, 0, 10);
+    import_fails(&o, "out-decl2", DT_ERR_BAD_DATA, img, "more data than any file holds");
+
+    uint32_t many[3] = {big, 28, 28};
+    write_declared(img, 0, many, 320, lab, big, 0, 10);
+    import_fails(&o, "out-decl3", DT_ERR_BAD_DATA, img, "truncated");
+    ASSERT_MSG("declares 2147483648 images of 28x28 (1683627180032 data bytes)");
+    ASSERT_MSG("holds only 320");
+
+    write_declared(img, 1, many, 320, lab, big, 1, 10);
+    import_fails(&o, "out-decl4", DT_ERR_BAD_DATA, img, "more than a gzipped file of");
+
+    /* labels alone: 10 good images, 2^31 labels in a few gzipped bytes */
+    uint32_t ten[3] = {10, 4, 4};
+    unsigned char pix[160] = {0};
+    write_idx(img, 0, 0x00000803, ten, 3, pix, sizeof pix);
+    write_idx(lab, 1, 0x00000801, &big, 1, pix, 10);
+    import_fails(&o, "out-decl5", DT_ERR_BAD_DATA, lab, "2147483648 labels");
+    /* and raw: the file must hold every label */
+    write_idx(lab, 0, 0x00000801, &big, 1, pix, 10);
+    import_fails(&o, "out-decl6", DT_ERR_BAD_DATA, lab, "holds only 10");
+}
+
+/* The output's space is reserved before anything is written: a file-size
+ * limit fails the import at once with the system's reason, and nothing is
+ * left behind. */
+static void test_idx_file_size_limit(void)
+{
+    struct idx_pair p;
+    make_pair("efbig-train", 0, 3000, 28, 28, 10, &p); /* 2.2 MiB of images */
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels};
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 256 * 1024;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    import_fails(&o, "out-efbig", DT_ERR_IO, "out.h5",
+                 "File too large (the file-size limit, ulimit -f, is 256 KiB)");
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    ASSERT_MSG("free on its file system");
+}
+
+static void test_idx_output_is_dir(void)
+{
+    struct idx_pair p;
+    char out[4096];
+    make_pair("outdir-train", 0, 10, 2, 2, 3, &p);
+    tpath(out, sizeof out, "an-output-dir");
+    mkdir(out, 0777);
+    struct dt_idx_import_opts o = {
+        .train_images = p.images, .train_labels = p.labels, .out_path = out, .overwrite = 1};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_ERR_USAGE);
+    ASSERT_MSG("is a directory");
+}
+
 static void test_idx_find_in_dir(void)
 {
     char dir[4096], buf[4][4096], f[4096 + 64];
@@ -1456,6 +1573,10 @@ int main(void)
     CU_ADD(idx, test_idx_existing_output);
     CU_ADD(idx, test_idx_progress);
     CU_ADD(idx, test_idx_find_in_dir);
+    CU_ADD(idx, test_idx_not_regular);
+    CU_ADD(idx, test_idx_declared_sizes);
+    CU_ADD(idx, test_idx_file_size_limit);
+    CU_ADD(idx, test_idx_output_is_dir);
     CU_pSuite dsu = CU_add_suite("io_dataset", NULL, NULL);
     CU_ADD(dsu, test_ds_missing_file);
     CU_ADD(dsu, test_ds_not_hdf5);
