@@ -11,7 +11,8 @@
 # then collects into .gpu-bundle/ what those programs need at run time and
 # the GPU machine lacks, and packs that folder into .gpu-bundle.tar.xz, the
 # one file to carry there (tests/gpu/check.sh unpacks and uses it):
-#   bin/dtrain, tests/test_* (CPU unit suites), tests/gpu/test_* (GPU suites)
+#   bin/dtrain, tests/test_* (CPU unit suites), tests/compare_models,
+#   tests/gpu/test_* (GPU suites)
 #   lib/            every shared library they load that is neither glibc nor
 #                   CUDA (cuBLAS, NCCL and the driver come from the GPU
 #                   machine's toolkit, which matches the one built against)
@@ -105,6 +106,11 @@ for f in "$BUILD_DIR"/tests/test_* "$BUILD_DIR"/tests/gpu/test_*; do
   strip_to "$f" "$dest/$(basename "$f")"
   progs+=("$dest/$(basename "$f")")
 done
+# the model comparison gpu_train.sh holds cpu and cuda parameters to
+if [ -x "$BUILD_DIR/tests/mpi/compare_models" ]; then
+  strip_to "$BUILD_DIR/tests/mpi/compare_models" "$B/tests/compare_models"
+  progs+=("$B/tests/compare_models")
+fi
 say "programs: $(for p in "${progs[@]}"; do printf '%s ' "${p#"$B"/}"; done)"
 
 # ---- Open MPI and PMIx prefixes ----------------------------------------------
@@ -274,7 +280,7 @@ for d in $dirs; do mount -t tmpfs none "$d"; done
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 echo "proof: libraries outside the bundle, glibc and CUDA (none expected):"
-bad=$(for p in "$B"/bin/dtrain "$B"/tests/test_* "$B"/tests/gpu/test_* "$B"/mpi/bin/orte*; do
+bad=$(for p in "$B"/bin/dtrain "$B"/tests/test_* "$B"/tests/compare_models "$B"/tests/gpu/test_* "$B"/mpi/bin/orte*; do
         [ -f "$p" ] && ldd "$p"; done | awk '$2 == "=>" { print $1, $3 }' | sort -u |
       while read -r name path; do
         case $path in "$B"/*) continue ;; esac

@@ -5,19 +5,32 @@
 #      with runtime.device=cuda reaches at least 88.5% test accuracy, like the
 #      CPU run in tests/cli/accuracy_test.sh;
 #   2. the same job for a few steps on cpu and on cuda (fp32, TF32 off,
-#      dropout on, one metrics record per step) logs the same training loss
-#      at every step, within a relative tolerance (DTRAIN_GPU_LOSS_RTOL,
-#      default 1e-3): same data order, same dropout masks, same initial
-#      parameters, so only the GEMM summation order differs;
+#      dropout on, SGD with momentum and clipping so that a wrong gradient
+#      scale shows, one metrics record per step) logs the same training
+#      loss at every step, within a relative tolerance (DTRAIN_GPU_LOSS_RTOL,
+#      default 1e-3), and ends with the same parameters: every tensor of
+#      model.h5 within DTRAIN_GPU_PARAM_RTOL (default 1e-4) of its largest
+#      value (same data order, same dropout masks, same initial parameters,
+#      so only the GEMM summation order differs);
 #   3. a bf16 run of a few hundred steps keeps a finite loss that falls.
 # Exits 77 (ctest: skipped) with "SKIPPED: why" when this dtrain has no
 # usable GPU: `dtrain version` says so on its "gpu:" line (a binary without
 # that line is probed with a one-step cuda run, which exits 64 and says why).
-#   gpu_train.sh DTRAIN SOURCE_DIR [WORKDIR]
-# DTRAIN_DATA overrides the dataset (default SOURCE_DIR/data/fashion-mnist.h5).
+#   gpu_train.sh DTRAIN SOURCE_DIR [WORKDIR [COMPARE_MODELS]]
+# COMPARE_MODELS is tests/mpi/compare_models of the same build (found next
+# to DTRAIN's build or bundle when not given). DTRAIN_DATA overrides the
+# dataset (default SOURCE_DIR/data/fashion-mnist.h5).
 set -euo pipefail
 DTRAIN=$1 SRC=$2
 W=${3:-}
+COMPARE=${4:-}
+if [ -z "$COMPARE" ]; then
+  for c in "$(dirname "$DTRAIN")/tests/mpi/compare_models" \
+           "$(dirname "$DTRAIN")/../tests/compare_models"; do
+    [ -x "$c" ] && COMPARE=$c && break
+  done
+fi
+PRTOL=${DTRAIN_GPU_PARAM_RTOL:-1e-4}
 DATA=${DTRAIN_DATA:-$SRC/data/fashion-mnist.h5}
 JOB=$SRC/configs/fashion-mnist-mlp.yaml
 RTOL=${DTRAIN_GPU_LOSS_RTOL:-1e-3}
@@ -101,10 +114,11 @@ else
 fi
 
 # ---- 2. cpu against cuda, step by step -----------------------------------------------
-echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1), loss per step"
+echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1, SGD), loss per step and final parameters"
 short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedule.warmup_steps=5
        --set train.precision=fp32 --set runtime.allow_tf32=false --set model.dropout=0.1
-       --set checkpoint.every_minutes=0)
+       --set checkpoint.every_minutes=0 --set train.optimizer.name=sgd
+       --set train.optimizer.lr=0.05 --set train.optimizer.momentum=0.9 --set train.clip_norm=1.0)
 if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@]}" "${cuda[@]}"; then
   losses cmp_cpu >"$W/cmp_cpu.loss"
   losses cmp_cuda >"$W/cmp_cuda.loss"
@@ -124,6 +138,13 @@ if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@
         exit !(n == want && nbad == 0)
       }'; then
     echo "FAILED: cpu and cuda losses differ (or steps are missing)"
+    fail=1
+  fi
+  if [ -z "$COMPARE" ] || [ ! -x "$COMPARE" ]; then
+    echo "FAILED: no compare_models program to compare the parameters with (pass it as the 4th argument)"
+    fail=1
+  elif ! "$COMPARE" "$W/cmp_cpu/model.h5" "$W/cmp_cuda/model.h5" "$PRTOL"; then
+    echo "FAILED: cpu and cuda parameters differ by more than $PRTOL after $CMP_STEPS steps"
     fail=1
   fi
 else

@@ -3,10 +3,15 @@
  * the CPU backend's plain C reference (reference_kernels = 1) on the same
  * random inputs (dt_rng, DT_RNG_TEST), forward and backward.
  *
- * Errors are measured as max |gpu - cpu| / max |cpu| over a tensor, with a
- * tolerance per GEMM precision: fp32 1e-5, tf32 1e-3, bf16 1e-2, fp16 5e-3
- * (linear runs on all four backends; the other ops are fp32 whatever the
- * precision and run on the fp32 one at 1e-5). Dropout, flatten, fill and
+ * Errors are measured as max |gpu - cpu| / max |cpu| over a tensor. The
+ * GEMMs of linear run on all four GPU configurations, each against a CPU
+ * reference of the same precision: bf16 and fp16 against the CPU backend
+ * that rounds its operands the same way (products of rounded operands are
+ * exact in fp32, so only the order of the fp32 sums differs: 1e-5, and a
+ * GPU "bf16" that never rounds fails by orders of magnitude; the test also
+ * checks the result differs from plain fp32), fp32 at 1e-5, and TF32, which
+ * the CPU does not emulate, against fp32 at 1e-3. The other ops are fp32
+ * whatever the precision and run on the fp32 configuration at 1e-5. Dropout, flatten, fill and
  * scale must match bit for bit, and the softmax loss and sumsq must come
  * out the same bits on every run. The bf16 casts of gradients for the wire
  * must match the CPU bit for bit and a table of known bits (ties, overflow,
@@ -55,11 +60,18 @@ static const struct gpu_cfg {
 } cfgs[NCFG] = {
     {"fp32", DT_PREC_FP32, 0, 1e-5},
     {"tf32", DT_PREC_FP32, 1, 1e-3},
-    {"bf16", DT_PREC_BF16, 0, 1e-2},
-    {"fp16", DT_PREC_FP16, 0, 5e-3},
+    {"bf16", DT_PREC_BF16, 0, 1e-5},
+    {"fp16", DT_PREC_FP16, 0, 1e-5},
 };
+/* A reduced-precision GEMM must differ from the fp32 one by at least this
+ * much on random inputs (rounding to bf16 or fp16 moves each operand by up
+ * to 2^-9 or 2^-12 relative), or it did not round. */
+#define ROUNDED_MIN_DIFF 1e-5
 
 static dt_backend_t *cpu, *gpu[NCFG];
+/* CPU references per configuration: the reference kernels at that
+ * precision (fp32 for TF32) */
+static dt_backend_t *cpu_ref[NCFG];
 static const struct dt_ops *cops, *gops[NCFG];
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -203,6 +215,15 @@ static int suite_init(void)
     }
     cops = dt_backend_ops(cpu);
     for (int c = 0; c < NCFG; c++) {
+        struct dt_backend_opts r = {.threads = 1, .reference_kernels = 1,
+                                    .precision = cfgs[c].precision};
+        if (dt_backend_create("cpu", &r, &cpu_ref[c]) != DT_OK) {
+            fprintf(stderr, "test_gpu_ops: cpu backend (%s): %s\n", cfgs[c].name,
+                    dt_last_error());
+            return -1;
+        }
+    }
+    for (int c = 0; c < NCFG; c++) {
         struct dt_backend_opts o = {.threads = 1, .device = 0,
                                     .allow_tf32 = cfgs[c].allow_tf32,
                                     .precision = cfgs[c].precision};
@@ -222,6 +243,9 @@ static int suite_cleanup(void)
         if (gpu[c])
             dt_backend_destroy(gpu[c]);
         gpu[c] = NULL;
+        if (cpu_ref[c])
+            dt_backend_destroy(cpu_ref[c]);
+        cpu_ref[c] = NULL;
     }
     if (cpu)
         dt_backend_destroy(cpu);
@@ -308,11 +332,13 @@ static void linear_case(int c, int B, int I, int O)
     float *in = hrand(nin, -1, 1), *w = hrand(nw, -1, 1), *dout = hrand(nout, -1, 1);
     float *old = hrand(nw, -1, 1), *nan_in = hconst(nin, NAN);
     float *out_c = hnew(nout), *din_c = hnew(nin), *dw_c = hnew(nw), *dw2_c = hnew(nw);
+    dt_backend_t *ref = cpu_ref[c];
+    const struct dt_ops *rops = dt_backend_ops(ref);
     memcpy(dw_c, old, nw * sizeof *old);
-    OK(cops->linear_fwd(cpu, out_c, in, w, B, I, O));
-    OK(cops->linear_bwd(cpu, din_c, dw_c, dout, in, w, B, I, O));
-    OK(cops->linear_bwd(cpu, NULL, dw2_c, dout, in, w, B, I, O));
-    OK(cops->linear_bwd(cpu, din_c, dw2_c, dout, in, w, B, I, O));
+    OK(rops->linear_fwd(ref, out_c, in, w, B, I, O));
+    OK(rops->linear_bwd(ref, din_c, dw_c, dout, in, w, B, I, O));
+    OK(rops->linear_bwd(ref, NULL, dw2_c, dout, in, w, B, I, O));
+    OK(rops->linear_bwd(ref, din_c, dw2_c, dout, in, w, B, I, O));
 
     float *d_in = dput(g, in, nin), *d_w = dput(g, w, nw), *d_dout = dput(g, dout, nout);
     float *d_out = dnew(g, nout * sizeof(float)), *d_din = dput(g, nan_in, nin);
@@ -334,6 +360,16 @@ static void linear_case(int c, int B, int I, int O)
     CHECK_CLOSE(what, cfgs[c].name, dw, dw_c, nw, TINY, tol);
     snprintf(what, sizeof what, "linear %dx%dx%d dw (twice from 0)", B, I, O);
     CHECK_CLOSE(what, cfgs[c].name, dw2, dw2_c, nw, TINY, tol);
+    if (cfgs[c].precision != DT_PREC_FP32) { /* it rounded: not the fp32 result */
+        float *out32 = hnew(nout);
+        OK(cops->linear_fwd(cpu, out32, in, w, B, I, O));
+        double e32 = norm_err(out, out32, nout, TINY);
+        if (!(e32 >= ROUNDED_MIN_DIFF))
+            printf("\n  linear %dx%dx%d (%s) is within %.3g of fp32: operands not rounded\n", B,
+                   I, O, cfgs[c].name, e32);
+        CU_ASSERT(e32 >= ROUNDED_MIN_DIFF);
+        free(out32);
+    }
 
     dt_backend_free(g, d_in), dt_backend_free(g, d_w), dt_backend_free(g, d_dout);
     dt_backend_free(g, d_out), dt_backend_free(g, d_din);
