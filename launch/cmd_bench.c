@@ -25,6 +25,7 @@
 #include "../runtime/backend.h"
 #include "../runtime/dist.h"
 #include "../runtime/log.h"
+#include "../runtime/memory.h"
 #include "cli.h"
 
 /* A collective that takes longer aborts the benchmark (nccl; for mpi the
@@ -147,6 +148,29 @@ static int unagreed(dt_status st)
     return st == DT_ERR_COMM || st == DT_ERR_TIMEOUT || st == DT_ERR_CUDA;
 }
 
+/* The largest buffer must fit in the host memory this rank can have (it
+ * is allocated, and on a GPU mirrored in host memory): otherwise a usage
+ * error with the numbers, agreed by every rank. */
+static dt_status check_size(dt_comm_t *ctl, const struct dt_bench_allreduce_opts *o)
+{
+    struct dt_mem_avail avail;
+    size_t bytes = o->max_bytes ? o->max_bytes : DT_BENCH_MAX_BYTES;
+    dt_status st = DT_OK;
+    dt_mem_probe(dt_comm_local_size(ctl), &avail);
+    uint64_t most = avail.node_total == UINT64_MAX ? UINT64_MAX
+                                                   : avail.node_total / (uint64_t)avail.local_ranks;
+    if ((uint64_t)bytes > most) {
+        char want[32], have[32];
+        dt_mem_format(bytes, want, sizeof want);
+        dt_mem_format(most, have, sizeof have);
+        st = dt_set_error(DT_ERR_USAGE,
+                          "bench allreduce: --max-bytes %zu (%s) is more than rank %d on %s can "
+                          "have (%s, its share of the node's memory); give a smaller --max-bytes",
+                          bytes, want, dt_comm_rank(ctl), avail.host, have);
+    }
+    return dt_dist_agree(ctl, st);
+}
+
 /* Runs the benchmark on an initialised MPI; returns the exit code. */
 static int run(const struct bench_args *a)
 {
@@ -170,6 +194,8 @@ static int run(const struct bench_args *a)
         opts.device = &dev;
         opts.control = ctl;
     }
+    if (st == DT_OK)
+        st = check_size(ctl, &opts);
     int ran = st == DT_OK;
     if (ran) st = dt_bench_allreduce(c, &opts, stdout);
     if (st != DT_OK) {

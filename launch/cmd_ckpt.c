@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "../io/checkpoint.h"
+#include "../runtime/util.h"
 #include "cli.h"
 
 #define DIR_BYTES 4096
@@ -279,9 +280,11 @@ static int verify_dir(const char *arg)
 
 static int cmd_verify(const char *arg)
 {
-    if (is_dir(arg)) return verify_dir(arg);
-    if (size_of(arg) < 0)
-        return dt_cli_fail(dt_set_error(DT_ERR_NOT_FOUND, "ckpt: %s does not exist", arg));
+    if (is_dir(arg))
+        return verify_dir(arg);
+    dt_status st = dt_input_check(arg, "checkpoint", NULL);
+    if (st != DT_OK)
+        return dt_cli_fail(st);
     return verify_one(arg, arg) ? 0 : EXIT_BAD;
 }
 

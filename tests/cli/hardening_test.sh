@@ -131,6 +131,11 @@ expect 66 "not a regular file \(it is a FIFO\)" -- $DTRAIN data info fifo
 expect 66 "not a regular file" -- $DTRAIN data import idx --train-images fifo --train-labels fifo -o f.h5
 expect 66 "not a regular file \(it is a directory\)" -- $DTRAIN data import idx --train-images mine --train-labels mine -o f.h5
 expect 66 "not a regular file \(it is a directory\)" -- $DTRAIN train mine
+expect 66 "checkpoint fifo: not a regular file \(it is a FIFO\)" -- $DTRAIN ckpt verify fifo
+expect 66 "checkpoint fifo: not a regular file \(it is a FIFO\)" -- $DTRAIN ckpt info fifo
+expect 66 "not a regular file \(it is a FIFO\)" -- $T --set output.dir=f2 --resume fifo
+# a benchmark buffer larger than the machine is a usage error, not "out of memory" (75)
+expect 64 "--max-bytes 99999999999999 \(90.9 TiB\) is more than rank 0" -- $DTRAIN bench allreduce --max-bytes 99999999999999
 
 # a FIFO where the run writes its metrics is an error, not a hang
 mkdir -p fiforun && expect 0 "final test accuracy" -- $T --set output.dir=fiforun
