@@ -22,6 +22,8 @@
 #define MARKER_TEXT "dtrain run directory\n"
 #define HELD_BY "held by "
 #define MARKER_READ 1024
+#define HOLDER_POLLS 40 /* waits for the holder's line: 40 x 25 ms */
+#define HOLDER_POLL_NS 25000000L
 #define LEGACY_FILE "metrics.jsonl"
 #define LEGACY_HEAD 512
 
@@ -63,21 +65,27 @@ static int legacy_run(const char *dir)
            strstr(head, "\"version\":") != NULL;
 }
 
-/* The "pid P on host H since T" the holder wrote, or a placeholder. */
+/* The "pid P on host H since T" the holder wrote, or a placeholder. A
+ * holder that has just taken the lock writes it a moment later, so the
+ * line is waited for a little. */
 static void holder_of(int fd, char *out, size_t len)
 {
     char text[MARKER_READ + 1];
-    ssize_t n = pread(fd, text, MARKER_READ, 0);
+    const struct timespec nap = {0, HOLDER_POLL_NS};
     snprintf(out, len, "its PID and host are not recorded");
-    if (n <= 0)
+    for (int tries = 0; tries < HOLDER_POLLS; tries++, nanosleep(&nap, NULL)) {
+        ssize_t n = pread(fd, text, MARKER_READ, 0);
+        if (n <= 0)
+            continue;
+        text[n] = '\0';
+        char *p = strstr(text, HELD_BY);
+        if (!p || !strchr(p, '\n'))
+            continue;
+        p += strlen(HELD_BY);
+        p[strcspn(p, "\n")] = '\0';
+        snprintf(out, len, "%s", p);
         return;
-    text[n] = '\0';
-    char *p = strstr(text, HELD_BY);
-    if (!p)
-        return;
-    p += strlen(HELD_BY);
-    p[strcspn(p, "\n")] = '\0';
-    snprintf(out, len, "%s", p);
+    }
 }
 
 /* Rewrites the marker: what it is, and who holds it now. */

@@ -10,6 +10,7 @@
  * the same sample, with the accumulation recomputed for the new world size.
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,25 @@ static dt_status check_compatible(struct run *r, const char *path, const char *y
     return st;
 }
 
+/* The position a checkpoint resumes at must be one this job can take: a
+ * damaged header, or a training split that changed since, shows here
+ * rather than as a loader error later. */
+static dt_status check_position(const struct run *r, const char *path, const struct dt_ckpt_meta *m)
+{
+    if (m->step >= 0 && m->step <= DT_JOB_MAX_STEPS && m->epoch >= 0 && m->batch >= 0 &&
+        m->batch <= r->bpe && m->samples >= 0 && m->optim_t >= 0 && isfinite(m->loss_scale) &&
+        m->loss_scale > 0)
+        return DT_OK;
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "checkpoint %s: its position (step %lld, epoch %lld, batch %lld, %lld "
+                        "samples, optimizer step %lld, loss scale %g) does not fit this job "
+                        "(%lld batches per epoch of split '%s'): the file is damaged, or the "
+                        "training split changed since it was written",
+                        path, (long long)m->step, (long long)m->epoch, (long long)m->batch,
+                        (long long)m->samples, (long long)m->optim_t, m->loss_scale,
+                        (long long)r->bpe, r->train->name);
+}
+
 static dt_status load_local(struct run *r, const char *path)
 {
     struct staging s = {0};
@@ -224,6 +244,7 @@ static dt_status load_local(struct run *r, const char *path)
     DT_CHECK(check_compatible(r, path, info->job_yaml ? info->job_yaml : ""));
     DT_CHECK(staging_open(r, &s));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
+    DT_CHECK(check_position(r, path, &meta));
     DT_CHECK(staging_copy(r, &s, 0));
     r->step = meta.step;
     r->epoch = meta.epoch;

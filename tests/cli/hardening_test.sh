@@ -88,7 +88,7 @@ $T --set output.dir=race > race1.out 2>&1 & p1=$!
 $T --set output.dir=race > race2.out 2>&1 & p2=$!
 wait $p1; r1=$?; wait $p2; r2=$?
 codes=$(printf '%s\n' $r1 $r2 | sort | tr '\n' ' ')
-[ "$codes" = "0 75 " ] && ok || bad "two runs on one directory exited $r1 and $r2: $(tail -2 race1.out race2.out)"
+[ "$codes" = "0 75 " ] && ok || bad "two runs on one directory exited $r1 and $r2: $(tail -n 2 race1.out; tail -n 2 race2.out)"
 grep -h "in use" race1.out race2.out | grep -q "pid" && ok || bad "the loser did not name the holder"
 expect 0 "already reached step" -- $T --set output.dir=race
 
@@ -122,6 +122,12 @@ expect 64 "train.eval_batch: expected an integer from 1 to 1000000000" -- $T --s
 expect 64 "needs about 28.0 TiB of host memory on each rank \(parameters 4.00 TiB.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1
 expect 64 "more than runtime.memory_limit=0.01 GiB" -- $T --set runtime.memory_limit=0.01 --set output.dir=m2
 expect 64 "needs about .*more than runtime.memory_limit" -- $MPIRUN 2 $DTRAIN train job.yaml --set runtime.memory_limit=0.01 --set output.dir=m3
+
+# a checkpoint whose position this job cannot take (the training split
+# shrank since): bad data, said at resume, not a loader error later
+"$MAKE_H5" small.h5 256 128 16 4
+expect 0 "" -- $T --set output.dir=pos --set train.steps=10 --set checkpoint.every_steps=10
+expect 65 "its position \(step 10, epoch 0, batch 10.*does not fit this job \(8 batches per epoch" -- $T --set output.dir=pos --set train.steps=20 --set data.path=small.h5
 
 # --- inputs that are not regular files ----------------------------------------------
 mkfifo fifo
