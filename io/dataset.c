@@ -5,7 +5,12 @@
  * Open checks everything a training run would otherwise trip over hours
  * later: the format attributes, every split's x and y, and every label
  * (labels are small, so they are read once and kept in memory; y is never
- * read again). x stays in the file and is read on demand.
+ * read again). x stays in the file and is read on demand. A file is
+ * trusted no further than it can back: shapes are multiplied with checked
+ * products, and before the labels are allocated x and y must really be in
+ * the file (dt_h5_check_storage), so a header declaring 2^40 rows it never
+ * wrote is bad data, not an allocation. Reads refuse non-finite inputs
+ * with one branch-free pass over the normalised floats.
  *
  * Reads of arbitrary rows: the requested rows are sorted and de-duplicated,
  * consecutive rows are merged into runs, and each run is one H5Dread of a
@@ -25,13 +30,10 @@
 #define _GNU_SOURCE
 #include "dataset.h"
 
-#include <errno.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/stat.h>
 
 #include "../runtime/util.h"
 #include "hdf5_lock.h"
@@ -39,6 +41,11 @@
 /* Chunk cache for compressed x: big enough for a few dozen typical chunks. */
 #define FILTERED_CHUNK_CACHE_BYTES ((size_t)64 << 20)
 #define FILTERED_CHUNK_CACHE_SLOTS 12421 /* a prime, as HDF5 advises */
+/* A compressed chunk is read and inflated whole to return one row, so its
+ * size is bounded by the cache that keeps it. */
+#define FILTERED_CHUNK_MAX_BYTES FILTERED_CHUNK_CACHE_BYTES
+/* One string of a string attribute (names are cut to DT_NAME_MAX - 1). */
+#define STR_ATTR_MAX_BYTES 65536
 
 struct split {
     hid_t x;            /* open dataset /<split>/x */
@@ -140,6 +147,13 @@ static dt_status read_str_attr(const char *path, hid_t obj, const char *name,
 #endif
     } else {
         size_t sz = H5Tget_size(t) + 1;
+        if (sz > STR_ATTR_MAX_BYTES) {
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "dataset %s: attribute '%s' holds strings of %zu bytes, more than "
+                              "the %d a name may have",
+                              path, name, sz - 1, STR_ATTR_MAX_BYTES - 1);
+            goto out;
+        }
         H5Tset_size(mt, sz);
         H5Tset_strpad(mt, H5T_STR_NULLTERM);
         DT_CHECK(dt_calloc((size_t)n, sz, "string attribute", (void **)&fixed));
@@ -278,10 +292,12 @@ static dt_status read_root_attrs(struct dt_dataset *ds)
     DT_CHECK(read_opt_num(path, root, "norm_scale", &scale));
     DT_CHECK(read_opt_num(path, root, "norm_mean", &mean));
     DT_CHECK(read_opt_num(path, root, "norm_std", &sd));
-    if (!isfinite(scale) || !isfinite(mean) || !isfinite(sd) || !(sd > 0))
+    /* checked as the float32 values they become: 1e300 is a finite double */
+    float fs = (float)scale, fm = (float)mean, fd = (float)sd;
+    if (!isfinite(fs) || !isfinite(fm) || !isfinite(fd) || !(fd > 0))
         return dt_set_error(DT_ERR_BAD_DATA,
                             "dataset %s: bad normalisation (norm_scale %g, norm_mean %g, "
-                            "norm_std %g; norm_std must be > 0 and all finite)",
+                            "norm_std %g; as float32, norm_std must be > 0 and all finite)",
                             path, scale, mean, sd);
     in->norm_scale = (float)scale;
     in->norm_mean = (float)mean;
@@ -302,6 +318,14 @@ static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *d
 {
     struct list_ctx *ctx = data;
     struct dt_dataset_info *in = &ctx->ds->info;
+    if (info->type != H5L_TYPE_HARD) {
+        /* a soft or external link may lead out of the file (to a FIFO) */
+        ctx->st = dt_set_error(DT_ERR_BAD_DATA,
+                               "dataset %s: '/%s' is a link to elsewhere; splits must be groups "
+                               "stored in the file",
+                               in->path, name);
+        return -1;
+    }
     hid_t o = H5Oopen(g, name, H5P_DEFAULT);
     if (o < 0) {
         ctx->st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open object '/%s'", in->path,
@@ -436,8 +460,8 @@ static dt_status load_labels(const struct dt_dataset *ds, const char *split, hid
                   : size <= 4                       ? DT_DTYPE_I32
                                                     : DT_DTYPE_I64;
     size_t n = (size_t)si->n;
-    DT_CHECK(dt_malloc(n * sizeof *tmp, "labels", (void **)&tmp));
-    DT_CHECK(dt_malloc(n * sizeof *sp->labels, "labels", (void **)&sp->labels));
+    DT_CHECK(dt_calloc(n, sizeof *tmp, "labels", (void **)&tmp));
+    DT_CHECK(dt_calloc(n, sizeof *sp->labels, "labels", (void **)&sp->labels));
     if (n && H5Dread(y, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) < 0) {
         st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot read /%s/y", path, split);
         goto out;
@@ -456,6 +480,101 @@ static dt_status load_labels(const struct dt_dataset *ds, const char *split, hid
 out:
     free(tmp);
     return st;
+}
+
+/* N x sample shape of x into si: every product checked. */
+static dt_status sample_shape(const char *path, const char *obj, int nd, const hsize_t *dims,
+                              struct dt_split_info *si)
+{
+    int64_t elems = 1;
+    for (int d = 0; d < nd; d++)
+        if (dims[d] > (hsize_t)INT64_MAX || (d > 0 && !dt_mul_i64(elems, (int64_t)dims[d], &elems)))
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: %s declares a shape whose size does not fit in 64 "
+                                "bits",
+                                path, obj);
+    if (elems < 1)
+        return dt_set_error(DT_ERR_BAD_DATA, "dataset %s: %s has an empty sample shape", path, obj);
+    si->n = (int64_t)dims[0];
+    si->ndim = nd - 1;
+    si->sample_elems = elems;
+    for (int d = 1; d < nd; d++)
+        si->shape[d - 1] = (int64_t)dims[d];
+    return DT_OK;
+}
+
+/* Bytes of n rows of `per_row` elements of `size` bytes, or -1. */
+static int64_t data_bytes(int64_t n, int64_t per_row, size_t size)
+{
+    int64_t elems = 0, bytes = 0;
+    if (!dt_mul_i64(n, per_row, &elems) || !dt_mul_i64(elems, (int64_t)size, &bytes)) return -1;
+    return bytes;
+}
+
+/* Before anything is allocated from its rows: x's data must really be in
+ * the file (see dt_h5_check_storage), and a compressed x must come in
+ * chunks the reader can inflate one at a time. */
+static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
+                                 const struct split *sp, const struct dt_split_info *si)
+{
+    char what[4200], declared[128];
+    int64_t bytes = data_bytes(si->n, si->sample_elems, sp->x_file_size);
+    snprintf(what, sizeof what, "dataset %s", ds->info.path);
+    snprintf(declared, sizeof declared, "%lld rows of %lld values", (long long)si->n,
+             (long long)si->sample_elems);
+    if (bytes < 0)
+        return dt_set_error(DT_ERR_BAD_DATA, "%s: %s declares %s, more bytes than 64 bits count",
+                            what, obj, declared);
+    struct dt_h5_storage s = {.what = what,
+                              .file = ds->info.path,
+                              .obj = obj,
+                              .declared = declared,
+                              .bytes = (uint64_t)bytes,
+                              .file_bytes = ds->info.file_bytes,
+                              .external_ok = 1};
+    dt_status st = dt_h5_check_storage(sp->x, &s);
+    if (st != DT_OK) return st;
+    hid_t dcpl = H5Dget_create_plist(sp->x);
+    int nd = si->ndim + 1;
+    hsize_t chunk[DT_DATASET_MAX_DIMS + 1];
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_nfilters(dcpl) > 0 &&
+        H5Pget_chunk(dcpl, nd, chunk) == nd) {
+        uint64_t cb = sp->x_file_size;
+        for (int d = 0; d < nd && cb <= FILTERED_CHUNK_MAX_BYTES; d++)
+            cb = chunk[d] > FILTERED_CHUNK_MAX_BYTES ? FILTERED_CHUNK_MAX_BYTES + 1 : cb * chunk[d];
+        if (cb > FILTERED_CHUNK_MAX_BYTES)
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "%s: %s is compressed in chunks of more than %d MiB; dtrain "
+                              "inflates a whole chunk to read one row, so it reads compressed x "
+                              "in chunks of at most that (rewrite it with smaller chunks)",
+                              what, obj, (int)(FILTERED_CHUNK_MAX_BYTES >> 20));
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    return st;
+}
+
+/* The same for y, read whole at open. */
+static dt_status check_y_storage(const struct dt_dataset *ds, const char *obj, hid_t y,
+                                 const struct dt_split_info *si)
+{
+    char what[4200], declared[64];
+    hid_t t = H5Dget_type(y);
+    size_t size = t >= 0 ? H5Tget_size(t) : 0;
+    if (t >= 0) H5Tclose(t);
+    snprintf(what, sizeof what, "dataset %s", ds->info.path);
+    snprintf(declared, sizeof declared, "%lld labels", (long long)si->n);
+    int64_t bytes = data_bytes(si->n, 1, size);
+    if (bytes < 0)
+        return dt_set_error(DT_ERR_BAD_DATA, "%s: %s declares %s, more bytes than 64 bits count",
+                            what, obj, declared);
+    struct dt_h5_storage s = {.what = what,
+                              .file = ds->info.path,
+                              .obj = obj,
+                              .declared = declared,
+                              .bytes = (uint64_t)bytes,
+                              .file_bytes = ds->info.file_bytes,
+                              .external_ok = 1};
+    return dt_h5_check_storage(y, &s);
 }
 
 static dt_status open_split(struct dt_dataset *ds, int i)
@@ -477,12 +596,19 @@ static dt_status open_split(struct dt_dataset *ds, int i)
     }
     for (int k = 0; k < 2; k++) {
         const char *want = k ? "y" : "x";
-        htri_t e = H5Lexists(g, want, H5P_DEFAULT);
-        if (e <= 0) {
+        enum dt_h5_path e = dt_h5_hard_path(g, want);
+        if (e == DT_H5_PATH_ERROR)
+            st =
+                dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot look up /%s/%s", path, name, want);
+        else if (e == DT_H5_PATH_MISSING)
             st = dt_set_error(DT_ERR_BAD_DATA, "dataset %s: split '%s' has no '%s' (/%s/%s)",
                               path, name, want, name, want);
-            goto out;
-        }
+        else if (e == DT_H5_PATH_LINK)
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "dataset %s: /%s/%s is a link to elsewhere, not data stored in "
+                              "the file",
+                              path, name, want);
+        if (st != DT_OK) goto out;
     }
     DT_CHECK(open_x(path, name, g, &sp->x));
     snprintf(obj, sizeof obj, "/%s/x", name);
@@ -494,20 +620,10 @@ static dt_status open_split(struct dt_dataset *ds, int i)
                           path, obj, nd);
         goto out;
     }
-    si->n = (int64_t)dims[0];
-    si->ndim = nd - 1;
-    si->sample_elems = 1;
-    for (int d = 1; d < nd; d++) {
-        si->shape[d - 1] = (int64_t)dims[d];
-        si->sample_elems *= (int64_t)dims[d];
-    }
-    if (si->sample_elems < 1) {
-        st = dt_set_error(DT_ERR_BAD_DATA, "dataset %s: %s has an empty sample shape", path, obj);
-        goto out;
-    }
+    DT_CHECK(sample_shape(path, obj, nd, dims, si));
     DT_CHECK(x_dtype(path, name, sp, si));
-    hsize_t stored = H5Dget_storage_size(sp->x);
-    si->x_bytes = (int64_t)stored;
+    DT_CHECK(check_x_storage(ds, obj, sp, si));
+    si->x_bytes = (int64_t)H5Dget_storage_size(sp->x);
 
     y = H5Dopen2(g, "y", H5P_DEFAULT);
     if (y < 0) {
@@ -520,12 +636,13 @@ static dt_status open_split(struct dt_dataset *ds, int i)
         st = dt_set_error(DT_ERR_BAD_DATA, "dataset %s: %s must be 1-D (N labels)", path, obj);
         goto out;
     }
-    if ((int64_t)ydims[0] != si->n) {
+    if (ydims[0] != (hsize_t)si->n) {
         st = dt_set_error(DT_ERR_BAD_DATA,
-                          "dataset %s: split '%s' has %lld samples in x but %lld labels in y",
-                          path, name, (long long)si->n, (long long)ydims[0]);
+                          "dataset %s: split '%s' has %lld samples in x but %llu labels in y", path,
+                          name, (long long)si->n, (unsigned long long)ydims[0]);
         goto out;
     }
+    DT_CHECK(check_y_storage(ds, obj, y, si));
     DT_CHECK(load_labels(ds, name, y, sp, si));
 out:
     close_id(y, H5Dclose);
@@ -568,32 +685,44 @@ out:
     return st;
 }
 
+/* The normalised value of every uint8; all must be finite where a split
+ * stores uint8 (v * 1e30 / 1e-10 is not). */
+static dt_status make_lut(struct dt_dataset *ds)
+{
+    const struct dt_dataset_info *in = &ds->info;
+    int u8 = 0;
+    for (int i = 0; i < in->nsplits; i++)
+        u8 |= in->splits[i].x_dtype == DT_DTYPE_U8;
+    for (int v = 0; v < 256; v++) {
+        ds->lut[v] = ((float)v * in->norm_scale - in->norm_mean) / in->norm_std;
+        if (u8 && !isfinite(ds->lut[v]))
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: normalisation turns the uint8 value %d into %g "
+                                "((v * %g - %g) / %g overflows float32)",
+                                in->path, v, (double)ds->lut[v], (double)in->norm_scale,
+                                (double)in->norm_mean, (double)in->norm_std);
+    }
+    return DT_OK;
+}
+
 dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
 {
     dt_status st = DT_OK;
     struct dt_dataset *ds = NULL;
-    struct stat sb;
+    int64_t size = 0;
     *out = NULL;
     if (!path || !*path)
         return dt_set_error(DT_ERR_INVALID_ARG, "dataset path is empty");
     if (strlen(path) >= sizeof ds->info.path)
         return dt_set_error(DT_ERR_INVALID_ARG, "dataset path '%.64s...' is too long", path);
-    if (stat(path, &sb) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return dt_set_error(DT_ERR_NOT_FOUND, "dataset %s: no such file", path);
-        return dt_set_error(DT_ERR_IO, "dataset %s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(sb.st_mode))
-        return dt_set_error(DT_ERR_BAD_DATA, "dataset %s: not a regular file", path);
-    if (access(path, R_OK) != 0)
-        return dt_set_error(DT_ERR_IO, "dataset %s: %s", path, strerror(errno));
+    DT_CHECK(dt_input_check(path, "dataset", &size));
 
     DT_CHECK(dt_calloc(1, sizeof *ds, "dataset handle", (void **)&ds));
     ds->file = -1;
     for (int i = 0; i < DT_DATASET_MAX_SPLITS; i++)
         ds->splits[i].x = -1;
     copy_name(ds->info.path, sizeof ds->info.path, path);
-    ds->info.file_bytes = (int64_t)sb.st_size;
+    ds->info.file_bytes = size;
 
     dt_h5_lock();
     st = open_locked(ds);
@@ -601,9 +730,7 @@ dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
     if (st != DT_OK)
         goto out;
 
-    const struct dt_dataset_info *in = &ds->info;
-    for (int v = 0; v < 256; v++)
-        ds->lut[v] = ((float)v * in->norm_scale - in->norm_mean) / in->norm_std;
+    DT_CHECK(make_lut(ds));
     *out = ds;
     ds = NULL;
 out:
@@ -729,6 +856,44 @@ static void normalise_row(const dt_dataset_t *ds, const struct split *sp, const 
         dst[k] = (s[k] * scale - mean) / sd;
 }
 
+/* Position of the first value of x[0..n) that is not finite, or -1. The
+ * scan is one branch-free pass the compiler can vectorise (v * 0 is 0 for
+ * a finite v, NaN for an infinite or NaN one); the position is looked for
+ * only when there is one. */
+static int64_t first_nonfinite(const float *x, int64_t n)
+{
+    int bad = 0;
+    for (int64_t k = 0; k < n; k++)
+        bad |= !(x[k] * 0.0f == 0.0f);
+    if (!bad) return -1;
+    for (int64_t k = 0; k < n; k++)
+        if (!isfinite(x[k])) return k;
+    return -1;
+}
+
+/* The message for the non-finite input at position k of a read's output. */
+static dt_status nonfinite_error(const dt_dataset_t *ds, const char *split, const uint64_t *idx,
+                                 const size_t *uidx, const unsigned char *buf, size_t row_bytes,
+                                 const float *x, int64_t k, int64_t per_row)
+{
+    const struct dt_dataset_info *in = &ds->info;
+    int64_t i = k / per_row, e = k % per_row;
+    float stored;
+    memcpy(&stored, buf + uidx[i] * row_bytes + (size_t)e * sizeof(float), sizeof stored);
+    if (!isfinite(stored))
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: split '%s', row %llu: x holds %g at element %lld; "
+                            "inputs must be finite",
+                            in->path, split, (unsigned long long)idx[i], (double)stored,
+                            (long long)e);
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "dataset %s: split '%s', row %llu: x holds %g at element %lld, which "
+                        "normalisation ((v * %g - %g) / %g) turns into %g",
+                        in->path, split, (unsigned long long)idx[i], (double)stored, (long long)e,
+                        (double)in->norm_scale, (double)in->norm_mean, (double)in->norm_std,
+                        (double)x[k]);
+}
+
 dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
                           float *x, int32_t *y, uint64_t *bytes_read)
 {
@@ -753,9 +918,9 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
                                 ds->info.path, (unsigned long long)idx[i], split,
                                 (long long)si->n);
 
-    DT_CHECK(dt_malloc(n * sizeof *reqs, "read request", (void **)&reqs));
-    DT_CHECK(dt_malloc(n * sizeof *rows, "read request", (void **)&rows));
-    DT_CHECK(dt_malloc(n * sizeof *uidx, "read request", (void **)&uidx));
+    DT_CHECK(dt_calloc(n, sizeof *reqs, "read request", (void **)&reqs));
+    DT_CHECK(dt_calloc(n, sizeof *rows, "read request", (void **)&rows));
+    DT_CHECK(dt_calloc(n, sizeof *uidx, "read request", (void **)&uidx));
     for (size_t i = 0; i < n; i++)
         reqs[i] = (struct req){idx[i], i};
     qsort(reqs, n, sizeof *reqs, req_cmp);
@@ -765,8 +930,16 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
             rows[m++] = reqs[i].row;
         uidx[reqs[i].pos] = m - 1;
     }
-    size_t row_bytes = (size_t)si->sample_elems * sp->x_mem_size;
-    DT_CHECK(dt_malloc(m * row_bytes, "rows read from the dataset", (void **)&buf));
+    size_t row_bytes = 0, all_bytes = 0;
+    if (!dt_mul_size((size_t)si->sample_elems, sp->x_mem_size, &row_bytes) ||
+        !dt_mul_size(m, row_bytes, &all_bytes)) {
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "dataset %s: a read of %zu rows of split '%s' is "
+                          "too large",
+                          ds->info.path, m, split);
+        goto out;
+    }
+    DT_CHECK(dt_malloc(all_bytes, "rows read from the dataset", (void **)&buf));
 
     dt_h5_lock();
     st = read_runs(ds, split, sp, si, rows, m, buf);
@@ -779,6 +952,13 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
                       si->sample_elems);
         if (y)
             y[i] = sp->labels[idx[i]];
+    }
+    /* uint8 inputs map through a table checked at open; floats are checked
+     * here, after normalisation, which catches what it overflows too */
+    int64_t bad = sp->x_mem_size == 1 ? -1 : first_nonfinite(x, (int64_t)n * si->sample_elems);
+    if (bad >= 0) {
+        st = nonfinite_error(ds, split, idx, uidx, buf, row_bytes, x, bad, si->sample_elems);
+        goto out;
     }
     if (bytes_read)
         *bytes_read += (uint64_t)m * (uint64_t)si->sample_elems * sp->x_file_size;

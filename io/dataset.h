@@ -58,9 +58,15 @@ struct dt_dataset_info {
 };
 
 /* Opens and validates a dataset file: format attributes, every split's x
- * and y (shapes agree, supported dtypes), every label in range.
- * Errors: DT_ERR_NOT_FOUND (no such file), DT_ERR_BAD_DATA (not HDF5, not
- * a dtrain dataset, wrong version, bad shapes, labels out of range), each
+ * and y (shapes agree, supported dtypes), every label in range, and,
+ * before anything is allocated from a declared shape, that the data is
+ * really in the file (contiguous data inside it, every chunk written,
+ * external raw files regular files; links out of the file and virtual
+ * datasets refused). A split may have 0 rows (it is listed, never read).
+ * With uint8 x, every normalised value must be finite.
+ * Errors: DT_ERR_NOT_FOUND (no such file, not readable, not a regular
+ * file), DT_ERR_BAD_DATA (not HDF5, not a dtrain dataset, wrong version,
+ * bad shapes, data the file does not hold, labels out of range), each
  * message naming the file and the object. */
 dt_status dt_dataset_open(const char *path, dt_dataset_t **out);
 void dt_dataset_close(dt_dataset_t *ds);
@@ -75,7 +81,9 @@ dt_status dt_dataset_split(const dt_dataset_t *ds, const char *name,
 /* Reads samples idx[0..n) (any order, no duplicates needed) of `split`:
  * x gets n * sample_elems normalised floats, y gets n labels (y may be NULL).
  * Adds the bytes read from the file to *bytes_read when not NULL.
- * Thread-safe. */
+ * A non-finite input (NaN or infinity stored in float x, or a value that
+ * normalisation takes past float32's range) is DT_ERR_BAD_DATA naming the
+ * file, split, row and value. Thread-safe. */
 dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
                           float *x, int32_t *y, uint64_t *bytes_read);
 

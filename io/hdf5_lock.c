@@ -191,10 +191,14 @@ static dt_status check_chunks(hid_t d, hid_t dcpl, const struct dt_h5_storage *s
     int64_t want = 1;
     hid_t sp = H5Dget_space(d);
     int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, dims, NULL);
-    if (sp >= 0) H5Sclose(sp);
-    if (nd < 0 || H5Pget_chunk(dcpl, nd, chunk) != nd || H5Dget_num_chunks(d, H5S_ALL, &have) < 0)
-        return dt_h5_error(DT_ERR_BAD_DATA, "%s: cannot read the chunk layout of %s", s->what,
-                           s->obj);
+    herr_t e = nd < 0 || H5Pget_chunk(dcpl, nd, chunk) != nd ? -1 : H5Dget_num_chunks(d, sp, &have);
+    if (e < 0) {
+        dt_status st =
+            dt_h5_error(DT_ERR_BAD_DATA, "%s: cannot read the chunk layout of %s", s->what, s->obj);
+        if (sp >= 0) H5Sclose(sp);
+        return st;
+    }
+    H5Sclose(sp);
     for (int i = 0; i < nd; i++) {
         if (chunk[i] == 0)
             return dt_set_error(DT_ERR_BAD_DATA, "%s: %s has a chunk dimension of 0", s->what,

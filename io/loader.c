@@ -252,21 +252,26 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
     return DT_OK;
 }
 
+/* Slot buffers hold the most rows a micro-batch can have: micro_batch,
+ * or the whole split when that is smaller (a batch larger than the data
+ * allocates no more than the data). */
 static dt_status alloc_slots(struct dt_loader *ld)
 {
     dt_status st;
-    size_t m = (size_t)ld->o.micro_batch;
+    size_t m = (size_t)(ld->o.micro_batch < ld->n ? ld->o.micro_batch : ld->n), xs = 0;
+    if (!dt_mul_size(m, (size_t)ld->sample_elems, &xs))
+        return dt_set_error(DT_ERR_USAGE,
+                            "loader: a micro batch of %zu rows of %lld values is too large", m,
+                            (long long)ld->sample_elems);
     DT_CHECK(dt_calloc((size_t)ld->o.prefetch, sizeof *ld->slots, "loader slots",
                        (void **)&ld->slots));
     for (int i = 0; i < ld->o.prefetch; i++) {
         struct slot *s = &ld->slots[i];
-        DT_CHECK(dt_malloc(m * (size_t)ld->sample_elems * sizeof(float), "loader batch inputs",
-                           (void **)&s->x));
-        DT_CHECK(dt_malloc(m * sizeof *s->y, "loader batch labels", (void **)&s->y));
-        DT_CHECK(dt_malloc(m * sizeof *s->ids, "loader batch ids", (void **)&s->ids));
+        DT_CHECK(dt_calloc(xs, sizeof(float), "loader batch inputs", (void **)&s->x));
+        DT_CHECK(dt_calloc(m, sizeof *s->y, "loader batch labels", (void **)&s->y));
+        DT_CHECK(dt_calloc(m, sizeof *s->ids, "loader batch ids", (void **)&s->ids));
     }
-    DT_CHECK(dt_malloc((size_t)ld->n * sizeof *ld->perm, "epoch permutation",
-                       (void **)&ld->perm));
+    DT_CHECK(dt_calloc((size_t)ld->n, sizeof *ld->perm, "epoch permutation", (void **)&ld->perm));
 out:
     return st;
 }

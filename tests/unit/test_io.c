@@ -1298,6 +1298,46 @@ static void test_loader_held_slots_and_destroy(void)
     dt_dataset_close(ds);
 }
 
+/* A global batch far larger than the split (the job allows 10^9): one
+ * short batch of every row, with buffers sized by the data, not by the
+ * batch (10^9 rows of 1000 floats would be 4 TB). */
+static void test_loader_batch_beyond_split(void)
+{
+    char p[4096];
+    enum { N = 30, D = 1000 };
+    static float x[N * D];
+    for (int i = 0; i < N * D; i++)
+        x[i] = (float)(i / D);
+    tpath(p, sizeof p, "wide.h5");
+    int32_t y[N] = {0};
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, 3, 1, 0, 1);
+    put_split(f, "train", H5T_IEEE_F32LE, N, D, x, N, y);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 1000000000, 1000000000, 0, 1);
+    o.prefetch = 4;
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    CU_ASSERT_FATAL(ld != NULL);
+    CU_ASSERT_EQUAL(dt_loader_batches_per_epoch(ld), 1);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, 0, 0), DT_OK);
+    struct dt_batch b;
+    int end = 0;
+    ASSERT_STATUS(dt_loader_next(ld, &b, &end), DT_OK);
+    CU_ASSERT_FATAL(!end);
+    CU_ASSERT_EQUAL(b.rows, N);
+    int bad = 0;
+    for (int64_t i = 0; i < b.rows; i++)
+        bad += b.x[i * D + D - 1] != (float)b.sample_ids[i];
+    CU_ASSERT_EQUAL(bad, 0);
+    dt_loader_release(ld, &b);
+    dt_loader_destroy(ld);
+    dt_dataset_close(ds);
+}
+
 /* x stored in two external raw files; removing the second makes every read
  * of rows 20.. fail inside HDF5, in a loader worker. */
 static void test_loader_read_error(void)
@@ -1365,6 +1405,321 @@ static void test_loader_read_error(void)
     }
     dt_loader_destroy(ld);
     dt_dataset_close(ds);
+}
+
+/* ---- hostile datasets ------------------------------------------------------ */
+
+static void test_ds_not_regular(void)
+{
+    char p[4096];
+    dt_dataset_t *ds = NULL;
+    tpath(p, sizeof p, "ds-fifo.h5");
+    CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
+    alarm(60); /* a blocking open would hang: fail loudly instead */
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_NOT_FOUND);
+    alarm(0);
+    ASSERT_MSG("not a regular file (it is a FIFO)");
+    tpath(p, sizeof p, "ds-dir.h5");
+    mkdir(p, 0777);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_NOT_FOUND);
+    ASSERT_MSG("(it is a directory)");
+    CU_ASSERT(ds == NULL);
+}
+
+/* A split whose x and y are created with `dcpl` and n rows of d floats,
+ * only the first `written` rows written (a hyperslab). */
+static void put_sparse_split(hid_t f, const char *split, hid_t dcpl, hsize_t n, hsize_t d,
+                             hsize_t written)
+{
+    hid_t g = H5Gcreate2(f, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[2] = {n, d};
+    hid_t sx = H5Screate_simple(2, dims, NULL), sy = H5Screate_simple(1, &n, NULL);
+    hid_t ycpl = H5Pcopy(dcpl);
+    if (H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t chunk[2];
+        H5Pget_chunk(dcpl, 2, chunk);
+        H5Pset_chunk(ycpl, 1, chunk);
+    }
+    hid_t dx = H5Dcreate2(g, "x", H5T_IEEE_F32LE, sx, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    hid_t dy = H5Dcreate2(g, "y", H5T_STD_I32LE, sy, H5P_DEFAULT, ycpl, H5P_DEFAULT);
+    CU_ASSERT(dx >= 0 && dy >= 0);
+    if (written) {
+        float x[64] = {0};
+        int32_t y[32] = {0};
+        hsize_t start[2] = {0, 0}, count[2] = {written, d};
+        CU_ASSERT_FATAL(written * d <= 64 && written <= 32);
+        hid_t mx = H5Screate_simple(2, count, NULL), my = H5Screate_simple(1, count, NULL);
+        H5Sselect_hyperslab(sx, H5S_SELECT_SET, start, NULL, count, NULL);
+        H5Sselect_hyperslab(sy, H5S_SELECT_SET, start, NULL, count, NULL);
+        CU_ASSERT(H5Dwrite(dx, H5T_NATIVE_FLOAT, mx, sx, H5P_DEFAULT, x) >= 0);
+        CU_ASSERT(H5Dwrite(dy, H5T_NATIVE_INT32, my, sy, H5P_DEFAULT, y) >= 0);
+        H5Sclose(mx);
+        H5Sclose(my);
+    }
+    H5Dclose(dx);
+    H5Dclose(dy);
+    H5Pclose(ycpl);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Gclose(g);
+}
+
+/* x and y declaring rows they never wrote: refused as bad data before the
+ * labels are allocated (2^40 of them would be 8 TiB). */
+static void test_ds_declared_rows(void)
+{
+    char p[4096];
+    dt_dataset_t *ds = NULL;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hsize_t chunk[2] = {1, 2};
+    H5Pset_chunk(dcpl, 2, chunk);
+    const struct {
+        const char *name;
+        hsize_t n, written;
+        int chunked;
+        const char *needle;
+    } cases[] = {
+        {"rows-2p40.h5", (hsize_t)1 << 40, 0, 1, "only 0 of its 1099511627776 chunks"},
+        {"rows-part.h5", 100, 10, 1, "only 10 of its 100 chunks"},
+        {"rows-late.h5", 1000, 0, 0, "its data was never written"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tpath(p, sizeof p, cases[k].name);
+        hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        put_root_attrs(f, 1, 3, 1, 0, 1);
+        hid_t c = cases[k].chunked ? dcpl : H5P_DEFAULT;
+        if (!cases[k].chunked) {
+            c = H5Pcreate(H5P_DATASET_CREATE);
+            H5Pset_alloc_time(c, H5D_ALLOC_TIME_LATE);
+        }
+        put_sparse_split(f, "train", c, cases[k].n, 2, cases[k].written);
+        if (!cases[k].chunked) H5Pclose(c);
+        H5Fclose(f);
+        ds = NULL;
+        ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+        ASSERT_MSG(p);
+        ASSERT_MSG("/train/x declares");
+        ASSERT_MSG(cases[k].needle);
+        dt_dataset_close(ds);
+    }
+    H5Pclose(dcpl);
+}
+
+/* A split of n rows of d floats given in x, labels 0. */
+static void make_float_ds(const char *path, hid_t ftype, hsize_t n, hsize_t d, const float *x,
+                          double scale, double mean, double sd)
+{
+    int32_t y[64] = {0};
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0 && n <= 64);
+    put_root_attrs(f, 1, 3, scale, mean, sd);
+    put_split(f, "train", ftype, n, d, x, n, y);
+    H5Fclose(f);
+}
+
+/* Non-finite inputs are refused when read, naming file, split, row and
+ * value: a NaN or an infinity stored in x, or a value that normalisation
+ * takes past float32's range. Rows around them read fine. */
+static void test_ds_nonfinite(void)
+{
+    char p[4096];
+    float x[8 * 3];
+    float x_out[8 * 3];
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)i;
+    const struct {
+        const char *name;
+        int f16;
+        int at;
+        float v;
+        double scale;
+        const char *needle;
+    } cases[] = {
+        {"nan32.h5", 0, 5 * 3 + 1, NAN, 1, "row 5: x holds nan at element 1"},
+        {"inf16.h5", 1, 6 * 3 + 2, INFINITY, 1, "row 6: x holds inf at element 2"},
+        {"big32.h5", 0, 2 * 3, 3e38f, 10,
+         "row 2: x holds 3e+38 at element 0, which "
+         "normalisation ((v * 10 - 0) / 1) turns into inf"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float xs[24];
+        memcpy(xs, x, sizeof xs);
+        xs[cases[k].at] = cases[k].v;
+        tpath(p, sizeof p, cases[k].name);
+        hid_t t = cases[k].f16 ? f16_type() : H5Tcopy(H5T_IEEE_F32LE);
+        make_float_ds(p, t, 8, 3, xs, cases[k].scale, 0, 1);
+        H5Tclose(t);
+        dt_dataset_t *ds = NULL;
+        ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+        CU_ASSERT_FATAL(ds != NULL);
+        const uint64_t good[3] = {7, 0, 4}, with_bad[3] = {7, (uint64_t)cases[k].at / 3, 0};
+        ASSERT_STATUS(dt_dataset_read(ds, "train", good, 3, x_out, NULL, NULL), DT_OK);
+        ASSERT_STATUS(dt_dataset_read(ds, "train", with_bad, 3, x_out, NULL, NULL),
+                      DT_ERR_BAD_DATA);
+        ASSERT_MSG(p);
+        ASSERT_MSG("split 'train'");
+        ASSERT_MSG(cases[k].needle);
+        dt_dataset_close(ds);
+    }
+}
+
+/* Normalisation that overflows float32: uint8 inputs are mapped through
+ * a table, checked at open; attribute values are checked as the float32
+ * values they become. */
+static void test_ds_norm_overflow(void)
+{
+    char p[4096];
+    struct idx_pair ip;
+    char out[4096];
+    make_pair("lut-train", 0, 10, 2, 2, 3, &ip);
+    tpath(out, sizeof out, "lut.h5");
+    struct dt_idx_import_opts o = {
+        .train_images = ip.images, .train_labels = ip.labels, .out_path = out};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_OK);
+    hid_t f = H5Fopen(out, H5F_ACC_RDWR, H5P_DEFAULT);
+    float scale = 1e38f, sd = 1e-3f;
+    hid_t a = H5Aopen(f, "norm_scale", H5P_DEFAULT);
+    CU_ASSERT(H5Awrite(a, H5T_NATIVE_FLOAT, &scale) >= 0);
+    H5Aclose(a);
+    a = H5Aopen(f, "norm_std", H5P_DEFAULT);
+    CU_ASSERT(H5Awrite(a, H5T_NATIVE_FLOAT, &sd) >= 0);
+    H5Aclose(a);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG(out);
+    ASSERT_MSG("turns the uint8 value 1 into inf");
+
+    /* finite as doubles, not as float32 */
+    float x[6] = {0};
+    tpath(p, sizeof p, "norm-1e300.h5");
+    make_float_ds(p, H5T_IEEE_F32LE, 2, 3, x, 1e300, 0, 1);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("norm_scale 1e+300");
+    tpath(p, sizeof p, "norm-std-tiny.h5");
+    make_float_ds(p, H5T_IEEE_F32LE, 2, 3, x, 1, 0, 1);
+    f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    double tiny = 1e-50; /* a positive double, 0 as float32 */
+    H5Adelete(f, "norm_std");
+    put_num_attr(f, "norm_std", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &tiny);
+    H5Fclose(f);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("norm_std 1e-50");
+}
+
+/* Links and external storage that lead out of the file are refused before
+ * anything follows them (an external link to a FIFO would block). */
+static void test_ds_links(void)
+{
+    char p[4096], fifo[4096];
+    dt_dataset_t *ds = NULL;
+    tpath(fifo, sizeof fifo, "ds-link-fifo");
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    alarm(60);
+    for (int k = 0; k < 4; k++) {
+        tpath(p, sizeof p, "ds-links.h5");
+        make_ds(p, H5T_IEEE_F32LE, 8, 3, 2, 1, 1, 0, 1);
+        hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+        CU_ASSERT_FATAL(f >= 0);
+        herr_t e = 0;
+        if (k == 0) {
+            e = H5Lcreate_soft("/test", f, "validation", H5P_DEFAULT, H5P_DEFAULT);
+        } else if (k == 1) {
+            e = H5Lcreate_external(fifo, "/g", f, "elsewhere", H5P_DEFAULT, H5P_DEFAULT);
+        } else if (k == 2) {
+            H5Ldelete(f, "test/x", H5P_DEFAULT);
+            e = H5Lcreate_external(fifo, "/test/x", f, "test/x", H5P_DEFAULT, H5P_DEFAULT);
+        } else {
+            /* x kept in an external raw file, here a FIFO */
+            H5Ldelete(f, "test/x", H5P_DEFAULT);
+            hsize_t dims[2] = {4, 3};
+            hid_t sx = H5Screate_simple(2, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+            H5Pset_external(dcpl, fifo, 0, 4 * 3 * sizeof(float));
+            hid_t d = H5Dcreate2(f, "test/x", H5T_IEEE_F32LE, sx, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            e = d >= 0 ? 0 : -1;
+            H5Dclose(d);
+            H5Pclose(dcpl);
+            H5Sclose(sx);
+        }
+        CU_ASSERT(e >= 0);
+        H5Fclose(f);
+        ds = NULL;
+        ASSERT_STATUS(dt_dataset_open(p, &ds), k == 3 ? DT_ERR_NOT_FOUND : DT_ERR_BAD_DATA);
+        ASSERT_MSG(k == 3 ? "not a regular file (it is a FIFO)" : "is a link to elsewhere");
+        dt_dataset_close(ds);
+    }
+    alarm(0);
+}
+
+/* A split with no rows: opened and shown (data info), never read from or
+ * divided by. */
+static void test_ds_empty_split(void)
+{
+    char p[4096];
+    float x[10 * 3] = {0};
+    int32_t y[10] = {0};
+    tpath(p, sizeof p, "empty-split.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, 4, 1, 0, 1);
+    put_split(f, "train", H5T_IEEE_F32LE, 0, 3, x, 0, y);
+    put_split(f, "test", H5T_IEEE_F32LE, 10, 3, x, 10, y);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_split_info *si = NULL;
+    ASSERT_STATUS(dt_dataset_split(ds, "train", &si), DT_OK);
+    CU_ASSERT(si && si->n == 0 && si->sample_elems == 3);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dt_dataset_print(ds, mem);
+    fclose(mem);
+    CU_ASSERT(text && strstr(text, "split train: 0 samples of 3") != NULL);
+    CU_ASSERT(text && strstr(text, "per class: 0 each") != NULL);
+    free(text);
+    float out[3];
+    const uint64_t row0 = 0;
+    ASSERT_STATUS(dt_dataset_read(ds, "train", &row0, 1, out, NULL, NULL), DT_ERR_INVALID_ARG);
+    ASSERT_STATUS(dt_dataset_read(ds, "train", &row0, 0, out, NULL, NULL), DT_OK);
+    struct dt_loader_opts o = seq_opts(ds, 4, 4, 0, 1);
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_BAD_DATA);
+    ASSERT_MSG("'train' is empty");
+    ASSERT_STATUS(dt_dataset_read(ds, "test", &row0, 1, out, NULL, NULL), DT_OK);
+    dt_dataset_close(ds);
+}
+
+/* A compressed x in chunks too big to inflate for every row read. */
+static void test_ds_huge_chunks(void)
+{
+    char p[4096];
+    float x[2 * 3] = {1, 2, 3, 4, 5, 6};
+    int32_t y[2] = {0, 1};
+    tpath(p, sizeof p, "huge-chunks.h5");
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    put_root_attrs(f, 1, 3, 1, 0, 1);
+    hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[2] = {2, 3}, maxd[2] = {H5S_UNLIMITED, H5S_UNLIMITED}, chunk[2] = {1, 1 << 25};
+    hsize_t ny = 2;
+    hid_t sx = H5Screate_simple(2, dims, maxd), sy = H5Screate_simple(1, &ny, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_deflate(dcpl, 9);
+    hid_t dx = H5Dcreate2(g, "x", H5T_IEEE_F32LE, sx, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    hid_t dy = H5Dcreate2(g, "y", H5T_STD_I32LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Dwrite(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+    CU_ASSERT(H5Dwrite(dy, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) >= 0);
+    H5Dclose(dx);
+    H5Dclose(dy);
+    H5Pclose(dcpl);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Gclose(g);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("/train/x is compressed in chunks of more than 64 MiB");
 }
 
 /* ---- model files ------------------------------------------------------------- */
@@ -1591,6 +1946,13 @@ int main(void)
     CU_ADD(dsu, test_ds_read_f32);
     CU_ADD(dsu, test_ds_read_f16);
     CU_ADD(dsu, test_ds_print);
+    CU_ADD(dsu, test_ds_not_regular);
+    CU_ADD(dsu, test_ds_declared_rows);
+    CU_ADD(dsu, test_ds_nonfinite);
+    CU_ADD(dsu, test_ds_norm_overflow);
+    CU_ADD(dsu, test_ds_links);
+    CU_ADD(dsu, test_ds_empty_split);
+    CU_ADD(dsu, test_ds_huge_chunks);
     CU_pSuite ldr = CU_add_suite("io_loader", NULL, NULL);
     CU_ADD(ldr, test_loader_epoch_all_samples);
     CU_ADD(ldr, test_loader_drop_last);
@@ -1602,6 +1964,7 @@ int main(void)
     CU_ADD(ldr, test_loader_bad_micro);
     CU_ADD(ldr, test_loader_held_slots_and_destroy);
     CU_ADD(ldr, test_loader_read_error);
+    CU_ADD(ldr, test_loader_batch_beyond_split);
     CU_pSuite mdl = CU_add_suite("io_model", NULL, NULL);
     CU_ADD(mdl, test_model_round_trip);
     CU_ADD(mdl, test_model_save_file_size_limit);
