@@ -51,4 +51,5 @@ run_ctest build-asan --output-on-failure -j2 -L cpu --timeout 1800
 if [ -n "$SKIPPED" ]; then
   echo "== skipped, no GPU on this machine:$SKIPPED"
 fi
+bash tests/fuzz/run.sh
 echo "== all tests passed"
