@@ -49,6 +49,27 @@ static int needs_quotes(const char *s)
     return 0;
 }
 
+/* Writes the escape a double-quoted YAML scalar needs for the character
+ * at p and returns the bytes it stands for, or returns 0 for a character
+ * printed as it is. Escaped besides '"' and '\\': what YAML does not allow
+ * raw (C0 and C1 controls, U+FFFE, U+FFFF) and what a reader would fold as
+ * a line break (NEL, U+2028, U+2029). Strings arrive as valid UTF-8. */
+static int write_escape(FILE *out, const unsigned char *p)
+{
+    if (p[0] == '"' || p[0] == '\\')
+        return fprintf(out, "\\%c", p[0]), 1;
+    if (p[0] < 0x20 || p[0] == 0x7f)
+        return fprintf(out, "\\x%02x", p[0]), 1;
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+        return fprintf(out, "\\x%02x", p[1]), 2;
+    if ((p[0] & 0xf0) == 0xe0 && p[1] && p[2]) {
+        unsigned cp = (p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu);
+        if (cp == 0x2028 || cp == 0x2029 || cp == 0xfffe || cp == 0xffff)
+            return fprintf(out, "\\u%04x", cp), 3;
+    }
+    return 0;
+}
+
 static void write_string(FILE *out, const char *s)
 {
     if (!needs_quotes(s)) {
@@ -56,13 +77,11 @@ static void write_string(FILE *out, const char *s)
         return;
     }
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(out, "\\x%02x", *p);
-        else
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = write_escape(out, p);
+        if (n == 0)
             fputc(*p, out);
+        p += n ? n : 1;
     }
     fputc('"', out);
 }
