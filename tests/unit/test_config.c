@@ -739,6 +739,21 @@ static void test_round_trip_awkward_values(void)
     assert_round_trip(&j);
 }
 
+/* Characters YAML does not allow raw, or folds as line breaks, are escaped
+ * in the resolved job, so it reads back to the same bytes. */
+static void test_round_trip_unprintable(void)
+{
+    static const char *const texts[] = {"\xc2\x8f", "a\xc2\x85" "b", "\xe2\x80\xa8x",
+                                        "x\xe2\x80\xa9", "\xef\xbf\xbe", "\xef\xbf\xbf",
+                                        "\x7f\x01\xc3\xa9\xe6\x97\xa5"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        struct dt_job j;
+        dt_job_defaults(&j);
+        set_str(j.output.dir, sizeof j.output.dir, texts[i]);
+        assert_round_trip(&j);
+    }
+}
+
 static void test_yaml_layout(void)
 {
     struct dt_job j;
@@ -815,6 +830,7 @@ int main(void)
     CU_ADD(s, test_validate);
     CU_ADD(s, test_round_trip_defaults_and_full);
     CU_ADD(s, test_round_trip_awkward_values);
+    CU_ADD(s, test_round_trip_unprintable);
     CU_ADD(s, test_fifo_job);
     CU_ADD(s, test_deep_nesting);
     CU_ADD(s, test_huge_job);
