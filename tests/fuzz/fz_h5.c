@@ -2,9 +2,8 @@
  * fz_h5.c - the hostile HDF5 builder (see fz_h5.h).
  *
  * Every choice reads one byte (or a few) from the input; byte 0 is always
- * the well-formed choice. Writes are capped (WRITE_CAP bytes per dataset),
- * so a huge declared dataset costs nothing: it is chunked, and at most a
- * few of its chunks are ever written.
+ * the well-formed choice. Writes are bounded (see writable): a huge
+ * declared dataset is never written, so it costs neither time nor disk.
  */
 #define _GNU_SOURCE
 #include "fz_h5.h"
@@ -12,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WRITE_CAP ((uint64_t)1 << 20)  /* bytes written into one dataset, at most */
+#define WRITE_CAP ((uint64_t)1 << 18)  /* bytes written into one dataset, at most */
+#define MAX_WRITTEN_CHUNKS 4096        /* chunks a write may touch, at most */
 #define MAX_CHUNKS ((uint64_t)1 << 20) /* above: dim 0 unlimited (a sparse chunk index) */
 #define STR_MAX 200                    /* bytes of a string taken from the input */
 #define RAW_MAX 256                    /* bytes of raw values taken from the input */
@@ -452,12 +452,36 @@ static uint64_t good_count(const struct fz_dset *d)
     return n;
 }
 
+/* Whether a write may go ahead. A contiguous or compact dataset gets all
+ * of its storage on the first write (a sparse file of terabytes for a
+ * huge declared size, or terabytes of fill values), so it is written only
+ * when small. A chunked one stores only the chunks written, but each
+ * costs HDF5 an index entry and a pass through the filters, so it is
+ * written only when that is a few thousand chunks. */
+static int writable(hid_t ds, hid_t ftype, int nd, const uint64_t *dims)
+{
+    hid_t dcpl = H5Dget_create_plist(ds);
+    hsize_t chunk[FZ_MAX_DIMS];
+    int chunked = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+                  H5Pget_chunk(dcpl, FZ_MAX_DIMS, chunk) == nd;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    uint64_t bytes = H5Tget_size(ftype), chunks = 1;
+    for (int i = 0; i < nd; i++) {
+        uint64_t per = chunked && chunk[i] ? (dims[i] + chunk[i] - 1) / chunk[i] : 1;
+        if (per && chunks > MAX_WRITTEN_CHUNKS / per) return 0;
+        chunks *= per;
+        if (!chunked && dims[i] && bytes > WRITE_CAP / dims[i]) return 0;
+        bytes *= dims[i];
+    }
+    return chunked || bytes <= WRITE_CAP;
+}
+
 /* Values: d's own (converted by HDF5), raw bytes of the file type, none,
  * or only the first rows. */
 static int dset_write(struct fz_in *in, hid_t ds, hid_t ftype, const struct fz_dset *d, int nd,
                       const uint64_t *dims)
 {
-    if (nd < 0) return 0;
+    if (nd < 0 || !writable(ds, ftype, nd, dims)) return 0;
     uint64_t rows = nd ? dims[0] : 1;
     size_t good_bytes = (size_t)good_count(d) * H5Tget_size(d->mem_type);
     const uint8_t *raw;
