@@ -803,7 +803,8 @@ static dt_status damaged(const struct reader *r, const char *fmt, ...)
     return dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s is damaged: %s", r->path, what);
 }
 
-/* The same, with HDF5's own reason: call right after the failing call. */
+/* The same, with HDF5's own reason: call right after the failing call. A
+ * system call that failed inside HDF5 (EIO) is an I/O error, not damage. */
 static dt_status damaged_h5(const struct reader *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static dt_status damaged_h5(const struct reader *r, const char *fmt, ...)
@@ -813,6 +814,7 @@ static dt_status damaged_h5(const struct reader *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    if (dt_h5_errno()) return dt_h5_error(DT_ERR_IO, "checkpoint %s: %s", r->path, what);
     return dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s is damaged: %s", r->path, what);
 }
 
@@ -823,9 +825,7 @@ static dt_status open_file(struct reader *r, const char *path)
     dt_status st = dt_input_check(path, "checkpoint", &r->file_bytes);
     if (st != DT_OK) return st;
     r->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (r->f < 0)
-        return dt_h5_error(DT_ERR_BAD_DATA, "checkpoint %s is damaged or is not an HDF5 file",
-                           path);
+    if (r->f < 0) return dt_h5_open_error("checkpoint", path, " is damaged or is not an HDF5 file");
     return DT_OK;
 }
 

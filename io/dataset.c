@@ -659,13 +659,12 @@ static dt_status open_locked(struct dt_dataset *ds)
 #else
     htri_t is = H5Fis_hdf5(path);
 #endif
-    if (is <= 0)
-        return dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: not an HDF5 file", path);
+    if (is < 0) return dt_h5_open_error("dataset", path, ": not an HDF5 file");
+    if (is == 0) return dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: not an HDF5 file", path);
     ds->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (ds->file < 0)
-        return dt_h5_error(DT_ERR_BAD_DATA,
-                           "dataset %s: the HDF5 file is damaged or truncated; import it again",
-                           path);
+        return dt_h5_open_error("dataset", path,
+                                ": the HDF5 file is damaged or truncated; import it again");
     DT_CHECK(read_root_attrs(ds));
 
     struct list_ctx ctx = {ds, DT_OK};

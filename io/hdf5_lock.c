@@ -101,6 +101,12 @@ dt_status dt_h5_error(dt_status st, const char *fmt, ...)
     return dt_set_error(st, "%s", msg);
 }
 
+dt_status dt_h5_open_error(const char *what, const char *path, const char *bad)
+{
+    if (dt_h5_errno()) return dt_h5_error(DT_ERR_IO, "%s %s: cannot open it", what, path);
+    return dt_h5_error(DT_ERR_BAD_DATA, "%s %s%s", what, path, bad);
+}
+
 dt_status dt_h5_write_error(const char *what, const char *path, const char *file,
                             const char *action_fmt, ...)
 {

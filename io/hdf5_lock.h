@@ -40,6 +40,14 @@ int dt_h5_errno(void);
  * when HDF5 has one. Lock held. Returns st. */
 dt_status dt_h5_error(dt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* H5Fopen (or H5Fis_accessible) of path failed. A system call that failed
+ * inside HDF5 (a lock another process holds, EIO) is no damage:
+ * DT_ERR_IO "<what> <path>: cannot open it (HDF5: <call>: <reason>)".
+ * Anything else is DT_ERR_BAD_DATA "<what> <path><bad> (HDF5: ...)", bad
+ * saying what that means (" is damaged or is not an HDF5 file"). Lock
+ * held, right after the failing call. */
+dt_status dt_h5_open_error(const char *what, const char *path, const char *bad);
+
 /* A failed HDF5 write of `file` (the temporary file that becomes path):
  * "<what> <path>: cannot <action>: <OS reason>; <N> free on its file
  * system" when HDF5 recorded the system's errno, else HDF5's own text and
