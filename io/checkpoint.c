@@ -755,6 +755,9 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
     DT_CHECK(agree(&s, st));
     DT_CHECK(share_meta(&s));
     name_files(&s);
+    /* a leftover by the temporary name is stale, and whatever it is (a
+     * symlink the create would follow, a FIFO it would block on) goes */
+    if (s.rank == 0) unlink(s.tmp);
     st = check_same_layout(&s); /* collective: every rank runs it */
     if (st == DT_OK) st = check_fsize_limit(&s);
     DT_CHECK(agree(&s, st));

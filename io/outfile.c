@@ -190,7 +190,8 @@ dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *
                                  const void *data, size_t len)
 {
     char reason[256];
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    unlink(tmp); /* stale, and never followed if it is a symlink */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     int ok = fd >= 0 && write_all(fd, data, len);
     int err = errno;
     if (fd >= 0 && close(fd) != 0 && ok) {

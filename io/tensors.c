@@ -91,7 +91,8 @@ static dt_status save_locked(const char *tmp, const char *path, const struct dt_
 {
     dt_status st = DT_OK;
     hid_t g = -1;
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    unlink(tmp); /* stale, and never followed if it is a symlink */
+    hid_t f = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return dt_h5_write_error("model", path, tmp, "create %s", tmp);
     /* The file-size limit is held against the whole estimate; the disk
      * reserves the data, which is exact and is what makes a model large:

@@ -1083,6 +1083,39 @@ static void test_save_bad_args(void)
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_OK);
 }
 
+/* Leftovers by the temporary names (a symlink to another file, a FIFO)
+ * are replaced, never followed: the other file stays as it was and the
+ * save neither blocks nor fails. */
+static void test_save_over_stale_temps(void)
+{
+    char dir[4096], path[4400], victim[4400], p[4400];
+    static struct set s;
+    fresh_dir("stale", dir, sizeof dir);
+    make_set(&s, 16);
+    write_text(dir, "victim.txt", "not yours\n");
+    snprintf(victim, sizeof victim, "%s/victim.txt", dir);
+    snprintf(p, sizeof p, "%s/.ckpt-0000000005.h5.tmp", dir);
+    CU_ASSERT_EQUAL_FATAL(symlink(victim, p), 0);
+    snprintf(p, sizeof p, "%s/.latest.tmp", dir);
+    CU_ASSERT_EQUAL_FATAL(symlink(victim, p), 0);
+    snprintf(p, sizeof p, "%s/.ckpt-0000000006.h5.tmp", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
+    alarm(60);
+    CU_ASSERT_EQUAL(save_step(dir, 5, &s, path, sizeof path), DT_OK);
+    CU_ASSERT_EQUAL(save_step(dir, 6, &s, path, sizeof path), DT_OK);
+    alarm(0);
+    size_t n = 0;
+    char *text = slurp(victim, &n);
+    CU_ASSERT(text && n == 10 && !memcmp(text, "not yours\n", 10));
+    free(text);
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/ckpt-0000000005.h5", dir);
+    CU_ASSERT(lstat(p, &sb) == 0 && S_ISREG(sb.st_mode));
+    snprintf(p, sizeof p, "%s/latest", dir);
+    CU_ASSERT(lstat(p, &sb) == 0 && S_ISREG(sb.st_mode));
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
+}
+
 /* Saving the same step again replaces the file with the new values. */
 static void test_same_step_again(void)
 {
@@ -1131,6 +1164,7 @@ int main(int argc, char **argv)
     CU_ADD(s, test_save_fails_no_dir);
     CU_ADD(s, test_save_bad_args);
     CU_ADD(s, test_same_step_again);
+    CU_ADD(s, test_save_over_stale_temps);
     int rc = cu_run_all();
     dt_comm_destroy(comm);
     MPI_Finalize();
