@@ -83,6 +83,15 @@ static void copy_name(char *dst, size_t cap, const char *src)
     dst[n] = '\0';
 }
 
+/* copy_name for a string read from the file: control characters (a
+ * terminal escape in a class name) become '?', since names are printed. */
+static void copy_printable(char *dst, size_t cap, const char *src)
+{
+    copy_name(dst, cap, src);
+    for (char *p = dst; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
 static void close_id(hid_t id, herr_t (*fn)(hid_t))
 {
     if (id >= 0)
@@ -139,7 +148,7 @@ static dt_status read_str_attr(const char *path, hid_t obj, const char *name,
             goto out;
         }
         for (hssize_t i = 0; i < n; i++)
-            copy_name(out[i], DT_NAME_MAX, vl[i] ? vl[i] : "");
+            copy_printable(out[i], DT_NAME_MAX, vl[i] ? vl[i] : "");
 #if H5_VERSION_GE(1, 12, 0)
         H5Treclaim(mt, s, H5P_DEFAULT, vl);
 #else
@@ -163,7 +172,7 @@ static dt_status read_str_attr(const char *path, hid_t obj, const char *name,
             goto out;
         }
         for (hssize_t i = 0; i < n; i++)
-            copy_name(out[i], DT_NAME_MAX, fixed + (size_t)i * sz);
+            copy_printable(out[i], DT_NAME_MAX, fixed + (size_t)i * sz);
     }
     *count = (int)n;
 out:

@@ -912,6 +912,33 @@ static void test_ds_print(void)
     dt_dataset_close(ds);
 }
 
+/* Class names are printed: control characters in them (a terminal escape)
+ * are shown as '?', never sent to the terminal. */
+static void test_ds_class_names_printable(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "escapes.h5");
+    make_ds(p, H5T_IEEE_F32LE, 6, 3, 2, 1, 1, 0, 1);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, 8);
+    hsize_t two = 2;
+    hid_t sp = H5Screate_simple(1, &two, NULL);
+    char names[2][8] = {"cat\x1b[2J", "dog\n"};
+    hid_t a = H5Acreate2(f, "class_names", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Awrite(a, t, names) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Fclose(f);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    CU_ASSERT_STRING_EQUAL(dt_dataset_get_info(ds)->class_names[0], "cat?[2J");
+    CU_ASSERT_STRING_EQUAL(dt_dataset_get_info(ds)->class_names[1], "dog?");
+    dt_dataset_close(ds);
+}
+
 /* ---- loader ------------------------------------------------------------------ */
 
 #define SEQ_K 7
@@ -1993,6 +2020,7 @@ int main(void)
     CU_ADD(dsu, test_ds_locked);
     CU_ADD(dsu, test_ds_empty_split);
     CU_ADD(dsu, test_ds_huge_chunks);
+    CU_ADD(dsu, test_ds_class_names_printable);
     CU_pSuite ldr = CU_add_suite("io_loader", NULL, NULL);
     CU_ADD(ldr, test_loader_epoch_all_samples);
     CU_ADD(ldr, test_loader_drop_last);
