@@ -73,6 +73,7 @@
 #define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
 #define FNV_PRIME UINT64_C(0x100000001b3)
 #define MAX_SHORT_STR 1024 /* dtrain_format, dtrain_version, optimizer */
+#define JOB_NAME "job"     /* the job YAML: a root attribute in version 1, a dataset since 2 */
 
 /* ---- checksum ------------------------------------------------------------ */
 
@@ -160,6 +161,7 @@ struct save {
     uint64_t *sums; /* n checksums */
     uint64_t meta_sum;
     hid_t *dsets;   /* n datasets of the open file */
+    hid_t job;      /* the job YAML's dataset */
     hid_t file;
 };
 
@@ -214,6 +216,9 @@ static dt_status check_tensor_arg(const struct dt_ckpt_tensor *t, int i)
 {
     if (!valid_tensor_name(t->name))
         return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor %d has no valid name", i);
+    if (!strcmp(t->name, JOB_NAME))
+        return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor name '%s' is reserved",
+                            JOB_NAME);
     if (t->ndim < 1 || t->ndim > 2 || t->shape[0] < 0 || (t->ndim == 2 && t->shape[1] < 0))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "checkpoint tensor %s: ndim %d / shape not 1-D or 2-D and non-negative",
@@ -530,7 +535,6 @@ static dt_status write_header(struct save *s)
         e = put_num(s->file, a[i].name, a[i].kind, a[i].v);
     if (e >= 0) e = put_str(s->file, "dtrain_version", s->meta.version);
     if (e >= 0) e = put_str(s->file, "optimizer", s->meta.optimizer);
-    if (e >= 0) e = put_str(s->file, "job", s->yaml ? s->yaml : "");
     if (e >= 0) e = put_num(s->file, "meta_checksum", A_U64, &s->meta_sum);
     return e < 0 ? dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot write its attributes", s->tmp)
                  : DT_OK;
@@ -546,6 +550,18 @@ static dt_status create_datasets(struct save *s)
         H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
         H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0) {
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot set up datasets", s->tmp);
+        goto out;
+    }
+    /* the job YAML as raw bytes: an attribute this large would be stored
+     * where HDF5 keeps no checksum, and a damaged one is read out of
+     * bounds by HDF5 1.10 */
+    hsize_t ylen = s->yaml ? strlen(s->yaml) : 0;
+    hid_t ysp = H5Screate_simple(1, &ylen, NULL);
+    s->job =
+        ysp < 0 ? -1 : H5Dcreate2(s->file, JOB_NAME, H5T_STD_U8LE, ysp, lcpl, dcpl, H5P_DEFAULT);
+    if (ysp >= 0) H5Sclose(ysp);
+    if (s->job < 0) {
+        st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot create its job", s->tmp);
         goto out;
     }
     for (int i = 0; i < s->n; i++) {
@@ -635,6 +651,27 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
 
 /* Every rank writes every tensor's slice, even after a local failure, so
  * that the collective calls line up; the first failure is returned. */
+/* Rank 0 writes the job YAML; the others join the collective call with
+ * nothing selected. */
+static dt_status write_job(struct save *s, hid_t dxpl)
+{
+    hsize_t len = s->yaml ? strlen(s->yaml) : 0;
+    if (len == 0) return DT_OK; /* no storage (the same on every rank) */
+    hid_t fs = H5Dget_space(s->job), ms = H5Screate_simple(1, &len, NULL);
+    herr_t e = fs < 0 || ms < 0 ? -1 : 0;
+    if (e >= 0 && s->rank != 0) e = H5Sselect_none(fs) < 0 || H5Sselect_none(ms) < 0 ? -1 : 0;
+    if (e >= 0) e = H5Dwrite(s->job, H5T_NATIVE_UCHAR, ms, fs, dxpl, s->yaml);
+    dt_status st = DT_OK;
+    if (e < 0) {
+        char hint[128];
+        dt_outfile_free_text(s->tmp, hint, sizeof hint);
+        st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot write its job%s", s->tmp, hint);
+    }
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return st;
+}
+
 static dt_status write_tensors(struct save *s)
 {
     dt_status st = DT_OK;
@@ -647,6 +684,8 @@ static dt_status write_tensors(struct save *s)
         dt_status w = write_slice(s, i, dxpl);
         if (st == DT_OK) st = w;
     }
+    dt_status w = write_job(s, dxpl);
+    if (st == DT_OK) st = w;
     H5Pclose(dxpl);
     return st;
 }
@@ -656,6 +695,9 @@ static dt_status write_tensors(struct save *s)
 static dt_status close_file(struct save *s, int flush)
 {
     dt_status st = DT_OK;
+    if (s->job >= 0 && H5Dclose(s->job) < 0)
+        st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot close its job", s->tmp);
+    s->job = -1;
     for (int i = 0; i < s->n; i++)
         if (s->dsets[i] >= 0 && H5Dclose(s->dsets[i]) < 0 && st == DT_OK)
             st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot close tensor %s", s->tmp,
@@ -744,7 +786,8 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
                        const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
                        size_t len)
 {
-    struct save s = {.dir = dir ? dir : "", .t = t, .n = n, .yaml = job_yaml, .file = -1};
+    struct save s = {
+        .dir = dir ? dir : "", .t = t, .n = n, .yaml = job_yaml, .file = -1, .job = -1};
     DT_ASSERT(c);
     s.comm = *(const MPI_Comm *)dt_comm_mpi_handle(c);
     MPI_Comm_rank(s.comm, &s.rank);
@@ -1039,6 +1082,7 @@ static dt_status check_meta_values(const struct reader *r, const struct dt_ckpt_
 
 /* What the header holds beyond the meta. */
 struct header {
+    int version;          /* format_version */
     struct meta_text txt; /* malloc'd strings, as stored */
     int has_sum;
     uint64_t meta_sum;
@@ -1052,7 +1096,58 @@ static void header_free(struct header *h)
     memset(h, 0, sizeof *h);
 }
 
-/* Format, version and every attribute of the root. */
+/* The job YAML of a version 2 file: /job, bytes the file must hold. */
+static dt_status read_job(const struct reader *r, char **out)
+{
+    dt_status st = DT_OK;
+    hsize_t len = 0;
+    hid_t d = -1, sp = -1, t = -1;
+    char what[CKPT_PATH + 32];
+    *out = NULL;
+    enum dt_h5_path p = dt_h5_hard_path(r->f, JOB_NAME);
+    if (p == DT_H5_PATH_ERROR) return damaged_h5(r, "cannot look up its job");
+    if (p != DT_H5_PATH_HARD)
+        return damaged(r, "its job (/" JOB_NAME ") is %s",
+                       p == DT_H5_PATH_LINK ? "a link to elsewhere" : "missing");
+    d = H5Dopen2(r->f, JOB_NAME, H5P_DEFAULT);
+    sp = d < 0 ? -1 : H5Dget_space(d);
+    t = d < 0 ? -1 : H5Dget_type(d);
+    if (sp < 0 || t < 0) {
+        st = damaged_h5(r, "cannot open its job");
+        goto out;
+    }
+    if (H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) != 1 ||
+        H5Sget_simple_extent_ndims(sp) != 1 || H5Sget_simple_extent_dims(sp, &len, NULL) < 0 ||
+        len > (hsize_t)r->file_bytes) {
+        st = damaged(r, "its job is not a run of bytes the file holds");
+        goto out;
+    }
+    snprintf(what, sizeof what, "checkpoint %s is damaged", r->path);
+    struct dt_h5_storage stor = {.what = what,
+                                 .file = r->path,
+                                 .obj = JOB_NAME,
+                                 .declared = "the job",
+                                 .bytes = len,
+                                 .file_bytes = r->file_bytes};
+    DT_CHECK(dt_h5_check_storage(d, &stor));
+    DT_CHECK(dt_malloc((size_t)len + 1, "a checkpoint's job", (void **)out));
+    (*out)[len] = '\0';
+    if (len > 0 && H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
+        st = damaged_h5(r, "cannot read its job");
+out:
+    if (st != DT_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    return st;
+}
+
+/* Format, version and every attribute of the root. Version 1 keeps the job
+ * in an attribute and may lack meta_checksum; version 2 keeps the job in
+ * /job and always has it. */
 static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struct header *h)
 {
     int version = 0;
@@ -1063,9 +1158,10 @@ static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struc
     if (version < 1) return damaged(r, "its format version is %d, which no dtrain writes", version);
     if (version > DT_CKPT_FORMAT_VERSION)
         return dt_set_error(DT_ERR_BAD_DATA,
-                            "checkpoint %s has format version %d; this dtrain reads version %d "
-                            "(a newer dtrain wrote it)",
+                            "checkpoint %s has format version %d; this dtrain reads versions 1 "
+                            "to %d (a newer dtrain wrote it)",
                             r->path, version, DT_CKPT_FORMAT_VERSION);
+    h->version = version;
     struct num_attr a[NUM_META_ATTRS];
     memset(m, 0, sizeof *m);
     meta_attrs(m, a);
@@ -1073,12 +1169,16 @@ static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struc
         DT_CHECK(get_num(r, r->f, NULL, a[i].name, a[i].kind, a[i].v));
     DT_CHECK(get_str(r, r->f, "dtrain_version", MAX_SHORT_STR, (char **)&h->txt.version));
     DT_CHECK(get_str(r, r->f, "optimizer", MAX_SHORT_STR, (char **)&h->txt.optimizer));
-    DT_CHECK(get_str(r, r->f, "job", (size_t)r->file_bytes, (char **)&h->txt.job));
+    if (version == 1)
+        DT_CHECK(get_str(r, r->f, JOB_NAME, (size_t)r->file_bytes, (char **)&h->txt.job));
+    else
+        DT_CHECK(read_job(r, (char **)&h->txt.job));
     snprintf(m->version, sizeof m->version, "%s", h->txt.version);
     snprintf(m->optimizer, sizeof m->optimizer, "%s", h->txt.optimizer);
     htri_t e = H5Aexists(r->f, "meta_checksum");
     if (e < 0) DT_CHECK(damaged_h5(r, "cannot look up attribute 'meta_checksum'"));
     h->has_sum = e > 0;
+    if (!h->has_sum && version > 1) DT_CHECK(damaged(r, "attribute 'meta_checksum' is missing"));
     if (h->has_sum) DT_CHECK(get_num(r, r->f, NULL, "meta_checksum", A_U64, &h->meta_sum));
     DT_CHECK(check_meta_values(r, m));
 out:
@@ -1205,7 +1305,7 @@ static herr_t visit_link(hid_t g, const char *name, const H5L_info_t *li, void *
     }
     int is_dataset = H5Iget_type(o) == H5I_DATASET;
     H5Oclose(o);
-    if (!is_dataset) return 0;
+    if (!is_dataset || !strcmp(name, JOB_NAME)) return 0;
     if (v->info->ntensors >= DT_CKPT_MAX_TENSORS || strlen(name) >= DT_CKPT_NAME) {
         v->st = dt_set_error(DT_ERR_BAD_DATA,
                              "checkpoint %s: more than %d tensors or a name "
@@ -1238,8 +1338,7 @@ static dt_status read_header(const struct reader *r, struct dt_ckpt_info *info)
         info->numel[i] = th.numel;
         tensors += tensor_term(info->names[i], th.ndim, th.shape, th.checksum);
     }
-    if (h.has_sum &&
-        meta_checksum(&info->meta, DT_CKPT_FORMAT_VERSION, &h.txt, tensors) != h.meta_sum)
+    if (h.has_sum && meta_checksum(&info->meta, h.version, &h.txt, tensors) != h.meta_sum)
         DT_CHECK(damaged(r, "its attributes or its list of tensors fail their checksum"));
     info->job_yaml = (char *)h.txt.job;
     h.txt.job = NULL;

@@ -4,18 +4,20 @@
  * parallel HDF5 (MPI-IO), each rank a disjoint slice of every tensor, so
  * saving time falls as ranks grow and any world size can load it.
  *
- * File layout (format version 1):
+ * File layout (format version 2):
  *   /                     attributes: dtrain_format = "checkpoint",
  *                         format_version, dtrain_version, step, epoch,
  *                         batch, samples, seed, world, loss_scale, optim_t,
- *                         bad_steps, rollbacks, created, optimizer, job
- *                         (the resolved job as YAML), meta_checksum (uint64:
- *                         every attribute above and every tensor's name,
- *                         shape and checksum; files written before it
- *                         existed are read without it)
+ *                         bad_steps, rollbacks, created, optimizer,
+ *                         meta_checksum (uint64: every attribute, the job
+ *                         and every tensor's name, shape and checksum)
+ *   /job                  uint8 bytes: the resolved job as YAML
  *   /<tensor name>        float32 of the tensor's shape, with attribute
  *                         checksum (uint64, dt_ckpt_checksum of its values)
- * Tensor names carry their group: "params/fc1.weight", "optim/m/fc1.weight".
+ * Tensor names carry their group: "params/fc1.weight", "optim/m/fc1.weight";
+ * "job" is reserved. Version 1 files (read as well) keep the job in a root
+ * attribute "job" and may lack meta_checksum: a large attribute is stored
+ * where HDF5 keeps no checksum of its own, so version 2 moved it.
  *
  * Commit is atomic: the file is written as <dir>/.ckpt-<step>.h5.tmp,
  * closed, fsynced and renamed by rank 0 to <dir>/ckpt-<step>.h5 (step
@@ -38,7 +40,7 @@
 #include "../collectives/comm.h"
 #include "../runtime/status.h"
 
-#define DT_CKPT_FORMAT_VERSION 1
+#define DT_CKPT_FORMAT_VERSION 2
 #define DT_CKPT_NAME 128
 #define DT_CKPT_MAX_TENSORS 1024
 

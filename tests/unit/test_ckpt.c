@@ -435,8 +435,8 @@ static void test_damaged_not_foreign(void)
         if (k == 2) /* no checkpoint attribute left: the tensors still tell */
             for (const char *const *n =
                      (const char *const[]){"step", "epoch", "batch", "samples", "seed", "world",
-                                           "optim_t", "bad_steps", "rollbacks", "job",
-                                           "meta_checksum", NULL};
+                                           "optim_t", "bad_steps", "rollbacks", "meta_checksum",
+                                           NULL};
                  *n; n++)
                 CU_ASSERT(H5Adelete(f, *n) >= 0);
         H5Fclose(f);
@@ -562,8 +562,9 @@ static int damage_reported(dt_status st, const char *path)
 /* One bit flipped at a time all over a real checkpoint (every byte of its
  * metadata, every 61st byte of tensor data): each copy must either fail as
  * damaged, or (a bit HDF5 never reads) verify and load exactly what was
- * saved. Nothing may crash. The job YAML is over 4 KiB, which HDF5 stores
- * without a checksum of its own. */
+ * saved. Nothing may crash (under AddressSanitizer too). The job YAML is
+ * over 4 KiB: as an attribute HDF5 would keep it where it has no checksum
+ * and read a damaged one out of bounds. */
 static void test_flip_everywhere(void)
 {
     char dir[4096], path[4400], copy[4400];
@@ -579,10 +580,16 @@ static void test_flip_everywhere(void)
     CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, s.t, NT, yaml, path, sizeof path), DT_OK);
     CU_ASSERT_EQUAL_FATAL(dt_ckpt_verify(path, want), DT_OK);
     CU_ASSERT_EQUAL_FATAL(stat(path, &sb), 0);
-    haddr_t data[NT];
-    for (int i = 0; i < NT; i++) {
-        data[i] = data_offset(path, s.t[i].name);
+    /* raw data (the tensors and the job's bytes), checked by dtrain's own
+     * checksums: a sample of it is enough */
+    haddr_t data[NT + 1], data_end[NT + 1];
+    for (int i = 0; i <= NT; i++) {
+        data[i] = data_offset(path, i < NT ? s.t[i].name : "job");
         CU_ASSERT_FATAL(data[i] != HADDR_UNDEF);
+        data_end[i] =
+            data[i] +
+            (i < NT ? 4 * (haddr_t)(s.t[i].shape[0] * (s.t[i].ndim == 2 ? s.t[i].shape[1] : 1))
+                    : sizeof yaml - 1);
     }
     snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
     copy_file(path, copy);
@@ -591,11 +598,8 @@ static void test_flip_everywhere(void)
     int tried = 0, wrong_msg = 0, passed_wrongly = 0, harmless = 0;
     for (off_t at = 0; at < sb.st_size; at++) {
         int in_data = 0;
-        for (int i = 0; i < NT; i++)
-            in_data |=
-                (haddr_t)at >= data[i] &&
-                (haddr_t)at < data[i] + 4 * (haddr_t)(s.t[i].shape[0] *
-                                                      (s.t[i].ndim == 2 ? s.t[i].shape[1] : 1));
+        for (int i = 0; i <= NT; i++)
+            in_data |= (haddr_t)at >= data[i] && (haddr_t)at < data_end[i];
         if (in_data && at % 61 != 0) continue;
         unsigned char c, flipped;
         CU_ASSERT_EQUAL_FATAL(pread(fd, &c, 1, at), 1);
@@ -700,17 +704,29 @@ static void test_hostile_checkpoints(void)
     H5Fclose(f);
     refused(copy, &s, "attribute 'step' is not a single integer");
 
+    /* the job as a 2-D array of floats instead of bytes */
+    f = edit_copy(path, dir, "float-job.h5", copy, sizeof copy);
+    CU_ASSERT(H5Ldelete(f, "job", H5P_DEFAULT) >= 0);
+    hsize_t jd[2] = {4, 4};
+    hid_t jsp = H5Screate_simple(2, jd, NULL);
+    hid_t jds = H5Dcreate2(f, "job", H5T_IEEE_F32LE, jsp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(jds >= 0);
+    H5Dclose(jds);
+    H5Sclose(jsp);
+    H5Fclose(f);
+    refused(copy, &s, "its job is not a run of bytes the file holds");
+
     const char *three[3] = {"model: a", "model: b", "model: c"};
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, 9);
     char fixed[3][9];
     for (int i = 0; i < 3; i++)
         snprintf(fixed[i], sizeof fixed[i], "%s", three[i]);
-    f = edit_copy(path, dir, "array-job.h5", copy, sizeof copy);
-    replace_attr(f, "job", t, 3, fixed);
+    f = edit_copy(path, dir, "array-version.h5", copy, sizeof copy);
+    replace_attr(f, "dtrain_version", t, 3, fixed);
     H5Fclose(f);
     H5Tclose(t);
-    refused(copy, &s, "attribute 'job' is not a single fixed-length string");
+    refused(copy, &s, "attribute 'dtrain_version' is not a single fixed-length string");
 
     double half = 0.5;
     f = edit_copy(path, dir, "float-world.h5", copy, sizeof copy);
@@ -756,6 +772,45 @@ static void test_hostile_checkpoints(void)
         H5Fclose(f);
         refused(copy, &s, "params/fc1.weight is a link to elsewhere");
     }
+}
+
+/* A version 1 checkpoint (the job in a root attribute, no meta_checksum)
+ * still verifies and loads. */
+static void test_reads_version_1(void)
+{
+    char dir[4096], path[4400], copy[4400];
+    static struct set s, back;
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    fresh_dir("v1", dir, sizeof dir);
+    make_set(&s, 17);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 42, &s, path, sizeof path), DT_OK);
+    hid_t f = edit_copy(path, dir, "v1.h5", copy, sizeof copy);
+    int one = 1;
+    CU_ASSERT(H5Ldelete(f, "job", H5P_DEFAULT) >= 0);
+    CU_ASSERT(H5Adelete(f, "meta_checksum") >= 0);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &one);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen("model: mlp\n") + 1);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "job", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(a >= 0 && H5Awrite(a, t, "model: mlp\n") >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, info), DT_OK);
+    CU_ASSERT(info->job_yaml && !strcmp(info->job_yaml, "model: mlp\n"));
+    CU_ASSERT_EQUAL(info->ntensors, NT);
+    dt_ckpt_info_free(info);
+    free(info);
+    empty_like(&back, &s);
+    CU_ASSERT_EQUAL(dt_ckpt_load(copy, NULL, back.t, NT), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(back.w, s.w, sizeof s.w), 0);
+    /* a version 2 file without meta_checksum is damaged */
+    f = edit_copy(path, dir, "v2-nosum.h5", copy, sizeof copy);
+    CU_ASSERT(H5Adelete(f, "meta_checksum") >= 0);
+    H5Fclose(f);
+    refused(copy, &s, "attribute 'meta_checksum' is missing");
 }
 
 /* A checkpoint another process holds locked (HDF5 takes a lock on open)
@@ -1152,6 +1207,7 @@ int main(int argc, char **argv)
     CU_ADD(s, test_damaged_not_foreign);
     CU_ADD(s, test_hostile_checkpoints);
     CU_ADD(s, test_locked_not_damaged);
+    CU_ADD(s, test_reads_version_1);
     CU_ADD(s, test_truncated);
     CU_ADD(s, test_bit_flip);
     CU_ADD(s, test_flip_everywhere);
