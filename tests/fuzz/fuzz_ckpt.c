@@ -5,21 +5,25 @@
  * (dt_job_load_text, as resuming reads it).
  *
  * Structure-aware: the input drives fz_h5's builder, which writes a valid
- * HDF5 file shaped like a checkpoint (the meta attributes, the job YAML,
- * float32 tensors by name with a checksum each) with hostile content:
- * attributes of other types, sizes and values, tensors of other dtypes,
- * ranks and dimensions (huge ones declared and never written included),
- * names, layouts and checksums, and stray groups, links and named types.
+ * HDF5 file shaped like a checkpoint of format version 2 or 1 (the meta
+ * attributes, the job YAML as a byte dataset or an attribute, float32
+ * tensors by name with a checksum each, the meta checksum) with hostile
+ * content: attributes of other types, sizes and values, tensors of other
+ * dtypes, ranks and dimensions (huge ones declared and never written
+ * included), names, layouts and checksums, and stray groups, links and
+ * named types.
  * Around it the checkpoint directory gets other files: a second checkpoint
  * (empty, garbage, a link to the first), temporary files and a `latest`
  * pointer that may name anything. Besides "no crash, no leak", the target
  * checks what checkpoint.h promises: failures say why; a checkpoint that
  * verifies also loads, tensor by tensor, with the same meta; tensor shapes
  * agree with their sizes; the list is newest first; retention never
- * removes what `latest` names and leaves no temporary file; and every HDF5
- * object dtrain opened is closed.
+ * removes what `latest` names nor a file that is not its own checkpoint,
+ * and leaves no temporary file; and every HDF5 object dtrain opened is
+ * closed.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -41,13 +45,104 @@ struct tensor_plan {
     char name[DT_CKPT_NAME + 64];
     int ndim;
     int64_t shape[2];
+    uint64_t checksum; /* of the values written */
 };
 
 static const struct tensor_plan default_tensors[MAX_TENSORS] = {
-    {"params/fc1.weight", 2, {4, 3}},  {"params/fc1.bias", 1, {4}},
-    {"optim/m/fc1.weight", 2, {4, 3}}, {"optim/v/fc1.bias", 1, {4}},
-    {"params/fc2.weight", 2, {2, 4}},
+    {"params/fc1.weight", 2, {4, 3}, 0},  {"params/fc1.bias", 1, {4}, 0},
+    {"optim/m/fc1.weight", 2, {4, 3}, 0}, {"optim/v/fc1.bias", 1, {4}, 0},
+    {"params/fc2.weight", 2, {2, 4}, 0},
 };
+
+/* What the builder meant the checkpoint to hold. */
+struct ckpt_plan {
+    struct dt_ckpt_meta meta;
+    int version; /* 2; or 1: the job in an attribute, no meta checksum */
+    char *job;   /* malloc'd */
+    int n;
+    struct tensor_plan t[MAX_TENSORS];
+};
+
+/* The meta values a well-formed file has, but for its step (the one in
+ * its name). */
+static const struct dt_ckpt_meta good_meta = {.step = 100,
+                                              .epoch = 2,
+                                              .batch = 3,
+                                              .samples = 12800,
+                                              .seed = 42,
+                                              .world = 2,
+                                              .loss_scale = 65536,
+                                              .optim_t = 100,
+                                              .created = 1.7e9,
+                                              .version = DT_VERSION,
+                                              .optimizer = "adamw"};
+
+/* ---- the meta checksum ----------------------------------------------------- */
+
+/* checkpoint.c's meta_checksum, written again so that the builder can make
+ * format-2 files that verify. The empty input must verify (checked in
+ * LLVMFuzzerTestOneInput), so a change to the format fails the seeds
+ * instead of silently leaving the success paths unfuzzed. */
+#define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define FNV_PRIME UINT64_C(0x100000001b3)
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        h = (h ^ ((v >> (8 * i)) & 0xff)) * FNV_PRIME;
+    return h;
+}
+
+static uint64_t meta_checksum(const struct ckpt_plan *p)
+{
+    const struct dt_ckpt_meta *m = &p->meta;
+    uint64_t loss_scale, created, tensors = 0;
+    memcpy(&loss_scale, &m->loss_scale, sizeof loss_scale);
+    memcpy(&created, &m->created, sizeof created);
+    const uint64_t fields[] = {(uint64_t)m->step,
+                               (uint64_t)m->epoch,
+                               (uint64_t)m->batch,
+                               (uint64_t)m->samples,
+                               m->seed,
+                               (uint64_t)m->world,
+                               loss_scale,
+                               (uint64_t)m->optim_t,
+                               (uint64_t)m->bad_steps,
+                               (uint64_t)m->rollbacks,
+                               created};
+    for (int i = 0; i < p->n; i++) {
+        const struct tensor_plan *t = &p->t[i];
+        uint64_t h = fnv_bytes(FNV_OFFSET, t->name, strlen(t->name) + 1);
+        h = fnv_u64(h, (uint64_t)t->ndim);
+        h = fnv_u64(h, (uint64_t)t->shape[0]);
+        h = fnv_u64(h, (uint64_t)(t->ndim == 2 ? t->shape[1] : 0));
+        tensors += mix64(fnv_u64(h, t->checksum));
+    }
+    uint64_t h = fnv_u64(FNV_OFFSET, (uint64_t)(int64_t)p->version);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        h = fnv_u64(h, fields[i]);
+    h = fnv_bytes(h, m->version, strlen(m->version) + 1);
+    h = fnv_bytes(h, m->optimizer, strlen(m->optimizer) + 1);
+    h = fnv_bytes(h, p->job, strlen(p->job) + 1);
+    return mix64(fnv_u64(h, tensors));
+}
+
+/* ---- building the file ----------------------------------------------------- */
 
 /* The default job as dt_job_write_yaml prints it. malloc'd. */
 static char *default_job(void)
@@ -64,7 +159,7 @@ static char *default_job(void)
     return text;
 }
 
-/* The job attribute's text: the default job, input bytes, or both. malloc'd. */
+/* The job's text: the default job, input bytes, or both. malloc'd. */
 static char *job_text(struct fz_in *in)
 {
     const uint8_t *raw = NULL;
@@ -81,34 +176,45 @@ static char *job_text(struct fz_in *in)
     return t;
 }
 
-static void meta_attrs(struct fz_in *in, hid_t f)
+/* The root's attributes, and the job: an attribute in version 1, a byte
+ * dataset since version 2. */
+static void meta_attrs(struct fz_in *in, hid_t f, const struct ckpt_plan *p)
 {
-    static const char *const fmt[] = {"checkpoint"}, *const ver[] = {DT_VERSION},
-                             *const opt[] = {"adamw"};
-    char *job = job_text(in);
-    const char *jobs[] = {job};
+    const struct dt_ckpt_meta *m = &p->meta;
+    static const char *const fmt[] = {"checkpoint"};
+    const char *ver[] = {m->version}, *opt[] = {m->optimizer}, *jobs[] = {p->job};
     struct fz_attr a[] = {
         {.name = "dtrain_format", .kind = FZ_ATTR_STR, .strs = fmt},
-        {.name = "format_version", .kind = FZ_ATTR_INT, .type = H5T_STD_I32LE, .i = 1},
+        {.name = "format_version", .kind = FZ_ATTR_INT, .type = H5T_STD_I32LE, .i = p->version},
         {.name = "dtrain_version", .kind = FZ_ATTR_STR, .strs = ver},
-        {.name = "step", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 100},
-        {.name = "epoch", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 2},
-        {.name = "batch", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 3},
-        {.name = "samples", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 12800},
-        {.name = "seed", .kind = FZ_ATTR_UINT, .type = H5T_STD_U64LE, .u = 42},
-        {.name = "world", .kind = FZ_ATTR_INT, .type = H5T_STD_I32LE, .i = 2},
-        {.name = "loss_scale", .kind = FZ_ATTR_FLOAT, .type = H5T_IEEE_F64LE, .f = 65536},
-        {.name = "optim_t", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 100},
-        {.name = "bad_steps", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 0},
-        {.name = "rollbacks", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = 0},
-        {.name = "created", .kind = FZ_ATTR_FLOAT, .type = H5T_IEEE_F64LE, .f = 1.7e9},
+        {.name = "step", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->step},
+        {.name = "epoch", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->epoch},
+        {.name = "batch", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->batch},
+        {.name = "samples", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->samples},
+        {.name = "seed", .kind = FZ_ATTR_UINT, .type = H5T_STD_U64LE, .u = m->seed},
+        {.name = "world", .kind = FZ_ATTR_INT, .type = H5T_STD_I32LE, .i = m->world},
+        {.name = "loss_scale", .kind = FZ_ATTR_FLOAT, .type = H5T_IEEE_F64LE, .f = m->loss_scale},
+        {.name = "optim_t", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->optim_t},
+        {.name = "bad_steps", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->bad_steps},
+        {.name = "rollbacks", .kind = FZ_ATTR_INT, .type = H5T_STD_I64LE, .i = m->rollbacks},
+        {.name = "created", .kind = FZ_ATTR_FLOAT, .type = H5T_IEEE_F64LE, .f = m->created},
         {.name = "optimizer", .kind = FZ_ATTR_STR, .strs = opt},
-        {.name = "job", .kind = FZ_ATTR_STR, .strs = jobs},
     };
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         fz_h5_attr(in, f, &a[i]);
+    if (p->version == 1) {
+        struct fz_attr job = {.name = "job", .kind = FZ_ATTR_STR, .strs = jobs};
+        fz_h5_attr(in, f, &job);
+    } else {
+        struct fz_dset job = {.name = "job",
+                              .type = H5T_STD_U8LE,
+                              .ndims = 1,
+                              .dims = {strlen(p->job)},
+                              .mem_type = H5T_NATIVE_UCHAR,
+                              .values = p->job};
+        fz_h5_dataset(in, f, &job, NULL);
+    }
     fz_h5_junk_attrs(in, f);
-    free(job);
 }
 
 /* The checksum of what the dataset holds, read back as float32 (0 when
@@ -157,10 +263,9 @@ static void tensor(struct fz_in *in, hid_t f, struct tensor_plan *p)
                         .mem_type = H5T_NATIVE_FLOAT,
                         .values = v};
     fz_h5_dataset(in, f, &d, NULL);
-    struct fz_attr sum = {.name = "checksum",
-                          .kind = FZ_ATTR_UINT,
-                          .type = H5T_STD_U64LE,
-                          .u = stored_checksum(f, p->name)};
+    p->checksum = stored_checksum(f, p->name);
+    struct fz_attr sum = {
+        .name = "checksum", .kind = FZ_ATTR_UINT, .type = H5T_STD_U64LE, .u = p->checksum};
     hid_t ds = H5Dopen2(f, p->name, H5P_DEFAULT);
     if (ds >= 0) {
         fz_h5_attr(in, ds, &sum);
@@ -200,40 +305,55 @@ static void strays(struct fz_in *in, hid_t f, const char *first)
     }
 }
 
-/* Writes the checkpoint file; plans get the tensors as declared. */
-static int build_ckpt(struct fz_in *in, const char *path, struct tensor_plan *plans)
+/* Writes the checkpoint file as p says (its version, job and tensors
+ * chosen here), or a hostile variant of it. */
+static void build_ckpt(struct fz_in *in, const char *path, struct ckpt_plan *p)
 {
     unsigned code = fz_u8(in);
-    int n = code ? (int)(code % (MAX_TENSORS + 1)) : 3;
+    p->n = code ? (int)(code % (MAX_TENSORS + 1)) : 3;
+    p->version = fz_pick(in, 2) ? 1 : DT_CKPT_FORMAT_VERSION;
+    p->job = job_text(in);
+    memcpy(p->t, default_tensors, sizeof default_tensors);
     hid_t f = fz_h5_create(in, path);
-    meta_attrs(in, f);
-    memcpy(plans, default_tensors, sizeof default_tensors);
-    for (int i = 0; i < n; i++)
-        tensor(in, f, &plans[i]);
-    strays(in, f, plans[0].name);
+    meta_attrs(in, f, p);
+    for (int i = 0; i < p->n; i++)
+        tensor(in, f, &p->t[i]);
+    if (p->version > 1) {
+        struct fz_attr sum = {.name = "meta_checksum",
+                              .kind = FZ_ATTR_UINT,
+                              .type = H5T_STD_U64LE,
+                              .u = meta_checksum(p)};
+        fz_h5_attr(in, f, &sum);
+    }
+    strays(in, f, p->t[0].name);
     fz_h5_close(f);
-    return n;
 }
 
-/* The checkpoint directory around it: another file, temporary files, latest. */
-static void build_dir(struct fz_in *in, const char *dir, const char *main_name)
+/* The checkpoint directory around it: another file, temporary files,
+ * latest. A file named like a checkpoint that is none of ours (empty,
+ * garbage, the main file under another step) goes into foreign. */
+static void build_dir(struct fz_in *in, const char *dir, const char *main_name, char *foreign,
+                      size_t len)
 {
     char path[PATH_LEN], latest[PATH_LEN];
     const uint8_t *raw;
     size_t rawlen;
     snprintf(path, sizeof path, "%s/ckpt-%010u.h5", dir, fz_u8(in));
+    foreign[0] = '\0';
     switch (fz_u8(in) % 6) {
     case 1:
         fz_write_file(path, "", 0);
+        snprintf(foreign, len, "%s", path);
         break;
     case 2:
         rawlen = fz_blob(in, 512, &raw);
         fz_write_file(path, raw, rawlen);
+        snprintf(foreign, len, "%s", path);
         break;
     case 3: { /* the same file under another step */
         char src[PATH_LEN];
         snprintf(src, sizeof src, "%s/%s", dir, main_name);
-        link(src, path);
+        if (link(src, path) == 0) snprintf(foreign, len, "%s", path);
         break;
     }
     case 4:
@@ -334,7 +454,8 @@ static void load_planned(const char *path, const struct tensor_plan *plans, int 
     if (st != DT_OK) fz_check_error(st, "dt_ckpt_load");
 }
 
-static void verify(const char *path, const struct tensor_plan *plans, int n)
+/* Returns what dt_ckpt_verify returned. */
+static dt_status verify(const char *path, const struct ckpt_plan *p)
 {
     struct dt_ckpt_info *info = calloc(1, sizeof *info);
     struct dt_job *job = malloc(sizeof *job);
@@ -345,21 +466,29 @@ static void verify(const char *path, const struct tensor_plan *plans, int n)
         FZ_REQUIRE(info->ntensors >= 0 && info->ntensors <= DT_CKPT_MAX_TENSORS, "%d tensors",
                    info->ntensors);
         FZ_REQUIRE(info->job_yaml, "a verified checkpoint has no job");
-        st = dt_job_load_text(path, info->job_yaml, job);
-        if (st != DT_OK) fz_check_error(st, "dt_job_load_text");
+        dt_status js = dt_job_load_text(path, info->job_yaml, job);
+        if (js != DT_OK) fz_check_error(js, "dt_job_load_text");
         load_verified(path, info);
         dt_ckpt_info_free(info);
     } else {
         fz_check_error(st, "dt_ckpt_verify");
         FZ_REQUIRE(!info->job_yaml, "a failed verify kept its job text");
-        load_planned(path, plans, n);
+        load_planned(path, p->t, p->n);
     }
     free(job);
     free(info);
+    return st;
+}
+
+static int is_temp_name(const char *n)
+{
+    size_t len = strlen(n);
+    return !strcmp(n, ".latest.tmp") ||
+           (!strncmp(n, ".ckpt-", 6) && len > 4 && !strcmp(n + len - 4, ".tmp"));
 }
 
 /* List, latest and retention over the directory. */
-static void directory(struct fz_in *in, const char *dir)
+static void directory(struct fz_in *in, const char *dir, const char *foreign)
 {
     char names[LIST_MAX][256], latest[256], path[DIR_LEN + 256];
     int64_t steps[LIST_MAX];
@@ -381,29 +510,47 @@ static void directory(struct fz_in *in, const char *dir)
     int keep_last = keep_code ? (int8_t)keep_code : 2;
     int64_t keep_every = fz_i64(in, 0);
     st = dt_ckpt_prune(dir, keep_last, keep_every);
-    if (st != DT_OK) fz_check_error(st, "dt_ckpt_prune");
+    if (st != DT_OK) {
+        fz_check_error(st, "dt_ckpt_prune");
+    } else {
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        FZ_REQUIRE(d, "cannot list %s", dir);
+        while ((de = readdir(d)) != NULL)
+            FZ_REQUIRE(!is_temp_name(de->d_name), "retention left %s behind", de->d_name);
+        closedir(d);
+    }
     if (keep_latest)
         FZ_REQUIRE(stat(path, &sb) == 0, "retention removed %s, which latest names", latest);
+    if (foreign[0])
+        FZ_REQUIRE(stat(foreign, &sb) == 0,
+                   "retention removed %s, which is not a checkpoint of ours", foreign);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fz_in in = {data, size};
-    struct tensor_plan plans[MAX_TENSORS];
-    char dir[DIR_LEN], path[PATH_LEN], name[64];
+    struct ckpt_plan plan;
+    char dir[DIR_LEN], path[PATH_LEN], name[64], foreign[PATH_LEN];
     fz_quiet();
     fz_h5_quiet();
     fz_scratch_path(dir, sizeof dir, "checkpoints");
     FZ_REQUIRE(mkdir(dir, 0700) == 0, "cannot make %s", dir);
-    snprintf(name, sizeof name, "ckpt-%010lld.h5", (long long)(fz_u16(&in) + 100));
+    plan.meta = good_meta;
+    plan.meta.step = fz_u16(&in) + good_meta.step;
+    snprintf(name, sizeof name, "ckpt-%010lld.h5", (long long)plan.meta.step);
     snprintf(path, sizeof path, "%s/%s", dir, name);
 
-    int n = build_ckpt(&in, path, plans);
-    build_dir(&in, dir, name);
-    verify(path, plans, n);
-    directory(&in, dir);
+    build_ckpt(&in, path, &plan);
+    build_dir(&in, dir, name, foreign, sizeof foreign);
+    dt_status st = verify(path, &plan);
+    /* The builder's own check: the well-formed checkpoint verifies. */
+    FZ_REQUIRE(size || st == DT_OK, "the empty input's checkpoint does not verify: %s",
+               dt_last_error());
+    directory(&in, dir, foreign);
     FZ_REQUIRE(fz_h5_open_objects() == 0, "dtrain left %ld HDF5 objects open",
                fz_h5_open_objects());
+    free(plan.job);
     fz_scratch_clear();
     return 0;
 }

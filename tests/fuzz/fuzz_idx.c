@@ -195,6 +195,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FILE *progress = flags & WITH_PROGRESS ? open_memstream(&progress_text, &progress_len) : NULL;
     if (st == DT_OK) st = dt_idx_import(&o, progress);
     fz_note("dt_idx_import", st);
+    /* The builder's own check: the well-formed files import. */
+    FZ_REQUIRE(size || st == DT_OK, "the empty input's files do not import: %s", dt_last_error());
     if (progress) fclose(progress);
     free(progress_text);
 
