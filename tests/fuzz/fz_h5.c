@@ -481,15 +481,18 @@ static int writable(hid_t ds, hid_t ftype, int nd, const uint64_t *dims)
 static int dset_write(struct fz_in *in, hid_t ds, hid_t ftype, const struct fz_dset *d, int nd,
                       const uint64_t *dims)
 {
-    if (nd < 0 || !writable(ds, ftype, nd, dims)) return 0;
+    if (nd < 0) return 0;
+    /* The choices are read before writable() may refuse, so an input means
+     * the same file whatever the bounds. */
+    unsigned mode = fz_u8(in) % 6;
+    const uint8_t *raw = NULL;
+    size_t rawlen = mode == 1 ? fz_blob(in, RAW_MAX, &raw) : 0;
+    if (!writable(ds, ftype, nd, dims)) return 0;
     uint64_t rows = nd ? dims[0] : 1;
     size_t good_bytes = (size_t)good_count(d) * H5Tget_size(d->mem_type);
-    const uint8_t *raw;
-    switch (fz_u8(in) % 6) {
-    case 1: {
-        size_t rawlen = fz_blob(in, RAW_MAX, &raw);
+    switch (mode) {
+    case 1:
         return raw_writable(ftype) && write_rows(ds, nd, dims, rows, ftype, raw, rawlen);
-    }
     case 2:
         return 0; /* declared, never written */
     case 3:
