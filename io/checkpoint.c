@@ -875,7 +875,7 @@ static dt_status open_file(struct reader *r, const char *path)
     return DT_OK;
 }
 
-static void close_file_r(struct reader *r)
+static void reader_close(struct reader *r)
 {
     if (r->f >= 0) H5Fclose(r->f);
     r->f = -1;
@@ -1446,7 +1446,7 @@ dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ck
         DT_CHECK(load_tensor(&r, &t[i]));
     if (meta) *meta = info->meta;
 out:
-    close_file_r(&r);
+    reader_close(&r);
     dt_h5_unlock();
     dt_ckpt_info_free(info);
     free(info);
@@ -1591,7 +1591,7 @@ static int is_own_checkpoint(const char *dir, const char *name, int64_t step)
         st = dt_set_error(DT_ERR_BAD_DATA,
                           "checkpoint %s holds step %lld, not the %lld its name says", path,
                           (long long)got, (long long)step);
-    close_file_r(&r);
+    reader_close(&r);
     dt_h5_unlock();
     return st == DT_OK;
 }

@@ -1,8 +1,8 @@
 /*
  * hdf5_lock.c - the process-wide HDF5 mutex, HDF5 error text, and the
  * checks of links and storage made before a file's declared sizes are
- * trusted (see hdf5_lock.h). The mutex is the one mutable global of io/: HDF5 itself is
- * process-global state, so its lock has to be too.
+ * trusted (see hdf5_lock.h). The mutex is the one mutable global of io/:
+ * HDF5 itself is process-global state, so its lock has to be too.
  */
 #include "hdf5_lock.h"
 
