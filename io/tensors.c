@@ -98,7 +98,7 @@ static dt_status save_locked(const char *tmp, const char *path, const struct dt_
      * reserves the data, which is exact and is what makes a model large:
      * the headers' few KiB are only estimated, and reserving them would
      * refuse a model that fits on a nearly full disk. */
-    st = dt_outfile_check_limit("model", tmp, model_estimate(t, n));
+    st = dt_outfile_check_limit("model", path, model_estimate(t, n));
     if (st == DT_OK) st = dt_outfile_reserve("model", tmp, model_data_bytes(t, n));
     if (st == DT_OK) {
         g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
