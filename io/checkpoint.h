@@ -103,8 +103,10 @@ struct dt_ckpt_info {
  * (truncated, a flipped bit, a tensor failing its checksum), "checkpoint X
  * is not a dtrain checkpoint (...)" only for an HDF5 file with nothing of
  * a checkpoint in it, "checkpoint X is damaged or is not an HDF5 file" for
- * one HDF5 cannot open. DT_ERR_NOT_FOUND: no such file, or not a regular
- * file (never opened, so a FIFO cannot hang it). info may be NULL; its
+ * one HDF5 cannot open. DT_ERR_IO: a system call failed inside HDF5 (a
+ * lock another process holds, EIO): nothing says the file is bad.
+ * DT_ERR_NOT_FOUND: no such file, or not a regular file (never opened, so
+ * a FIFO cannot hang it). info may be NULL; its
  * tensors come in name order. On failure info->job_yaml is already freed
  * (NULL). */
 dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);

@@ -66,8 +66,9 @@ struct dt_dataset_info {
  * With uint8 x, every normalised value must be finite.
  * Errors: DT_ERR_NOT_FOUND (no such file, not readable, not a regular
  * file), DT_ERR_BAD_DATA (not HDF5, not a dtrain dataset, wrong version,
- * bad shapes, data the file does not hold, labels out of range), each
- * message naming the file and the object. */
+ * bad shapes, data the file does not hold, labels out of range), DT_ERR_IO
+ * (a system call failed inside HDF5: a lock another process holds, EIO),
+ * each message naming the file and the object. */
 dt_status dt_dataset_open(const char *path, dt_dataset_t **out);
 void dt_dataset_close(dt_dataset_t *ds);
 

@@ -24,11 +24,23 @@ struct dt_named_tensor {
     float *data;        /* host memory, shape[0] * shape[1] (or shape[0]) floats */
 };
 
-/* Writes n tensors to path atomically. DT_ERR_IO names the file. */
+/* Writes n tensors to path atomically: under a temporary name in the same
+ * directory, the space of its data reserved first, synced, renamed into
+ * place. DT_ERR_IO names the file and carries the system's reason and the
+ * free space ("File too large (the file-size limit, ulimit -f, is ...)",
+ * "No space left on device; 12 KiB free on its file system"); a failure
+ * leaves an earlier file at path untouched. DT_ERR_INVALID_ARG for a
+ * tensor without a valid name (at most 63 characters, no '/'), shape or
+ * data. */
 dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int n);
 
 /* Reads the tensors of a model file: *out gets a malloc'd array of *n
- * tensors, each with malloc'd data; free with dt_tensors_free. */
+ * tensors, each with malloc'd data; free with dt_tensors_free. Each
+ * tensor's declared shape must fit in the file before it is allocated.
+ * Errors: DT_ERR_NOT_FOUND (no such file, not a regular file),
+ * DT_ERR_BAD_DATA (not HDF5, not a dtrain model, a tensor that is not a
+ * 1-D or 2-D array of numbers, a name too long, a link out of the file),
+ * DT_ERR_IO (a system call failed inside HDF5). */
 dt_status dt_tensors_load(const char *path, struct dt_named_tensor **out, int *n);
 void dt_tensors_free(struct dt_named_tensor *t, int n);
 
