@@ -2,7 +2,9 @@
 # Sets dtrain up on a Debian/Ubuntu machine: installs the Debian packages it
 # needs (when missing), builds into build/ and imports Fashion-MNIST into
 # data/fashion-mnist.h5. Safe to run again: each step is skipped when done.
-#   BUILD_DIR=build  CMAKE_ARGS="..."  DTRAIN_SKIP_APT=1  DTRAIN_WITH_TORCH=1
+#   BUILD_DIR=build  CMAKE_ARGS="..."  DTRAIN_SKIP_APT=1
+#   DTRAIN_WITH_TORCH=1 (PyTorch and h5py, for the comparisons with PyTorch)
+#   DTRAIN_WITH_FUZZ=1 (clang with libFuzzer and llvm-symbolizer, for tests/fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +12,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 PKGS="build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
       libcunit1-dev libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist"
 if [ "${DTRAIN_WITH_TORCH:-0}" = 1 ]; then
-  PKGS="$PKGS python3 python3-numpy python3-torch"
+  PKGS="$PKGS python3 python3-numpy python3-torch python3-h5py"
+fi
+if [ "${DTRAIN_WITH_FUZZ:-0}" = 1 ]; then
+  PKGS="$PKGS clang libclang-rt-14-dev llvm"
 fi
 
 missing=""

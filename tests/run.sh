@@ -2,10 +2,11 @@
 # The whole test suite, from a fresh machine: sets everything up (packages,
 # build with warnings as errors, dataset), runs every ctest suite, then
 # builds the CPU path again with AddressSanitizer + UBSan and runs the CPU
-# suites there. Exits non-zero on any failure.
+# suites there, and last fuzzes each input parser for 60 s
+# (tests/fuzz/run.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export DTRAIN_WITH_TORCH=1
+export DTRAIN_WITH_TORCH=1 DTRAIN_WITH_FUZZ=1
 BUILD_DIR=build CMAKE_ARGS="-DDTRAIN_WERROR=ON ${CMAKE_ARGS:-}" bash launch/setup.sh
 
 # A suite that skips is reported by name, and fails the run unless it is
