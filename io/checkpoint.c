@@ -74,6 +74,14 @@
 #define FNV_PRIME UINT64_C(0x100000001b3)
 #define MAX_SHORT_STR 1024 /* dtrain_format, dtrain_version, optimizer */
 #define JOB_NAME "job"     /* the job YAML: a root attribute in version 1, a dataset since 2 */
+/* Verification reads a tensor in slices of at most this many values, so a
+ * tensor of any size is checked in bounded memory. */
+#define VERIFY_SLICE ((int64_t)1 << 22)
+/* A tensor that declares more bytes than HOLES_FACTOR times what the file
+ * really stores (plus HOLES_SLACK) is mostly holes of a sparse file:
+ * damaged, and not worth reading terabytes of zeros to find out. */
+#define HOLES_FACTOR 4
+#define HOLES_SLACK ((int64_t)1 << 20)
 
 /* ---- checksum ------------------------------------------------------------ */
 
@@ -85,23 +93,30 @@ static inline uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* Sum over i in [begin, end) of mix64(bits(x[i]) ^ i * GOLDEN): a sum, so
- * slices hashed by different ranks add up to the whole. x is element 0. */
-static uint64_t checksum_part(const float *x, size_t begin, size_t end)
+/* Sum over the n elements x[0..n) of mix64(bits(x[j]) ^ (first + j) *
+ * GOLDEN), x being element `first` of its tensor: a sum, so slices hashed
+ * by different ranks, or read one after another, add up to the whole. */
+static uint64_t checksum_slice(const float *x, size_t first, size_t n)
 {
     const uint32_t *b = (const uint32_t *)(const void *)x;
     uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    size_t i = begin;
-    for (; i + 4 <= end; i += 4) {
-        uint64_t k = (uint64_t)i * GOLDEN;
-        a0 += mix64(b[i] ^ k);
-        a1 += mix64(b[i + 1] ^ (k + GOLDEN));
-        a2 += mix64(b[i + 2] ^ (k + 2 * GOLDEN));
-        a3 += mix64(b[i + 3] ^ (k + 3 * GOLDEN));
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        uint64_t k = (uint64_t)(first + j) * GOLDEN;
+        a0 += mix64(b[j] ^ k);
+        a1 += mix64(b[j + 1] ^ (k + GOLDEN));
+        a2 += mix64(b[j + 2] ^ (k + 2 * GOLDEN));
+        a3 += mix64(b[j + 3] ^ (k + 3 * GOLDEN));
     }
-    for (; i < end; i++)
-        a0 += mix64(b[i] ^ ((uint64_t)i * GOLDEN));
+    for (; j < n; j++)
+        a0 += mix64(b[j] ^ ((uint64_t)(first + j) * GOLDEN));
     return a0 + a1 + a2 + a3;
+}
+
+/* The same over elements [begin, end) of x (x is element 0). */
+static uint64_t checksum_part(const float *x, size_t begin, size_t end)
+{
+    return checksum_slice(x + begin, begin, end - begin);
 }
 
 static uint64_t checksum_finish(uint64_t sum, size_t n)
@@ -833,6 +848,7 @@ struct reader {
     const char *path;
     hid_t f;
     int64_t file_bytes;
+    int64_t stored_bytes; /* the blocks the file system holds; 0: not known */
 };
 
 /* "checkpoint X is damaged: <what>", for a file that shows it was a
@@ -868,8 +884,11 @@ static dt_status open_file(struct reader *r, const char *path)
 {
     r->path = path;
     r->f = -1;
+    struct stat sb;
     dt_status st = dt_input_check(path, "checkpoint", &r->file_bytes);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
+    r->stored_bytes = stat(path, &sb) == 0 && sb.st_blocks > 0 ? (int64_t)sb.st_blocks * 512 : 0;
     r->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (r->f < 0) return dt_h5_open_error("checkpoint", path, " is damaged or is not an HDF5 file");
     return DT_OK;
@@ -1246,6 +1265,13 @@ static dt_status open_tensor(const struct reader *r, const char *name, struct te
                      name, shape, (long long)r->file_bytes);
         goto out;
     }
+    if (r->stored_bytes > 0 && bytes / HOLES_FACTOR > r->stored_bytes + HOLES_SLACK) {
+        st = damaged(r,
+                     "tensor %s declares shape %s (%lld bytes), but the file stores only %lld "
+                     "bytes: the rest are holes that were never written",
+                     name, shape, (long long)bytes, (long long)r->stored_bytes);
+        goto out;
+    }
     snprintf(declared, sizeof declared, "shape %s", shape);
     snprintf(what, sizeof what, "checkpoint %s is damaged", r->path);
     struct dt_h5_storage stor = {.what = what,
@@ -1350,6 +1376,38 @@ out:
 /* ---- verify ------------------------------------------------------------------- */
 
 /* Reads and checks every tensor listed in info. */
+/* Reads tensor h slice by slice into buf (cap values) and checks its
+ * checksum; closes it. */
+static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, const char *name,
+                               float *buf, int64_t cap)
+{
+    struct dt_ckpt_tensor t = {.ndim = h->ndim, .shape = {h->shape[0], h->shape[1]}};
+    dt_status st = DT_OK;
+    uint64_t sum = 0;
+    hid_t fs = H5Dget_space(h->d);
+    if (fs < 0)
+        st = damaged_h5(r, "cannot read tensor %s", name);
+    for (int64_t lo = 0; st == DT_OK && lo < h->numel; lo += cap) {
+        int64_t hi = h->numel - lo < cap ? h->numel : lo + cap;
+        hsize_t n = (hsize_t)(hi - lo);
+        hid_t ms = H5Screate_simple(1, &n, NULL);
+        if (ms < 0 || select_flat(fs, &t, (uint64_t)lo, (uint64_t)hi) < 0 ||
+            H5Dread(h->d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
+            st = damaged_h5(r, "cannot read tensor %s", name);
+        else
+            sum += checksum_slice(buf, (size_t)lo, (size_t)(hi - lo));
+        if (ms >= 0)
+            H5Sclose(ms);
+    }
+    if (st == DT_OK && checksum_finish(h->numel ? sum : 0, (size_t)h->numel) != h->checksum)
+        st = damaged(r, "tensor %s fails its checksum", name);
+    if (fs >= 0)
+        H5Sclose(fs);
+    H5Dclose(h->d);
+    h->d = -1;
+    return st;
+}
+
 static dt_status verify_tensors(const struct reader *r, struct dt_ckpt_info *info)
 {
     dt_status st = DT_OK;
@@ -1358,9 +1416,10 @@ static dt_status verify_tensors(const struct reader *r, struct dt_ckpt_info *inf
     for (int i = 0; i < info->ntensors; i++) {
         struct tensor_hdr h;
         DT_CHECK(open_tensor(r, info->names[i], &h));
-        if (h.numel > cap) {
+        int64_t want = h.numel < VERIFY_SLICE ? h.numel : VERIFY_SLICE;
+        if (want > cap) {
             free(buf);
-            cap = h.numel;
+            cap = want;
             buf = malloc((size_t)cap * sizeof *buf);
         }
         if (!buf && h.numel > 0) {
@@ -1369,7 +1428,7 @@ static dt_status verify_tensors(const struct reader *r, struct dt_ckpt_info *inf
                               r->path, info->names[i]);
             goto out;
         }
-        DT_CHECK(read_tensor(r, &h, info->names[i], buf));
+        DT_CHECK(verify_tensor(r, &h, info->names[i], buf, cap));
     }
 out:
     free(buf);
