@@ -62,15 +62,19 @@ static void format_size(int64_t bytes, char *buf, size_t len)
     snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
-/* The last error without its leading "checkpoint <path>: ", which the
- * listing already shows. */
+/* The last error without its leading "checkpoint <path>: " or
+ * "checkpoint <path> is ", which the listing already shows. */
 static const char *reason(const char *path)
 {
     const char *msg = dt_last_error();
     size_t pl = strlen(path);
-    if (!strncmp(msg, "checkpoint ", 11) && !strncmp(msg + 11, path, pl) &&
-        !strncmp(msg + 11 + pl, ": ", 2))
-        return msg + 13 + pl;
+    if (strncmp(msg, "checkpoint ", 11) != 0 || strncmp(msg + 11, path, pl) != 0)
+        return msg;
+    const char *rest = msg + 11 + pl;
+    if (!strncmp(rest, ": ", 2))
+        return rest + 2; /* "checkpoint X: why" -> "why" */
+    if (!strncmp(rest, " is ", 4))
+        return rest + 4; /* "checkpoint X is damaged: why" -> "damaged: why" */
     return msg;
 }
 
