@@ -512,26 +512,16 @@ static dt_status sample_shape(const char *path, const char *obj, int nd, const h
     return DT_OK;
 }
 
-/* Bytes of n rows of `per_row` elements of `size` bytes, or -1. */
-static int64_t data_bytes(int64_t n, int64_t per_row, size_t size)
+/* Dataset d (obj) declares n rows of per_row values of `size` bytes,
+ * described as `declared`: its data must really be in the file (see
+ * dt_h5_check_storage) before anything is allocated from n. */
+static dt_status check_storage(const struct dt_dataset *ds, const char *obj, hid_t d, int64_t n,
+                               int64_t per_row, size_t size, const char *declared)
 {
+    char what[4200];
     int64_t elems = 0, bytes = 0;
-    if (!dt_mul_i64(n, per_row, &elems) || !dt_mul_i64(elems, (int64_t)size, &bytes)) return -1;
-    return bytes;
-}
-
-/* Before anything is allocated from its rows: x's data must really be in
- * the file (see dt_h5_check_storage), and a compressed x must come in
- * chunks the reader can inflate one at a time. */
-static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
-                                 const struct split *sp, const struct dt_split_info *si)
-{
-    char what[4200], declared[128];
-    int64_t bytes = data_bytes(si->n, si->sample_elems, sp->x_file_size);
     snprintf(what, sizeof what, "dataset %s", ds->info.path);
-    snprintf(declared, sizeof declared, "%lld rows of %lld values", (long long)si->n,
-             (long long)si->sample_elems);
-    if (bytes < 0)
+    if (!dt_mul_i64(n, per_row, &elems) || !dt_mul_i64(elems, (int64_t)size, &bytes))
         return dt_set_error(DT_ERR_BAD_DATA, "%s: %s declares %s, more bytes than 64 bits count",
                             what, obj, declared);
     struct dt_h5_storage s = {.what = what,
@@ -541,8 +531,21 @@ static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
                               .bytes = (uint64_t)bytes,
                               .file_bytes = ds->info.file_bytes,
                               .external_ok = 1};
-    dt_status st = dt_h5_check_storage(sp->x, &s);
-    if (st != DT_OK) return st;
+    return dt_h5_check_storage(d, &s);
+}
+
+/* x's storage (check_storage), and a compressed x must come in chunks the
+ * reader can inflate one at a time. */
+static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
+                                 const struct split *sp, const struct dt_split_info *si)
+{
+    char declared[128];
+    snprintf(declared, sizeof declared, "%lld rows of %lld values", (long long)si->n,
+             (long long)si->sample_elems);
+    dt_status st =
+        check_storage(ds, obj, sp->x, si->n, si->sample_elems, sp->x_file_size, declared);
+    if (st != DT_OK)
+        return st;
     hid_t dcpl = H5Dget_create_plist(sp->x);
     int nd = si->ndim + 1;
     hsize_t chunk[DT_DATASET_MAX_DIMS + 1];
@@ -553,10 +556,10 @@ static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
             cb = chunk[d] > FILTERED_CHUNK_MAX_BYTES ? FILTERED_CHUNK_MAX_BYTES + 1 : cb * chunk[d];
         if (cb > FILTERED_CHUNK_MAX_BYTES)
             st = dt_set_error(DT_ERR_BAD_DATA,
-                              "%s: %s is compressed in chunks of more than %d MiB; dtrain "
+                              "dataset %s: %s is compressed in chunks of more than %d MiB; dtrain "
                               "inflates a whole chunk to read one row, so it reads compressed x "
                               "in chunks of at most that (rewrite it with smaller chunks)",
-                              what, obj, (int)(FILTERED_CHUNK_MAX_BYTES >> 20));
+                              ds->info.path, obj, (int)(FILTERED_CHUNK_MAX_BYTES >> 20));
     }
     if (dcpl >= 0) H5Pclose(dcpl);
     return st;
@@ -566,24 +569,13 @@ static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
 static dt_status check_y_storage(const struct dt_dataset *ds, const char *obj, hid_t y,
                                  const struct dt_split_info *si)
 {
-    char what[4200], declared[64];
+    char declared[64];
     hid_t t = H5Dget_type(y);
     size_t size = t >= 0 ? H5Tget_size(t) : 0;
-    if (t >= 0) H5Tclose(t);
-    snprintf(what, sizeof what, "dataset %s", ds->info.path);
+    if (t >= 0)
+        H5Tclose(t);
     snprintf(declared, sizeof declared, "%lld labels", (long long)si->n);
-    int64_t bytes = data_bytes(si->n, 1, size);
-    if (bytes < 0)
-        return dt_set_error(DT_ERR_BAD_DATA, "%s: %s declares %s, more bytes than 64 bits count",
-                            what, obj, declared);
-    struct dt_h5_storage s = {.what = what,
-                              .file = ds->info.path,
-                              .obj = obj,
-                              .declared = declared,
-                              .bytes = (uint64_t)bytes,
-                              .file_bytes = ds->info.file_bytes,
-                              .external_ok = 1};
-    return dt_h5_check_storage(y, &s);
+    return check_storage(ds, obj, y, si->n, 1, size, declared);
 }
 
 static dt_status open_split(struct dt_dataset *ds, int i)
