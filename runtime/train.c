@@ -621,11 +621,11 @@ static dt_status finish(struct run *r, const struct dt_train_result *res)
     return dt_dist_agree(r->comm, st);
 }
 
+static const char *nonfinite_name(double v) { return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
+
 /* A run whose final evaluation is not finite has not produced a usable
  * model: it ends as diverged, without a final checkpoint or model.h5 (the
  * checkpoints written so far stay). */
-static const char *nonfinite_name(double v) { return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
-
 static dt_status check_final_eval(struct run *r, double test_loss)
 {
     if (isfinite(test_loss))

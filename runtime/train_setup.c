@@ -500,16 +500,17 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     need.optim = host ? times(p4, (uint64_t)states) : 0;
     need.activations = host ? ms.arena_bytes : 0;
     need.staging = times(p4, 1 + (uint64_t)states); /* checkpoints; model.h5 takes less */
-    need.loaders = loader_bytes(r, r->test, eval_global_batch(r) / r->world);
-    if (!r->eval_only)
-        need.loaders = loader_bytes(r, r->train, r->micro) == UINT64_MAX
-                           ? UINT64_MAX
-                           : need.loaders + loader_bytes(r, r->train, r->micro);
-    if (!r->eval_only && r->world > 1) /* bf16 wire, host copies of staged gradients */
-        need.other =
-            times(ms.params,
-                  (strcmp(job->comm.grad_dtype, "bf16") == 0 && (host || r->stage_grads) ? 2 : 0) +
-                      (r->stage_grads ? sizeof(float) : 0));
+    uint64_t test = loader_bytes(r, r->test, eval_global_batch(r) / r->world);
+    uint64_t train = r->eval_only ? 0 : loader_bytes(r, r->train, r->micro);
+    need.loaders = test > UINT64_MAX - train ? UINT64_MAX : test + train;
+    uint64_t per_param = 0; /* the reducer's host buffers */
+    if (!r->eval_only && r->world > 1) {
+        if (strcmp(job->comm.grad_dtype, "bf16") == 0 && (host || r->stage_grads))
+            per_param += sizeof(uint16_t); /* the bf16 wire */
+        if (r->stage_grads)
+            per_param += sizeof(float); /* host copies of the gradients */
+    }
+    need.other = times(ms.params, per_param);
     need.resident = dt_mem_resident();
     dt_mem_probe(dt_comm_local_size(r->comm), &avail);
     return dt_mem_check(&need, &avail, job->runtime.memory_limit, r->rank);
