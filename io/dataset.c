@@ -972,17 +972,6 @@ out:
 
 /* ---- summary ----------------------------------------------------------- */
 
-static void fmt_bytes(double b, char *buf, size_t len)
-{
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) {
-        b /= 1024;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
-}
-
 /* Per-class counts on one line: "6000 each" when equal, every count when
  * there are few classes, else the smallest and largest. */
 static void print_counts(const struct dt_dataset_info *in, const struct dt_split_info *si,
@@ -1012,7 +1001,7 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
 {
     const struct dt_dataset_info *in = &ds->info;
     char size[32];
-    fmt_bytes((double)in->file_bytes, size, sizeof size);
+    dt_format_bytes((uint64_t)in->file_bytes, size, sizeof size);
     fprintf(out, "dataset %s\n", in->path);
     fprintf(out, "  file size: %s, format version %d\n", size, in->format_version);
     fprintf(out, "  classes (%d):", in->num_classes);
@@ -1027,7 +1016,7 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
             in->norm_std);
     for (int i = 0; i < in->nsplits; i++) {
         const struct dt_split_info *si = &in->splits[i];
-        fmt_bytes((double)si->x_bytes, size, sizeof size);
+        dt_format_bytes((uint64_t)si->x_bytes, size, sizeof size);
         fprintf(out, "  split %s: %lld samples of ", si->name, (long long)si->n);
         for (int d = 0; d < si->ndim; d++)
             fprintf(out, "%s%lld", d ? "x" : "", (long long)si->shape[d]);

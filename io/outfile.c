@@ -25,6 +25,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "../runtime/util.h"
+
 #define HDF5_HEADER_BYTES 8192 /* superblock, root group, heaps */
 #define HDF5_OBJECT_BYTES 1024 /* one object header, its links, a chunk index entry */
 #define OUT_PATH 4352          /* a directory (PATH_MAX) plus a file name */
@@ -32,16 +34,6 @@
 uint64_t dt_outfile_hdf5_estimate(uint64_t data_bytes, uint64_t objects, uint64_t attr_bytes)
 {
     return HDF5_HEADER_BYTES + HDF5_OBJECT_BYTES * objects + attr_bytes + data_bytes;
-}
-
-void dt_outfile_format_bytes(double b, char *buf, size_t len)
-{
-    if (b < 1024.0 * 1024.0)
-        snprintf(buf, len, "%.0f KiB", b / 1024.0);
-    else if (b < 1024.0 * 1024.0 * 1024.0)
-        snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024.0));
-    else
-        snprintf(buf, len, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
 }
 
 /* The directory holding path ("." for a bare name). */
@@ -58,8 +50,9 @@ void dt_outfile_free_text(const char *path, char *buf, size_t len)
     struct statvfs v;
     if (len) buf[0] = '\0';
     dir_of(path, dir, sizeof dir);
-    if (statvfs(dir, &v) != 0) return;
-    dt_outfile_format_bytes((double)v.f_bavail * (double)v.f_frsize, size, sizeof size);
+    if (statvfs(dir, &v) != 0)
+        return;
+    dt_format_bytes((uint64_t)v.f_bavail * v.f_frsize, size, sizeof size);
     snprintf(buf, len, "; %s free on its file system", size);
 }
 
@@ -76,7 +69,7 @@ void dt_outfile_reason(int err, const char *path, char *buf, size_t len)
     char limit[96] = "", free_[96], size[32];
     uint64_t lim = fsize_limit();
     if (err == EFBIG && lim) {
-        dt_outfile_format_bytes((double)lim, size, sizeof size);
+        dt_format_bytes(lim, size, sizeof size);
         snprintf(limit, sizeof limit, " (the file-size limit, ulimit -f, is %s)", size);
     }
     dt_outfile_free_text(path, free_, sizeof free_);
@@ -87,8 +80,9 @@ dt_status dt_outfile_check_limit(const char *what, const char *path, uint64_t by
 {
     char reason[256], size[32];
     uint64_t lim = fsize_limit();
-    if (!lim || lim >= bytes) return DT_OK;
-    dt_outfile_format_bytes((double)bytes, size, sizeof size);
+    if (!lim || lim >= bytes)
+        return DT_OK;
+    dt_format_bytes(bytes, size, sizeof size);
     dt_outfile_reason(EFBIG, path, reason, sizeof reason);
     return dt_set_error(DT_ERR_IO, "%s %s: needs about %s: %s", what, path, size, reason);
 }
@@ -108,9 +102,11 @@ dt_status dt_outfile_reserve(const char *what, const char *path, uint64_t bytes)
     }
     if (rc != 0 && fd >= 0) /* give back what a failed fallocate kept */
         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes);
-    if (fd >= 0) close(fd);
-    if (rc == 0) return DT_OK;
-    dt_outfile_format_bytes((double)bytes, size, sizeof size);
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0)
+        return DT_OK;
+    dt_format_bytes(bytes, size, sizeof size);
     dt_outfile_reason(err, path, reason, sizeof reason);
     return dt_set_error(DT_ERR_IO, "%s %s: cannot reserve %s for it: %s", what, path, size, reason);
 }

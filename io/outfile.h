@@ -27,9 +27,6 @@
  * attribute values (measured: about 4 KiB plus 0.4 KiB per object). */
 uint64_t dt_outfile_hdf5_estimate(uint64_t data_bytes, uint64_t objects, uint64_t attr_bytes);
 
-/* "12 KiB", "4.1 MiB", "2.0 GiB". */
-void dt_outfile_format_bytes(double bytes, char *buf, size_t len);
-
 /* "<strerror(err)>[ (the file-size limit, ulimit -f, is N)]; <N> free on
  * its file system" for a failure writing path (the free space part when
  * the file system holding path's directory can be asked). */

@@ -26,6 +26,7 @@
 #include "../runtime/dist.h"
 #include "../runtime/log.h"
 #include "../runtime/memory.h"
+#include "../runtime/util.h"
 #include "cli.h"
 
 /* A collective that takes longer aborts the benchmark (nccl; for mpi the
@@ -161,8 +162,8 @@ static dt_status check_size(dt_comm_t *ctl, const struct dt_bench_allreduce_opts
                                                    : avail.node_total / (uint64_t)avail.local_ranks;
     if ((uint64_t)bytes > most) {
         char want[32], have[32];
-        dt_mem_format(bytes, want, sizeof want);
-        dt_mem_format(most, have, sizeof have);
+        dt_format_bytes(bytes, want, sizeof want);
+        dt_format_bytes(most, have, sizeof have);
         st = dt_set_error(DT_ERR_USAGE,
                           "bench allreduce: --max-bytes %zu (%s) is more than rank %d on %s can "
                           "have (%s, its share of the node's memory); give a smaller --max-bytes",

@@ -50,18 +50,6 @@ static void format_time(double t, char *buf, size_t len)
         snprintf(buf, len, "-");
 }
 
-static void format_size(int64_t bytes, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
-}
-
 /* The last error without its leading "checkpoint <path>: " or
  * "checkpoint <path> is ", which the listing already shows. */
 static const char *reason(const char *path)
@@ -106,7 +94,11 @@ static void list_row(const char *dir, const char *name, const char *latest,
     char path[PATH_BYTES], when[32], size[32];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     dt_status st = dt_ckpt_verify(path, info);
-    format_size(size_of(path), size, sizeof size);
+    int64_t bytes = size_of(path);
+    if (bytes < 0)
+        snprintf(size, sizeof size, "-");
+    else
+        dt_format_bytes((uint64_t)bytes, size, sizeof size);
     const char *mark = strcmp(name, latest) ? "" : ", latest";
     if (st != DT_OK) {
         printf("%-20s %10s %6s %12s %5s %-19s %10s  BAD%s: %s\n", name, "-", "-", "-", "-", "-",
@@ -173,7 +165,7 @@ static void print_meta(const char *path, const struct dt_ckpt_info *info)
     const struct dt_ckpt_meta *m = &info->meta;
     char when[32], size[32];
     format_time(m->created, when, sizeof when);
-    format_size(info->file_bytes, size, sizeof size);
+    dt_format_bytes((uint64_t)info->file_bytes, size, sizeof size);
     printf("checkpoint  %s\n", path);
     printf("  status      verified ok (%s)\n", size);
     printf("  step        %lld\n  epoch       %lld\n  batch       %lld\n", (long long)m->step,

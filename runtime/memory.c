@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "util.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define CGROUP_PATH 4096
@@ -33,22 +34,6 @@ uint64_t dt_mem_need_total(const struct dt_mem_need *n)
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         t = add_sat(t, parts[i]);
     return t;
-}
-
-void dt_mem_format(uint64_t b, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (b == UINT64_MAX) {
-        snprintf(buf, len, "more than 16 EiB");
-        return;
-    }
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 6) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : v < 10 ? "%.2f %s" : "%.1f %s", v, unit[u]);
 }
 
 /* ---- the node -------------------------------------------------------------- */
@@ -185,14 +170,14 @@ void dt_mem_probe(int local_ranks, struct dt_mem_avail *out)
 static void describe_need(const struct dt_mem_need *n, char *buf, size_t len)
 {
     char p[32], g[32], o[32], a[32], l[32], s[32], t[32], h[32];
-    dt_mem_format(add_sat(dt_mem_need_total(n), n->resident), t, sizeof t);
-    dt_mem_format(n->resident, h, sizeof h);
-    dt_mem_format(n->params, p, sizeof p);
-    dt_mem_format(n->grads, g, sizeof g);
-    dt_mem_format(n->optim, o, sizeof o);
-    dt_mem_format(n->activations, a, sizeof a);
-    dt_mem_format(add_sat(n->loaders, n->other), l, sizeof l);
-    dt_mem_format(n->staging, s, sizeof s);
+    dt_format_bytes(add_sat(dt_mem_need_total(n), n->resident), t, sizeof t);
+    dt_format_bytes(n->resident, h, sizeof h);
+    dt_format_bytes(n->params, p, sizeof p);
+    dt_format_bytes(n->grads, g, sizeof g);
+    dt_format_bytes(n->optim, o, sizeof o);
+    dt_format_bytes(n->activations, a, sizeof a);
+    dt_format_bytes(add_sat(n->loaders, n->other), l, sizeof l);
+    dt_format_bytes(n->staging, s, sizeof s);
     snprintf(buf, len,
              "about %s of host memory on each rank (parameters %s, gradients %s, optimizer state "
              "%s, activations for %lld rows %s, data loading and the rest %s, checkpoint staging "
@@ -218,8 +203,8 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
                             what, limit_gib, advice);
     uint64_t most = avail->node_total == UINT64_MAX ? UINT64_MAX : avail->node_total / ranks;
     if (total > most) {
-        dt_mem_format(most, have, sizeof have);
-        dt_mem_format(avail->node_total, node, sizeof node);
+        dt_format_bytes(most, have, sizeof have);
+        dt_format_bytes(avail->node_total, node, sizeof node);
         return dt_set_error(DT_ERR_USAGE,
                             "this job needs %s, but rank %d on %s can have at most %s (%s on the "
                             "node, shared by %d rank%s): %s",
@@ -228,8 +213,8 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
     }
     uint64_t now = avail->node_available == UINT64_MAX ? UINT64_MAX : avail->node_available / ranks;
     if (more > now) { /* what the process holds is no longer free */
-        dt_mem_format(now, have, sizeof have);
-        dt_mem_format(avail->node_available, node, sizeof node);
+        dt_format_bytes(now, have, sizeof have);
+        dt_format_bytes(avail->node_available, node, sizeof node);
         return dt_set_error(DT_ERR_BUSY,
                             "this job needs %s, but only %s is free for rank %d on %s now (%s "
                             "free on the node, for %d rank%s; other processes hold the rest): "
@@ -237,7 +222,7 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
                             what, have, rank, avail->host, node, avail->local_ranks,
                             avail->local_ranks == 1 ? "" : "s", advice);
     }
-    dt_mem_format(now, have, sizeof have);
+    dt_format_bytes(now, have, sizeof have);
     DT_LOG_DEBUG("memory", "rank %d needs %s; %s is free for it", rank, what, have);
     return DT_OK;
 }

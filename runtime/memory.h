@@ -52,7 +52,4 @@ void dt_mem_probe(int local_ranks, struct dt_mem_avail *out);
 dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail *avail,
                        double limit_gib, int rank);
 
-/* "1.5 GiB", "312 MiB", "more than 16 EiB". */
-void dt_mem_format(uint64_t bytes, char *buf, size_t len);
-
 #endif

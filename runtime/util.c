@@ -212,3 +212,20 @@ void dt_format_duration(double s, char *buf, size_t len)
     else
         snprintf(buf, len, "%ldh%02ldm%02lds", t / 3600, (t / 60) % 60, t % 60);
 }
+
+void dt_format_bytes(uint64_t b, char *buf, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (b == UINT64_MAX) {
+        snprintf(buf, len, "more than 16 EiB");
+        return;
+    }
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 6) {
+        v /= 1024.0;
+        u++;
+    }
+    int decimals = u == 0 || v >= 100 ? 0 : v >= 10 ? 1 : 2;
+    snprintf(buf, len, "%.*f %s", decimals, v, unit[u]);
+}

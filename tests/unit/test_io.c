@@ -1884,7 +1884,7 @@ static void test_model_save_disk_full(void)
         printf("SKIPPED (cannot mount a small tmpfs: %s) ", strerror(errno));
         return;
     }
-    failing_model_save(dir, 0, "cannot reserve 4.0 MiB for it: No space left on device");
+    failing_model_save(dir, 0, "cannot reserve 4.00 MiB for it: No space left on device");
     CU_ASSERT_EQUAL(umount2(dir, MNT_DETACH), 0);
 }
 
