@@ -282,7 +282,7 @@ static void load_locked(struct load_ctx *c)
     hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     hid_t g = -1;
     if (f < 0) {
-        c->st = dt_h5_error(DT_ERR_BAD_DATA, "model %s is damaged or is not an HDF5 file", c->path);
+        c->st = dt_h5_open_error("model", c->path, " is damaged or is not an HDF5 file");
         return;
     }
     c->st = check_format(f, c->path);

@@ -50,12 +50,13 @@ static int has_entries(const char *dir)
 static int legacy_run(const char *dir)
 {
     char path[DT_RUNDIR_PATH], head[LEGACY_HEAD + 1];
+    int fd;
     snprintf(path, sizeof path, "%s/%s", dir, LEGACY_FILE);
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
+    if (dt_input_open(path, "metrics", &fd, NULL) != DT_OK) {
+        dt_clear_error(); /* no such file: not a legacy run directory */
         return 0;
-    struct stat sb;
-    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, head, LEGACY_HEAD) : -1;
+    }
+    ssize_t n = read(fd, head, LEGACY_HEAD);
     close(fd);
     if (n <= 0)
         return 0;
