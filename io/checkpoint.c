@@ -468,6 +468,11 @@ static uint64_t meta_checksum(const struct dt_ckpt_meta *m, int format_version,
             memcpy(&v, a[i].v, sizeof v); /* int64, uint64 or the bits of a double */
         h = fnv_u64(h, v);
     }
+    if (m->has_time) { /* optional attributes: part of the sum when present */
+        uint64_t bits;
+        memcpy(&bits, &m->train_seconds, sizeof bits);
+        h = fnv_u64(fnv_u64(h, bits), (uint64_t)m->segments);
+    }
     h = fnv_bytes(h, txt->version, strlen(txt->version) + 1);
     h = fnv_bytes(h, txt->optimizer, strlen(txt->optimizer) + 1);
     h = fnv_bytes(h, txt->job, strlen(txt->job) + 1);
@@ -548,6 +553,8 @@ static dt_status write_header(struct save *s)
     if (e >= 0) e = put_num(s->file, "format_version", A_INT, &format_version);
     for (int i = 0; i < NUM_META_ATTRS && e >= 0; i++)
         e = put_num(s->file, a[i].name, a[i].kind, a[i].v);
+    if (e >= 0) e = put_num(s->file, "train_seconds", A_F64, &s->meta.train_seconds);
+    if (e >= 0) e = put_num(s->file, "segments", A_I64, &s->meta.segments);
     if (e >= 0) e = put_str(s->file, "dtrain_version", s->meta.version);
     if (e >= 0) e = put_str(s->file, "optimizer", s->meta.optimizer);
     if (e >= 0) e = put_num(s->file, "meta_checksum", A_U64, &s->meta_sum);
@@ -781,6 +788,7 @@ static void own_meta(struct save *s, const struct dt_ckpt_meta *meta)
 {
     struct timespec ts;
     s->meta = *meta;
+    s->meta.has_time = 1;
     if (s->meta.created <= 0 && clock_gettime(CLOCK_REALTIME, &ts) == 0)
         s->meta.created = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     if (!s->meta.version[0]) snprintf(s->meta.version, sizeof s->meta.version, "%s", DT_VERSION);
@@ -1164,6 +1172,25 @@ out:
     return st;
 }
 
+/* The optional train_seconds and segments: both or neither. */
+static dt_status read_time(const struct reader *r, struct dt_ckpt_meta *m)
+{
+    dt_status st;
+    htri_t e = H5Aexists(r->f, "train_seconds");
+    if (e < 0) return damaged_h5(r, "cannot look up attribute 'train_seconds'");
+    if (e == 0) return DT_OK;
+    DT_CHECK(get_num(r, r->f, NULL, "train_seconds", A_F64, &m->train_seconds));
+    DT_CHECK(get_num(r, r->f, NULL, "segments", A_I64, &m->segments));
+    if (!isfinite(m->train_seconds) || m->train_seconds < 0 || m->segments < 1)
+        return damaged(r,
+                       "attributes 'train_seconds' %g and 'segments' %lld are not a time and a "
+                       "count of at least 1",
+                       m->train_seconds, (long long)m->segments);
+    m->has_time = 1;
+out:
+    return st;
+}
+
 /* Format, version and every attribute of the root. Version 1 keeps the job
  * in an attribute and may lack meta_checksum; version 2 keeps the job in
  * /job and always has it. */
@@ -1199,6 +1226,7 @@ static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struc
     h->has_sum = e > 0;
     if (!h->has_sum && version > 1) DT_CHECK(damaged(r, "attribute 'meta_checksum' is missing"));
     if (h->has_sum) DT_CHECK(get_num(r, r->f, NULL, "meta_checksum", A_U64, &h->meta_sum));
+    DT_CHECK(read_time(r, m));
     DT_CHECK(check_meta_values(r, m));
 out:
     if (st != DT_OK) header_free(h);

@@ -9,6 +9,8 @@
  *                         format_version, dtrain_version, step, epoch,
  *                         batch, samples, seed, world, loss_scale, optim_t,
  *                         bad_steps, rollbacks, created, optimizer,
+ *                         train_seconds and segments (optional: files
+ *                         from before they existed lack them),
  *                         meta_checksum (uint64: every attribute, the job
  *                         and every tensor's name, shape and checksum)
  *   /job                  uint8 bytes: the resolved job as YAML
@@ -58,6 +60,13 @@ struct dt_ckpt_meta {
     double created;     /* Unix time of the save */
     char version[32];   /* dtrain version that wrote it */
     char optimizer[32]; /* train.optimizer.name */
+    /* Training time summed over the run's segments (a segment: one
+     * process lifetime, up to a stop and resume) up to this save, and
+     * how many segments that is. has_time = 0: the file predates these
+     * attributes (both 0); a saver always writes them. */
+    double train_seconds;
+    int64_t segments;
+    int has_time;
 };
 
 struct dt_ckpt_tensor {

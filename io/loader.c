@@ -30,11 +30,14 @@
 #define _GNU_SOURCE
 #include "loader.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "../runtime/fault.h"
 #include "../runtime/rng.h"
 #include "../runtime/util.h"
 
@@ -91,6 +94,7 @@ struct dt_loader {
     struct slot *slots;
 
     _Atomic uint64_t bytes;
+    int64_t delay_ms; /* DTRAIN_FAULT slowdata: added to every read; 0 normally */
 };
 
 /* ---- arithmetic of batches ---------------------------------------------- */
@@ -185,6 +189,12 @@ static void *worker_main(void *arg)
         ld->busy++;
         pthread_mutex_unlock(&ld->mu);
 
+        if (ld->delay_ms > 0) {
+            struct timespec ts = {(time_t)(ld->delay_ms / 1000),
+                                  (long)(ld->delay_ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+        }
         uint64_t bytes = 0;
         dt_status st = dt_dataset_read(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows, s->x,
                                        s->y, &bytes);
@@ -310,6 +320,7 @@ dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
     rank_slice(opts->global_batch, opts->rank, opts->world, &lo, &hi);
     ld->full_micro = (hi - lo) / opts->micro_batch;
     atomic_init(&ld->bytes, 0);
+    ld->delay_ms = dt_fault_param("slowdata", opts->rank);
     DT_CHECK(alloc_slots(ld));
     DT_CHECK(dt_calloc((size_t)opts->workers, sizeof *ld->threads, "loader threads",
                        (void **)&ld->threads));

@@ -104,6 +104,7 @@ struct dt_job {
     struct {
         char dir[DT_JOB_PATH];       /* run directory */
         int adopt;                   /* use a non-empty directory dtrain did not make */
+        int tensorboard;             /* rank 0 writes <dir>/tensorboard event files */
     } output;
 };
 

@@ -200,6 +200,9 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "use output.dir even when it is a non-empty directory that dtrain did not make (files "
         "there named like dtrain's may be overwritten); otherwise such a directory is refused",
         ANY),
+    ROW("output.tensorboard", B, output.tensorboard, "true",
+        "also write the metrics as TensorBoard event files in <output.dir>/tensorboard (a new "
+        "file for each run or resume; view with tensorboard --logdir <output.dir>)", ANY),
 };
 /* clang-format on */
 #undef I

@@ -12,6 +12,8 @@
  *   nan:STEP       the rank's loss is NaN at step STEP
  *   overflow:STEP  the rank's gradients overflow to infinity at step STEP
  *                  (every step when STEP is left out), as fp16 ones can
+ *   slowdata:MS    every batch the rank's loaders read takes MS ms longer
+ *                  (a slow file system: the loader starvation warning)
  * STEP counts optimizer steps from 0. Under `dtrain launch` the faults act
  * in the first attempt only (DTRAIN_LAUNCH_ATTEMPT=1), so a restart shows
  * the recovery. Unset (the normal case) it costs one getenv at start-up.
@@ -28,5 +30,9 @@ dt_status dt_fault_init(void);
 
 /* 1 when `event` is armed for `rank` (and `step`, for step events). */
 int dt_fault_armed(const char *event, int rank, int64_t step);
+
+/* The number given with `event` for `rank` (slowdata's MS); -1 when the
+ * event is not armed there or has no number. */
+int64_t dt_fault_param(const char *event, int rank);
 
 #endif

@@ -14,14 +14,19 @@
  *
  * Time per step is split into data wait, compute, communication not
  * hidden behind compute, and optimizer, and reported in metrics.jsonl with
- * loss, accuracy, learning rate and throughput; rank 0 shows a live bar on
- * a terminal, periodic lines otherwise.
+ * loss, accuracy, learning rate, throughput and accelerator utilisation
+ * (and in TensorBoard event files); rank 0 shows a live bar on a terminal,
+ * periodic lines otherwise. A loader that keeps the device waiting gets
+ * one warning naming the keys to raise; the end-of-run summary adds the
+ * time split, peak memory and the training time over every segment of a
+ * resumed run.
  */
 #include "train.h"
 
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,14 +40,44 @@
 
 #define BAR_WIDTH 24
 #define BAR_REFRESH_S 0.2
+/* Loader starvation: utilisation under STARVE_UTIL in STARVE_WINDOWS
+ * logged windows in a row (the first window of a segment, which holds the
+ * warm-up, never counts), with data wait at least STARVE_DATA_SHARE of the
+ * time the device did not compute. */
+#define STARVE_UTIL 0.9
+#define STARVE_WINDOWS 3
+#define STARVE_DATA_SHARE 0.5
+#define TB_DIR "tensorboard"
 
-/* Progress accumulated between two log points (global values). */
+/* Progress accumulated between two log points: loss, accuracy and rows
+ * are global values, times are this rank's. */
 struct window {
     double loss_sum, correct, rows;
     int64_t steps, overflows; /* overflows: fp16 steps skipped by the loss scaler */
     double t0, data_s, compute_s, comm_s, optim_s;
+    double eval_s, ckpt_s; /* evaluation and checkpoints that fell inside the window */
     double grad_norm;
 };
+
+/* Accelerator utilisation as the DLIO benchmark defines it: the time the
+ * accelerator computes over the wall time of the training steps. Compute
+ * is the forward and backward passes of every micro-batch plus the
+ * optimizer step (the device's work in a step: with a GPU, up to the point
+ * the host has the step's loss back); data wait and communication not
+ * hidden behind backward are not compute. The wall time leaves out the
+ * evaluations and checkpoints (reported apart) that fell in the window. */
+static double accel_util(double compute_s, double wall_s)
+{
+    if (!(wall_s > 0))
+        return 0;
+    double u = compute_s / wall_s;
+    return u > 1 ? 1 : u < 0 ? 0 : u;
+}
+
+static double window_wall(const struct window *w)
+{
+    return dt_now() - w->t0 - w->eval_s - w->ckpt_s;
+}
 
 /* What one rank contributes to a step's outcome, summed over ranks: its
  * failure, its loss and accuracy sums, and the coordinator's flags (a stop
@@ -63,6 +98,7 @@ static int64_t epoch_steps(const struct run *r, int64_t epoch)
 static void show_progress(struct run *r, int64_t epoch, int64_t step, const struct window *w,
                           double lr, double elapsed, int64_t samples_done, int line)
 {
+    double util = accel_util(w->compute_s + w->optim_s, window_wall(w));
     double sps = elapsed > 0 ? (double)samples_done / elapsed : 0;
     double eta = step > 0 ? elapsed * (double)(r->total_steps - step) / (double)step : 0;
     char etas[32];
@@ -84,13 +120,13 @@ static void show_progress(struct run *r, int64_t epoch, int64_t step, const stru
     if (!line)
         return;
     const char *fmt = "epoch %lld/%lld step %lld/%lld loss %.4f acc %.2f%% lr %.3g %.0f samples/s "
-                      "ETA %s";
+                      "accel util %.0f%% ETA %s";
     if (r->bar || r->quiet)
         dt_log_file_only("train", fmt, (long long)epoch + 1, (long long)r->epochs, (long long)step,
-                         (long long)r->total_steps, loss, acc, lr, sps, etas);
+                         (long long)r->total_steps, loss, acc, lr, sps, 100.0 * util, etas);
     else
         DT_LOG_INFO("train", fmt, (long long)epoch + 1, (long long)r->epochs, (long long)step,
-                    (long long)r->total_steps, loss, acc, lr, sps, etas);
+                    (long long)r->total_steps, loss, acc, lr, sps, 100.0 * util, etas);
 }
 
 static void end_bar(struct run *r)
@@ -168,7 +204,13 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
     dt_metrics_num(&rec, "loss", *loss, 9);
     dt_metrics_num(&rec, "acc", *acc, 6);
     dt_metrics_int(&rec, "samples", (int64_t)v[OUT_ROWS]);
-    return dt_metrics_put(r->metrics, &rec);
+    st = dt_metrics_put(r->metrics, &rec);
+    struct dt_tb_rec tb;
+    dt_tb_begin(&tb, step);
+    dt_tb_add(&tb, "eval/loss", *loss);
+    dt_tb_add(&tb, "eval/accuracy", *acc);
+    dt_status tst = dt_tb_put(r->tb, &tb);
+    return st != DT_OK ? st : tst;
 }
 
 /* ---- one optimizer step -------------------------------------------------- */
@@ -348,13 +390,71 @@ static dt_status optimizer_step(struct run *r, int64_t step, double loss, struct
     return st;
 }
 
-static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double lr,
-                            struct window *w, double elapsed, int64_t samples)
+/* Loader starvation (rank 0's view): counts windows in a row where the
+ * device waited mostly for data, and warns once when there are enough. */
+static void check_starvation(struct run *r, int64_t step, const struct window *w, double wall,
+                             double util)
+{
+    double ns = w->steps ? (double)w->steps : 1.0;
+    double compute = w->compute_s + w->optim_s, lost = wall - compute;
+    int starved =
+        r->windows > 1 && util < STARVE_UTIL && lost > 0 && w->data_s >= STARVE_DATA_SHARE * lost;
+    r->starved_windows = starved ? r->starved_windows + 1 : 0;
+    if (r->rank != 0 || r->starve_warned || r->starved_windows < STARVE_WINDOWS)
+        return;
+    r->starve_warned = 1;
+    DT_LOG_WARN("train",
+                "the data loader is starving the device: accelerator utilisation %.0f%% (under "
+                "%.0f%% for %d logged windows in a row, up to step %lld); per step %.1f ms "
+                "waiting for data against %.1f ms of compute. Raise data.workers (now %lld) "
+                "and data.prefetch (now %lld), or put the dataset on faster storage",
+                100.0 * util, 100.0 * STARVE_UTIL, r->starved_windows, (long long)step,
+                1e3 * w->data_s / ns, 1e3 * compute / ns, (long long)r->job->data.workers,
+                (long long)r->job->data.prefetch);
+}
+
+/* The GPU sample of a window, into both records; peaks for the summary. */
+static void put_gpu(struct run *r, struct dt_metrics_rec *rec, struct dt_tb_rec *tb)
+{
+    struct dt_nvml_sample g;
+    if (!dt_nvml_sample(r->nvml, &g))
+        return;
+    if (g.has_util) {
+        dt_metrics_num(rec, "gpu_util", g.util, 4);
+        dt_tb_add(tb, "gpu/util", g.util);
+    }
+    if (g.has_mem) {
+        dt_metrics_int(rec, "gpu_mem_bytes", (int64_t)g.mem_used);
+        dt_tb_add(tb, "gpu/mem_bytes", (double)g.mem_used);
+        if ((double)g.mem_used > r->gpu_mem_peak)
+            r->gpu_mem_peak = (double)g.mem_used;
+    }
+    if (g.has_power) {
+        dt_metrics_num(rec, "gpu_power_w", g.power_w, 5);
+        dt_tb_add(tb, "gpu/power_w", g.power_w);
+        if (g.power_w > r->gpu_power_peak)
+            r->gpu_power_peak = g.power_w;
+    }
+}
+
+static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double lr, struct window *w,
+                            double elapsed, int64_t samples)
 {
     double dt = dt_now() - w->t0, ns = w->steps ? (double)w->steps : 1.0;
+    double wall = window_wall(w), util = accel_util(w->compute_s + w->optim_s, wall);
     double loss = w->rows > 0 ? w->loss_sum / w->rows : 0;
     double acc = w->rows > 0 ? w->correct / w->rows : 0;
+    double sps = dt > 0 ? w->rows / dt : 0.0;
+    double scale = r->scaling ? r->scaler.scale : 1.0;
+    r->windows++;
+    r->spent.data_s += w->data_s;
+    r->spent.compute_s += w->compute_s;
+    r->spent.comm_s += w->comm_s;
+    r->spent.optim_s += w->optim_s;
+    r->spent.ckpt_s += w->ckpt_s;
     struct dt_metrics_rec rec;
+    struct dt_tb_rec tb;
+    dt_tb_begin(&tb, step);
     dt_metrics_begin(&rec, "train");
     dt_metrics_int(&rec, "epoch", epoch + 1);
     dt_metrics_int(&rec, "step", step);
@@ -363,17 +463,33 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
     dt_metrics_num(&rec, "lr", lr, 9);
     dt_metrics_num(&rec, "grad_norm", w->grad_norm, 9);
     dt_metrics_int(&rec, "samples", samples);
-    dt_metrics_num(&rec, "samples_per_s", dt > 0 ? w->rows / dt : 0.0, 6);
+    dt_metrics_num(&rec, "samples_per_s", sps, 6);
     dt_metrics_num(&rec, "step_s", dt / ns, 6);
     dt_metrics_num(&rec, "data_wait_s", w->data_s / ns, 6);
     dt_metrics_num(&rec, "compute_s", w->compute_s / ns, 6);
     dt_metrics_num(&rec, "comm_exposed_s", w->comm_s / ns, 6);
     dt_metrics_num(&rec, "optimizer_s", w->optim_s / ns, 6);
-    dt_metrics_num(&rec, "loss_scale", r->scaling ? r->scaler.scale : 1.0, 9);
+    dt_metrics_num(&rec, "accel_util", util, 6);
+    dt_metrics_num(&rec, "loss_scale", scale, 9);
     dt_metrics_int(&rec, "overflow_steps", w->overflows);
+    dt_tb_add(&tb, "train/loss", loss);
+    dt_tb_add(&tb, "train/accuracy", acc);
+    dt_tb_add(&tb, "train/lr", lr);
+    dt_tb_add(&tb, "train/grad_norm", w->grad_norm);
+    dt_tb_add(&tb, "train/samples_per_s", sps);
+    dt_tb_add(&tb, "train/loss_scale", scale);
+    dt_tb_add(&tb, "time/step_s", dt / ns);
+    dt_tb_add(&tb, "time/data_wait_s", w->data_s / ns);
+    dt_tb_add(&tb, "time/compute_s", w->compute_s / ns);
+    dt_tb_add(&tb, "time/comm_exposed_s", w->comm_s / ns);
+    dt_tb_add(&tb, "time/optimizer_s", w->optim_s / ns);
+    dt_tb_add(&tb, "time/accel_util", util);
+    put_gpu(r, &rec, &tb);
     dt_status st = dt_metrics_put(r->metrics, &rec);
+    dt_status tst = dt_tb_put(r->tb, &tb);
     show_progress(r, epoch, step, w, lr, elapsed, samples, 1);
-    return st;
+    check_starvation(r, step, w, wall, util);
+    return st != DT_OK ? st : tst;
 }
 
 /* ---- the loop ------------------------------------------------------------ */
@@ -477,6 +593,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
     int64_t first_step = r->step, first_samples = r->samples;
     double start = dt_now(), last_bar = 0, eval_s = 0;
     struct window w = {.t0 = dt_now()};
+    r->seg_start = start;
     while (r->epoch < r->epochs && r->step < r->total_steps) {
         int64_t epoch = r->epoch, rollbacks = r->rollbacks;
         DT_CHECK(dt_loader_start_epoch(r->train_ld, epoch, r->batch));
@@ -502,7 +619,9 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
                 DT_CHECK(log_window(r, epoch, step, lr, &w, elapsed, done));
                 w = (struct window){.t0 = dt_now()};
             }
+            double tc = dt_now();
             DT_CHECK(after_step(r, stop, ckpt));
+            w.ckpt_s += dt_now() - tc;
         }
         if (rollbacks != r->rollbacks)
             continue; /* position reloaded from a checkpoint */
@@ -512,6 +631,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
             dt_watchdog_phase(r->wd, "evaluation", r->step);
             DT_CHECK(evaluate(r, epoch, r->step, &res->test_loss, &res->test_acc));
             eval_s += dt_now() - t0;
+            w.eval_s += dt_now() - t0;
         }
         if (end) {
             r->epoch++;
@@ -522,6 +642,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
     res->steps = r->step;
     res->samples = r->samples;
     res->seconds = dt_now() - start;
+    r->spent.eval_s = eval_s;
     double train_s = res->seconds - eval_s;
     res->samples_per_s = train_s > 0 ? (double)(r->samples - first_samples) / train_s : 0;
     res->gflops = res->samples_per_s * r->flops_per_sample / 1e9;
@@ -546,6 +667,36 @@ static int want_bar(const struct dt_job *job)
     return 0;
 }
 
+/* After resume: the earlier segments' time; the TensorBoard file (rank
+ * 0) and NVML (a GPU run). */
+static dt_status monitor_open(struct run *r)
+{
+    r->gpu_mem_peak = r->gpu_power_peak = -1;
+    if (r->loaded) {
+        r->prior_unknown = !r->loaded_has_time;
+        r->prior_seconds = r->loaded_seconds;
+        r->prior_segments = r->loaded_has_time ? r->loaded_segments : 1;
+    }
+    r->nvml = dt_nvml_open(dt_backend_device_uuid(r->be));
+    dt_status st = DT_OK;
+    if (r->rank == 0 && r->job->output.tensorboard) {
+        char dir[sizeof r->job->output.dir + sizeof TB_DIR + 1], path[8192];
+        snprintf(dir, sizeof dir, "%s/%s", r->job->output.dir, TB_DIR);
+        st = dt_tb_open(dir, &r->tb, path, sizeof path);
+        if (st == DT_OK)
+            DT_LOG_DEBUG("train", "TensorBoard events go to %s", path);
+    }
+    return dt_dist_agree(r->comm, st);
+}
+
+static void monitor_close(struct run *r)
+{
+    dt_tb_close(r->tb);
+    r->tb = NULL;
+    dt_nvml_close(r->nvml);
+    r->nvml = NULL;
+}
+
 static dt_status start(struct run *r)
 {
     dt_status st;
@@ -558,6 +709,7 @@ static dt_status start(struct run *r)
     DT_CHECK(dt_train_choose_backend(r));
     DT_CHECK(dt_train_build(r));
     DT_CHECK(dt_train_ckpt_resume(r));
+    DT_CHECK(monitor_open(r));
     DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, &r->wd));
     r->last_ckpt_time = dt_now();
     struct dt_metrics_rec rec;
@@ -589,32 +741,134 @@ static dt_status bytes_per_rank(struct run *r, uint64_t **all)
     return st;
 }
 
-static dt_status finish(struct run *r, const struct dt_train_result *res)
+/* Peaks over the ranks, each in every rank's v[]: host memory (bytes of
+ * resident memory at its highest, getrusage), GPU memory and power (NVML
+ * samples at the logged windows; -1 without any). */
+enum { PEAK_HOST, PEAK_GPU_MEM, PEAK_GPU_POWER, PEAK_N };
+
+static dt_status peaks(struct run *r, double v[PEAK_N])
 {
-    char dur[32];
+    struct rusage ru;
+    v[PEAK_HOST] = getrusage(RUSAGE_SELF, &ru) == 0 ? 1024.0 * (double)ru.ru_maxrss : 0;
+    v[PEAK_GPU_MEM] = r->gpu_mem_peak;
+    v[PEAK_GPU_POWER] = r->gpu_power_peak;
+    if (r->world == 1)
+        return DT_OK;
+    return dt_comm_allreduce(r->comm, v, PEAK_N, DT_COMM_F64, DT_COMM_MAX);
+}
+
+/* The time split of this segment, in seconds and as shares of its wall
+ * time; "other" is what none of the parts holds (logging, start-up of the
+ * loop, saving the model). */
+struct split {
+    double wall, part[7];
+};
+enum { SP_DATA, SP_COMPUTE, SP_COMM, SP_OPTIM, SP_EVAL, SP_CKPT, SP_OTHER };
+static const char *const split_names[] = {"data_wait", "compute",    "comm_exposed", "optimizer",
+                                          "eval",      "checkpoint", "other"};
+
+static void time_split(const struct run *r, double final_ckpt_s, struct split *sp)
+{
+    sp->wall = dt_now() - r->seg_start;
+    sp->part[SP_DATA] = r->spent.data_s;
+    sp->part[SP_COMPUTE] = r->spent.compute_s;
+    sp->part[SP_COMM] = r->spent.comm_s;
+    sp->part[SP_OPTIM] = r->spent.optim_s;
+    sp->part[SP_EVAL] = r->spent.eval_s;
+    sp->part[SP_CKPT] = r->spent.ckpt_s + final_ckpt_s;
+    double known = 0;
+    for (int i = 0; i < SP_OTHER; i++)
+        known += sp->part[i];
+    sp->part[SP_OTHER] = sp->wall > known ? sp->wall - known : 0;
+}
+
+static double share(const struct split *sp, int i)
+{
+    return sp->wall > 0 ? sp->part[i] / sp->wall : 0;
+}
+
+static void summary_record(struct run *r, const struct dt_train_result *res, const struct split *sp,
+                           double util, const double pk[PEAK_N], struct dt_metrics_rec *rec)
+{
+    char key[64];
+    dt_metrics_begin(rec, "summary");
+    dt_metrics_int(rec, "world", r->world);
+    dt_metrics_int(rec, "steps", res->steps);
+    dt_metrics_int(rec, "epochs", res->epochs);
+    dt_metrics_int(rec, "samples", res->samples);
+    dt_metrics_num(rec, "seconds", res->seconds, 9);
+    dt_metrics_num(rec, "samples_per_s", res->samples_per_s, 6);
+    dt_metrics_num(rec, "gflops", res->gflops, 6);
+    dt_metrics_num(rec, "test_loss", res->test_loss, 9);
+    dt_metrics_num(rec, "test_acc", res->test_acc, 6);
+    dt_metrics_num(rec, "accel_util", util, 6);
+    dt_metrics_num(rec, "segment_s", sp->wall, 9);
+    for (int i = 0; i <= SP_OTHER; i++) {
+        snprintf(key, sizeof key, "time_%s_s", split_names[i]);
+        dt_metrics_num(rec, key, sp->part[i], 6);
+        snprintf(key, sizeof key, "share_%s", split_names[i]);
+        dt_metrics_num(rec, key, share(sp, i), 4);
+    }
+    dt_metrics_num(rec, "total_train_s", r->prior_seconds + sp->wall, 9);
+    dt_metrics_int(rec, "segments", r->prior_segments + 1);
+    if (r->prior_unknown) /* resumed from a checkpoint without the stored time */
+        dt_metrics_str(rec, "total_train_s_note",
+                       "lower bound: an earlier segment's time was not recorded");
+    dt_metrics_int(rec, "peak_host_mem_bytes", (int64_t)pk[PEAK_HOST]);
+    if (pk[PEAK_GPU_MEM] >= 0)
+        dt_metrics_int(rec, "peak_gpu_mem_bytes", (int64_t)pk[PEAK_GPU_MEM]);
+    if (pk[PEAK_GPU_POWER] >= 0)
+        dt_metrics_num(rec, "peak_gpu_power_w", pk[PEAK_GPU_POWER], 5);
+}
+
+static void summary_line(struct run *r, const struct dt_train_result *res, const struct split *sp,
+                         double util, const double pk[PEAK_N])
+{
+    char dur[32], total[32], host[32], gpu[64] = "", segs[96] = "";
+    dt_format_duration(res->seconds, dur, sizeof dur);
+    dt_format_duration(r->prior_seconds + sp->wall, total, sizeof total);
+    dt_format_bytes((uint64_t)pk[PEAK_HOST], host, sizeof host);
+    if (r->prior_segments > 0)
+        snprintf(segs, sizeof segs, " (%s%s in all over %lld segments)",
+                 r->prior_unknown ? "at least " : "", total, (long long)r->prior_segments + 1);
+    if (pk[PEAK_GPU_MEM] >= 0) {
+        char b[32];
+        dt_format_bytes((uint64_t)pk[PEAK_GPU_MEM], b, sizeof b);
+        snprintf(gpu, sizeof gpu, ", peak GPU memory %s", b);
+    }
+    DT_LOG_INFO("train",
+                "done: %lld steps (%lld epoch%s) on %d rank%s in %s%s, %.0f samples/s, "
+                "%.1f GFLOP/s, accelerator utilisation %.0f%%; time: data wait %.0f%%, compute "
+                "%.0f%%, exposed comm %.0f%%, optimizer %.0f%%, eval %.0f%%, checkpoints %.0f%%, "
+                "other %.0f%%; peak host memory %s per rank%s; final test accuracy %.2f%% "
+                "(loss %.4f)",
+                (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s",
+                r->world, r->world == 1 ? "" : "s", dur, segs, res->samples_per_s, res->gflops,
+                100.0 * util, 100.0 * share(sp, SP_DATA), 100.0 * share(sp, SP_COMPUTE),
+                100.0 * share(sp, SP_COMM), 100.0 * share(sp, SP_OPTIM), 100.0 * share(sp, SP_EVAL),
+                100.0 * share(sp, SP_CKPT), 100.0 * share(sp, SP_OTHER), host, gpu,
+                100.0 * res->test_acc, res->test_loss);
+}
+
+static dt_status finish(struct run *r, const struct dt_train_result *res, double final_ckpt_s)
+{
     uint64_t *bytes = NULL;
+    double pk[PEAK_N];
+    struct split sp;
     dt_status st = bytes_per_rank(r, &bytes);
+    if (st == DT_OK)
+        st = peaks(r, pk);
     if (st != DT_OK) {
         free(bytes);
         return st;
     }
-    dt_format_duration(res->seconds, dur, sizeof dur);
-    DT_LOG_INFO("train", "done: %lld steps (%lld epoch%s) on %d rank%s in %s, %.0f samples/s, "
-                         "%.1f GFLOP/s; final test accuracy %.2f%% (loss %.4f)",
-                (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s",
-                r->world, r->world == 1 ? "" : "s", dur, res->samples_per_s, res->gflops,
-                100.0 * res->test_acc, res->test_loss);
+    time_split(r, final_ckpt_s, &sp);
+    /* the training steps' wall time, as in each window */
+    double util = accel_util(r->spent.compute_s + r->spent.optim_s,
+                             sp.wall - sp.part[SP_EVAL] - sp.part[SP_CKPT]);
+    summary_line(r, res, &sp, util, pk);
     struct dt_metrics_rec rec;
-    dt_metrics_begin(&rec, "summary");
-    dt_metrics_int(&rec, "world", r->world);
-    dt_metrics_int(&rec, "steps", res->steps);
-    dt_metrics_int(&rec, "epochs", res->epochs);
-    dt_metrics_int(&rec, "samples", res->samples);
-    dt_metrics_num(&rec, "seconds", res->seconds, 9);
-    dt_metrics_num(&rec, "samples_per_s", res->samples_per_s, 6);
-    dt_metrics_num(&rec, "gflops", res->gflops, 6);
-    dt_metrics_num(&rec, "test_loss", res->test_loss, 9);
-    dt_metrics_num(&rec, "test_acc", res->test_acc, 6);
+    summary_record(r, res, &sp, util, pk, &rec);
     dt_metrics_u64_list(&rec, "train_bytes_read_per_rank", bytes, r->world);
     free(bytes);
     st = dt_metrics_put(r->metrics, &rec);
@@ -652,14 +906,16 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct d
     DT_CHECK(start(&r));
     DT_CHECK(train_loop(&r, res));
     DT_CHECK(check_final_eval(&r, res->test_loss));
+    double t0 = dt_now();
     DT_CHECK(dt_train_ckpt_save(&r, "end of training"));
     DT_CHECK(dt_train_save_model(&r));
-    st = finish(&r, res);
+    st = finish(&r, res, dt_now() - t0);
 out:
     /* every failure past start-up that is not a communication failure was
      * agreed by all ranks (see agree_outcome) */
     res->comm_failed = res->comm_failed || st == DT_ERR_COMM;
     dt_watchdog_stop(r.wd);
+    monitor_close(&r);
     dt_train_close(&r, st);
     return st;
 }

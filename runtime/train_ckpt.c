@@ -114,6 +114,8 @@ static void fill_meta(const struct run *r, struct dt_ckpt_meta *m)
     m->optim_t = dt_optim_steps(r->opt);
     m->bad_steps = r->bad_steps;
     m->rollbacks = r->rollbacks;
+    m->train_seconds = r->prior_seconds + (r->seg_start > 0 ? dt_now() - r->seg_start : 0.0);
+    m->segments = r->prior_segments + 1;
     snprintf(m->version, sizeof m->version, "%s", DT_VERSION);
     snprintf(m->optimizer, sizeof m->optimizer, "%.*s", (int)sizeof m->optimizer - 1,
              r->job->train.optimizer.name);
@@ -250,6 +252,10 @@ static dt_status load_local(struct run *r, const char *path)
     r->epoch = meta.epoch;
     r->batch = meta.batch;
     r->samples = meta.samples;
+    r->loaded = 1;
+    r->loaded_has_time = meta.has_time;
+    r->loaded_seconds = meta.train_seconds;
+    r->loaded_segments = meta.segments;
     r->bad_steps = 0;
     r->last_ckpt_step = meta.step;
     dt_optim_set_steps(r->opt, meta.optim_t);

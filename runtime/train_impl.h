@@ -16,9 +16,11 @@
 #include "config.h"
 #include "metrics.h"
 #include "model.h"
+#include "nvml.h"
 #include "optim.h"
 #include "rundir.h"
 #include "scaler.h"
+#include "tbevents.h"
 #include "train.h"
 
 struct run {
@@ -64,6 +66,26 @@ struct run {
     double last_ckpt_time; /* dt_now() of the last checkpoint or the start */
     int64_t last_ckpt_step; /* step of the last checkpoint written or loaded; -1: none */
     struct dt_watchdog *wd;
+
+    /* Monitoring (train.c). Time over this segment (one process lifetime,
+     * up to a stop and resume), summed from the logged windows. */
+    struct {
+        double data_s, compute_s, comm_s, optim_s, ckpt_s, eval_s;
+    } spent;
+    double seg_start;      /* dt_now() when the step loop began; 0 before */
+    double prior_seconds;  /* training time of earlier segments (from the checkpoint resumed) */
+    int64_t prior_segments;
+    int prior_unknown;     /* resumed from a checkpoint that predates the stored time */
+    /* set by a checkpoint load: its stored time (has_time 0: none stored) */
+    double loaded_seconds;
+    int64_t loaded_segments;
+    int loaded_has_time, loaded;
+    int64_t windows;       /* logged windows this segment */
+    int starved_windows;   /* consecutive windows the loader starved the device */
+    int starve_warned;
+    dt_tb_t *tb;           /* rank 0, output.tensorboard: the event file; else NULL */
+    dt_nvml_t *nvml;       /* a GPU run with NVML present; else NULL */
+    double gpu_mem_peak, gpu_power_peak; /* NVML samples; -1: none */
 };
 
 /* Checkpoints (train_ckpt.c), all collective. */
