@@ -1172,7 +1172,7 @@ out:
     return st;
 }
 
-/* The optional train_seconds and segments: both or neither. */
+/* The optional train_seconds and segments (written together). */
 static dt_status read_time(const struct reader *r, struct dt_ckpt_meta *m)
 {
     dt_status st;
@@ -1181,10 +1181,9 @@ static dt_status read_time(const struct reader *r, struct dt_ckpt_meta *m)
     if (e == 0) return DT_OK;
     DT_CHECK(get_num(r, r->f, NULL, "train_seconds", A_F64, &m->train_seconds));
     DT_CHECK(get_num(r, r->f, NULL, "segments", A_I64, &m->segments));
-    if (!isfinite(m->train_seconds) || m->train_seconds < 0 || m->segments < 1)
-        return damaged(r,
-                       "attributes 'train_seconds' %g and 'segments' %lld are not a time and a "
-                       "count of at least 1",
+    if (!isfinite(m->train_seconds) || m->train_seconds < 0 || m->segments < 0)
+        return damaged(r, "attributes 'train_seconds' %g and 'segments' %lld are not a time and a "
+                          "count",
                        m->train_seconds, (long long)m->segments);
     m->has_time = 1;
 out:
@@ -1226,8 +1225,8 @@ static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struc
     h->has_sum = e > 0;
     if (!h->has_sum && version > 1) DT_CHECK(damaged(r, "attribute 'meta_checksum' is missing"));
     if (h->has_sum) DT_CHECK(get_num(r, r->f, NULL, "meta_checksum", A_U64, &h->meta_sum));
-    DT_CHECK(read_time(r, m));
     DT_CHECK(check_meta_values(r, m));
+    DT_CHECK(read_time(r, m));
 out:
     if (st != DT_OK) header_free(h);
     return st;

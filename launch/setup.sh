@@ -5,6 +5,8 @@
 #   BUILD_DIR=build  CMAKE_ARGS="..."  DTRAIN_SKIP_APT=1
 #   DTRAIN_WITH_TORCH=1 (PyTorch and h5py, for the comparisons with PyTorch)
 #   DTRAIN_WITH_FUZZ=1 (clang with libFuzzer and llvm-symbolizer, for tests/fuzz)
+#   DTRAIN_WITH_TENSORBOARD=1 (the tensorboard package in a virtual environment,
+#     $BUILD_DIR/tb-venv, for the monitoring test's reader; from PyPI with pip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,9 @@ if [ "${DTRAIN_WITH_TORCH:-0}" = 1 ]; then
 fi
 if [ "${DTRAIN_WITH_FUZZ:-0}" = 1 ]; then
   PKGS="$PKGS clang libclang-rt-14-dev llvm"
+fi
+if [ "${DTRAIN_WITH_TENSORBOARD:-0}" = 1 ]; then
+  PKGS="$PKGS python3 python3-venv"
 fi
 
 missing=""
@@ -33,6 +38,15 @@ fi
 echo "setup: building in $BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# Debian's python3 refuses system-wide pip installs (PEP 668), so the
+# tensorboard package goes into a virtual environment of its own.
+if [ "${DTRAIN_WITH_TENSORBOARD:-0}" = 1 ] &&
+  ! "$BUILD_DIR/tb-venv/bin/python" -c "import tensorboard" 2>/dev/null; then
+  echo "setup: installing tensorboard into $BUILD_DIR/tb-venv"
+  /usr/bin/python3 -m venv "$BUILD_DIR/tb-venv"
+  "$BUILD_DIR/tb-venv/bin/python" -m pip install -q --disable-pip-version-check tensorboard
+fi
 
 if [ ! -f data/fashion-mnist.h5 ]; then
   echo "setup: importing Fashion-MNIST"
