@@ -1182,9 +1182,8 @@ static dt_status read_time(const struct reader *r, struct dt_ckpt_meta *m)
     DT_CHECK(get_num(r, r->f, NULL, "train_seconds", A_F64, &m->train_seconds));
     DT_CHECK(get_num(r, r->f, NULL, "segments", A_I64, &m->segments));
     if (!isfinite(m->train_seconds) || m->train_seconds < 0 || m->segments < 0)
-        return damaged(r, "attributes 'train_seconds' %g and 'segments' %lld are not a time and a "
-                          "count",
-                       m->train_seconds, (long long)m->segments);
+        return damaged(r, "attributes 'train_seconds' %g and 'segments' %lld are not a time and "
+                          "a count", m->train_seconds, (long long)m->segments);
     m->has_time = 1;
 out:
     return st;

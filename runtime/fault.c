@@ -53,6 +53,11 @@ dt_status dt_fault_init(void)
                                 "one of open, nomem, read, kill, ckptkill, hang, nan, overflow, "
                                 "slowdata",
                                 tok);
+        if (strcmp(ev, "slowdata") == 0 && (n < 3 || step <= 0))
+            return dt_set_error(DT_ERR_USAGE,
+                                "DTRAIN_FAULT entry '%s': expected RANK:slowdata:MS with MS the "
+                                "milliseconds (at least 1) to add to every batch read",
+                                tok);
         memcpy(f.event, ev, sizeof f.event);
         f.step = n == 3 ? step : -1;
         faults[nfaults++] = f;
