@@ -26,9 +26,9 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "dist.h"
@@ -758,12 +758,12 @@ static dt_status peaks(struct run *r, double v[PEAK_N])
 }
 
 /* The time split of this segment, in seconds and as shares of its wall
- * time; "other" is what none of the parts holds (logging, start-up of the
- * loop, saving the model). */
+ * time. Checkpoints include the final one and model.h5; "other" is what no
+ * part holds (the loop's own work: agreement flags, logging, the bar). */
+enum { SP_DATA, SP_COMPUTE, SP_COMM, SP_OPTIM, SP_EVAL, SP_CKPT, SP_OTHER, SP_N };
 struct split {
-    double wall, part[7];
+    double wall, part[SP_N];
 };
-enum { SP_DATA, SP_COMPUTE, SP_COMM, SP_OPTIM, SP_EVAL, SP_CKPT, SP_OTHER };
 static const char *const split_names[] = {"data_wait", "compute",    "comm_exposed", "optimizer",
                                           "eval",      "checkpoint", "other"};
 
@@ -803,7 +803,7 @@ static void summary_record(struct run *r, const struct dt_train_result *res, con
     dt_metrics_num(rec, "test_acc", res->test_acc, 6);
     dt_metrics_num(rec, "accel_util", util, 6);
     dt_metrics_num(rec, "segment_s", sp->wall, 9);
-    for (int i = 0; i <= SP_OTHER; i++) {
+    for (int i = 0; i < SP_N; i++) {
         snprintf(key, sizeof key, "time_%s_s", split_names[i]);
         dt_metrics_num(rec, key, sp->part[i], 6);
         snprintf(key, sizeof key, "share_%s", split_names[i]);

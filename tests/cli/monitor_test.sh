@@ -62,10 +62,13 @@ PYEOF
   check "$name" $?
 }
 common=(--set "data.path=$DATA" --set train.schedule.warmup_steps=0)
+# a small model for the runs that only need many quick steps (a sanitizer
+# build runs the quick-start model's steps tens of times slower)
+small=(--set "model.hidden=[32]")
 
 # --- a normal run on 2 ranks: utilisation, summary, TensorBoard, no warning
-"${MPIRUN[@]}" "$DTRAIN" train "$JOB" "${common[@]}" --set train.steps=120 \
-  --set train.log_every=10 --set output.dir=normal >normal.out 2>&1
+"${MPIRUN[@]}" "$DTRAIN" train "$JOB" "${common[@]}" --set train.steps=60 \
+  --set train.log_every=5 --set output.dir=normal >normal.out 2>&1
 check "normal run exits 0 ($(tail -n 3 normal.out))" $?
 grep -q "accel util [0-9]*%" normal/train.log
 check "progress lines show the utilisation" $?
@@ -96,13 +99,24 @@ assert not any(k.startswith("peak_gpu") for k in s), s
 "$PY" "$HERE/tb_read.py" normal 1
 check "TensorBoard holds what metrics.jsonl holds (normal run)" $?
 
-# --- a slow loader: one warning with the numbers and the keys to raise
-DTRAIN_FAULT=0:slowdata:40 "$DTRAIN" train "$JOB" "${common[@]}" --set train.steps=60 \
-  --set train.log_every=5 --set output.dir=slow >slow.out 2>&1
+# --- a slow loader: one warning with the numbers and the keys to raise.
+# One worker reads each batch MS ms late, MS at least 3 times a step's
+# compute as a first quick run measures it, so the device waits most of
+# the time whatever the machine or build.
+"$DTRAIN" train "$JOB" "${common[@]}" "${small[@]}" --set train.steps=10 \
+  --set train.log_every=10 --set output.dir=probe >probe.out 2>&1
+check "probe run exits 0 ($(tail -n 3 probe.out))" $?
+ms=$("$PY" -c "
+import json
+r = [json.loads(l) for l in open('probe/metrics.jsonl') if '\"train\"' in l][-1]
+print(max(40, int(3000 * (r['compute_s'] + r['optimizer_s'])) + 1))")
+DTRAIN_FAULT=0:slowdata:$ms "$DTRAIN" train "$JOB" "${common[@]}" "${small[@]}" \
+  --set train.steps=30 --set train.log_every=5 --set data.workers=1 --set data.prefetch=2 \
+  --set output.dir=slow >slow.out 2>&1
 check "slow-loader run exits 0 ($(tail -n 3 slow.out))" $?
 n=$(grep -c "starving" slow/train.log)
 check "the starvation warning appears exactly once (got $n)" $([ "$n" = 1 ]; echo $?)
-grep -q "warn: the data loader is starving the device: accelerator utilisation [0-9]*% .*ms waiting for data against .*ms of compute. Raise data.workers (now 2) and data.prefetch (now 4)" slow/train.log
+grep -q "warn: the data loader is starving the device: accelerator utilisation [0-9]*% .*ms waiting for data against .*ms of compute. Raise data.workers (now 1) and data.prefetch (now 2)" slow/train.log
 check "the warning has the numbers and the keys with their values" $?
 pycheck "slow loader: utilisation under 90% after the first window" slow '
 assert all(r["accel_util"] < 0.9 for r in train[1:]), [r["accel_util"] for r in train]
@@ -111,16 +125,13 @@ assert all(r["accel_util"] < 0.9 for r in train[1:]), [r["accel_util"] for r in 
 # --- stopped by SIGTERM twice and resumed: the time of every segment
 # run_until_step STEP: starts the job in the background and sends SIGTERM
 # once metrics.jsonl has a train record at STEP or later; returns its exit.
-resumed=(--set train.steps=900 --set train.log_every=25 --set output.dir=stopped)
+resumed=("${small[@]}" --set train.steps=900 --set train.log_every=20 --set output.dir=stopped)
 run_until_step() {
   "$DTRAIN" train "$JOB" "${common[@]}" "${resumed[@]}" >>stopped.out 2>&1 &
   local pid=$! i
-  for i in $(seq 600); do
-    if [ -f stopped/metrics.jsonl ] &&
-      "$PY" -c "import json,sys; sys.exit(not any(json.loads(l).get('step', -1) >= $1 and json.loads(l)['type'] == 'train' for l in open('stopped/metrics.jsonl')))"; then
-      break
-    fi
-    sleep 0.1
+  for i in $(seq 6000); do
+    grep -qs "\"type\":\"train\",\"epoch\":[0-9]*,\"step\":$1," stopped/metrics.jsonl && break
+    sleep 0.05
   done
   kill -TERM "$pid"
   wait "$pid"
@@ -150,7 +161,7 @@ assert steps == sorted(set(steps)) and steps[-1] == 900, steps
 check "TensorBoard holds what metrics.jsonl holds over 3 segments" $?
 
 # --- output.tensorboard: false writes no event files
-"$DTRAIN" train "$JOB" "${common[@]}" --set train.steps=20 --set train.log_every=10 \
+"$DTRAIN" train "$JOB" "${common[@]}" "${small[@]}" --set train.steps=20 --set train.log_every=10 \
   --set output.tensorboard=false --set output.dir=notb >notb.out 2>&1
 check "run without TensorBoard exits 0" $?
 check "output.tensorboard=false: no tensorboard directory" $([ ! -e notb/tensorboard ]; echo $?)
