@@ -7,6 +7,7 @@
  * failing rank's message and nobody waits in a collective.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,16 +31,43 @@
 
 /* ---- run directory (rank 0) ------------------------------------------ */
 
+/* The job as config.yaml records it: data.path made absolute, so the file
+ * names the same dataset wherever a requeued or copied job starts from (the
+ * path is not resolved further: a node-local copy stays node-local). */
+static dt_status absolute_job(const struct dt_job *job, struct dt_job **out)
+{
+    char cwd[DT_JOB_PATH];
+    dt_status st = dt_calloc(1, sizeof **out, "the resolved job", (void **)out);
+    if (st != DT_OK)
+        return st;
+    **out = *job;
+    const char *p = job->data.path;
+    if (p[0] == '/' || p[0] == '\0' || !getcwd(cwd, sizeof cwd))
+        return DT_OK;
+    if (p[0] == '.' && p[1] == '/')
+        p += 2;
+    if ((size_t)snprintf((*out)->data.path, sizeof(*out)->data.path, "%s/%s", cwd, p) >=
+        sizeof(*out)->data.path)
+        snprintf((*out)->data.path, sizeof(*out)->data.path, "%s", job->data.path);
+    return DT_OK;
+}
+
 static dt_status write_config(const struct dt_job *job, const char *dir)
 {
     char tmp[4096 + 64], final[4096 + 64];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, TRAIN_CONFIG);
     snprintf(final, sizeof final, "%s/%s", dir, TRAIN_CONFIG);
     FILE *fp;
-    dt_status st = dt_output_open(tmp, "the resolved job", 0, &fp);
+    struct dt_job *abs = NULL;
+    dt_status st = absolute_job(job, &abs);
     if (st != DT_OK)
         return st;
-    dt_job_write_yaml(job, fp);
+    if ((st = dt_output_open(tmp, "the resolved job", 0, &fp)) != DT_OK) {
+        free(abs);
+        return st;
+    }
+    dt_job_write_yaml(abs, fp);
+    free(abs);
     int bad = ferror(fp);
     bad |= fclose(fp) != 0;
     if (bad || rename(tmp, final) != 0) {
@@ -144,8 +172,21 @@ dt_status dt_train_open_data(struct run *r)
 
 /* ---- backend --------------------------------------------------------------- */
 
+/* SLURM_CPUS_PER_TASK, or 0 when it is unset or not a positive count. */
+static int slurm_cpus_per_task(void)
+{
+    const char *v = getenv("SLURM_CPUS_PER_TASK");
+    char *end;
+    if (!v || !*v)
+        return 0;
+    long n = strtol(v, &end, 10);
+    return *end == '\0' && n > 0 && n <= INT_MAX ? (int)n : 0;
+}
+
 /* runtime.threads, or the cores this rank may use: all it is bound to when
- * the launcher bound it, else an equal share of the node. */
+ * the launcher bound it; when it did not, the CPUs Slurm gave the task
+ * (SLURM_CPUS_PER_TASK, with TaskPlugin=task/none nothing binds), else an
+ * equal share of the node. */
 static int rank_threads(const struct run *r)
 {
     if (r->job->runtime.threads > 0)
@@ -154,6 +195,9 @@ static int rank_threads(const struct run *r)
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online > 0 && aff < online)
         return aff;
+    int slurm = slurm_cpus_per_task();
+    if (slurm > 0)
+        return slurm < aff ? slurm : aff;
     int per = aff / dt_comm_local_size(r->comm);
     return per > 0 ? per : 1;
 }

@@ -229,3 +229,25 @@ void dt_format_bytes(uint64_t b, char *buf, size_t len)
     int decimals = u == 0 || v >= 100 ? 0 : v >= 10 ? 1 : 2;
     snprintf(buf, len, "%.*f %s", decimals, v, unit[u]);
 }
+
+/* A path /proc shows for a terminal: a pseudo-terminal or a console. */
+static int is_terminal_path(const char *p)
+{
+    return strncmp(p, "/dev/pts/", 9) == 0 || strncmp(p, "/dev/tty", 8) == 0 ||
+           strncmp(p, "/dev/console", 12) == 0;
+}
+
+int dt_stdout_is_terminal(void)
+{
+    if (!isatty(STDOUT_FILENO))
+        return 0;
+    if (!getenv("OMPI_COMM_WORLD_SIZE"))
+        return 1;
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/%ld/fd/1", (long)getppid());
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return 0;
+    target[n] = '\0';
+    return is_terminal_path(target);
+}

@@ -48,6 +48,12 @@ dt_status dt_input_check(const char *path, const char *what, int64_t *size);
  * error (DT_ERR_IO naming it), not a hang. */
 dt_status dt_output_open(const char *path, const char *what, int append, FILE **out);
 
+/* Whether stdout reaches a person's terminal. Under Open MPI's mpirun a
+ * rank's stdout is a pseudo-terminal that mpirun creates whatever its own
+ * stdout is (a batch job's output file, say), so there the launcher's own
+ * stdout decides: mpirun is the rank's parent on its node. */
+int dt_stdout_is_terminal(void);
+
 /* Levenshtein distance between two strings (for "did you mean"). */
 int dt_edit_distance(const char *a, const char *b);
 
