@@ -28,8 +28,8 @@ void dt_h5_library_version(char *buf, size_t len, int *parallel)
         snprintf(buf, len, "HDF5 (version not known; built with %d.%d.%d)", H5_VERS_MAJOR,
                  H5_VERS_MINOR, H5_VERS_RELEASE);
     else if (major != H5_VERS_MAJOR || minor != H5_VERS_MINOR || rel != H5_VERS_RELEASE)
-        snprintf(buf, len, "HDF5 %u.%u.%u (built with %d.%d.%d)", major, minor, rel,
-                 H5_VERS_MAJOR, H5_VERS_MINOR, H5_VERS_RELEASE);
+        snprintf(buf, len, "HDF5 %u.%u.%u (built with %d.%d.%d)", major, minor, rel, H5_VERS_MAJOR,
+                 H5_VERS_MINOR, H5_VERS_RELEASE);
     else
         snprintf(buf, len, "HDF5 %u.%u.%u", major, minor, rel);
 #ifdef H5_HAVE_PARALLEL
@@ -77,11 +77,14 @@ static dt_status write_locked(const char *path, const int64_t *v)
         goto out;
     }
 out:
-    if (d >= 0) H5Dclose(d);
-    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0)
+        H5Dclose(d);
+    if (sp >= 0)
+        H5Sclose(sp);
     if (f >= 0 && H5Fclose(f) < 0 && st == DT_OK)
         st = dt_h5_write_error("HDF5 test file", path, path, "close it");
-    if (fapl >= 0) H5Pclose(fapl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
     return st;
 }
 
@@ -109,8 +112,10 @@ static dt_status read_locked(const char *path, int64_t *got)
     if (d < 0 || H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, got) < 0)
         st = dt_h5_error(DT_ERR_IO, "HDF5 test file %s: its dataset cannot be read back", path);
 out:
-    if (d >= 0) H5Dclose(d);
-    if (f >= 0) H5Fclose(f);
+    if (d >= 0)
+        H5Dclose(d);
+    if (f >= 0)
+        H5Fclose(f);
     return st;
 }
 

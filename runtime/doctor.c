@@ -180,8 +180,7 @@ static void check_cpu_gemm(struct facts *f, struct gemm_data *g)
     dt_backend_t *fast = NULL;
     dt_status st = dt_backend_create("cpu", &fo, &fast);
     if (st == DT_OK)
-        st = dt_backend_ops(fast)->linear_fwd(fast, g->got, g->in, g->w, GEMM_B, GEMM_IN,
-                                              GEMM_OUT);
+        st = dt_backend_ops(fast)->linear_fwd(fast, g->got, g->in, g->w, GEMM_B, GEMM_IN, GEMM_OUT);
     dt_backend_destroy(fast);
     if (st != DT_OK) {
         snprintf(f->cpu_gemm_msg, sizeof f->cpu_gemm_msg, "%s", dt_last_error());
@@ -209,8 +208,8 @@ static dt_status gpu_kernel(dt_backend_t *be, struct facts *f)
         wrong += host[KERNEL_N + i] != (host[i] > 0 ? host[i] : 0.0f);
     f->gpu_kernel_ok = wrong == 0;
     if (wrong)
-        snprintf(f->gpu_msg, sizeof f->gpu_msg, "the ReLU kernel gave %d wrong values of %d",
-                 wrong, KERNEL_N);
+        snprintf(f->gpu_msg, sizeof f->gpu_msg, "the ReLU kernel gave %d wrong values of %d", wrong,
+                 KERNEL_N);
 out:
     dt_backend_free(be, dev);
     free(host);
@@ -316,9 +315,9 @@ static dt_status nccl_allreduce(dt_comm_t *ctl, dt_backend_t *be, struct allredu
     struct dt_bench_allreduce_opts o = {.device = &dev, .control = ctl};
     st = run_allreduce(nc, &o, res);
     if (st != DT_OK)
-        dt_comm_abort(nc, 75);
+        return st; /* peers may be inside NCCL: the caller aborts the job, no clean destroy */
     dt_comm_destroy(nc);
-    return st;
+    return DT_OK;
 }
 
 /* ---- run directory -------------------------------------------------------- */
@@ -411,8 +410,8 @@ static void plain_create(const char *path, char *msg, size_t len)
 
 /* Writes and reads back this rank's probe file (in a private directory
  * when the otherhost fault makes it act as another node). */
-static void write_probe(const struct facts *f, const char *token, uint64_t key,
-                        struct dirfacts *d, char *mine, size_t len, char *private_dir)
+static void write_probe(const struct facts *f, const char *token, uint64_t key, struct dirfacts *d,
+                        char *mine, size_t len, char *private_dir)
 {
     const char *where = d->dir;
     if (f->other_host) {
@@ -420,8 +419,8 @@ static void write_probe(const struct facts *f, const char *token, uint64_t key,
         snprintf(private_dir, DOCTOR_PATH, "%s/dtrain-doctor-private-XXXXXX",
                  tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(private_dir)) {
-            snprintf(d->msg, sizeof d->msg, "cannot make the private directory %s: %s",
-                     private_dir, strerror(errno));
+            snprintf(d->msg, sizeof d->msg, "cannot make the private directory %s: %s", private_dir,
+                     strerror(errno));
             private_dir[0] = '\0';
             return;
         }
@@ -481,8 +480,8 @@ static dt_status check_dir(dt_comm_t *c, const struct dt_doctor_opts *o, const s
     if (f->rank == 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        shared.key = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^
-                     ((uint64_t)getpid() << 20);
+        shared.key =
+            (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 20);
         snprintf(shared.token, sizeof shared.token, "%ld-%016llx", (long)getpid(),
                  (unsigned long long)shared.key);
     }

@@ -17,15 +17,15 @@
 struct facts {
     char host[80];
     int rank, local_rank, local_size, threads;
-    int other_host;          /* DTRAIN_FAULT otherhost: acting as another node */
+    int other_host; /* DTRAIN_FAULT otherhost: acting as another node */
     char slurm_job[32], slurm_procid[16], slurm_localid[16];
-    int expected_tasks;      /* what a launcher's variables announce; 0: none */
-    char expected_from[64];  /* "SLURM_NTASKS=2" */
-    char nvidia_module[32];  /* /proc/driver/nvidia/version; "" without a driver */
+    int expected_tasks;     /* what a launcher's variables announce; 0: none */
+    char expected_from[64]; /* "SLURM_NTASKS=2" */
+    char nvidia_module[32]; /* /proc/driver/nvidia/version; "" without a driver */
     int cuda_built;
-    int gpu_count, device;   /* visible GPUs; the one this rank would use */
+    int gpu_count, device; /* visible GPUs; the one this rank would use */
     int gpu_described, gpu_usable;
-    char gpu_why[512];       /* why not usable, or its description */
+    char gpu_why[512]; /* why not usable, or its description */
     struct dt_gpu_info gpu;
     char mpi[256], nccl[128], hdf5[96], blas[384];
     int hdf5_parallel;
@@ -42,8 +42,8 @@ struct dirfacts {
     char dir[DOCTOR_PATH]; /* the directory checked; "" when there was none */
     char note[DOCTOR_PATH + 64];
     int written, ok;
-    char msg[768];         /* why the write or read failed */
-    int looked;            /* other hosts whose file was looked for */
+    char msg[768]; /* why the write or read failed */
+    int looked;    /* other hosts whose file was looked for */
     int missing_n, missing_rank;
     int unreadable_n, unreadable_rank;
     char unreadable_msg[512];
@@ -57,8 +57,8 @@ struct allreduce_result {
 
 struct doctor_run {
     int world;
-    const struct facts *facts;     /* world records */
-    const struct dirfacts *dirs;   /* world records */
+    const struct facts *facts;   /* world records */
+    const struct dirfacts *dirs; /* world records */
     const struct dt_doctor_opts *opts;
     struct allreduce_result mpi, nccl;
 };

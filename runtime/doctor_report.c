@@ -81,8 +81,7 @@ static void print_table(const struct doctor_run *r, FILE *out)
             snprintf(cc, sizeof cc, "%d.%d", f->gpu.cc_major, f->gpu.cc_minor);
             if (f->gpu.has_kernels)
                 snprintf(kern, sizeof kern, "sm_%d%s", f->gpu.kernel_binary,
-                         f->gpu.kernel_binary != f->gpu.cc_major * 10 + f->gpu.cc_minor ? "?"
-                                                                                        : "");
+                         f->gpu.kernel_binary != f->gpu.cc_major * 10 + f->gpu.cc_minor ? "?" : "");
             else
                 snprintf(kern, sizeof kern, "NONE");
         }
@@ -279,7 +278,8 @@ static void environment_problems(const struct doctor_run *r, struct problems *p)
             break;
         }
     for (int i = 1; i < r->world; i++)
-        if (strcmp(r->facts[i].mpi, r->facts[0].mpi) || strcmp(r->facts[i].hdf5, r->facts[0].hdf5)) {
+        if (strcmp(r->facts[i].mpi, r->facts[0].mpi) ||
+            strcmp(r->facts[i].hdf5, r->facts[0].hdf5)) {
             problem(p,
                     "ranks run different libraries: rank 0 on %s has %s and %s, rank %d on %s "
                     "has %s and %s. Fix: load the same modules on every node (in the job script, "
@@ -396,8 +396,8 @@ static void check_dirs(const struct doctor_run *r, FILE *out, struct problems *p
                 "rank %d (%s) cannot write and read an HDF5 file in %s%s: %s. Fix: make %s "
                 "writable for this user (and check its free space, df -h), or choose %s on "
                 "another file system",
-                bad, r->facts[bad].host, d->dir, nbad > 1 ? " (nor can other ranks)" : "",
-                d->msg, d->dir, r->opts->dir_explicit ? "--dir" : "output.dir");
+                bad, r->facts[bad].host, d->dir, nbad > 1 ? " (nor can other ranks)" : "", d->msg,
+                d->dir, r->opts->dir_explicit ? "--dir" : "output.dir");
     (void)same_dir;
 }
 
@@ -421,8 +421,7 @@ static void check_shared(const struct doctor_run *r, FILE *out, struct problems 
                     "on a file system every node mounts at the same path (a parallel file "
                     "system or a shared home), not on node-local storage such as /tmp: "
                     "checkpoints are one file written by every rank",
-                    d->dir, i, r->facts[i].host, d->missing_rank,
-                    r->facts[d->missing_rank].host);
+                    d->dir, i, r->facts[i].host, d->missing_rank, r->facts[d->missing_rank].host);
             return;
         }
         if (d->unreadable_n) {

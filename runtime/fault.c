@@ -19,7 +19,7 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem", "read",    "kill",     "ckptkill",
+static const char *const known[] = {"open", "nomem", "read",     "kill",     "ckptkill",
                                     "hang", "nan",   "overflow", "otherhost"};
 
 static int known_event(const char *e)

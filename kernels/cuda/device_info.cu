@@ -65,7 +65,8 @@ extern "C" int dt_cuda_info_device(int device, struct dt_gpu_info *info, char *w
         if (err == cudaErrorInsufficientDriver && info->driver_version == 0)
             snprintf(why, len, "no NVIDIA driver is installed");
         else if (err == cudaErrorInsufficientDriver)
-            snprintf(why, len, "the NVIDIA driver supports CUDA %d.%d, older than this build's %d.%d",
+            snprintf(why, len,
+                     "the NVIDIA driver supports CUDA %d.%d, older than this build's %d.%d",
                      info->driver_version / 1000, info->driver_version % 1000 / 10,
                      info->runtime_version / 1000, info->runtime_version % 1000 / 10);
         else if (err == cudaErrorNoDevice || count == 0)
@@ -92,9 +93,9 @@ extern "C" int dt_cuda_info_device(int device, struct dt_gpu_info *info, char *w
     snprintf(info->name, sizeof info->name, "%s", prop.name);
     const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
     snprintf(info->uuid, sizeof info->uuid,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
     snprintf(info->pci, sizeof info->pci, "%04x:%02x:%02x.0", (unsigned)prop.pciDomainID,
              (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
     info->mem_bytes = (unsigned long long)prop.totalGlobalMem;
