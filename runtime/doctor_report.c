@@ -59,40 +59,60 @@ static int count_hosts(const struct facts *f, int n)
 
 /* ---- the table ------------------------------------------------------------- */
 
+/* The table's columns after rank, host and gpu (whose widths follow the
+ * longest entry). */
+struct row {
+    char local[16], slurm[48], gpu[48], mem[32], cc[16], kern[24], drv[16], rt[16];
+    const char *ok;
+};
+
+static void make_row(const struct facts *f, struct row *w)
+{
+    snprintf(w->local, sizeof w->local, "%d/%d", f->local_rank, f->local_size);
+    if (f->slurm_job[0])
+        snprintf(w->slurm, sizeof w->slurm, "%.16s/%.8s.%.8s", f->slurm_job,
+                 f->slurm_procid[0] ? f->slurm_procid : "?",
+                 f->slurm_localid[0] ? f->slurm_localid : "?");
+    else
+        snprintf(w->slurm, sizeof w->slurm, "-");
+    snprintf(w->gpu, sizeof w->gpu, "none");
+    snprintf(w->mem, sizeof w->mem, "-");
+    snprintf(w->cc, sizeof w->cc, "-");
+    snprintf(w->kern, sizeof w->kern, "-");
+    if (f->gpu_described) {
+        snprintf(w->gpu, sizeof w->gpu, "%d:%.40s", f->device, f->gpu.name);
+        dt_format_bytes(f->gpu.mem_bytes, w->mem, sizeof w->mem);
+        snprintf(w->cc, sizeof w->cc, "%d.%d", f->gpu.cc_major, f->gpu.cc_minor);
+        if (f->gpu.has_kernels)
+            snprintf(w->kern, sizeof w->kern, "sm_%d", f->gpu.kernel_binary);
+        else
+            snprintf(w->kern, sizeof w->kern, "%s", f->gpu_usable ? "yes" : "NONE");
+    }
+    cuda_version(f->gpu.driver_version, w->drv, sizeof w->drv);
+    cuda_version(f->gpu.runtime_version, w->rt, sizeof w->rt);
+    w->ok = !f->cuda_built || !f->gpu.driver_version ? "-" : f->gpu.driver_ok ? "yes" : "NO";
+}
+
 static void print_table(const struct doctor_run *r, FILE *out)
 {
-    fprintf(out, "%-4s %-20s %-5s %-7s %-14s %-30s %-9s %-4s %-8s %-11s %-8s %-8s %s\n", "rank",
-            "host", "local", "threads", "slurm job/task", "gpu", "memory", "cc", "kernels",
+    int hw = 4, gw = 4;
+    for (int i = 0; i < r->world; i++) {
+        struct row w;
+        make_row(&r->facts[i], &w);
+        int h = (int)strlen(r->facts[i].host), g = (int)strlen(w.gpu);
+        hw = h > hw ? h : hw;
+        gw = g > gw ? g : gw;
+    }
+    fprintf(out, "%-4s %-*s %-5s %-7s %-14s %-*s %-9s %-4s %-7s %-11s %-8s %-7s %s\n", "rank", hw,
+            "host", "local", "threads", "slurm job/task", gw, "gpu", "memory", "cc", "kernels",
             "driver", "drv-cuda", "rt-cuda", "drv-ok");
     for (int i = 0; i < r->world; i++) {
         const struct facts *f = &r->facts[i];
-        char local[16], slurm[48], gpu[48] = "none", mem[32] = "-", cc[16] = "-", kern[24] = "-";
-        char drv[16], rt[16];
-        snprintf(local, sizeof local, "%d/%d", f->local_rank, f->local_size);
-        if (f->slurm_job[0])
-            snprintf(slurm, sizeof slurm, "%.16s/%.8s.%.8s", f->slurm_job,
-                     f->slurm_procid[0] ? f->slurm_procid : "?",
-                     f->slurm_localid[0] ? f->slurm_localid : "?");
-        else
-            snprintf(slurm, sizeof slurm, "-");
-        if (f->gpu_described) {
-            snprintf(gpu, sizeof gpu, "%d:%.27s", f->device, f->gpu.name);
-            dt_format_bytes(f->gpu.mem_bytes, mem, sizeof mem);
-            snprintf(cc, sizeof cc, "%d.%d", f->gpu.cc_major, f->gpu.cc_minor);
-            if (f->gpu.has_kernels)
-                snprintf(kern, sizeof kern, "sm_%d%s", f->gpu.kernel_binary,
-                         f->gpu.kernel_binary != f->gpu.cc_major * 10 + f->gpu.cc_minor ? "?" : "");
-            else
-                snprintf(kern, sizeof kern, "NONE");
-        }
-        cuda_version(f->gpu.driver_version, drv, sizeof drv);
-        cuda_version(f->gpu.runtime_version, rt, sizeof rt);
-        const char *ok = !f->cuda_built || !f->gpu.driver_version ? "-"
-                         : f->gpu.driver_ok                       ? "yes"
-                                                                  : "NO";
-        fprintf(out, "%-4d %-20.20s %-5s %-7d %-14s %-30s %-9s %-4s %-8s %-11s %-8s %-8s %s\n",
-                f->rank, f->host, local, f->threads, slurm, gpu, mem, cc, kern,
-                f->nvidia_module[0] ? f->nvidia_module : "-", drv, rt, ok);
+        struct row w;
+        make_row(f, &w);
+        fprintf(out, "%-4d %-*s %-5s %-7d %-14s %-*s %-9s %-4s %-7s %-11s %-8s %-7s %s\n", f->rank,
+                hw, f->host, w.local, f->threads, w.slurm, gw, w.gpu, w.mem, w.cc, w.kern,
+                f->nvidia_module[0] ? f->nvidia_module : "-", w.drv, w.rt, w.ok);
     }
 }
 
@@ -177,7 +197,7 @@ static void device_problems(const struct doctor_run *r, struct problems *p)
         int cc = f->gpu.cc_major * 10 + f->gpu.cc_minor;
         if (!f->gpu_described || !f->gpu.driver_ok)
             continue;
-        if (!f->gpu.has_kernels)
+        if (!f->gpu_usable && !f->gpu.has_kernels)
             problem(p,
                     "this binary has no kernel image for the GPU of rank %d on %s (%s, compute "
                     "capability %d.%d). Fix: rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d-real "
@@ -368,12 +388,10 @@ static void check_allreduce(const struct doctor_run *r, FILE *out, struct proble
 
 static void check_dirs(const struct doctor_run *r, FILE *out, struct problems *p)
 {
-    int bad = -1, nbad = 0, same_dir = 1;
-    for (int i = 0; i < r->world; i++) {
+    int bad = -1, nbad = 0;
+    for (int i = 0; i < r->world; i++)
         if (!r->dirs[i].ok && nbad++ == 0)
             bad = i;
-        same_dir &= !strcmp(r->dirs[i].dir, r->dirs[0].dir);
-    }
     const struct dirfacts *d0 = &r->dirs[0];
     if (bad < 0) {
         if (out)
@@ -398,7 +416,6 @@ static void check_dirs(const struct doctor_run *r, FILE *out, struct problems *p
                 "another file system",
                 bad, r->facts[bad].host, d->dir, nbad > 1 ? " (nor can other ranks)" : "", d->msg,
                 d->dir, r->opts->dir_explicit ? "--dir" : "output.dir");
-    (void)same_dir;
 }
 
 static void check_shared(const struct doctor_run *r, FILE *out, struct problems *p)
