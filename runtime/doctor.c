@@ -442,8 +442,9 @@ static void write_probe(const struct facts *f, const char *token, uint64_t key, 
 }
 
 /* After every rank wrote: the file of the first rank on each other host
- * must be visible here and read back right. */
-static void look_for_others(const struct facts *all, int n, const struct facts *f,
+ * must be visible in `view` (the run directory as this rank sees it: its
+ * private directory under the otherhost fault) and read back right. */
+static void look_for_others(const struct facts *all, int n, const struct facts *f, const char *view,
                             const char *token, uint64_t key, struct dirfacts *d)
 {
     for (int q = 0; q < n; q++) {
@@ -453,7 +454,7 @@ static void look_for_others(const struct facts *all, int n, const struct facts *
         if (!first || !strcmp(all[q].host, f->host))
             continue;
         char path[DOCTOR_PATH + 128];
-        probe_name(path, sizeof path, d->dir, token, &all[q]);
+        probe_name(path, sizeof path, view, token, &all[q]);
         d->looked++;
         if (access(path, F_OK) != 0) {
             if (!d->missing_n++)
@@ -490,7 +491,8 @@ static dt_status check_dir(dt_comm_t *c, const struct dt_doctor_opts *o, const s
         write_probe(f, shared.token, shared.key, d, mine, sizeof mine, private_dir);
     DT_CHECK(dt_comm_barrier(c));
     if (d->dir[0])
-        look_for_others(all, dt_comm_size(c), f, shared.token, shared.key, d);
+        look_for_others(all, dt_comm_size(c), f, private_dir[0] ? private_dir : d->dir,
+                        shared.token, shared.key, d);
     DT_CHECK(dt_comm_barrier(c));
 out:
     if (d->written && unlink(mine) != 0 && st == DT_OK)
