@@ -19,8 +19,8 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem", "read",    "kill",
-                                    "ckptkill", "hang", "nan", "overflow"};
+static const char *const known[] = {"open", "nomem", "read",     "kill",     "ckptkill",
+                                    "hang", "nan",   "overflow", "otherhost"};
 
 static int known_event(const char *e)
 {
@@ -50,7 +50,8 @@ dt_status dt_fault_init(void)
         if (n < 2 || !known_event(ev) || nfaults == FAULT_MAX)
             return dt_set_error(DT_ERR_USAGE,
                                 "DTRAIN_FAULT entry '%s': expected RANK:EVENT[:STEP] with EVENT "
-                                "one of open, nomem, read, kill, ckptkill, hang, nan, overflow",
+                                "one of open, nomem, read, kill, ckptkill, hang, nan, overflow, "
+                                "otherhost",
                                 tok);
         memcpy(f.event, ev, sizeof f.event);
         f.step = n == 3 ? step : -1;
