@@ -68,21 +68,6 @@ static void launcher_tasks(struct facts *f)
     }
 }
 
-/* The cores a training rank would use: runtime.threads, else all it is
- * bound to when the launcher bound it, else an equal share of the node
- * (the rule of train_setup.c). */
-static int rank_threads(long job_threads, int local_size)
-{
-    if (job_threads > 0)
-        return (int)job_threads;
-    int aff = dt_cpu_count();
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online > 0 && aff < online)
-        return aff;
-    int per = aff / (local_size > 0 ? local_size : 1);
-    return per > 0 ? per : 1;
-}
-
 /* The NVIDIA kernel module's version, which the driver reports without
  * CUDA: "550.54.15", or "" when no driver is loaded. */
 static void nvidia_module(char *buf, size_t len)
@@ -112,7 +97,7 @@ static void gather_facts(dt_comm_t *c, const struct dt_doctor_opts *o, struct fa
     f->local_size = dt_comm_local_size(c);
     f->other_host = dt_fault_armed("otherhost", f->rank, -1);
     snprintf(f->host, sizeof f->host, "%s%s", dt_comm_host(c), f->other_host ? "-otherhost" : "");
-    f->threads = rank_threads(o->threads, f->local_size);
+    f->threads = dt_rank_threads(o->threads, f->local_size);
     env_text("SLURM_JOB_ID", f->slurm_job, sizeof f->slurm_job);
     env_text("SLURM_PROCID", f->slurm_procid, sizeof f->slurm_procid);
     env_text("SLURM_LOCALID", f->slurm_localid, sizeof f->slurm_localid);

@@ -7,7 +7,6 @@
  * failing rank's message and nobody waits in a collective.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,34 +171,9 @@ dt_status dt_train_open_data(struct run *r)
 
 /* ---- backend --------------------------------------------------------------- */
 
-/* SLURM_CPUS_PER_TASK, or 0 when it is unset or not a positive count. */
-static int slurm_cpus_per_task(void)
-{
-    const char *v = getenv("SLURM_CPUS_PER_TASK");
-    char *end;
-    if (!v || !*v)
-        return 0;
-    long n = strtol(v, &end, 10);
-    return *end == '\0' && n > 0 && n <= INT_MAX ? (int)n : 0;
-}
-
-/* runtime.threads, or the cores this rank may use: all it is bound to when
- * the launcher bound it; when it did not, the CPUs Slurm gave the task
- * (SLURM_CPUS_PER_TASK, with TaskPlugin=task/none nothing binds), else an
- * equal share of the node. */
 static int rank_threads(const struct run *r)
 {
-    if (r->job->runtime.threads > 0)
-        return (int)r->job->runtime.threads;
-    int aff = dt_cpu_count();
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online > 0 && aff < online)
-        return aff;
-    int slurm = slurm_cpus_per_task();
-    if (slurm > 0)
-        return slurm < aff ? slurm : aff;
-    int per = aff / dt_comm_local_size(r->comm);
-    return per > 0 ? per : 1;
+    return dt_rank_threads(r->job->runtime.threads, dt_comm_local_size(r->comm));
 }
 
 /* One GPU per rank of a node: local rank -> visible device. With fewer
