@@ -43,6 +43,19 @@ int dt_cuda_device_count(void)
 #endif
 }
 
+int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t len)
+{
+#ifdef DT_HAVE_CUDA
+    return dt_cuda_info_device(device, info, why, len);
+#else
+    memset(info, 0, sizeof *info);
+    info->device = -1;
+    (void)device;
+    snprintf(why, len, "this dtrain was built without CUDA (DTRAIN_CUDA=OFF or no nvcc)");
+    return 0;
+#endif
+}
+
 const char *dt_precision_name(enum dt_precision p)
 {
     switch (p) {

@@ -69,8 +69,9 @@ static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only,
     return 0;
 }
 
-/* First SIGTERM, SIGUSR1 or SIGINT: finish the step, checkpoint, exit 75.
- * A second SIGINT: leave at once. */
+/* First SIGTERM, SIGUSR1 or SIGINT: finish the step, checkpoint, exit 75
+ * (the stop message names the signal, so it is stored). A second SIGINT:
+ * leave at once. */
 static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig)
@@ -81,7 +82,7 @@ static void on_signal(int sig)
         (void)ignored;
         _exit(130);
     }
-    stop_requested = 1;
+    stop_requested = sig;
 }
 
 static void install_signals(void)

@@ -68,4 +68,31 @@ int dt_cuda_usable_device(int device, char *why, size_t len);
  * 0 without CUDA, driver or device. */
 int dt_cuda_device_count(void);
 
+/* What dtrain doctor reports about one GPU and the CUDA stack. */
+struct dt_gpu_info {
+    int driver_version;  /* CUDA version the driver supports, 1000*major + 10*minor; 0: none */
+    int runtime_version; /* CUDA runtime this build carries (same encoding); 0 without CUDA */
+    int driver_ok;       /* driver_version >= runtime_version */
+    int device;          /* the visible device described below; -1: none */
+    char name[128];
+    char uuid[64];       /* "GPU-<uuid>", as dt_backend_device_uuid */
+    char pci[32];        /* "0000:1b:00.0" */
+    unsigned long long mem_bytes;
+    int cc_major, cc_minor;
+    /* The architecture of the kernel code the runtime picked for this
+     * device: 10*major + minor of the binary (SASS) and of the PTX it came
+     * from; binary 0 with has_kernels 0 means no kernel image fits. */
+    int kernel_binary, kernel_ptx, has_kernels;
+    char cublas[32]; /* cuBLAS version, "" when unknown */
+};
+
+/* Fills *info for visible device `device` (the versions alone when it is
+ * not visible). Returns 1 when the device could be described, else 0 with
+ * the reason in why (no CUDA in this build, no driver, no such device). */
+int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t len);
+
+/* The CPU BLAS: name, version and build (openblas_get_config for
+ * OpenBLAS), or what little is known of another CBLAS. */
+void dt_blas_info(char *buf, size_t len);
+
 #endif

@@ -19,8 +19,8 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem", "read",     "kill",    "ckptkill",
-                                    "hang", "nan",   "overflow", "slowdata"};
+static const char *const known[] = {"open", "nomem", "read",     "kill",      "ckptkill",
+                                    "hang", "nan",   "overflow", "otherhost", "slowdata"};
 
 static int known_event(const char *e)
 {
@@ -51,7 +51,7 @@ dt_status dt_fault_init(void)
             return dt_set_error(DT_ERR_USAGE,
                                 "DTRAIN_FAULT entry '%s': expected RANK:EVENT[:STEP] with EVENT "
                                 "one of open, nomem, read, kill, ckptkill, hang, nan, overflow, "
-                                "slowdata",
+                                "otherhost, slowdata",
                                 tok);
         if (strcmp(ev, "slowdata") == 0 && (n < 3 || step <= 0))
             return dt_set_error(DT_ERR_USAGE,

@@ -12,6 +12,10 @@
  *   nan:STEP       the rank's loss is NaN at step STEP
  *   overflow:STEP  the rank's gradients overflow to infinity at step STEP
  *                  (every step when STEP is left out), as fp16 ones can
+ *   otherhost      dtrain doctor: the rank acts as if it ran on another
+ *                  node without a shared file system: it reports the host
+ *                  "<host>-otherhost" and writes its run-directory marker
+ *                  into a private temporary directory instead
  *   slowdata:MS    every batch the rank's loaders read takes MS ms longer
  *                  (a slow file system: the loader starvation warning)
  * STEP counts optimizer steps from 0. Under `dtrain launch` the faults act

@@ -82,7 +82,18 @@ static double window_wall(const struct window *w)
 /* What one rank contributes to a step's outcome, summed over ranks: its
  * failure, its loss and accuracy sums, and the coordinator's flags (a stop
  * was requested on this rank; rank 0's clock says a checkpoint is due). */
-enum { OUT_FAILED, OUT_LOSS, OUT_CORRECT, OUT_ROWS, OUT_STOP, OUT_CKPT, OUT_N };
+enum {
+    OUT_FAILED,
+    OUT_LOSS,
+    OUT_CORRECT,
+    OUT_ROWS,
+    OUT_STOP,    /* ranks that received a stop signal ... */
+    OUT_SIGTERM, /* ... by signal, so the stop message can name it */
+    OUT_SIGUSR1,
+    OUT_SIGINT,
+    OUT_CKPT,
+    OUT_N
+};
 
 /* ---- progress ------------------------------------------------------------ */
 
@@ -494,10 +505,38 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
 
 /* ---- the loop ------------------------------------------------------------ */
 
+/* "SIGTERM on 2 of 2 ranks": which signals asked for the stop (a time-limit
+ * warning or a preemption notice shows up here by name). */
+static void describe_stop(struct run *r, const double v[OUT_N])
+{
+    static const struct {
+        int slot;
+        const char *name;
+    } sigs[] = {{OUT_SIGTERM, "SIGTERM"}, {OUT_SIGUSR1, "SIGUSR1"}, {OUT_SIGINT, "SIGINT"}};
+    size_t n = 0;
+    r->stop_why[0] = '\0';
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        if (v[sigs[i].slot] <= 0 || n >= sizeof r->stop_why)
+            continue;
+        n += (size_t)snprintf(r->stop_why + n, sizeof r->stop_why - n, "%s%s on %.0f of %d rank%s",
+                              n ? " and " : "", sigs[i].name, v[sigs[i].slot], r->world,
+                              r->world == 1 ? "" : "s");
+    }
+    if (!r->stop_why[0])
+        snprintf(r->stop_why, sizeof r->stop_why, "a signal");
+    if (r->rank == 0)
+        DT_LOG_INFO("train", "stop requested by %s after step %lld: saving a checkpoint",
+                    r->stop_why, (long long)r->step + 1);
+}
+
 /* This rank's coordinator flags for the step's agreement. */
 static void coordinator_flags(struct run *r, double v[OUT_N])
 {
-    v[OUT_STOP] = r->opts && r->opts->stop_flag && *r->opts->stop_flag;
+    int sig = r->opts && r->opts->stop_flag ? (int)*r->opts->stop_flag : 0;
+    v[OUT_STOP] = sig != 0;
+    v[OUT_SIGTERM] = sig == SIGTERM;
+    v[OUT_SIGUSR1] = sig == SIGUSR1;
+    v[OUT_SIGINT] = sig == SIGINT;
     double every = r->job->checkpoint.every_minutes;
     v[OUT_CKPT] = r->rank == 0 && every > 0 && dt_now() - r->last_ckpt_time >= 60.0 * every;
 }
@@ -551,6 +590,8 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     if (st != DT_OK)
         return st;
     *stop = v[OUT_STOP] > 0;
+    if (*stop)
+        describe_stop(r, v);
     *ckpt = v[OUT_CKPT] > 0;
     int skipped = 0;
     if ((st = optimizer_step(r, step, v[OUT_LOSS], w, &skipped)) != DT_OK)
@@ -577,9 +618,9 @@ static dt_status after_step(struct run *r, int stop, int ckpt)
         if (st != DT_OK)
             return st;
         return dt_set_error(DT_ERR_STOPPED,
-                            "stopped by a signal after step %lld with a checkpoint in %s; run "
+                            "stopped by %s after step %lld with a checkpoint in %s; run "
                             "the same command again (--resume auto) to continue",
-                            (long long)r->step, r->ckpt_dir);
+                            r->stop_why, (long long)r->step, r->ckpt_dir);
     }
     if (ckpt || (every > 0 && r->step % every == 0))
         st = dt_train_ckpt_save(r, ckpt ? "checkpoint.every_minutes" : "checkpoint.every_steps");
@@ -663,7 +704,7 @@ static int want_bar(const struct dt_job *job)
     if (strcmp(p, "bar") == 0)
         return 1;
     if (strcmp(p, "auto") == 0)
-        return isatty(STDOUT_FILENO);
+        return dt_stdout_is_terminal();
     return 0;
 }
 
@@ -697,6 +738,31 @@ static void monitor_close(struct run *r)
     r->nvml = NULL;
 }
 
+/* The Slurm job this run belongs to, in train.log and the start record, so
+ * a run directory shows which job and which requeue wrote each segment.
+ * SLURM_RESTART_COUNT is absent until the first requeue. */
+static void record_slurm(struct dt_metrics_rec *rec)
+{
+    const char *job = getenv("SLURM_JOB_ID");
+    if (!job || !*job)
+        return;
+    const char *restarts = getenv("SLURM_RESTART_COUNT");
+    char *end, array[96] = "";
+    long long n = restarts && *restarts ? strtoll(restarts, &end, 10) : 0;
+    if (restarts && *restarts && (*end || n < 0))
+        n = 0;
+    const char *ajob = getenv("SLURM_ARRAY_JOB_ID"), *atask = getenv("SLURM_ARRAY_TASK_ID");
+    if (ajob && atask)
+        snprintf(array, sizeof array, " (array job %s, task %s)", ajob, atask);
+    const char *tasks = getenv("SLURM_NTASKS"), *nodes = getenv("SLURM_JOB_NUM_NODES");
+    DT_LOG_INFO("train", "Slurm job %s%s, restart count %lld (SLURM_RESTART_COUNT), %s task%s on %s "
+                         "node%s",
+                job, array, n, tasks ? tasks : "?", tasks && !strcmp(tasks, "1") ? "" : "s",
+                nodes ? nodes : "?", nodes && !strcmp(nodes, "1") ? "" : "s");
+    dt_metrics_str(rec, "slurm_job_id", job);
+    dt_metrics_int(rec, "slurm_restart_count", n);
+}
+
 static dt_status start(struct run *r)
 {
     dt_status st;
@@ -723,6 +789,8 @@ static dt_status start(struct run *r)
     dt_metrics_int(&rec, "first_step", r->step);
     dt_metrics_str(&rec, "device", dt_backend_name(r->be));
     dt_metrics_str(&rec, "precision", r->job->train.precision);
+    if (r->rank == 0)
+        record_slurm(&rec);
     st = dt_metrics_put(r->metrics, &rec);
     st = dt_dist_agree(r->comm, st);
 out:

@@ -28,7 +28,8 @@ struct dt_train_result {
 
 struct dt_train_opts {
     const char *resume;                /* auto | never | PATH of a checkpoint */
-    volatile sig_atomic_t *stop_flag;  /* set by a signal handler: checkpoint and stop */
+    volatile sig_atomic_t *stop_flag;  /* a signal handler stores its signal number here:
+                                          checkpoint and stop */
 };
 
 /* Runs job to completion on every rank of comm (collective). Rank 0

@@ -59,6 +59,7 @@ struct run {
     /* position: the next step's number, epoch and global batch index */
     int64_t step, epoch, batch, samples;
     int64_t bad_steps, rollbacks;
+    char stop_why[128]; /* the signals that asked for the stop, by rank count */
     int nan_injected; /* DTRAIN_FAULT nan fires once */
     int eval_only;    /* dtrain eval: no training loader, optimizer or reducer */
     const struct dt_train_opts *opts;

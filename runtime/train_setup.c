@@ -30,16 +30,43 @@
 
 /* ---- run directory (rank 0) ------------------------------------------ */
 
+/* The job as config.yaml records it: data.path made absolute, so the file
+ * names the same dataset wherever a requeued or copied job starts from (the
+ * path is not resolved further: a node-local copy stays node-local). */
+static dt_status absolute_job(const struct dt_job *job, struct dt_job **out)
+{
+    char cwd[DT_JOB_PATH];
+    dt_status st = dt_calloc(1, sizeof **out, "the resolved job", (void **)out);
+    if (st != DT_OK)
+        return st;
+    **out = *job;
+    const char *p = job->data.path;
+    if (p[0] == '/' || p[0] == '\0' || !getcwd(cwd, sizeof cwd))
+        return DT_OK;
+    if (p[0] == '.' && p[1] == '/')
+        p += 2;
+    if ((size_t)snprintf((*out)->data.path, sizeof(*out)->data.path, "%s/%s", cwd, p) >=
+        sizeof(*out)->data.path)
+        snprintf((*out)->data.path, sizeof(*out)->data.path, "%s", job->data.path);
+    return DT_OK;
+}
+
 static dt_status write_config(const struct dt_job *job, const char *dir)
 {
     char tmp[4096 + 64], final[4096 + 64];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, TRAIN_CONFIG);
     snprintf(final, sizeof final, "%s/%s", dir, TRAIN_CONFIG);
     FILE *fp;
-    dt_status st = dt_output_open(tmp, "the resolved job", 0, &fp);
+    struct dt_job *abs = NULL;
+    dt_status st = absolute_job(job, &abs);
     if (st != DT_OK)
         return st;
-    dt_job_write_yaml(job, fp);
+    if ((st = dt_output_open(tmp, "the resolved job", 0, &fp)) != DT_OK) {
+        free(abs);
+        return st;
+    }
+    dt_job_write_yaml(abs, fp);
+    free(abs);
     int bad = ferror(fp);
     bad |= fclose(fp) != 0;
     if (bad || rename(tmp, final) != 0) {
@@ -144,18 +171,9 @@ dt_status dt_train_open_data(struct run *r)
 
 /* ---- backend --------------------------------------------------------------- */
 
-/* runtime.threads, or the cores this rank may use: all it is bound to when
- * the launcher bound it, else an equal share of the node. */
 static int rank_threads(const struct run *r)
 {
-    if (r->job->runtime.threads > 0)
-        return (int)r->job->runtime.threads;
-    int aff = dt_cpu_count();
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online > 0 && aff < online)
-        return aff;
-    int per = aff / dt_comm_local_size(r->comm);
-    return per > 0 ? per : 1;
+    return dt_rank_threads(r->job->runtime.threads, dt_comm_local_size(r->comm));
 }
 
 /* One GPU per rank of a node: local rank -> visible device. With fewer

@@ -17,6 +17,13 @@ double dt_now(void);
 /* CPUs this process may run on (sched affinity), at least 1. */
 int dt_cpu_count(void);
 
+/* The threads a training rank uses: runtime.threads when > 0; else every
+ * core it is bound to when the launcher bound it; when nothing bound it,
+ * the CPUs Slurm gave the task (SLURM_CPUS_PER_TASK: with
+ * TaskPlugin=task/none nothing binds), else an equal share of the node
+ * among its `local_size` ranks. At least 1. */
+int dt_rank_threads(long job_threads, int local_size);
+
 /* mkdir -p with mode 0777 & ~umask. Errors name the path. */
 dt_status dt_mkdir_p(const char *path);
 
@@ -47,6 +54,12 @@ dt_status dt_input_check(const char *path, const char *what, int64_t *size);
  * anything but a regular file: a FIFO or directory of that name is an
  * error (DT_ERR_IO naming it), not a hang. */
 dt_status dt_output_open(const char *path, const char *what, int append, FILE **out);
+
+/* Whether stdout reaches a person's terminal. Under Open MPI's mpirun a
+ * rank's stdout is a pseudo-terminal that mpirun creates whatever its own
+ * stdout is (a batch job's output file, say), so there the launcher's own
+ * stdout decides: mpirun is the rank's parent on its node. */
+int dt_stdout_is_terminal(void);
 
 /* Levenshtein distance between two strings (for "did you mean"). */
 int dt_edit_distance(const char *a, const char *b);

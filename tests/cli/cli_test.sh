@@ -33,7 +33,7 @@ json_field() { grep "\"type\":\"$2\"" "$1" | tail -n 1 | sed "s/.*\"$3\":\([-0-9
 # --- command line -----------------------------------------------------------
 expect 0 "usage: dtrain" -- "$DTRAIN" --help
 expect 64 "unknown command 'trian'" -- "$DTRAIN" trian
-expect 64 "not implemented in this version" -- "$DTRAIN" doctor
+expect 64 "doctor: unknown option '--frobnicate'" -- "$DTRAIN" doctor --frobnicate
 expect 0 "^dtrain [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu" -- "$DTRAIN" version
 
 # --- data import / info ------------------------------------------------------
@@ -94,7 +94,38 @@ acc=$(json_field run1/metrics.jsonl summary test_acc)
 awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }' && ok || bad "tiny job reached only $acc"
 "$DTRAIN" train run1/config.yaml --print-config > again.yaml 2>&1 && \
   "$DTRAIN" train job.yaml --print-config > first.yaml 2>&1
-diff -q <(grep -v '^#' again.yaml) <(grep -v '^#' first.yaml) >/dev/null && ok || bad "resolved config does not load back identically"
+# config.yaml names the dataset by its absolute path (a requeued job may
+# start elsewhere); everything else loads back as given
+grep -qxF "  path: $PWD/tiny.h5" run1/config.yaml && ok || bad "config.yaml data.path is not absolute: $(grep 'path:' run1/config.yaml)"
+diff -q <(grep -v -e '^#' -e '  path: ' again.yaml) <(grep -v -e '^#' -e '  path: ' first.yaml) >/dev/null && ok || bad "resolved config does not load back identically"
+(cd / && "$DTRAIN" train "$W/run1/config.yaml" --set output.dir="$W/run1b" --set train.steps=2 >/dev/null 2>&1) \
+  && ok || bad "config.yaml does not train from another directory"
+
+# --- under Slurm and launchers ------------------------------------------------
+# the Slurm job and its requeue count reach train.log and the start record;
+# an unbound task takes SLURM_CPUS_PER_TASK threads
+env SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=2 SLURM_NTASKS=1 SLURM_JOB_NUM_NODES=1 \
+  SLURM_CPUS_PER_TASK=1 "$DTRAIN" train job.yaml --set output.dir=slurm1 --set train.steps=4 \
+  --set runtime.threads=0 > slurm1.out 2>&1 || bad "run with Slurm variables failed: $(tail -2 slurm1.out)"
+grep -q "Slurm job 4242, restart count 2 (SLURM_RESTART_COUNT), 1 task on 1 node" slurm1/train.log \
+  && ok || bad "train.log lacks the Slurm job: $(grep -i slurm slurm1/train.log)"
+grep '"type":"start"' slurm1/metrics.jsonl | grep -q '"slurm_job_id":"4242","slurm_restart_count":2' \
+  && ok || bad "start record lacks the Slurm job: $(grep '"type":"start"' slurm1/metrics.jsonl)"
+grep -qE "device cpu, fp32, 1 thread($|,)" slurm1.out && ok || bad "SLURM_CPUS_PER_TASK=1 not honoured: $(grep 'thread' slurm1.out)"
+grep -q slurm_job_id run1/metrics.jsonl && bad "a run outside Slurm records a Slurm job" || ok
+# a terminal gets the live bar; under mpirun whose output goes to a file the
+# ranks' stdout is still a pseudo-terminal, but no carriage return reaches the file
+if command -v script >/dev/null; then
+  script -qec "'$DTRAIN' train job.yaml --set output.dir=bar1 --set train.steps=40" bar1.out >/dev/null 2>&1
+  grep -q $'\r''Train epoch' bar1.out && ok || bad "no progress bar on a terminal"
+  script -qec "bash '$HERE/../mpi/mpirun.sh' 1 '$DTRAIN' train job.yaml --set output.dir=bar2 --set train.steps=40 > '$W/bar2.out' 2>&1" /dev/null >/dev/null 2>&1
+  grep -q "final test accuracy" bar2.out && ! grep -q $'\r' bar2.out && ok \
+    || bad "mpirun into a file: carriage returns or no result: $(tail -c 300 bar2.out | cat -A | tail -3)"
+  script -qec "bash '$HERE/../mpi/mpirun.sh' 1 '$DTRAIN' train job.yaml --set output.dir=bar3 --set train.steps=40" bar3.out >/dev/null 2>&1
+  grep -q $'\r''Train epoch' bar3.out && ok || bad "no progress bar under mpirun on a terminal"
+else
+  bad "script (util-linux) is missing: cannot test the progress bar"
+fi
 
 # the same job twice: identical losses and accuracy
 "$DTRAIN" train job.yaml --set output.dir=run2 >/dev/null 2>&1 || bad "second run failed"
@@ -161,6 +192,16 @@ sleep 0.3
 kill -INT "$pid"; sleep 0.3; kill -INT "$pid"
 wait "$pid"; rc=$?
 [ "$rc" = 130 ] && grep -q "second interrupt" sig.out && ok || bad "second SIGINT: exit $rc: $(tail -2 sig.out)"
+
+# a stop names its signal: SIGUSR1 (a Slurm time-limit warning, or dtrain launch)
+"$DTRAIN" train job.yaml --set output.dir=usr1 --set train.log_every=1 --set train.epochs=200 > usr1.out 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "step 3/" usr1.out 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "$pid"
+wait "$pid"; rc=$?
+[ "$rc" = 75 ] && grep -q "stop requested by SIGUSR1 on 1 of 1 rank after step" usr1.out \
+  && grep -q "stopped by SIGUSR1 on 1 of 1 rank after step" usr1.out && ok \
+  || bad "SIGUSR1 stop: exit $rc: $(tail -3 usr1.out)"
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

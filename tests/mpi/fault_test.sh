@@ -159,7 +159,7 @@ for p in $(pgrep -x dtrain); do
 done
 wait "$pid"
 rc=$?
-if [ "$rc" = 75 ] && grep -q "stopped by a signal" term1.out; then ok; else bad "SIGTERM: exit $rc: $(tail -3 term1.out)"; fi
+if [ "$rc" = 75 ] && grep -qE "stopped by SIGTERM on [12] of 2 ranks after step" term1.out; then ok; else bad "SIGTERM: exit $rc: $(tail -3 term1.out)"; fi
 train 2 term --set train.epochs=40 > term2.out 2>&1 && train 2 termbase --set train.epochs=40 > termbase.out 2>&1
 if same termbase term && grep -q "resumed from" term2.out; then survive
 else bad "SIGTERM resume differs: $(grep -E 'resumed|error' term2.out)"; fi
