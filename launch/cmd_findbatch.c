@@ -345,7 +345,11 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
         return 0;
     }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 70;
-    if (st == DT_ERR_NOMEM || st == DT_ERR_BUSY) {
+    /* Out of memory, memory not free now, or the start-up memory check
+     * (runtime/memory.c, whose refusal that even the smallest
+     * micro-batch would meet is a usage error) refusing this size. */
+    if (st == DT_ERR_NOMEM || st == DT_ERR_BUSY ||
+        (st == DT_ERR_USAGE && strstr(msg, "of host memory on each rank"))) {
         snprintf(t->why, sizeof t->why, "%s", msg);
         return 0;
     }
