@@ -136,5 +136,6 @@ dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
     out->used = proc_kb("/proc/self/status", "VmRSS");
     out->peak = proc_kb("/proc/self/status", "VmHWM");
     out->total = proc_kb("/proc/meminfo", "MemTotal");
+    out->device = 0;
     return DT_OK;
 }

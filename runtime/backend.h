@@ -64,6 +64,7 @@ void *dt_backend_stream(const dt_backend_t *be);
  * or stream synchronisation of this backend, and the device's memory. */
 struct dt_backend_mem {
     uint64_t used, peak, total;
+    int device; /* 1: device memory (cuda), 0: host memory (cpu) */
 };
 dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out);
 

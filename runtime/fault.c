@@ -19,8 +19,8 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem",    "read", "kill",    "ckptkill",
-                                    "hang", "nan", "overflow", "oom"};
+static const char *const known[] = {"open", "nomem", "read",     "kill", "ckptkill",
+                                    "hang", "nan",   "overflow", "oom"};
 
 static int known_event(const char *e)
 {

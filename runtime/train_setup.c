@@ -539,8 +539,7 @@ static dt_status check_memory_for_micro(struct run *r, const struct dt_model_io 
     r->micro = 1;
     int small_fits = check_memory(r, io, arena_rows(r)) == DT_OK;
     r->micro = micro;
-    return small_fits ? dt_set_error(DT_ERR_NOMEM, "%s", msg)
-                      : dt_set_error(st, "%s", msg);
+    return small_fits ? dt_set_error(DT_ERR_NOMEM, "%s", msg) : dt_set_error(st, "%s", msg);
 }
 
 /* DTRAIN_FAULT oom:ROWS: the arena for a micro-batch above ROWS rows

@@ -406,6 +406,7 @@ static dt_status cuda_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
     out->used = total_b - free_b;
     out->peak = cb->peak_used > out->used ? cb->peak_used : out->used;
     out->total = total_b;
+    out->device = 1;
     return DT_OK;
 }
 
