@@ -70,6 +70,26 @@ struct trial {
     char why[768];
 };
 
+/* SIGINT or SIGTERM: the running trial is ended, the temporary folder
+ * removed, and find-batch exits 75. */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: wait4 returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* ---- the trial child ----------------------------------------------------- */
 
 static int load_job(const char *path, const char *const *sets, int nsets, struct dt_job *job)
@@ -264,6 +284,8 @@ static void exec_trial(const struct search *s, int64_t m, const char *result, co
     argv[a++] = (char *)"--set";
     argv[a++] = dir;
     argv[a] = NULL;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     drop_launcher_env();
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) {
@@ -311,6 +333,8 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
     snprintf(run, sizeof run, "%s/run-%lld", s->tmp, (long long)m);
     memset(t, 0, sizeof *t);
     t->micro = m;
+    if (interrupted)
+        return fprintf(stderr, "dtrain: find-batch: interrupted\n"), 75;
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
@@ -322,7 +346,8 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
     while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
-        ;
+        if (interrupted)
+            kill(pid, SIGTERM);
     int st = -1, dev = 0;
     unsigned long long used = 0, peak = 0, total = 0;
     char msg[700] = "";
@@ -336,6 +361,12 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
         fclose(f);
     }
     nftw(run, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (interrupted)
+        return fprintf(stderr,
+                       "dtrain: find-batch: interrupted during the trial of "
+                       "train.micro_batch=%lld\n",
+                       (long long)m),
+               75;
     t->device = dev;
     t->peak = dev ? peak : (uint64_t)ru.ru_maxrss * 1024;
     t->limit = dev ? total : (uint64_t)(s->limit_gib * GIB);
@@ -465,6 +496,7 @@ int dt_cmd_findbatch(int argc, char **argv)
     const char *tmpdir = getenv("TMPDIR");
     snprintf(s.tmp, sizeof s.tmp, "%s/dtrain-find-batch.XXXXXX",
              tmpdir && *tmpdir ? tmpdir : "/tmp");
+    install_signals();
     if (!mkdtemp(s.tmp))
         return fprintf(stderr, "dtrain: find-batch: cannot create a temporary folder %s: %s\n",
                        s.tmp, strerror(errno)),

@@ -118,6 +118,20 @@ expect 64 "does not split evenly over 7 ranks" job.yaml -n 7
 expect 75 "not even a micro-batch of 1 row fits" job.yaml --set runtime.memory_limit=0.01
 DTRAIN_FAULT=0:oom:0 expect 75 "DTRAIN_FAULT oom:0" job.yaml --max 4
 expect 0 "global batch 3600 = micro-batch 4 x accumulation 450 x 2 ranks" job.yaml -n 2 --max 4
+# under a launcher: rank 0 searches for the 2 ranks, the other rank exits at once
+out=$(timeout -k 10 300 $MPIRUN 2 "$DTRAIN" find-batch job.yaml --max 2 2>&1); rc=$?
+[ "$rc" = 0 ] || bad "find-batch under mpirun: exit $rc: $out"
+[ "$(grep -c "^largest micro-batch" <<<"$out")" = 1 ] || bad "find-batch under mpirun: $out"
+grep -q "micro-batch 2 x accumulation 900 x 2 ranks" <<<"$out" || bad "find-batch under mpirun: $out"
+# interrupted: the temporary folder goes, exit 75
+"$DTRAIN" find-batch job.yaml > int.out 2>&1 &
+pid=$!
+sleep 3
+kill -TERM $pid
+wait $pid; rc=$?
+[ "$rc" = 75 ] || bad "interrupted find-batch: exit $rc: $(cat int.out)"
+grep -q "find-batch: interrupted" int.out || bad "no interruption message: $(cat int.out)"
+ls tmp | grep -q dtrain-find-batch && bad "interrupted find-batch left $(ls tmp)"
 [ -e run ] && bad "find-batch created the job's run directory"
 
 # --- the out-of-memory fallback ---------------------------------------------------------
