@@ -47,7 +47,8 @@
 
 #define FB_DEFAULT_MARGIN 0.10
 #define FB_TRIAL_STEPS 3
-#define FB_MAX_SETS 64
+#define FB_MAX_SETS 64  /* the user's --set options */
+#define FB_TRIAL_SETS 8 /* those find-batch adds for a trial */
 #define FB_EXIT_NOTHING_FITS 75
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -107,11 +108,11 @@ static int load_job(const char *path, const char *const *sets, int nsets, struct
 static int run_trial(int argc, char **argv)
 {
     static struct dt_job job;
-    const char *sets[FB_MAX_SETS];
+    const char *sets[FB_MAX_SETS + FB_TRIAL_SETS];
     int nsets = 0;
     if (argc < 4)
         return dt_cli_usage("find-batch --trial RESULT JOB [--set k=v ...]");
-    for (int i = 4; i < argc && nsets < FB_MAX_SETS; i++)
+    for (int i = 4; i < argc && nsets < FB_MAX_SETS + FB_TRIAL_SETS; i++)
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[nsets++] = argv[++i];
     int rc = load_job(argv[3], sets, nsets, &job);
@@ -254,10 +255,12 @@ static void drop_launcher_env(void)
     }
 }
 
+/* In the forked child: becomes `dtrain find-batch --trial` for size m, the
+ * job's own --set options first, then the trial's (the last one wins). */
 static void exec_trial(const struct search *s, int64_t m, const char *result, const char *log)
 {
-    char sv[8][128];
-    char *argv[16 + 2 * FB_MAX_SETS];
+    char sv[FB_TRIAL_SETS - 1][128];
+    char *argv[8 + 2 * (FB_MAX_SETS + FB_TRIAL_SETS)];
     int a = 0;
     snprintf(sv[0], sizeof sv[0], "train.global_batch=%lld", (long long)m);
     snprintf(sv[1], sizeof sv[1], "train.micro_batch=%lld", (long long)m);
@@ -277,7 +280,8 @@ static void exec_trial(const struct search *s, int64_t m, const char *result, co
         argv[a++] = (char *)"--set";
         argv[a++] = (char *)s->sets[i];
     }
-    for (int i = 0; i < (s->limit_gib > 0 ? 7 : 6); i++) {
+    int nsv = s->limit_gib > 0 ? 7 : 6; /* no memory limit where none is known */
+    for (int i = 0; i < nsv; i++) {
         argv[a++] = (char *)"--set";
         argv[a++] = sv[i];
     }
