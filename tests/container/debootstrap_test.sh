@@ -12,9 +12,10 @@
 # tests/cli/accuracy_test.sh asks of the same job.
 #   debootstrap_test.sh SOURCE_DIR WORKDIR
 # Needs root, debootstrap, python3, mount and the network; exits 77 (skip)
-# where one of them is missing. /proc, /sys, /dev and /dev/shm are mounted
-# into each root and always unmounted on exit. DTRAIN_DEBIAN_MIRROR picks
-# the mirror (default http://deb.debian.org/debian).
+# where one of them is missing. /proc, /sys, /dev (a tmpfs with its own
+# device nodes) and /dev/shm are mounted into each root and unmounted on any
+# exit. DTRAIN_DEBIAN_MIRROR picks the mirror (default
+# http://deb.debian.org/debian).
 set -uo pipefail
 SRC=$(cd "$1" && pwd) W=$2
 MIRROR=${DTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -36,28 +37,47 @@ command -v python3 >/dev/null || skip "no python3 (DTRAIN_WITH_DEBOOTSTRAP=1 bas
 host=$(sed -E 's#^[a-z]+://([^/:]+).*#\1#' <<<"$MIRROR")
 timeout 20 bash -c "exec 3<>/dev/tcp/$host/80" 2>/dev/null || skip "cannot reach $host (no network)"
 
-# Everything mounted here, innermost last; unmounted in reverse on any exit.
-MOUNTS=()
-cleanup() {
-  local i
-  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-    umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" ||
-      echo "WARNING: could not unmount ${MOUNTS[i]}"
+# Long steps run in their own session (run_bg), so that a signal reaches the
+# trap at once and the trap can stop the whole step before it unmounts.
+# On any exit everything mounted under W (by this test or by debootstrap) is
+# unmounted, innermost first. /dev in a root is a small tmpfs with its own
+# device nodes, never the host's /dev, so even a run killed with SIGKILL
+# (whose mounts the next run removes) leaves nothing that rm -rf could
+# harm on the host.
+CHILD=""
+run_bg() {
+  setsid "$@" &
+  CHILD=$!
+  wait "$CHILD"
+  local rc=$?
+  CHILD=""
+  return "$rc"
+}
+mounts_under() { awk -v w="$1/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r; }
+unmount_under() {
+  local m
+  for m in $(mounts_under "$1"); do
+    umount "$m" 2>/dev/null || umount -l "$m" || echo "WARNING: could not unmount $m"
   done
-  MOUNTS=()
+}
+cleanup() {
+  if [ -n "$CHILD" ]; then
+    kill -TERM -- -"$CHILD" 2>/dev/null
+    sleep 2
+    kill -KILL -- -"$CHILD" 2>/dev/null
+    wait "$CHILD" 2>/dev/null
+  fi
+  [ -d "${W:-}" ] && unmount_under "$W"
+  return 0
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+trap 'echo "stopped by a signal"; exit 130' INT TERM HUP
 
-# A previous run's mounts (killed before its trap ran) would make rm -rf
-# reach the host's /dev: unmount whatever is still mounted under W first.
+# Leftovers of a run killed before its trap ran: unmount, then remove.
 if [ -d "$W" ]; then
   W=$(cd "$W" && pwd)
-  for m in $(awk -v w="$W/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r); do
-    umount "$m" 2>/dev/null || umount -l "$m"
-  done
-  awk -v w="$W/" 'index($2, w) == 1 { found = 1 } END { exit !found }' /proc/mounts &&
-    fail "something is still mounted under $W; not removing it"
+  unmount_under "$W"
+  [ -z "$(mounts_under "$W")" ] || fail "something is still mounted under $W; not removing it"
   rm -rf --one-file-system "$W"
 fi
 mkdir -p "$W/stages" && W=$(cd "$W" && pwd)
@@ -65,7 +85,7 @@ mount -t tmpfs none "$W/stages" 2>/dev/null || skip "cannot mount here (no CAP_S
 umount "$W/stages"
 
 echo "== debootstrap --variant=minbase bookworm ($MIRROR)"
-debootstrap --variant=minbase bookworm "$W/base" "$MIRROR" >"$W/debootstrap.log" 2>&1 || {
+run_bg debootstrap --variant=minbase bookworm "$W/base" "$MIRROR" >"$W/debootstrap.log" 2>&1 || {
   tail -20 "$W/debootstrap.log"
   fail "debootstrap failed (log: $W/debootstrap.log)"
 }
@@ -74,11 +94,16 @@ echo "   done after $(elapsed)"
 stage_root() { echo "$W/stages/$1"; }
 mount_root() { # ROOT
   local r=$1
-  mount -t proc proc "$r/proc" && MOUNTS+=("$r/proc") || fail "mount proc in $r"
-  mount -t sysfs -o ro sysfs "$r/sys" && MOUNTS+=("$r/sys") || fail "mount sysfs in $r"
-  mount --bind /dev "$r/dev" && MOUNTS+=("$r/dev") || fail "bind /dev in $r"
-  mount -t tmpfs -o mode=1777,size=50% shm "$r/dev/shm" && MOUNTS+=("$r/dev/shm") ||
-    fail "mount /dev/shm in $r"
+  mount -t proc proc "$r/proc" || fail "mount proc in $r"
+  mount -t sysfs -o ro sysfs "$r/sys" || fail "mount sysfs in $r"
+  mount -t tmpfs -o mode=755,size=1m dev "$r/dev" || fail "mount /dev in $r"
+  mknod -m 666 "$r/dev/null" c 1 3 && mknod -m 666 "$r/dev/zero" c 1 5 &&
+    mknod -m 666 "$r/dev/full" c 1 7 && mknod -m 666 "$r/dev/random" c 1 8 &&
+    mknod -m 666 "$r/dev/urandom" c 1 9 && mknod -m 666 "$r/dev/tty" c 5 0 &&
+    ln -s /proc/self/fd "$r/dev/fd" && ln -s /proc/self/fd/0 "$r/dev/stdin" &&
+    ln -s /proc/self/fd/1 "$r/dev/stdout" && ln -s /proc/self/fd/2 "$r/dev/stderr" &&
+    mkdir "$r/dev/shm" "$r/dev/pts" || fail "device nodes in $r/dev"
+  mount -t tmpfs -o mode=1777,size=50% shm "$r/dev/shm" || fail "mount /dev/shm in $r"
   cp -L /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 }
 
@@ -94,7 +119,7 @@ stage_new() { # NAME IMAGE
 }
 stage_copy() { # NAME PARENT
   echo "== FROM $2 AS $1"
-  cp -a "$(stage_root "$2")" "$(stage_root "$1")" || fail "copy stage $2"
+  cp -ax "$(stage_root "$2")" "$(stage_root "$1")" || fail "copy stage $2"
   mount_root "$(stage_root "$1")"
 }
 copy_context() { # STAGE SRC DST LIST
@@ -125,7 +150,8 @@ run_in() { # STAGE WORKDIR ENV... -- ARGV...
   shift
   echo "== RUN in $(basename "$root") after $(elapsed): ${*: -1}" | cut -c1-200
   mkdir -p "$root$wd"
-  chroot "$root" /usr/bin/env -i --chdir="$wd" "${envs[@]}" "$@" || fail "RUN failed in stage $(basename "$root")"
+  run_bg chroot "$root" /usr/bin/env -i --chdir="$wd" "${envs[@]}" "$@" ||
+    fail "RUN failed in stage $(basename "$root")"
 }
 
 echo "== reading $SRC/Dockerfile"
@@ -142,8 +168,8 @@ root=$(stage_root "$FINAL_STAGE")
 
 echo "== the image's default command, after $(elapsed): ${FINAL_ARGV[*]}"
 mkdir -p "$root$FINAL_WORKDIR"
-chroot "$root" /usr/bin/env -i --chdir="$FINAL_WORKDIR" "${FINAL_ENV[@]}" "${FINAL_ARGV[@]}" \
-  </dev/null >"$W/train.log" 2>&1
+run_bg chroot "$root" /usr/bin/env -i --chdir="$FINAL_WORKDIR" "${FINAL_ENV[@]}" "${FINAL_ARGV[@]}" \
+  >"$W/train.log" 2>&1
 rc=$?
 tr '\r' '\n' <"$W/train.log" | grep -v '^ *$' | tail -15
 [ "$rc" = 0 ] || fail "the default command exited $rc (log: $W/train.log)"
