@@ -151,12 +151,12 @@ def translate(dockerfile, context, outdir, build_args):
                 parent = stages[image]
                 lines.append(f"stage_copy {q(name)} {q(image)}")
                 env = dict(parent["env"])
-                workdir = parent["workdir"]
+                workdir, entrypoint, cmd = parent["workdir"], parent["entrypoint"], parent["cmd"]
             else:
                 lines.append(f"stage_new {q(name)} {q(image)}")
-                env, workdir = {"PATH": DEFAULT_PATH}, "/"
+                env, workdir, entrypoint, cmd = {"PATH": DEFAULT_PATH}, "/", [], []
             stage = {"name": name, "env": env, "args": {}, "workdir": workdir,
-                     "entrypoint": [], "cmd": []}
+                     "entrypoint": entrypoint, "cmd": cmd}
             stage["scope"] = (lambda s: lambda: {**s["args"], **s["env"]})(stage)
             stages[name] = stage
             continue
