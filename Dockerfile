@@ -13,7 +13,7 @@
 #
 #   docker build -t dtrain .
 #   docker run --rm --gpus all -v "$PWD/runs:/work/runs" dtrain     # the quick-start job
-#   docker run --rm --gpus all dtrain version                       # the GPU it would use
+#   docker run --rm --gpus all dtrain doctor                        # the GPU, libraries and live checks
 # CPU only, on Debian (what tests/container/debootstrap_test.sh runs):
 #   docker build --build-arg DTRAIN_CUDA=OFF --build-arg BUILD_IMAGE=debian:bookworm \
 #     --build-arg RUNTIME_IMAGE=debian:bookworm -t dtrain:cpu .
