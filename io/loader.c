@@ -320,7 +320,8 @@ dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
     rank_slice(opts->global_batch, opts->rank, opts->world, &lo, &hi);
     ld->full_micro = (hi - lo) / opts->micro_batch;
     atomic_init(&ld->bytes, 0);
-    ld->delay_ms = dt_fault_param("slowdata", opts->rank);
+    if (!dt_fault_value("slowdata", opts->rank, &ld->delay_ms))
+        ld->delay_ms = 0;
     DT_CHECK(alloc_slots(ld));
     DT_CHECK(dt_calloc((size_t)opts->workers, sizeof *ld->threads, "loader threads",
                        (void **)&ld->threads));

@@ -29,6 +29,8 @@ static const char usage_text[] =
     "                  -o OUT.h5 [--classes a,b,...] [--force]\n"
     "                       convert IDX files (MNIST format, raw or gzipped) to a dataset\n"
     "  data info FILE.h5    show a dataset's splits, shapes, dtypes, classes and sizes\n"
+    "  find-batch JOB.yaml [--set key=value ...] [-n RANKS] [--margin F] [--max MICRO]\n"
+    "                       find the largest train.micro_batch that fits in memory, by trial\n"
     "  bench allreduce [--min-bytes N] [--max-bytes N] [--iters N]\n"
     "                       all-reduce time and bandwidth for 8 B to 256 MiB (run under mpirun)\n"
     "  doctor [JOB.yaml] [--set key=value ...] [--dir PATH]\n"
@@ -61,7 +63,6 @@ int dt_cli_usage(const char *fmt, ...)
     return 64;
 }
 
-static const char *const not_yet[] = {"find-batch"};
 
 int main(int argc, char **argv)
 {
@@ -95,12 +96,11 @@ int main(int argc, char **argv)
         return dt_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt"))
         return dt_cmd_ckpt(argc - 1, argv + 1);
+    if (!strcmp(cmd, "find-batch"))
+        return dt_cmd_findbatch(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch"))
         return dt_cmd_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return dt_cmd_doctor(argc - 1, argv + 1);
-    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
-        if (!strcmp(cmd, not_yet[i]))
-            return dt_cli_usage("'dtrain %s' is not implemented in this version", cmd);
     return dt_cli_usage("unknown command '%s'", cmd);
 }

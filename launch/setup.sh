@@ -7,6 +7,7 @@
 #   DTRAIN_WITH_FUZZ=1 (clang with libFuzzer and llvm-symbolizer, for tests/fuzz)
 #   DTRAIN_WITH_TENSORBOARD=1 (the tensorboard package in a virtual environment,
 #     $BUILD_DIR/tb-venv, for the monitoring test's reader; from PyPI with pip)
+#   DTRAIN_WITH_DEBOOTSTRAP=1 (debootstrap and python3, for tests/container)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,9 @@ if [ "${DTRAIN_WITH_FUZZ:-0}" = 1 ]; then
 fi
 if [ "${DTRAIN_WITH_TENSORBOARD:-0}" = 1 ]; then
   PKGS="$PKGS python3 python3-venv"
+fi
+if [ "${DTRAIN_WITH_DEBOOTSTRAP:-0}" = 1 ]; then
+  PKGS="$PKGS debootstrap python3"
 fi
 
 missing=""

@@ -7,6 +7,7 @@
 #define DT_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../kernels/ops.h"
 #include "status.h"
@@ -55,6 +56,17 @@ const char *dt_backend_device_uuid(const dt_backend_t *be);
 /* The cudaStream_t every op and copy of the backend is queued on, for
  * communicators that must order their work after it; NULL for cpu. */
 void *dt_backend_stream(const dt_backend_t *be);
+
+/* Memory of what the backend computes on, in bytes (0 where unknown).
+ * cpu: this process's resident set now and its peak (VmRSS, VmHWM), and
+ * the node's memory. cuda: device memory in use now (by every process on
+ * the device, cudaMemGetInfo), the most seen in use after any allocation
+ * or stream synchronisation of this backend, and the device's memory. */
+struct dt_backend_mem {
+    uint64_t used, peak, total;
+    int device; /* 1: device memory (cuda), 0: host memory (cpu) */
+};
+dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out);
 
 /* Names of backends compiled into this build, comma separated. */
 const char *dt_backend_list(void);

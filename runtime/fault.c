@@ -19,8 +19,8 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem", "read",     "kill",      "ckptkill",
-                                    "hang", "nan",   "overflow", "otherhost", "slowdata"};
+static const char *const known[] = {"open", "nomem",    "read",      "kill", "ckptkill", "hang",
+                                    "nan",  "overflow", "otherhost", "oom",  "slowdata"};
 
 static int known_event(const char *e)
 {
@@ -51,7 +51,7 @@ dt_status dt_fault_init(void)
             return dt_set_error(DT_ERR_USAGE,
                                 "DTRAIN_FAULT entry '%s': expected RANK:EVENT[:STEP] with EVENT "
                                 "one of open, nomem, read, kill, ckptkill, hang, nan, overflow, "
-                                "otherhost, slowdata",
+                                "otherhost, oom, slowdata",
                                 tok);
         if (strcmp(ev, "slowdata") == 0 && (n < 3 || step <= 0))
             return dt_set_error(DT_ERR_USAGE,
@@ -74,10 +74,12 @@ int dt_fault_armed(const char *event, int rank, int64_t step)
     return 0;
 }
 
-int64_t dt_fault_param(const char *event, int rank)
+int dt_fault_value(const char *event, int rank, int64_t *value)
 {
     for (int i = 0; i < nfaults; i++)
-        if (faults[i].rank == rank && strcmp(faults[i].event, event) == 0)
-            return faults[i].step;
-    return -1;
+        if (faults[i].rank == rank && strcmp(faults[i].event, event) == 0 && faults[i].step >= 0) {
+            *value = faults[i].step;
+            return 1;
+        }
+    return 0;
 }

@@ -4,6 +4,10 @@
  * rank stop, or the job recover. Comma-separated entries RANK:EVENT[:STEP]:
  *   open           the dataset cannot be opened on that rank
  *   nomem          the model's memory cannot be allocated on that rank
+ *   oom:ROWS       allocating the activation arena for a micro-batch of
+ *                  more than ROWS rows fails as out of memory on that
+ *                  rank (the micro-batch fallback and dtrain find-batch
+ *                  can be tried without filling a GPU)
  *   read:STEP      reading a training batch fails at optimizer step STEP
  *   kill:STEP      the rank kills itself (SIGKILL) in the middle of step STEP
  *   ckptkill:STEP  the rank kills itself in the middle of writing the
@@ -35,8 +39,9 @@ dt_status dt_fault_init(void);
 /* 1 when `event` is armed for `rank` (and `step`, for step events). */
 int dt_fault_armed(const char *event, int rank, int64_t step);
 
-/* The number given with `event` for `rank` (slowdata's MS); -1 when the
- * event is not armed there or has no number. */
-int64_t dt_fault_param(const char *event, int rank);
+/* 1 and the entry's number (its STEP field) in *value when `event` is
+ * armed for `rank` with a number, else 0: for events such as oom:ROWS and
+ * slowdata:MS. */
+int dt_fault_value(const char *event, int rank, int64_t *value);
 
 #endif
