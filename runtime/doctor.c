@@ -481,7 +481,7 @@ static dt_status check_dir(dt_comm_t *c, const struct dt_doctor_opts *o, const s
     DT_CHECK(dt_comm_barrier(c));
 out:
     if (d->written && unlink(mine) != 0 && st == DT_OK)
-        snprintf(d->msg, sizeof d->msg, "cannot remove the test file %s: %s", mine,
+        snprintf(d->msg, sizeof d->msg, "cannot remove the test file %.600s: %s", mine,
                  strerror(errno));
     if (private_dir[0])
         rmdir(private_dir);
