@@ -5,6 +5,8 @@
 #   BUILD_DIR=build  CMAKE_ARGS="..."  DTRAIN_SKIP_APT=1
 #   DTRAIN_WITH_TORCH=1 (PyTorch and h5py, for the comparisons with PyTorch)
 #   DTRAIN_WITH_FUZZ=1 (clang with libFuzzer and llvm-symbolizer, for tests/fuzz)
+#   DTRAIN_WITH_SLURM=1 (Slurm and munge, for tests/slurm, which starts its own
+#                        one-node Slurm; the daemons are not enabled or started here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,9 @@ if [ "${DTRAIN_WITH_TORCH:-0}" = 1 ]; then
 fi
 if [ "${DTRAIN_WITH_FUZZ:-0}" = 1 ]; then
   PKGS="$PKGS clang libclang-rt-14-dev llvm"
+fi
+if [ "${DTRAIN_WITH_SLURM:-0}" = 1 ]; then
+  PKGS="$PKGS slurm-wlm munge libpmix-dev" # srun --mpi=pmix loads libpmix.so
 fi
 
 missing=""
