@@ -69,6 +69,8 @@ cleanup() {
     kill -KILL "$p" 2>/dev/null
     wait "$p" 2>/dev/null
   done
+  # the daemons' logs stay with the test's files when something failed
+  [ "$fail" -eq 0 ] || cp -r "$C/log" "$W/slurm-logs" 2>/dev/null
   rm -rf "$C"
 }
 trap cleanup EXIT
@@ -180,6 +182,16 @@ state_is() { [ "$(field "$1" JobState)" = "$2" ]; }
 ended() { case $(field "$1" JobState) in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) return 0 ;; esac; return 1; }
 requeued() { state_is "$1" PENDING && [ "$(field "$1" Restarts)" = 1 ]; }
 logged() { grep -qE -- "$2" "$1" 2>/dev/null; }
+# no_processes J: nothing of job J runs on the node any more
+no_processes() { [ "$(scontrol listpids "$1" 2>/dev/null | wc -l)" -le 1 ]; }
+# start_again J: lets the requeued job J start now instead of after the
+# requeue delay, once the processes of its last run are gone (a run that
+# starts while the last one is still being torn down fails at once)
+start_again() {
+  wait_until "the processes of job $1 to end" no_processes "$1"
+  sleep 1
+  scontrol update JobId="$1" StartTime=now
+}
 # finished NAME J: the job ended well
 finished() {
   local name=$1 j=$2
@@ -193,7 +205,7 @@ finished() {
 resumed() {
   local name=$1 j=$2
   wait_until "job $j ($name) to be requeued" requeued "$j" || { tail -30 "$W/$name.out"; return; }
-  scontrol update JobId="$j" StartTime=now
+  start_again "$j"
   finished "$name" "$j"
   check "$name: restarts" "$(field "$j" Restarts)" 1
   local ck
@@ -255,7 +267,7 @@ J=$(sbatch --parsable -p debug -J limit --ntasks=1 --cpus-per-task=1 -o "$W/limi
   --time=1 --signal=B:USR1@55 --export="ALL,DTRAIN=$W/fake_dtrain.sh,DTRAIN_HOME=$SRC,RUN_DIR=$W/limit" \
   "$SRC/slurm/cpu.sbatch") || bad "sbatch failed"
 if wait_until "job $J (limit) to be requeued" requeued "$J"; then
-  scontrol update JobId="$J" StartTime=now
+  start_again "$J"
   wait_until "job $J (limit) to end" ended "$J"
 fi
 check "limit: state" "$(field "$J" JobState)" COMPLETED
