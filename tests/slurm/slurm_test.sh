@@ -11,6 +11,10 @@
 #      (SLURM_RESTART_COUNT=1) and ends with parameters bit-identical to a);
 #   c) the same after `scontrol requeue` from outside mid-run (Slurm then
 #      sends SIGTERM to the batch shell and the ranks);
+#   e) the same with `dtrain launch` in the template in place of srun and
+#      SIGUSR1 sent to the job step only (scancel --signal=USR1): launch
+#      takes srun and the task count from the allocation, and exits 75 for
+#      the batch shell to requeue instead of restarting in place;
 #   d) a real time limit (--time=1 --signal=B:USR1@55) reaches the template's
 #      trap and ends in a requeue, with a stand-in trainer (Slurm checks
 #      limits only every half minute, too coarse to aim at a training step).
@@ -250,13 +254,33 @@ has "$W/requeue.out" "dtrain-step: got SIGTERM"
 # whichever comes first is the one named
 has "$W/requeue/train.log" "stop requested by SIG(TERM|USR1)"
 
+# ---- e) dtrain launch in the template, a signal to the job step only -------------------
+# The template with `dtrain launch` in place of srun: launch takes srun and
+# 2 tasks from the allocation; `scancel --signal=USR1` (no --batch) reaches
+# the ranks but not the batch step, so launch must exit 75 instead of
+# restarting in place, and the batch shell requeues.
+sed 's|^dtrain_step srun --mpi=pmix "$DTRAIN" train|dtrain_step "$DTRAIN" launch -- train|' \
+  "$SRC/slurm/cpu.sbatch" >"$W/launch.sbatch"
+if grep -q '^dtrain_step "$DTRAIN" launch -- train' "$W/launch.sbatch"; then ok; else bad "no srun line in cpu.sbatch"; fi
+J=$(sbatch --parsable -p debug -J launch --ntasks=2 --cpus-per-task=1 -o "$W/launch.out" \
+  --export="ALL,DTRAIN=$DTRAIN,DTRAIN_HOME=$SRC,RUN_DIR=$W/launch" "$W/launch.sbatch" \
+  "${JOBARGS[@]}") || bad "sbatch failed"
+wait_until "training steps in launch.out" logged "$W/launch.out" 'step [2-9][0-9]{2}/936' &&
+  scancel --signal=USR1 "$J"
+resumed launch "$J"
+has "$W/launch.out" "launch: attempt 1/4: srun --mpi=pmix -n 2 $DTRAIN train"
+has "$W/launch.out" "not restarting inside Slurm job $J .*exiting 75 so that the batch script requeues"
+has "$W/launch.out" "dtrain-step: checkpoint written; requeueing job $J"
+if grep -q "launch: attempt 2/" "$W/launch.out"; then bad "launch: restarted inside the allocation"; else ok; fi
+
 # ---- d) a real time limit and its warning, with a stand-in trainer ------------------------
 cat >"$W/fake_dtrain.sh" <<'EOF'
 #!/usr/bin/env bash
 # stands in for dtrain: waits for a stop signal and exits 75 (or, after a
 # requeue, exits 0 at once)
 [ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && echo "fake: resumed" && exit 0
-trap 'echo "fake: got USR1"; exit 75' USR1
+start=$(date +%s)
+trap 'echo "fake: got USR1 after $(($(date +%s) - start))s"; exit 75' USR1
 trap 'echo "fake: got TERM"; exit 75' TERM
 echo "fake: running"
 for _ in $(seq 120); do sleep 1 & wait $!; done
