@@ -49,6 +49,9 @@ struct dt_bench_allreduce_opts {
      * host-buffer communicator over the same ranks for the bookkeeping. */
     const struct dt_bench_device *device;
     dt_comm_t *control;
+    /* When not NULL: gets the average bus bandwidth over the sizes (GB/s,
+     * the same on every rank), for callers that print their own report. */
+    double *busbw_gbs;
 };
 
 /* Collective: every rank calls it with the same options. Uses one buffer of

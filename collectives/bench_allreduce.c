@@ -326,6 +326,7 @@ dt_status dt_bench_allreduce(dt_comm_t *c, const struct dt_bench_allreduce_opts 
         busbw_sum += busbw_of(&b, &row);
         nsizes++;
     }
+    if (o->busbw_gbs) *o->busbw_gbs = nsizes ? busbw_sum / (double)nsizes : 0.0;
     if (b.out)
         fprintf(b.out, "# wrong values: %lld\n# average busbw: %.3f GB/s\n", wrong,
                 nsizes ? busbw_sum / (double)nsizes : 0.0);

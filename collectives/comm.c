@@ -11,6 +11,7 @@
 #include "comm.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -52,6 +53,22 @@ dt_status dt_comm_create(const char *backend, dt_comm_t **out)
                             built_names);
     return dt_set_error(DT_ERR_UNSUPPORTED, "unknown communicator backend '%s' (built: %s)",
                         backend, built_names);
+}
+
+void dt_comm_library_version(const char *backend, char *buf, size_t len)
+{
+    if (!strcmp(backend, "mpi")) {
+        dt_mpi_library_version(buf, len);
+        return;
+    }
+#ifdef DT_HAVE_NCCL
+    if (!strcmp(backend, "nccl")) {
+        dt_nccl_library_version(buf, len);
+        return;
+    }
+#endif
+    snprintf(buf, len, "not built into this dtrain (communicators built: %s)", built_names);
+    (void)backend;
 }
 
 void dt_comm_destroy(dt_comm_t *c)

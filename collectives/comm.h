@@ -67,6 +67,12 @@ dt_status dt_comm_barrier(dt_comm_t *c);
 
 size_t dt_comm_dtype_size(enum dt_comm_dtype t);
 
+/* The library behind backend `backend` ("mpi", "nccl") and its version,
+ * as that library reports it at run time; "not built into this dtrain"
+ * for a backend this build lacks. Needs no communicator; MPI need not be
+ * initialised. */
+void dt_comm_library_version(const char *backend, char *buf, size_t len);
+
 /* Device-buffer backends (nccl): from now on, each collective is ordered
  * after the work already queued on `stream` (a cudaStream_t: the compute
  * backend's, dt_backend_stream) when it starts, and that stream waits for

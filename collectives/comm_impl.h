@@ -71,5 +71,9 @@ dt_status dt_mpi_bootstrap(dt_comm_t *c, void *world);
 dt_status dt_mpi_check(int rc, int rank, const char *what);
 /* collectives/nccl/comm_nccl.c (NCCL builds only) */
 dt_status dt_nccl_comm_create(dt_comm_t **out);
+/* Library versions for dt_comm_library_version: collectives/mpi/mpi_info.c
+ * and collectives/nccl/nccl_info.c (NCCL builds only). */
+void dt_mpi_library_version(char *buf, size_t len);
+void dt_nccl_library_version(char *buf, size_t len);
 
 #endif

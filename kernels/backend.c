@@ -4,6 +4,7 @@
  * in kernels/cuda/ only.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/backend_impl.h"
@@ -39,6 +40,19 @@ int dt_cuda_device_count(void)
 #ifdef DT_HAVE_CUDA
     return dt_cuda_probe_count();
 #else
+    return 0;
+#endif
+}
+
+int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t len)
+{
+#ifdef DT_HAVE_CUDA
+    return dt_cuda_info_device(device, info, why, len);
+#else
+    memset(info, 0, sizeof *info);
+    info->device = -1;
+    (void)device;
+    snprintf(why, len, "this dtrain was built without CUDA (DTRAIN_CUDA=OFF or no nvcc)");
     return 0;
 #endif
 }
@@ -109,3 +123,32 @@ dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t b
 }
 
 dt_status dt_backend_sync(dt_backend_t *be) { return be->sync(be); }
+
+/* A "Key:   N kB" line of a /proc file, in bytes; 0 when absent. */
+static uint64_t proc_kb(const char *path, const char *key)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    size_t n = strlen(key);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            kb = strtoull(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
+{
+    if (be && be->mem_info)
+        return be->mem_info(be, out);
+    out->used = proc_kb("/proc/self/status", "VmRSS");
+    out->peak = proc_kb("/proc/self/status", "VmHWM");
+    out->total = proc_kb("/proc/meminfo", "MemTotal");
+    out->device = 0;
+    return DT_OK;
+}

@@ -15,6 +15,8 @@ int dt_cmd_bench(int argc, char **argv);
 int dt_cmd_eval(int argc, char **argv);
 int dt_cmd_ckpt(int argc, char **argv);
 int dt_cmd_launch(int argc, char **argv);
+int dt_cmd_doctor(int argc, char **argv);
+int dt_cmd_findbatch(int argc, char **argv);
 
 /* Prints "dtrain: <message>" for a failed status and returns its exit code. */
 int dt_cli_fail(dt_status st);

@@ -29,15 +29,21 @@ static const char usage_text[] =
     "                  -o OUT.h5 [--classes a,b,...] [--force]\n"
     "                       convert IDX files (MNIST format, raw or gzipped) to a dataset\n"
     "  data info FILE.h5    show a dataset's splits, shapes, dtypes, classes and sizes\n"
+    "  find-batch JOB.yaml [--set key=value ...] [-n RANKS] [--margin F] [--max MICRO]\n"
+    "                       find the largest train.micro_batch that fits in memory, by trial\n"
     "  bench allreduce [--min-bytes N] [--max-bytes N] [--iters N]\n"
     "                       all-reduce time and bandwidth for 8 B to 256 MiB (run under mpirun)\n"
+    "  doctor [JOB.yaml] [--set key=value ...] [--dir PATH]\n"
+    "                       check this machine or cluster (run it under mpirun/srun too):\n"
+    "                       GPUs, drivers, libraries, all-reduce, the run directory\n"
     "  config reference     print the job-file reference (every key and default)\n"
     "  config defaults      print the default job as YAML\n"
     "  version              print the version, the backends built in and the GPU found\n"
     "\n"
     "Logging: DTRAIN_LOG=error|warn|info|debug. Exit codes follow sysexits: 0 done,\n"
     "64 usage or job error, 65 bad data, 66 missing input, 74 I/O error, 70 internal,\n"
-    "75 stopped or restartable failure (run again to resume from the last checkpoint).\n";
+    "75 stopped or restartable failure (run again to resume from the last checkpoint),\n"
+    "69 (doctor) the environment has a problem.\n";
 
 int dt_cli_fail(dt_status st)
 {
@@ -57,7 +63,6 @@ int dt_cli_usage(const char *fmt, ...)
     return 64;
 }
 
-static const char *const not_yet[] = {"doctor", "find-batch"};
 
 int main(int argc, char **argv)
 {
@@ -91,10 +96,11 @@ int main(int argc, char **argv)
         return dt_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt"))
         return dt_cmd_ckpt(argc - 1, argv + 1);
+    if (!strcmp(cmd, "find-batch"))
+        return dt_cmd_findbatch(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch"))
         return dt_cmd_launch(argc - 1, argv + 1);
-    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
-        if (!strcmp(cmd, not_yet[i]))
-            return dt_cli_usage("'dtrain %s' is not implemented in this version", cmd);
+    if (!strcmp(cmd, "doctor"))
+        return dt_cmd_doctor(argc - 1, argv + 1);
     return dt_cli_usage("unknown command '%s'", cmd);
 }

@@ -5,6 +5,7 @@
 #   BUILD_DIR=build  CMAKE_ARGS="..."  DTRAIN_SKIP_APT=1
 #   DTRAIN_WITH_TORCH=1 (PyTorch and h5py, for the comparisons with PyTorch)
 #   DTRAIN_WITH_FUZZ=1 (clang with libFuzzer and llvm-symbolizer, for tests/fuzz)
+#   DTRAIN_WITH_DEBOOTSTRAP=1 (debootstrap and python3, for tests/container)
 #   DTRAIN_WITH_SLURM=1 (Slurm and munge, for tests/slurm, which starts its own
 #                        one-node Slurm; the daemons are not enabled or started here)
 set -euo pipefail
@@ -21,6 +22,9 @@ if [ "${DTRAIN_WITH_FUZZ:-0}" = 1 ]; then
 fi
 if [ "${DTRAIN_WITH_SLURM:-0}" = 1 ]; then
   PKGS="$PKGS slurm-wlm munge libpmix-dev" # srun --mpi=pmix loads libpmix.so
+fi
+if [ "${DTRAIN_WITH_DEBOOTSTRAP:-0}" = 1 ]; then
+  PKGS="$PKGS debootstrap python3"
 fi
 
 missing=""

@@ -7,6 +7,7 @@
 #define DT_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../kernels/ops.h"
 #include "status.h"
@@ -56,6 +57,17 @@ const char *dt_backend_device_uuid(const dt_backend_t *be);
  * communicators that must order their work after it; NULL for cpu. */
 void *dt_backend_stream(const dt_backend_t *be);
 
+/* Memory of what the backend computes on, in bytes (0 where unknown).
+ * cpu: this process's resident set now and its peak (VmRSS, VmHWM), and
+ * the node's memory. cuda: device memory in use now (by every process on
+ * the device, cudaMemGetInfo), the most seen in use after any allocation
+ * or stream synchronisation of this backend, and the device's memory. */
+struct dt_backend_mem {
+    uint64_t used, peak, total;
+    int device; /* 1: device memory (cuda), 0: host memory (cpu) */
+};
+dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out);
+
 /* Names of backends compiled into this build, comma separated. */
 const char *dt_backend_list(void);
 
@@ -67,5 +79,32 @@ int dt_cuda_usable_device(int device, char *why, size_t len);
 /* CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applied);
  * 0 without CUDA, driver or device. */
 int dt_cuda_device_count(void);
+
+/* What dtrain doctor reports about one GPU and the CUDA stack. */
+struct dt_gpu_info {
+    int driver_version;  /* CUDA version the driver supports, 1000*major + 10*minor; 0: none */
+    int runtime_version; /* CUDA runtime this build carries (same encoding); 0 without CUDA */
+    int driver_ok;       /* driver_version >= runtime_version */
+    int device;          /* the visible device described below; -1: none */
+    char name[128];
+    char uuid[64];       /* "GPU-<uuid>", as dt_backend_device_uuid */
+    char pci[32];        /* "0000:1b:00.0" */
+    unsigned long long mem_bytes;
+    int cc_major, cc_minor;
+    /* The architecture of the kernel code the runtime picked for this
+     * device: 10*major + minor of the binary (SASS) and of the PTX it came
+     * from; binary 0 with has_kernels 0 means no kernel image fits. */
+    int kernel_binary, kernel_ptx, has_kernels;
+    char cublas[32]; /* cuBLAS version, "" when unknown */
+};
+
+/* Fills *info for visible device `device` (the versions alone when it is
+ * not visible). Returns 1 when the device could be described, else 0 with
+ * the reason in why (no CUDA in this build, no driver, no such device). */
+int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t len);
+
+/* The CPU BLAS: name, version and build (openblas_get_config for
+ * OpenBLAS), or what little is known of another CBLAS. */
+void dt_blas_info(char *buf, size_t len);
 
 #endif

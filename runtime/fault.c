@@ -19,8 +19,9 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem", "read",    "kill",
-                                    "ckptkill", "hang", "nan", "overflow"};
+static const char *const known[] = {"open", "nomem", "read",     "kill",     "ckptkill",
+                                    "hang", "nan",   "overflow", "otherhost",
+                                    "oom"};
 
 static int known_event(const char *e)
 {
@@ -50,7 +51,8 @@ dt_status dt_fault_init(void)
         if (n < 2 || !known_event(ev) || nfaults == FAULT_MAX)
             return dt_set_error(DT_ERR_USAGE,
                                 "DTRAIN_FAULT entry '%s': expected RANK:EVENT[:STEP] with EVENT "
-                                "one of open, nomem, read, kill, ckptkill, hang, nan, overflow",
+                                "one of open, nomem, read, kill, ckptkill, hang, nan, overflow, "
+                                "otherhost, oom",
                                 tok);
         memcpy(f.event, ev, sizeof f.event);
         f.step = n == 3 ? step : -1;
@@ -65,5 +67,15 @@ int dt_fault_armed(const char *event, int rank, int64_t step)
         if (faults[i].rank == rank && strcmp(faults[i].event, event) == 0 &&
             (faults[i].step < 0 || faults[i].step == step))
             return 1;
+    return 0;
+}
+
+int dt_fault_value(const char *event, int rank, int64_t *value)
+{
+    for (int i = 0; i < nfaults; i++)
+        if (faults[i].rank == rank && strcmp(faults[i].event, event) == 0 && faults[i].step >= 0) {
+            *value = faults[i].step;
+            return 1;
+        }
     return 0;
 }

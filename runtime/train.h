@@ -14,6 +14,8 @@
 #include "config.h"
 #include "status.h"
 
+struct dt_backend_mem; /* runtime/backend.h */
+
 struct dt_train_result {
     int64_t steps;          /* optimizer steps taken */
     int64_t samples;        /* training samples consumed */
@@ -30,6 +32,12 @@ struct dt_train_opts {
     const char *resume;                /* auto | never | PATH of a checkpoint */
     volatile sig_atomic_t *stop_flag;  /* a signal handler stores its signal number here:
                                           checkpoint and stop */
+    /* Out of memory for the micro-batch at start-up fails instead of
+     * halving train.micro_batch (dtrain find-batch measures each size). */
+    int fixed_micro_batch;
+    /* When not NULL: the backend's memory figures, read just before the
+     * run's backend is destroyed (dtrain find-batch's trials). */
+    struct dt_backend_mem *mem;
 };
 
 /* Runs job to completion on every rank of comm (collective). Rank 0

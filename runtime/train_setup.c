@@ -7,7 +7,6 @@
  * failing rank's message and nobody waits in a collective.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,34 +171,9 @@ dt_status dt_train_open_data(struct run *r)
 
 /* ---- backend --------------------------------------------------------------- */
 
-/* SLURM_CPUS_PER_TASK, or 0 when it is unset or not a positive count. */
-static int slurm_cpus_per_task(void)
-{
-    const char *v = getenv("SLURM_CPUS_PER_TASK");
-    char *end;
-    if (!v || !*v)
-        return 0;
-    long n = strtol(v, &end, 10);
-    return *end == '\0' && n > 0 && n <= INT_MAX ? (int)n : 0;
-}
-
-/* runtime.threads, or the cores this rank may use: all it is bound to when
- * the launcher bound it; when it did not, the CPUs Slurm gave the task
- * (SLURM_CPUS_PER_TASK, with TaskPlugin=task/none nothing binds), else an
- * equal share of the node. */
 static int rank_threads(const struct run *r)
 {
-    if (r->job->runtime.threads > 0)
-        return (int)r->job->runtime.threads;
-    int aff = dt_cpu_count();
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online > 0 && aff < online)
-        return aff;
-    int slurm = slurm_cpus_per_task();
-    if (slurm > 0)
-        return slurm < aff ? slurm : aff;
-    int per = aff / dt_comm_local_size(r->comm);
-    return per > 0 ? per : 1;
+    return dt_rank_threads(r->job->runtime.threads, dt_comm_local_size(r->comm));
 }
 
 /* One GPU per rank of a node: local rank -> visible device. With fewer
@@ -560,7 +534,53 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     return dt_mem_check(&need, &avail, job->runtime.memory_limit, r->rank);
 }
 
-static dt_status build_local(struct run *r)
+/* Rows of the activation arena: the micro-batch or the evaluation batch
+ * per rank, whichever is larger. */
+static int64_t arena_rows(const struct run *r)
+{
+    int64_t eval_rows = eval_global_batch(r) / r->world;
+    return r->micro > eval_rows ? r->micro : eval_rows;
+}
+
+/* The memory check, where a refusal that a micro-batch of one row would
+ * not meet is due to the micro-batch's activations alone: then it is
+ * reported as out of memory, which dt_train_build answers by halving
+ * train.micro_batch, like a failed allocation. */
+static dt_status check_memory_for_micro(struct run *r, const struct dt_model_io *io)
+{
+    dt_status st = check_memory(r, io, arena_rows(r));
+    if (st == DT_OK || st == DT_ERR_NOMEM || r->eval_only || r->micro == 1)
+        return st;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dt_last_error());
+    int64_t micro = r->micro;
+    r->micro = 1;
+    int small_fits = check_memory(r, io, arena_rows(r)) == DT_OK;
+    r->micro = micro;
+    return small_fits ? dt_set_error(DT_ERR_NOMEM, "%s", msg) : dt_set_error(st, "%s", msg);
+}
+
+/* DTRAIN_FAULT oom:ROWS: the arena for a micro-batch above ROWS rows
+ * cannot be allocated. */
+static dt_status oom_fault(const struct run *r, const struct dt_model_io *io)
+{
+    int64_t rows;
+    struct dt_model_size ms;
+    char size[32];
+    if (r->eval_only || !dt_fault_value("oom", r->rank, &rows) || r->micro <= rows)
+        return DT_OK;
+    dt_status st = dt_model_measure(r->job, io, arena_rows(r), &ms);
+    if (st != DT_OK)
+        return st;
+    dt_format_bytes(ms.arena_bytes, size, sizeof size);
+    return dt_set_error(DT_ERR_NOMEM,
+                        "out of memory allocating %s for the activations of a %lld-row "
+                        "micro-batch (DTRAIN_FAULT oom:%lld)",
+                        size, (long long)r->micro, (long long)rows);
+}
+
+/* micro_cap > 0: the micro-batch the out-of-memory fallback chose. */
+static dt_status build_local(struct run *r, int64_t micro_cap)
 {
     const struct dt_job *job = r->job;
     dt_status st;
@@ -572,13 +592,15 @@ static dt_status build_local(struct run *r)
         r->micro = r->per_rank = 1;
     else
         DT_CHECK(plan_batches(r));
-    int64_t eval_rows = eval_global_batch(r) / r->world;
-    int64_t max_rows = r->micro > eval_rows ? r->micro : eval_rows;
+    if (micro_cap > 0 && r->micro > micro_cap)
+        r->micro = micro_cap;
+    int64_t max_rows = arena_rows(r);
     if (dt_fault_armed("nomem", r->rank, -1)) {
         st = dt_set_error(DT_ERR_NOMEM, "out of memory allocating the model (DTRAIN_FAULT)");
         goto out;
     }
-    DT_CHECK(check_memory(r, &io, max_rows));
+    DT_CHECK(check_memory_for_micro(r, &io));
+    DT_CHECK(oom_fault(r, &io));
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
     if (!r->eval_only)
@@ -631,10 +653,69 @@ static dt_status check_params(struct run *r)
     return st;
 }
 
+/* Frees what build_local made, for another try. */
+static void unbuild(struct run *r)
+{
+    dt_reducer_destroy(r->red);
+    free(r->host_grads);
+    if (!r->stage_grads)
+        dt_backend_free(r->be, r->wire.wire);
+    else
+        free(r->wire.wire);
+    dt_loader_destroy(r->train_ld);
+    dt_loader_destroy(r->test_ld);
+    dt_optim_destroy(r->opt);
+    dt_model_destroy(r->model);
+    r->red = NULL;
+    r->host_grads = NULL;
+    r->wire.wire = NULL;
+    r->train_ld = r->test_ld = NULL;
+    r->opt = NULL;
+    r->model = NULL;
+}
+
+/* The largest divisor of the per-rank batch at most half of `micro`
+ * (half itself when micro is even and divides it), 0 below one row. */
+static int64_t smaller_micro(int64_t per_rank, int64_t micro)
+{
+    for (int64_t m = micro / 2; m >= 1; m--)
+        if (per_rank % m == 0)
+            return m;
+    return 0;
+}
+
+/* build_local on every rank; out of memory for the micro-batch on any
+ * rank (agreed, so every rank takes the same branch) halves
+ * train.micro_batch and doubles the accumulation, which keeps the global
+ * batch and so the results, down to one row. */
+static dt_status build_agreed(struct run *r)
+{
+    int64_t cap = 0;
+    for (;;) {
+        dt_status st = dt_dist_agree(r->comm, build_local(r, cap));
+        int fixed = r->opts && r->opts->fixed_micro_batch;
+        if (st != DT_ERR_NOMEM || r->eval_only || fixed)
+            return st;
+        int64_t next = smaller_micro(r->per_rank, r->micro);
+        if (next < 1)
+            return st;
+        if (r->rank == 0)
+            DT_LOG_WARN("train",
+                        "train.micro_batch=%lld does not fit: %s; trying micro-batch %lld x "
+                        "accumulation %lld instead of %lld x %lld (global batch %lld, unchanged, "
+                        "so the results are the same)",
+                        (long long)r->micro, dt_last_error(), (long long)next,
+                        (long long)(r->per_rank / next), (long long)r->micro,
+                        (long long)(r->per_rank / r->micro), (long long)r->job->train.global_batch);
+        unbuild(r);
+        cap = next;
+    }
+}
+
 dt_status dt_train_build(struct run *r)
 {
     const struct dt_job *job = r->job;
-    dt_status st = dt_dist_agree(r->comm, build_local(r));
+    dt_status st = build_agreed(r);
     if (st != DT_OK)
         return st;
     DT_LOG_INFO("model", "%s: %zu parameters in %d tensors, %.2f MFLOP per sample forward",
@@ -708,6 +789,8 @@ void dt_train_close(struct run *r, dt_status st)
     dt_loader_destroy(r->test_ld);
     dt_optim_destroy(r->opt);
     dt_model_destroy(r->model);
+    if (r->be && r->opts && r->opts->mem)
+        dt_backend_mem_info(r->be, r->opts->mem);
     dt_backend_destroy(r->be);
     if (r->ds)
         dt_dataset_close(r->ds);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,4 +251,30 @@ int dt_stdout_is_terminal(void)
         return 0;
     target[n] = '\0';
     return is_terminal_path(target);
+}
+
+/* SLURM_CPUS_PER_TASK, or 0 when it is unset or not a positive count. */
+static int slurm_cpus_per_task(void)
+{
+    const char *v = getenv("SLURM_CPUS_PER_TASK");
+    char *end;
+    if (!v || !*v)
+        return 0;
+    long n = strtol(v, &end, 10);
+    return *end == '\0' && n > 0 && n <= INT_MAX ? (int)n : 0;
+}
+
+int dt_rank_threads(long job_threads, int local_size)
+{
+    if (job_threads > 0)
+        return job_threads < INT_MAX ? (int)job_threads : INT_MAX;
+    int aff = dt_cpu_count();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online > 0 && aff < online)
+        return aff;
+    int slurm = slurm_cpus_per_task();
+    if (slurm > 0)
+        return slurm < aff ? slurm : aff;
+    int per = aff / (local_size > 0 ? local_size : 1);
+    return per > 0 ? per : 1;
 }

@@ -17,6 +17,13 @@ double dt_now(void);
 /* CPUs this process may run on (sched affinity), at least 1. */
 int dt_cpu_count(void);
 
+/* The threads a training rank uses: runtime.threads when > 0; else every
+ * core it is bound to when the launcher bound it; when nothing bound it,
+ * the CPUs Slurm gave the task (SLURM_CPUS_PER_TASK: with
+ * TaskPlugin=task/none nothing binds), else an equal share of the node
+ * among its `local_size` ranks. At least 1. */
+int dt_rank_threads(long job_threads, int local_size);
+
 /* mkdir -p with mode 0777 & ~umask. Errors name the path. */
 dt_status dt_mkdir_p(const char *path);
 

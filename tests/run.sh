@@ -6,7 +6,7 @@
 # (tests/fuzz/run.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export DTRAIN_WITH_TORCH=1 DTRAIN_WITH_FUZZ=1 DTRAIN_WITH_SLURM=1
+export DTRAIN_WITH_TORCH=1 DTRAIN_WITH_FUZZ=1 DTRAIN_WITH_DEBOOTSTRAP=1 DTRAIN_WITH_SLURM=1
 BUILD_DIR=build CMAKE_ARGS="-DDTRAIN_WERROR=ON ${CMAKE_ARGS:-}" bash launch/setup.sh
 
 # A suite that skips is reported by name, and fails the run unless it is

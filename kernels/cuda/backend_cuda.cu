@@ -210,11 +210,25 @@ dt_status dt_cublas_status(struct cuda_backend *cb, cublasStatus_t bst, const ch
                         cublasGetStatusName(bst), extra);
 }
 
+void dt_cuda_note_usage(struct cuda_backend *cb)
+{
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    if (total_b - free_b > cb->peak_used)
+        cb->peak_used = total_b - free_b;
+}
+
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op)
 {
-    return dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
-                          "waiting for the stream; the fault may be in any op queued before it, "
-                          "CUDA_LAUNCH_BLOCKING=1 names it");
+    dt_status st = dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
+                                  "waiting for the stream; the fault may be in any op queued "
+                                  "before it, CUDA_LAUNCH_BLOCKING=1 names it");
+    if (st == DT_OK)
+        dt_cuda_note_usage(cb);
+    return st;
 }
 
 dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out)
@@ -245,6 +259,7 @@ dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out)
         return dt_cuda_status(cb, err, want, "scratch", "%zu bytes", want);
     }
     cb->gemm_scratch_bytes = want;
+    dt_cuda_note_usage(cb);
     *out = cb->gemm_scratch;
     return DT_OK;
 }
@@ -271,6 +286,7 @@ static dt_status cuda_alloc(dt_backend_t *be, size_t bytes, void **out)
         (void)cudaGetLastError();
         return st;
     }
+    dt_cuda_note_usage(cb);
     *out = p;
     return DT_OK;
 }
@@ -379,6 +395,20 @@ static dt_status cuda_copy(dt_backend_t *be, void *dst, const void *src, size_t 
 }
 
 static dt_status cuda_sync(dt_backend_t *be) { return dt_cuda_sync_op(dt_cuda_of(be), "sync"); }
+
+static dt_status cuda_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    size_t free_b = 0, total_b = 0;
+    cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
+    if (err != cudaSuccess)
+        return dt_cuda_status(cb, err, 0, "memory info", "reading free and total memory");
+    out->used = total_b - free_b;
+    out->peak = cb->peak_used > out->used ? cb->peak_used : out->used;
+    out->total = total_b;
+    out->device = 1;
+    return DT_OK;
+}
 
 /* ---- op table ---------------------------------------------------------- */
 
@@ -582,6 +612,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.copy = cuda_copy;
     cb->base.sync = cuda_sync;
     cb->base.destroy = cuda_destroy;
+    cb->base.mem_info = cuda_mem_info;
     cb->base.impl = cb;
     cb->base.stream = cb->stream;
     *out = &cb->base;

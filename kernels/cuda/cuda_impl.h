@@ -55,6 +55,8 @@ struct cuda_backend {
      * grown on demand, freed with the backend). */
     void *xent_rows;
     size_t xent_rows_bytes;
+    /* Device memory in use, the most seen (dt_cuda_note_usage). */
+    size_t peak_used;
 };
 #define DT_CUDA_SCALAR_BYTES 256 /* size of dscalars and hscalars */
 
@@ -99,6 +101,9 @@ dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out);
 
 /* Waits for the stream; a failure there carries `op`. */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op);
+/* Samples the device memory in use into cb->peak_used (after allocations
+ * and synchronisations; failures to read it are ignored). */
+void dt_cuda_note_usage(struct cuda_backend *cb);
 
 /* ---- ops (kernels/ops.h has the contract of each) ------------------- */
 /* linear.cu */

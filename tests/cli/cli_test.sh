@@ -33,7 +33,7 @@ json_field() { grep "\"type\":\"$2\"" "$1" | tail -n 1 | sed "s/.*\"$3\":\([-0-9
 # --- command line -----------------------------------------------------------
 expect 0 "usage: dtrain" -- "$DTRAIN" --help
 expect 64 "unknown command 'trian'" -- "$DTRAIN" trian
-expect 64 "not implemented in this version" -- "$DTRAIN" doctor
+expect 64 "doctor: unknown option '--frobnicate'" -- "$DTRAIN" doctor --frobnicate
 expect 0 "^dtrain [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu" -- "$DTRAIN" version
 
 # --- data import / info ------------------------------------------------------

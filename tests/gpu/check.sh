@@ -17,6 +17,9 @@
 #   4. a CUDA build into build-gpu/ for this machine's GPU, when cmake and
 #      every dependency are installed (launch/setup.sh's packages).
 # Stages, in order: setup, info (nvidia-smi, dtrain version, libraries),
+# doctor and doctor_mpi (`dtrain doctor` alone and under mpirun -np 1: no
+# problem found, and its GPU checks ran where nvidia-smi lists a GPU),
+# doctor_test (tests/cli/doctor_test.sh),
 # unit (the CPU unit suites: does this build run here at all), the GPU
 # suites test_gpu_ops, test_gpu_comm and test_cuda_host (each when built),
 # gpu_train (tests/gpu/gpu_train.sh), bench (bench/gpu_vs_torch.sh).
@@ -200,6 +203,24 @@ main() {
   if info; then record info PASS $(($(date +%s) - t0)) "$("$DTRAIN" version | tail -1)"; else
     record info FAIL $(($(date +%s) - t0)) "dtrain does not start or lacks libraries"
   fi
+
+  # dtrain doctor alone and as one rank under mpirun: exit 0 means no
+  # problem found; where nvidia-smi lists a GPU, its GPU checks must have run
+  # (and the NCCL all-reduce under mpirun).
+  local want="skip"
+  [ "$GPU_SEEN" = 1 ] && want="ok"
+  stage doctor 60 bash -c '"$1" doctor --dir "$2" | tee "$2/doctor.out"; rc=${PIPESTATUS[0]}
+      [ "$rc" = 0 ] || exit "$rc"
+      grep -qE "^  $3 +GPU kernel" "$2/doctor.out" || { echo "doctor: GPU check not $3"; exit 1; }' \
+    _ "$DTRAIN" "$DTRAIN_TEST_TMP" "$want"
+  stage doctor_mpi 60 bash -c 'mpirun --oversubscribe --allow-run-as-root -np 1 "$1" doctor \
+        --dir "$2" | tee "$2/doctor_mpi.out"; rc=${PIPESTATUS[0]}
+      [ "$rc" = 0 ] || exit "$rc"
+      grep -qE "^  $3 +GPU kernel" "$2/doctor_mpi.out" || { echo "doctor: GPU check not $3"; exit 1; }
+      [ "$3" = skip ] || grep -qE "^  ok +NCCL all-reduce" "$2/doctor_mpi.out" ||
+        { echo "doctor: the NCCL all-reduce did not run"; exit 1; }' \
+    _ "$DTRAIN" "$DTRAIN_TEST_TMP" "$want"
+  stage doctor_test 120 bash "$REPO/tests/cli/doctor_test.sh" "$DTRAIN" "$REPO" "$WORK/doctor_test"
 
   local units=("$BUILD"/tests/test_*)
   if [ -e "${units[0]}" ]; then
