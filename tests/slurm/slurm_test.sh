@@ -28,6 +28,7 @@ DTRAIN=$(realpath "$1")
 SRC=$(realpath "$2")
 W=$3
 LIMIT=180 # seconds any one job may take before the test gives up on it
+PATH=$PATH:/usr/sbin:/sbin # the daemons, where a root shell's PATH lacks them
 
 skip() {
   echo "SKIP: $*"
@@ -141,7 +142,7 @@ PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
 # Only this cluster's settings reach the commands and the jobs (the test
 # may itself run inside another Slurm job).
-unset $(compgen -v SLURM_) 2>/dev/null
+for v in $(compgen -v SLURM_); do unset "$v"; done
 export SLURM_CONF=$C/slurm.conf
 slurmctld -D -i -f "$SLURM_CONF" >"$C/log/slurmctld.out" 2>&1 &
 pids+=($!)
