@@ -6,6 +6,13 @@
  * own and restarts it with `--resume auto` after restartable failures.
  * Everything after `--` is passed on untouched, never through a shell.
  *
+ * Inside a Slurm job (SLURM_JOB_ID set) the defaults come from the
+ * allocation: srun as the launcher and SLURM_NTASKS ranks, so that
+ * `dtrain launch -- train JOB` in a batch script uses every task the job
+ * asked for; an -n beyond SLURM_NTASKS is refused before anything starts
+ * (srun would refuse it on every attempt). Outside Slurm the defaults stay
+ * mpirun and one rank.
+ *
  * DTRAIN_LAUNCH_EXEC, when set, names the program each rank runs instead of
  * this dtrain executable: a testing aid that lets the tests substitute a
  * fake trainer.
@@ -31,9 +38,10 @@ static const char launch_usage[] =
     "checkpoint (--resume auto), when it stops with exit 75, fails or a rank dies.\n"
     "Exits 64, 65 and 66 (bad job, bad data, missing input) are never restarted.\n"
     "\n"
-    "  -n N                 ranks (default 1; must be 1 with --launcher none)\n"
-    "  --launcher L         mpirun (default): mpirun -np N dtrain ...\n"
-    "                       srun:             srun --mpi=pmix -n N dtrain ...\n"
+    "  -n N                 ranks (default 1, inside a Slurm job SLURM_NTASKS;\n"
+    "                       must be 1 with --launcher none)\n"
+    "  --launcher L         mpirun (default outside Slurm): mpirun -np N dtrain ...\n"
+    "                       srun (default inside a Slurm job): srun --mpi=pmix -n N dtrain ...\n"
     "                       none:             dtrain ... (one process)\n"
     "  --launcher-arg ARG   one more argument for mpirun or srun (repeatable)\n"
     "  --max-restarts K     restarts after the first attempt (default 3)\n"
@@ -44,7 +52,12 @@ static const char launch_usage[] =
     "srun as SIGUSR1, which they hand to every rank), which saves a checkpoint\n"
     "and stops; a second signal is passed on as it is and stops it at once. The\n"
     "supervisor then exits with the training's code, without restarting. When\n"
-    "restarts run out it exits with the last attempt's code (128+N after signal N).\n";
+    "restarts run out it exits with the last attempt's code (128+N after signal N).\n"
+    "\n"
+    "Inside a Slurm job an attempt that exits 75 (Slurm's time-limit, preemption or\n"
+    "requeue signal reached the ranks, which checkpointed) is not restarted in\n"
+    "place: launch exits 75 so that the batch script requeues the job\n"
+    "(see slurm/dtrain-step.sh). Crashes and other failures are restarted in place.\n";
 
 /* Matches argv[*i] against `--name value` or `--name=value`. Returns 0 if it
  * is another option, 1 with *val set, -1 (after a usage message) if the
@@ -96,8 +109,10 @@ static int parse_launcher(const char *v, enum dt_launcher *out)
     return dt_cli_usage("launch: --launcher wants mpirun, srun or none, not '%s'", v);
 }
 
-/* One option at argv[*i]; returns 0, or an exit code after a message. */
-static int parse_one(int argc, char **argv, int *i, struct dt_launch_opts *o, char **largs)
+/* One option at argv[*i]; returns 0, or an exit code after a message.
+ * *launcher_set becomes 1 when --launcher is given. */
+static int parse_one(int argc, char **argv, int *i, struct dt_launch_opts *o, char **largs,
+                     int *launcher_set)
 {
     const char *v = NULL;
     int m;
@@ -109,8 +124,10 @@ static int parse_one(int argc, char **argv, int *i, struct dt_launch_opts *o, ch
         if (m > 0) largs[o->n_launcher_args++] = (char *)v;
         return m < 0 ? 64 : 0;
     }
-    if ((m = take_opt(argc, argv, i, "--launcher", &v)) != 0)
+    if ((m = take_opt(argc, argv, i, "--launcher", &v)) != 0) {
+        *launcher_set = 1;
         return m < 0 ? 64 : parse_launcher(v, &o->launcher);
+    }
     if ((m = take_opt(argc, argv, i, "--backoff", &v)) != 0)
         return m < 0 ? 64 : parse_seconds("--backoff", v, &o->backoff_s);
     if ((m = take_opt(argc, argv, i, "--max-backoff", &v)) != 0)
@@ -137,12 +154,45 @@ static int check_train_args(const struct dt_launch_opts *o)
     return 0;
 }
 
+/* The allocation's task count from SLURM_NTASKS; 0 when it is unset or
+ * not a count. */
+static int slurm_ntasks(void)
+{
+    const char *v = getenv("SLURM_NTASKS");
+    char *end;
+    if (!v || !*v) return 0;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return errno || *end || x < 1 || x > 1000000 ? 0 : (int)x;
+}
+
+/* Defaults that depend on Slurm: inside a job (SLURM_JOB_ID) srun and
+ * SLURM_NTASKS ranks, outside mpirun and 1. `nprocs` 0 means -n was not
+ * given. Returns 0, or 64 after a message. */
+static int apply_slurm(struct dt_launch_opts *o, int launcher_set)
+{
+    const char *job = getenv("SLURM_JOB_ID");
+    o->slurm_job = job && *job ? job : NULL;
+    if (!launcher_set) o->launcher = o->slurm_job ? DT_LAUNCHER_SRUN : DT_LAUNCHER_MPIRUN;
+    int tasks = o->slurm_job && o->launcher != DT_LAUNCHER_NONE ? slurm_ntasks() : 0;
+    if (o->nprocs == 0) {
+        o->nprocs = tasks > 0 ? tasks : 1;
+    } else if (tasks > 0 && o->nprocs > tasks) {
+        return dt_cli_usage("launch: -n %d is more than the %d task%s of Slurm job %s "
+                            "(SLURM_NTASKS): use -n %d or fewer, or leave -n out, or submit "
+                            "the job with more tasks (sbatch --ntasks)",
+                            o->nprocs, tasks, tasks == 1 ? "" : "s", o->slurm_job, tasks);
+    }
+    return 0;
+}
+
 /* Fills o from argv; largs has room for every argument. Returns 0, or an
  * exit code after a message (-1: help printed, exit 0). */
 static int parse_args(int argc, char **argv, struct dt_launch_opts *o, char **largs)
 {
+    int launcher_set = 0;
     o->launcher = DT_LAUNCHER_MPIRUN;
-    o->nprocs = 1;
+    o->nprocs = 0;
     o->max_restarts = DT_LAUNCH_DEFAULT_RESTARTS;
     o->backoff_s = DT_LAUNCH_DEFAULT_BACKOFF_S;
     o->max_backoff_s = DT_LAUNCH_DEFAULT_MAX_BACKOFF_S;
@@ -151,9 +201,11 @@ static int parse_args(int argc, char **argv, struct dt_launch_opts *o, char **la
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
             return fputs(launch_usage, stdout), -1;
-        int rc = parse_one(argc, argv, &i, o, largs);
+        int rc = parse_one(argc, argv, &i, o, largs, &launcher_set);
         if (rc) return rc;
     }
+    int rc = apply_slurm(o, launcher_set);
+    if (rc) return rc;
     if (i < argc) i++; /* the "--" */
     o->train_args = argv + i;
     o->n_train_args = argc - i;

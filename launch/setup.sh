@@ -8,6 +8,8 @@
 #   DTRAIN_WITH_TENSORBOARD=1 (the tensorboard package in a virtual environment,
 #     $BUILD_DIR/tb-venv, for the monitoring test's reader; from PyPI with pip)
 #   DTRAIN_WITH_DEBOOTSTRAP=1 (debootstrap and python3, for tests/container)
+#   DTRAIN_WITH_SLURM=1 (Slurm and munge, for tests/slurm, which starts its own
+#                        one-node Slurm; the daemons are not enabled or started here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +24,9 @@ if [ "${DTRAIN_WITH_FUZZ:-0}" = 1 ]; then
 fi
 if [ "${DTRAIN_WITH_TENSORBOARD:-0}" = 1 ]; then
   PKGS="$PKGS python3 python3-venv"
+fi
+if [ "${DTRAIN_WITH_SLURM:-0}" = 1 ]; then
+  PKGS="$PKGS slurm-wlm munge libpmix-dev" # srun --mpi=pmix loads libpmix.so
 fi
 if [ "${DTRAIN_WITH_DEBOOTSTRAP:-0}" = 1 ]; then
   PKGS="$PKGS debootstrap python3"

@@ -574,6 +574,15 @@ static int report_end(const struct sup *s, int attempt, int ws, int forwarded, d
                     took, sig_name(forwarded));
         return 0;
     }
+    if (s->o->slurm_job && WIFEXITED(ws) && WEXITSTATUS(ws) == EXIT_TEMPFAIL) {
+        DT_LOG_WARN(LOG_SUBSYS,
+                    "launch: attempt %d ended with %s after %s: not restarting inside Slurm job "
+                    "%s (a time limit, preemption or requeue stops the ranks directly): exiting "
+                    "75 so that the batch script requeues the job, which resumes from the "
+                    "checkpoint",
+                    n, how, took, s->o->slurm_job);
+        return 0;
+    }
     if (is_final_failure(ws)) {
         DT_LOG_WARN(LOG_SUBSYS,
                     "launch: attempt %d ended with %s after %s: not restarting "

@@ -11,6 +11,14 @@
  * pass to every rank untouched) and end the supervision once that child
  * ends.
  *
+ * Inside a Slurm job (slurm_job set) an attempt that exits 75 is not
+ * restarted in place: Slurm's time-limit, preemption and requeue signals
+ * reach the ranks directly, not through the supervisor, and the ranks then
+ * checkpoint and exit 75. The supervisor exits 75 as well, so that the
+ * batch script requeues the job (slurm/dtrain-step.sh) instead of training
+ * on into a time limit or a preemption. Crashes and other failures are
+ * still restarted in place.
+ *
  * The child is started with fork + exec, never through a shell, so every
  * argument reaches the trainer byte for byte. Not thread-safe: it blocks
  * signals for the whole process and expects to be its only waiter.
@@ -42,6 +50,8 @@ struct dt_launch_opts {
     int n_launcher_args;
     char **train_args; /* "train" JOB [options...] */
     int n_train_args;
+    const char *slurm_job; /* SLURM_JOB_ID inside a Slurm job, else NULL: exit 75
+                              then ends the supervision (the batch script requeues) */
 };
 
 /* Name of a launcher as typed on the command line ("mpirun", ...). */

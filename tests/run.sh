@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DTRAIN_WITH_TORCH=1 DTRAIN_WITH_FUZZ=1 DTRAIN_WITH_DEBOOTSTRAP=1 DTRAIN_WITH_TENSORBOARD=1
+export DTRAIN_WITH_SLURM=1
 # the monitoring test of both builds reads TensorBoard files with this one
 export DTRAIN_TB_PYTHON=$PWD/build/tb-venv/bin/python
 BUILD_DIR=build CMAKE_ARGS="-DDTRAIN_WERROR=ON ${CMAKE_ARGS:-}" bash launch/setup.sh

@@ -4,8 +4,9 @@
 # --resume argument on each attempt, arguments that reach the trainer byte
 # for byte without a shell, signals forwarded (and during a backoff), the
 # doubling backoff (from the log, never from the clock), what is left of an
-# attempt being killed, a missing launcher, usage errors, and two ranks
-# under real mpirun.
+# attempt being killed, a missing launcher, usage errors, two ranks under
+# real mpirun, and the defaults inside a Slurm job (SLURM_* set by the test,
+# srun played by tests/cli/fake_srun.sh).
 #
 # The trainer is tests/cli/fake_trainer.sh (through DTRAIN_LAUNCH_EXEC),
 # which logs the arguments of every attempt and exits, crashes or waits for
@@ -24,6 +25,8 @@ FAKE=$W/fake_trainer.sh
 export DTRAIN_LAUNCH_EXEC=$FAKE
 export OMPI_MCA_btl=self,vader # one node: shared memory, no interface probing
 unset DTRAIN_LOG
+# outside Slurm unless a test says otherwise (CI may itself run in a job)
+unset SLURM_JOB_ID SLURM_NTASKS SLURM_NPROCS SLURM_PROCID SLURM_STEP_ID
 pass=0 fail=0
 bg_pids=()
 trap 'for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done' EXIT
@@ -259,6 +262,74 @@ for r in 0 1; do
   check "mpirun SIGTERM: rank $r checkpoints (got SIGUSR1)" "$(grep -c '^got USR1$' mpi_term.log.r$r)" 1
   check "mpirun SIGTERM: rank $r attempts" "$(attempts mpi_term.log.r$r)" 1
 done
+
+# ---- inside a Slurm job: srun and SLURM_NTASKS by default, exit 75 ends it -----
+mkdir -p bin && cp "$HERE/fake_srun.sh" bin/srun && chmod +x bin/srun
+SLURM=(env PATH="$W/bin:$PATH" SLURM_JOB_ID=4242 SLURM_NTASKS=3)
+launch_slurm() { # NAME PLAN [options...]: launch inside the pretend job
+  local name=$1 plan=$2
+  shift 2
+  FAKE_PLAN=$plan FAKE_LOG=$W/$name.log "$TIMEOUT" -k 5 "$LIMIT" "${SLURM[@]}" "$DTRAIN" launch \
+    "$@" >"$name.out" 2>"$name.err"
+  rc=$?
+}
+launch_slurm sl_default 0 --backoff 0 -- train job.yaml
+check "Slurm defaults: exit" "$rc" 0
+has sl_default "launch: attempt 1/4: srun --mpi=pmix -n 3 $FAKE train job\.yaml --resume auto$"
+for r in 0 1 2; do
+  check "Slurm defaults: rank $r ran" "$(attempts sl_default.log.r$r)" 1
+done
+launch_slurm sl_n2 0 -n 2 --backoff 0 -- train job.yaml
+check "Slurm -n 2: exit" "$rc" 0
+has sl_n2 "launch: attempt 1/4: srun --mpi=pmix -n 2 $FAKE"
+check "Slurm -n 2: no third rank" "$(attempts sl_n2.log.r2)" 0
+launch_slurm sl_toomany 0 -n 4 -- train job.yaml
+check "Slurm -n 4 of 3 tasks: exit" "$rc" 64
+has sl_toomany "-n 4 is more than the 3 tasks of Slurm job 4242 \(SLURM_NTASKS\)"
+check "Slurm -n 4 of 3 tasks: nothing ran" "$(attempts sl_toomany.log.r0)" 0
+launch_slurm sl_none 0 --launcher none -- train job.yaml
+check "Slurm --launcher none: exit" "$rc" 0
+check "Slurm --launcher none: one process" "$(attempts sl_none.log)" 1
+# the default launcher, seen through its absence
+PATH=/nonexistent launch nosrun_out 0 -- train job.yaml
+has nosrun_out "cannot start the launcher 'mpirun'"
+FAKE_PLAN=0 FAKE_LOG=$W/nosrun_in.log env PATH=/nonexistent SLURM_JOB_ID=7 \
+  "$DTRAIN" launch -- train job.yaml >nosrun_in.out 2>nosrun_in.err
+check "inside Slurm, no srun: exit" "$?" 66
+has nosrun_in "cannot start the launcher 'srun'"
+# a crash is still restarted in place
+launch_slurm sl_crash kill,0 -n 1 --backoff 0 -- train job.yaml
+check "Slurm crash: exit" "$rc" 0
+check "Slurm crash: restarted in place" "$(attempts sl_crash.log.r0)" 2
+# Slurm's own stop reaches the ranks, not the supervisor: they exit 75 and
+# the supervisor exits 75 too (the batch script requeues), no restart
+FAKE_PLAN=hang FAKE_LOG=$W/sl_stop.log "${SLURM[@]}" "$DTRAIN" launch -n 2 --backoff 0 \
+  -- train job.yaml >sl_stop.out 2>sl_stop.err &
+pid=$!
+bg_pids+=("$pid")
+if wait_for sl_stop.log.r0 '^ready$' && wait_for sl_stop.log.r1 '^ready$'; then
+  for p in $(awk '/^pid /{print $2}' sl_stop.log.srun); do kill -TERM "$p"; done
+fi
+finish
+check "Slurm step stop: exit" "$rc" 75
+for r in 0 1; do
+  check "Slurm step stop: rank $r got TERM" "$(grep -c '^got TERM$' sl_stop.log.r$r)" 1
+  check "Slurm step stop: rank $r not restarted" "$(attempts sl_stop.log.r$r)" 1
+done
+has sl_stop "not restarting inside Slurm job 4242 .*exiting 75 so that the batch script requeues"
+hasnt sl_stop 'attempt 2/'
+# a signal to the supervisor inside Slurm reaches the ranks as SIGUSR1
+FAKE_PLAN=hang FAKE_LOG=$W/sl_usr1.log "${SLURM[@]}" "$DTRAIN" launch -n 2 --backoff 0 \
+  -- train job.yaml >sl_usr1.out 2>sl_usr1.err &
+pid=$!
+bg_pids+=("$pid")
+wait_for sl_usr1.log.r0 '^ready$' && wait_for sl_usr1.log.r1 '^ready$' && kill -TERM "$pid"
+finish
+check "Slurm supervisor SIGTERM: exit" "$rc" 75
+for r in 0 1; do
+  check "Slurm supervisor SIGTERM: rank $r got USR1" "$(grep -c '^got USR1$' sl_usr1.log.r$r)" 1
+done
+has sl_usr1 'got SIGTERM: passing it to attempt 1 as SIGUSR1 .*srun hands it to every rank'
 
 echo "launch_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
