@@ -171,12 +171,32 @@ static int parse_int_arg(const char *opt, const char *v, int64_t *out)
     return 0;
 }
 
+static const char findbatch_usage[] =
+    "usage: dtrain find-batch JOB.yaml [--set key=value ...] [-n RANKS] [--margin F] [--max MICRO]\n"
+    "\n"
+    "Finds the largest train.micro_batch that fits in memory by running real training\n"
+    "steps, each size in a child process with a private temporary run directory\n"
+    "(nothing is written into the job's): sizes double from 1, then the usable sizes\n"
+    "in between are bisected. Prints the peak memory of every size, the answer with\n"
+    "its accumulation for the job's global batch, and the --set line to paste.\n"
+    "\n"
+    "  -n RANKS       ranks the job will run on (default: the launcher's world size,\n"
+    "                 else SLURM_NTASKS, else 1)\n"
+    "  --margin F     memory kept free, as a fraction of the limit (default 0.1)\n"
+    "  --max MICRO    largest micro-batch to try (default: the per-rank batch)\n"
+    "\n"
+    "The limit: device memory on a GPU; on the CPU runtime.memory_limit, else the\n"
+    "rank's share of the node. Exit 0 found, 64 bad arguments or job, 66 job file\n"
+    "missing, 75 not even one row fits.\n";
+
 static int parse_args(int argc, char **argv, struct search *s)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return fputs(findbatch_usage, stdout), -1;
         if (!strcmp(a, "--set")) {
             if (!v)
                 return dt_cli_usage("--set needs key=value");
@@ -483,7 +503,7 @@ int dt_cmd_findbatch(int argc, char **argv)
     s.margin = FB_DEFAULT_MARGIN;
     int rc = parse_args(argc, argv, &s);
     if (rc != 0)
-        return rc;
+        return rc < 0 ? 0 : rc;
     if ((rc = load_job(s.job_path, s.sets, s.nsets, &job)) != 0)
         return rc;
     if (env_int(rank_vars) > 0)

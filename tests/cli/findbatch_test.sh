@@ -115,6 +115,7 @@ expect 64 "--margin needs a fraction" job.yaml --margin ten
 expect 64 "-n needs a whole number" job.yaml -n 0
 expect 64 "no job file" --max 8
 expect 64 "does not split evenly over 7 ranks" job.yaml -n 7
+expect 0 "usage: dtrain find-batch JOB.yaml" --help
 expect 75 "not even a micro-batch of 1 row fits" job.yaml --set runtime.memory_limit=0.01
 DTRAIN_FAULT=0:oom:0 expect 75 "DTRAIN_FAULT oom:0" job.yaml --max 4
 expect 0 "global batch 3600 = micro-batch 4 x accumulation 450 x 2 ranks" job.yaml -n 2 --max 4
