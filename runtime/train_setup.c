@@ -653,7 +653,8 @@ static dt_status check_params(struct run *r)
     return st;
 }
 
-/* Frees what build_local made, for another try. */
+/* Frees what build_local made: for another try with a smaller micro-batch,
+ * and at the end of the run. */
 static void unbuild(struct run *r)
 {
     dt_reducer_destroy(r->red);
@@ -778,17 +779,8 @@ dt_status dt_train_save_model(struct run *r)
 
 void dt_train_close(struct run *r, dt_status st)
 {
-    dt_reducer_destroy(r->red);
+    unbuild(r);
     dt_comm_destroy(r->own_comm);
-    free(r->host_grads);
-    if (!r->stage_grads)
-        dt_backend_free(r->be, r->wire.wire);
-    else
-        free(r->wire.wire);
-    dt_loader_destroy(r->train_ld);
-    dt_loader_destroy(r->test_ld);
-    dt_optim_destroy(r->opt);
-    dt_model_destroy(r->model);
     if (r->be && r->opts && r->opts->mem)
         dt_backend_mem_info(r->be, r->opts->mem);
     dt_backend_destroy(r->be);
