@@ -215,15 +215,26 @@ static dt_status csv_scan(struct csv_file *c, const struct dt_csv_import_opts *o
             c->label_col = found;
         }
     }
-    /* Count the data rows. */
+    /* Count the data rows, each with the same number of columns, so that
+     * the arrays sized from them are backed by the file's bytes. */
     c->rows = 0;
-    if (c->has_header)
+    if (c->has_header) {
         p = *e ? e + 1 : e;
+        line++;
+    }
     while (*p) {
         e = line_end(p);
-        if (!blank(p, e))
+        if (!blank(p, e)) {
+            int n = split_fields(p, e, NULL, 0);
+            if (n != c->columns) {
+                st = dt_set_error(DT_ERR_BAD_DATA, "file %s: line %lld has %d columns; expected %d",
+                                  c->path, (long long)line, n, c->columns);
+                goto out;
+            }
             c->rows++;
+        }
         p = *e ? e + 1 : e;
+        line++;
     }
     if (c->rows == 0)
         st =

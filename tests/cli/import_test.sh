@@ -121,6 +121,10 @@ csv_bad biglabel "bad_biglabel.csv: line 5, column 1: label 7 is outside \[0, 3\
 csv_bad overflow "bad_overflow.csv: line 5, column 3: value '1e39' is not finite in float32"
 expect 65 "empty.csv: holds no rows" -- $CSV --train d/empty.csv -o bad.h5
 expect 65 "headeronly.csv: holds a header line but no data rows" -- $CSV --train d/headeronly.csv -o bad.h5
+# a wide first line over many short ones: refused at the first short line,
+# before the arrays are sized
+python3 -c "import sys; sys.stdout.write('0' + ',1' * 100000 + '\n' + '1,2\n' * 200000)" > d/wide.csv
+expect 65 "wide.csv: line 2 has 2 columns; expected 100001" -- $CSV --train d/wide.csv -o bad.h5
 printf '0,1.0,2.0\n1,3.0,4.0\n' > d/narrow.csv
 expect 65 "narrow.csv: 3 columns but the train file d/train.csv has 6" -- \
   $CSV --train d/train.csv --test d/narrow.csv -o bad.h5
