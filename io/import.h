@@ -8,7 +8,7 @@
  * anything is written, so their samples are in memory by then and one
  * writer serves both; the IDX importer streams its images instead and
  * shares only the attributes and the options.
- * Not a public header: nothing outside io/ and launch/ includes it.
+ * Not a public header: nothing outside io/ includes it.
  */
 #ifndef DT_IO_IMPORT_H
 #define DT_IO_IMPORT_H
