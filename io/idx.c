@@ -272,18 +272,7 @@ static dt_status check_opts(const struct dt_idx_import_opts *o)
         return dt_set_error(DT_ERR_USAGE,
                             "IDX import: test images and test labels go together (got only %s)",
                             o->test_images ? o->test_images : o->test_labels);
-    if (strlen(o->out_path) > 4000)
-        return dt_set_error(DT_ERR_USAGE, "output path is too long");
-    struct stat sb;
-    if (lstat(o->out_path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return dt_set_error(DT_ERR_USAGE, "output %s is a directory; give the file to create",
-                            o->out_path);
-    if (lstat(o->out_path, &sb) == 0 && !o->overwrite)
-        return dt_set_error(DT_ERR_USAGE,
-                            "output %s already exists; pass --overwrite to replace it, or choose "
-                            "another path",
-                            o->out_path);
-    return DT_OK;
+    return dt_import_check_output(o->out_path, o->overwrite);
 }
 
 /* ---- checking the sources before writing ---------------------------------- */

@@ -390,7 +390,7 @@ static void test_idx_existing_output(void)
                                    .out_path = out};
     ASSERT_STATUS(dt_idx_import(&o, NULL), DT_ERR_USAGE);
     ASSERT_MSG(out);
-    ASSERT_MSG("overwrite");
+    ASSERT_MSG("--force");
     int n = slurp(out, buf, sizeof buf);
     CU_ASSERT_EQUAL(n, 7);
     CU_ASSERT(n == 7 && memcmp(buf, "keep me", 7) == 0);
