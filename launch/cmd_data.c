@@ -3,11 +3,13 @@
  * `dtrain config reference|defaults`.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/dataset.h"
 #include "../io/idx.h"
 #include "../runtime/config.h"
+#include "../runtime/util.h"
 #include "cli.h"
 
 static int import_idx(int argc, char **argv)
@@ -64,10 +66,29 @@ static int import_idx(int argc, char **argv)
     return 0;
 }
 
-static int info(const char *path)
+/* data info FILE... : one file, a quoted glob pattern, or several files
+ * that together are one dataset (shown as a whole, with each file). */
+static int info(int n, char **files)
 {
     dt_dataset_t *ds;
+    char *path = NULL;
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += strlen(files[i]) + 1;
+    if (dt_malloc(len, "the dataset list", (void **)&path) != DT_OK)
+        return dt_cli_fail(DT_ERR_NOMEM);
+    path[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (strchr(files[i], '\n') || !files[i][0]) {
+            free(path);
+            return dt_cli_usage("data info: file name %d is empty or holds a newline", i + 1);
+        }
+        if (i)
+            strcat(path, "\n");
+        strcat(path, files[i]);
+    }
     dt_status st = dt_dataset_open(path, &ds);
+    free(path);
     if (st != DT_OK)
         return dt_cli_fail(st);
     dt_dataset_print(ds, stdout);
@@ -82,9 +103,9 @@ int dt_cmd_data(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "import"))
         return dt_cli_usage("data import: unknown format '%s' (this version imports: idx)",
                             argc >= 3 ? argv[2] : "");
-    if (argc == 3 && !strcmp(argv[1], "info"))
-        return info(argv[2]);
-    return dt_cli_usage("data: expected 'import idx ...' or 'info FILE'");
+    if (argc >= 3 && !strcmp(argv[1], "info"))
+        return info(argc - 2, argv + 2);
+    return dt_cli_usage("data: expected 'import idx ...' or 'info FILE...'");
 }
 
 int dt_cmd_config(int argc, char **argv)
