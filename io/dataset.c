@@ -458,8 +458,8 @@ static dt_status x_dtype(const char *path, const char *split, struct split *sp,
 }
 
 /* Reads every label of the split, checks the range and counts classes. */
-static dt_status load_labels(const struct dsfile *ds, const char *split, hid_t y,
-                             struct split *sp, struct dt_split_info *si)
+static dt_status load_labels(const struct dsfile *ds, const char *split, hid_t y, struct split *sp,
+                             struct dt_split_info *si)
 {
     const char *path = ds->info.path;
     dt_status st = DT_OK;
@@ -547,8 +547,8 @@ static dt_status check_storage(const struct dsfile *ds, const char *obj, hid_t d
 
 /* x's storage (check_storage), and a compressed x must come in chunks the
  * reader can inflate one at a time. */
-static dt_status check_x_storage(const struct dsfile *ds, const char *obj,
-                                 const struct split *sp, const struct dt_split_info *si)
+static dt_status check_x_storage(const struct dsfile *ds, const char *obj, const struct split *sp,
+                                 const struct dt_split_info *si)
 {
     char declared[128];
     snprintf(declared, sizeof declared, "%lld rows of %lld values", (long long)si->n,
@@ -765,7 +765,6 @@ static void file_close(struct dsfile *ds)
     free(ds);
 }
 
-
 static int find_split(const struct dsfile *ds, const char *name)
 {
     for (int i = 0; i < ds->info.nsplits; i++)
@@ -775,7 +774,7 @@ static int find_split(const struct dsfile *ds, const char *name)
 }
 
 static dt_status file_split(const struct dsfile *ds, const char *name,
-                           const struct dt_split_info **out)
+                            const struct dt_split_info **out)
 {
     int i = find_split(ds, name);
     if (i >= 0) {
@@ -907,7 +906,7 @@ static dt_status nonfinite_error(const struct dsfile *ds, const char *split, con
 }
 
 static dt_status file_read(struct dsfile *ds, const char *split, const uint64_t *idx, size_t n,
-                          float *x, int32_t *y, uint64_t *bytes_read)
+                           float *x, int32_t *y, uint64_t *bytes_read)
 {
     dt_status st = DT_OK;
     struct req *reqs = NULL;
@@ -1080,8 +1079,8 @@ static dt_status same_kind(const struct dsfile *a, const struct dsfile *b)
         return differ(a, b, "the number of classes");
     for (int c = 0; c < x->num_classes; c++)
         if (strcmp(x->class_names[c], y->class_names[c]) != 0) {
-            snprintf(what, sizeof what, "the name of class %d ('%s', '%s')", c,
-                     x->class_names[c], y->class_names[c]);
+            snprintf(what, sizeof what, "the name of class %d ('%s', '%s')", c, x->class_names[c],
+                     y->class_names[c]);
             return differ(a, b, what);
         }
     if (x->norm_scale != y->norm_scale || x->norm_mean != y->norm_mean ||
@@ -1258,11 +1257,11 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
         if (idx[i] >= (uint64_t)si->n)
             return dt_set_error(DT_ERR_INVALID_ARG,
                                 "dataset %s: row %llu of split '%s' requested, which has %lld rows",
-                                ds->info.path, (unsigned long long)idx[i], split,
-                                (long long)si->n);
+                                ds->info.path, (unsigned long long)idx[i], split, (long long)si->n);
     size_t xn = 0;
     if (!dt_mul_size(n, elems, &xn)) {
-        st = dt_set_error(DT_ERR_INVALID_ARG, "dataset %s: a read of %zu rows of split '%s' is too large",
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "dataset %s: a read of %zu rows of split '%s' is too large",
                           ds->info.path, n, split);
         goto out;
     }
@@ -1346,8 +1345,7 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
             fprintf(out, "    %s: %s,", fi->path, size);
             for (int i = 0; i < fi->nsplits; i++)
                 fprintf(out, " %s %lld rows (from %lld)%s", fi->splits[i].name,
-                        (long long)fi->splits[i].n,
-                        (long long)ds->first[i * (ds->nfiles + 1) + f],
+                        (long long)fi->splits[i].n, (long long)ds->first[i * (ds->nfiles + 1) + f],
                         i + 1 < fi->nsplits ? "," : "");
             fprintf(out, "\n");
         }

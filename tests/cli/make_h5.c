@@ -108,9 +108,8 @@ static int write_split(hid_t f, const char *name, int test, hsize_t first, hsize
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr,
-                "usage: make_h5 OUT.h5 NTRAIN NTEST DIM CLASSES [from=TRAIN_ROW,TEST_ROW] "
-                "[SPLIT:ROW:COL=VALUE ...]\n");
+        fprintf(stderr, "usage: make_h5 OUT.h5 NTRAIN NTEST DIM CLASSES [from=TRAIN_ROW,TEST_ROW] "
+                        "[SPLIT:ROW:COL=VALUE ...]\n");
         return 2;
     }
     hsize_t ntrain = strtoull(argv[2], NULL, 10), ntest = strtoull(argv[3], NULL, 10);
