@@ -135,7 +135,7 @@ static dt_status open_data_local(struct run *r)
         if (s->n < 1) {
             st = dt_set_error(DT_ERR_BAD_DATA,
                               "dataset %s: split '%s' (data.%s_split) holds no samples",
-                              job->data.path, s->name, k ? "test" : "train");
+                              dt_dataset_get_info(r->ds)->path, s->name, k ? "test" : "train");
             goto out;
         }
     }
@@ -145,7 +145,7 @@ static dt_status open_data_local(struct run *r)
     if (!same)
         st = dt_set_error(DT_ERR_BAD_DATA,
                           "dataset '%s': splits '%s' and '%s' have different sample shapes",
-                          job->data.path, r->train->name, r->test->name);
+                          dt_dataset_get_info(r->ds)->path, r->train->name, r->test->name);
 out:
     return st;
 }
@@ -740,9 +740,10 @@ dt_status dt_train_build(struct run *r)
     dt_model_describe(r->model, log_layer, NULL);
     if (r->eval_only)
         return check_params(r);
-    DT_LOG_INFO("data", "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
-                        "x %lld accumulation x %d rank%s; %lld steps/epoch, %lld steps",
-                job->data.path, (long long)r->train->n, (long long)r->test->n,
+    DT_LOG_INFO("data",
+                "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
+                "x %lld accumulation x %d rank%s; %lld steps/epoch, %lld steps",
+                dt_dataset_get_info(r->ds)->path, (long long)r->train->n, (long long)r->test->n,
                 (long long)job->train.global_batch, (long long)r->micro,
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);
