@@ -37,6 +37,7 @@
 #include "../runtime/util.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
+#include "import.h"
 #include "outfile.h"
 
 #define IDX_TYPE_U8 0x08
@@ -67,11 +68,6 @@ struct split_src {
     const char *name; /* "train" or "test" */
     struct idx_file img, lab;
     unsigned char *labels;
-};
-
-struct class_list {
-    int count; /* 0: not given */
-    char names[DT_DATASET_MAX_CLASSES][DT_NAME_MAX];
 };
 
 /* ---- reading IDX --------------------------------------------------------- */
@@ -264,43 +260,6 @@ static dt_status idx_read_rows(struct idx_file *f, void *buf, uint64_t rows)
 
 /* ---- options --------------------------------------------------------------- */
 
-static dt_status parse_class_names(const char *s, struct class_list *cl)
-{
-    cl->count = 0;
-    if (!s)
-        return DT_OK;
-    const char *p = s;
-    for (;;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        while (len && (*p == ' ' || *p == '\t')) {
-            p++;
-            len--;
-        }
-        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (cl->count == DT_DATASET_MAX_CLASSES)
-            return dt_set_error(DT_ERR_USAGE, "class names: more than %d given",
-                                DT_DATASET_MAX_CLASSES);
-        if (len == 0)
-            return dt_set_error(DT_ERR_USAGE, "class names: name %d in '%s' is empty",
-                                cl->count + 1, s);
-        if (len >= DT_NAME_MAX)
-            return dt_set_error(DT_ERR_USAGE, "class names: '%.*s' is longer than %d characters",
-                                (int)len, p, DT_NAME_MAX - 1);
-        memcpy(cl->names[cl->count], p, len);
-        cl->names[cl->count][len] = '\0';
-        for (int c = 0; c < cl->count; c++)
-            if (strcmp(cl->names[c], cl->names[cl->count]) == 0)
-                return dt_set_error(DT_ERR_USAGE, "class names: '%s' appears twice",
-                                    cl->names[c]);
-        cl->count++;
-        if (!end)
-            return DT_OK;
-        p = end + 1;
-    }
-}
-
 static dt_status check_opts(const struct dt_idx_import_opts *o)
 {
     if (!o)
@@ -339,7 +298,7 @@ static void split_close(struct split_src *s)
 
 /* Opens a split's two files, checks they agree, reads and checks labels. */
 static dt_status split_open(struct split_src *s, const char *name, const char *images,
-                            const char *labels, const struct class_list *cl, int *max_label)
+                            const char *labels, const struct dt_class_list *cl, int *max_label)
 {
     dt_status st = DT_OK;
     s->name = name;
@@ -371,62 +330,6 @@ out:
 }
 
 /* ---- writing HDF5 (lock held in each helper) ------------------------------ */
-
-static dt_status write_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
-                            const void *buf, const char *path)
-{
-    hid_t s = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
-    hid_t a = s >= 0 ? H5Acreate2(obj, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT) : -1;
-    herr_t r = a >= 0 ? H5Awrite(a, mtype, buf) : -1;
-    dt_status st = DT_OK;
-    if (r < 0) st = dt_h5_write_error("dataset", path, path, "write attribute '%s'", name);
-    if (a >= 0)
-        H5Aclose(a);
-    if (s >= 0)
-        H5Sclose(s);
-    return st;
-}
-
-static dt_status write_root_attrs(hid_t file, const char *path, int num_classes,
-                                  const struct class_list *cl, double mean, double sd)
-{
-    dt_status st = DT_OK;
-    hid_t str = H5Tcopy(H5T_C_S1);
-    H5Tset_size(str, H5T_VARIABLE);
-    H5Tset_cset(str, H5T_CSET_UTF8);
-    const char *fmt = "dataset", *task = "classification";
-    const char **names = NULL;
-    char(*numbered)[DT_NAME_MAX] = NULL;
-    int version = DT_DATASET_FORMAT_VERSION;
-    float scale = 1.0f / 255.0f, fmean = (float)mean, fsd = (float)sd;
-
-    DT_CHECK(dt_calloc((size_t)num_classes, sizeof *names, "class names", (void **)&names));
-    if (!cl->count)
-        DT_CHECK(dt_calloc((size_t)num_classes, sizeof *numbered, "class names",
-                           (void **)&numbered));
-    for (int c = 0; c < num_classes; c++) {
-        if (cl->count) {
-            names[c] = cl->names[c];
-        } else {
-            snprintf(numbered[c], DT_NAME_MAX, "%d", c);
-            names[c] = numbered[c];
-        }
-    }
-    DT_CHECK(write_attr(file, "dtrain_format", str, str, 0, &fmt, path));
-    DT_CHECK(write_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version, path));
-    DT_CHECK(write_attr(file, "task", str, str, 0, &task, path));
-    DT_CHECK(write_attr(file, "num_classes", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &num_classes,
-                        path));
-    DT_CHECK(write_attr(file, "class_names", str, str, (hsize_t)num_classes, names, path));
-    DT_CHECK(write_attr(file, "norm_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, &scale, path));
-    DT_CHECK(write_attr(file, "norm_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, &fmean, path));
-    DT_CHECK(write_attr(file, "norm_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, &fsd, path));
-out:
-    free(numbered);
-    free(names);
-    H5Tclose(str);
-    return st;
-}
 
 /* Creates /<split>/x (empty, chunked) and writes /<split>/y. */
 static dt_status create_split(hid_t file, const char *path, const struct split_src *s,
@@ -574,7 +477,7 @@ out:
 /* Writes the whole file at tmp, its space reserved first; *made says
  * whether tmp was created (the caller then renames or removes it). */
 static dt_status write_file(const char *tmp, const char *out_path, struct split_src *src, int nsrc,
-                            int num_classes, const struct class_list *cl, FILE *progress, int *made)
+                            int num_classes, const struct dt_class_list *cl, FILE *progress, int *made)
 {
     dt_status st = DT_OK;
     struct stats stats = {0};
@@ -599,7 +502,7 @@ static dt_status write_file(const char *tmp, const char *out_path, struct split_
         sd = 1.0;
     }
     dt_h5_lock();
-    st = write_root_attrs(file, out_path, num_classes, cl, mean, sd);
+    st = dt_import_write_root_attrs(file, out_path, num_classes, cl, 1.0f / 255.0f, mean, sd);
     dt_h5_unlock();
     if (st == DT_OK && progress)
         fprintf(progress, "  %d classes, normalisation mean %.6f std %.6f (after scaling by "
@@ -618,7 +521,7 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
 {
     dt_status st = DT_OK;
     struct split_src src[2];
-    struct class_list *cl = NULL;
+    struct dt_class_list *cl = NULL;
     char tmp[4096 + 32] = "";
     int nsrc = 0, max_label = 0, made_tmp = 0;
     double t0 = dt_now();
@@ -626,7 +529,7 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
 
     DT_CHECK(check_opts(opts));
     DT_CHECK(dt_calloc(1, sizeof *cl, "class names", (void **)&cl));
-    DT_CHECK(parse_class_names(opts->class_names, cl));
+    DT_CHECK(dt_import_parse_classes(opts->class_names, cl));
     nsrc = 1;
     DT_CHECK(split_open(&src[0], "train", opts->train_images, opts->train_labels, cl,
                         &max_label));

@@ -1,13 +1,15 @@
 /*
- * cmd_data.c - `dtrain data import idx ...`, `dtrain data info FILE` and
- * `dtrain config reference|defaults`.
+ * cmd_data.c - `dtrain data import idx|npy|csv ...`, `dtrain data info
+ * FILE` and `dtrain config reference|defaults`.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../io/csv.h"
 #include "../io/dataset.h"
 #include "../io/idx.h"
+#include "../io/npy.h"
 #include "../runtime/config.h"
 #include "../runtime/util.h"
 #include "cli.h"
@@ -66,6 +68,87 @@ static int import_idx(int argc, char **argv)
     return 0;
 }
 
+static int import_npy(int argc, char **argv)
+{
+    struct dt_npy_import_opts o = {0};
+    for (int i = 0; i < argc; i++) {
+        const char **slot = NULL;
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))
+            slot = &o.out_path;
+        else if (!strcmp(argv[i], "--train-x"))
+            slot = &o.train_x;
+        else if (!strcmp(argv[i], "--train-y"))
+            slot = &o.train_y;
+        else if (!strcmp(argv[i], "--test-x"))
+            slot = &o.test_x;
+        else if (!strcmp(argv[i], "--test-y"))
+            slot = &o.test_y;
+        else if (!strcmp(argv[i], "--classes"))
+            slot = &o.class_names;
+        else if (!strcmp(argv[i], "--force")) {
+            o.overwrite = 1;
+            continue;
+        } else
+            return dt_cli_usage("data import npy: unknown argument '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return dt_cli_usage("data import npy: %s needs a value", argv[i]);
+        *slot = argv[++i];
+    }
+    if (!o.out_path)
+        return dt_cli_usage("data import npy: no output file (-o OUT.h5)");
+    if (!o.train_x || !o.train_y)
+        return dt_cli_usage("data import npy: need --train-x and --train-y");
+    if (!o.test_x != !o.test_y)
+        return dt_cli_usage("data import npy: --test-x and --test-y go together");
+    dt_status st = dt_npy_import(&o, stdout);
+    return st == DT_OK ? 0 : dt_cli_fail(st);
+}
+
+static int import_csv(int argc, char **argv)
+{
+    struct dt_csv_import_opts o = {0};
+    const char *header = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char **slot = NULL;
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))
+            slot = &o.out_path;
+        else if (!strcmp(argv[i], "--train"))
+            slot = &o.train;
+        else if (!strcmp(argv[i], "--test"))
+            slot = &o.test;
+        else if (!strcmp(argv[i], "--label-column"))
+            slot = &o.label_column;
+        else if (!strcmp(argv[i], "--header"))
+            slot = &header;
+        else if (!strcmp(argv[i], "--classes"))
+            slot = &o.class_names;
+        else if (!strcmp(argv[i], "--force")) {
+            o.overwrite = 1;
+            continue;
+        } else
+            return dt_cli_usage("data import csv: unknown argument '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return dt_cli_usage("data import csv: %s needs a value", argv[i]);
+        *slot = argv[++i];
+    }
+    if (!o.out_path)
+        return dt_cli_usage("data import csv: no output file (-o OUT.h5)");
+    if (!o.train)
+        return dt_cli_usage("data import csv: need --train FILE");
+    if (!header || !strcmp(header, "auto"))
+        o.header = DT_CSV_HEADER_AUTO;
+    else if (!strcmp(header, "yes"))
+        o.header = DT_CSV_HEADER_YES;
+    else if (!strcmp(header, "no"))
+        o.header = DT_CSV_HEADER_NO;
+    else
+        return dt_cli_usage("data import csv: --header '%s': expected auto, yes or no", header);
+    if (o.label_column && !*o.label_column)
+        return dt_cli_usage("data import csv: --label-column is empty");
+    dt_status st = dt_csv_import(&o, stdout);
+    return st == DT_OK ? 0 : dt_cli_fail(st);
+}
+
 /* data info FILE... : one file, a quoted glob pattern, or several files
  * that together are one dataset (shown as a whole, with each file). */
 static int info(int n, char **files)
@@ -100,12 +183,17 @@ int dt_cmd_data(int argc, char **argv)
 {
     if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "idx"))
         return import_idx(argc - 3, argv + 3);
+    if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "npy"))
+        return import_npy(argc - 3, argv + 3);
+    if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "csv"))
+        return import_csv(argc - 3, argv + 3);
     if (argc >= 2 && !strcmp(argv[1], "import"))
-        return dt_cli_usage("data import: unknown format '%s' (this version imports: idx)",
+        return dt_cli_usage("data import: unknown format '%s' (this version imports: idx, npy, "
+                            "csv)",
                             argc >= 3 ? argv[2] : "");
     if (argc >= 3 && !strcmp(argv[1], "info"))
         return info(argc - 2, argv + 2);
-    return dt_cli_usage("data: expected 'import idx ...' or 'info FILE...'");
+    return dt_cli_usage("data: expected 'import idx|npy|csv ...' or 'info FILE...'");
 }
 
 int dt_cmd_config(int argc, char **argv)

@@ -27,7 +27,9 @@
 
 #include "cu_util.h"
 #include "io/dataset.h"
+#include "io/csv.h"
 #include "io/idx.h"
+#include "io/npy.h"
 #include "io/loader.h"
 #include "io/tensors.h"
 #include "runtime/rng.h"
@@ -2058,6 +2060,110 @@ static void test_model_bad_files(void)
     }
 }
 
+/* ---- the .npy and CSV importers ------------------------------------------- */
+
+/* A .npy file as numpy.save writes it: magic, version, header length,
+ * the dict padded to 64 bytes and a newline, then the data. */
+static void write_npy(const char *path, int version, const char *descr, const char *shape,
+                      const void *data, size_t bytes)
+{
+    char hdr[256];
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     descr, shape);
+    size_t pre = version == 1 ? 10 : 12;
+    while ((pre + (size_t)n + 1) % 64)
+        hdr[n++] = ' ';
+    hdr[n++] = '\n';
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    unsigned char lead[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', (unsigned char)version, 0,
+                              (unsigned char)(n & 0xff), (unsigned char)(n >> 8), 0, 0};
+    fwrite(lead, 1, pre, f);
+    fwrite(hdr, 1, (size_t)n, f);
+    fwrite(data, 1, bytes, f);
+    fclose(f);
+}
+
+/* Reads every row of split back and checks x against want (before
+ * normalisation) and y against labels. */
+static void check_values(const char *path, const char *split, int64_t n, int64_t per,
+                         const float *want, const int32_t *labels)
+{
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(path, &ds), DT_OK);
+    if (!ds)
+        return;
+    const struct dt_dataset_info *info = dt_dataset_get_info(ds);
+    uint64_t idx[16];
+    float x[64];
+    int32_t y[16];
+    CU_ASSERT_FATAL(n <= 16 && n * per <= 64);
+    for (int64_t i = 0; i < n; i++)
+        idx[i] = (uint64_t)i;
+    ASSERT_STATUS(dt_dataset_read(ds, split, idx, (size_t)n, x, y, NULL), DT_OK);
+    for (int64_t i = 0; i < n * per; i++) {
+        float expect = (want[i] * info->norm_scale - info->norm_mean) / info->norm_std;
+        CU_ASSERT_DOUBLE_EQUAL(x[i], expect, 1e-5);
+    }
+    for (int64_t i = 0; i < n; i++)
+        CU_ASSERT_EQUAL(y[i], labels[i]);
+    dt_dataset_close(ds);
+}
+
+static void test_npy_values(void)
+{
+    char xp[4096], yp[4096], out[4096];
+    double x64[3 * 2 * 2];
+    float want[3 * 2 * 2];
+    int16_t y16[3] = {2, 0, 1};
+    int32_t labels[3] = {2, 0, 1};
+    for (int i = 0; i < 12; i++) {
+        x64[i] = 0.25 * i - 1.0;
+        want[i] = (float)x64[i];
+    }
+    tpath(xp, sizeof xp, "v-x.npy");
+    tpath(yp, sizeof yp, "v-y.npy");
+    tpath(out, sizeof out, "v-npy.h5");
+    write_npy(xp, 2, "<f8", "(3, 2, 2)", x64, sizeof x64);
+    write_npy(yp, 1, "<i2", "(3,)", y16, sizeof y16);
+    struct dt_npy_import_opts o = {.train_x = xp, .train_y = yp, .out_path = out,
+                                   .class_names = "a,b,c"};
+    ASSERT_STATUS(dt_npy_import(&o, NULL), DT_OK);
+    check_values(out, "train", 3, 4, want, labels);
+
+    /* a truncated array: refused, nothing written */
+    write_npy(xp, 1, "<f8", "(3, 2, 2)", x64, sizeof x64 - 8);
+    o.overwrite = 1;
+    ASSERT_STATUS(dt_npy_import(&o, NULL), DT_ERR_BAD_DATA);
+    ASSERT_MSG("truncated");
+    check_values(out, "train", 3, 4, want, labels); /* the old file is untouched */
+}
+
+static void test_csv_values(void)
+{
+    char in[4096], out[4096];
+    tpath(in, sizeof in, "v.csv");
+    tpath(out, sizeof out, "v-csv.h5");
+    FILE *f = fopen(in, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("f1, cls ,f2\n\n1.5,1,-2\r\n0.25,0,1e3\n-7, 2 ,0\n", f);
+    fclose(f);
+    float want[6] = {1.5f, -2.0f, 0.25f, 1000.0f, -7.0f, 0.0f};
+    int32_t labels[3] = {1, 0, 2};
+    struct dt_csv_import_opts o = {.train = in, .out_path = out, .label_column = "cls"};
+    ASSERT_STATUS(dt_csv_import(&o, NULL), DT_OK);
+    check_values(out, "train", 3, 2, want, labels);
+
+    o.label_column = "4";
+    o.overwrite = 1;
+    ASSERT_STATUS(dt_csv_import(&o, NULL), DT_ERR_USAGE);
+    ASSERT_MSG("columns 1 to 3");
+    o.label_column = "2";
+    o.header = DT_CSV_HEADER_NO;
+    ASSERT_STATUS(dt_csv_import(&o, NULL), DT_ERR_BAD_DATA);
+    ASSERT_MSG("line 1, column 1: 'f1' is not a number");
+}
+
 /* ---- main ------------------------------------------------------------------- */
 
 static int suite_init(void)
@@ -2107,6 +2213,9 @@ int main(void)
     CU_ADD(idx, test_idx_declared_sizes);
     CU_ADD(idx, test_idx_file_size_limit);
     CU_ADD(idx, test_idx_output_is_dir);
+    CU_pSuite imp = CU_add_suite("io_import", NULL, NULL);
+    CU_ADD(imp, test_npy_values);
+    CU_ADD(imp, test_csv_values);
     CU_pSuite dsu = CU_add_suite("io_dataset", NULL, NULL);
     CU_ADD(dsu, test_ds_missing_file);
     CU_ADD(dsu, test_ds_not_hdf5);

@@ -1,0 +1,66 @@
+/*
+ * import.h - internal to io/: what the dataset importers (IDX, NumPy .npy,
+ * CSV) share: the class-name option, the check of the output path, the
+ * root attributes of a dtrain dataset (dataset.h), and a writer for
+ * splits already held in memory.
+ *
+ * The .npy and CSV importers read and check every input completely before
+ * anything is written, so their samples are in memory by then and one
+ * writer serves both; the IDX importer streams its images instead and
+ * shares only the attributes and the options.
+ * Not a public header: nothing outside io/ includes it.
+ */
+#ifndef DT_IO_IMPORT_H
+#define DT_IO_IMPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../runtime/status.h"
+#include "dataset.h"
+
+struct dt_class_list {
+    int count; /* 0: not given */
+    char names[DT_DATASET_MAX_CLASSES][DT_NAME_MAX];
+};
+
+/* "a,b,c" (NULL: none given) into cl. DT_ERR_USAGE for an empty, repeated
+ * or too long name, or more than DT_DATASET_MAX_CLASSES. */
+dt_status dt_import_parse_classes(const char *s, struct dt_class_list *cl);
+
+/* The output path can be created: not a directory, not too long, and not
+ * already there unless overwrite. DT_ERR_USAGE otherwise. */
+dt_status dt_import_check_output(const char *out_path, int overwrite);
+
+/* Writes the root attributes (dtrain_format, format_version, task,
+ * num_classes, class_names: cl's names or "0", "1", ..., and
+ * norm_scale/mean/std) on the open HDF5 file `file` (a hid_t). The caller
+ * holds the HDF5 lock. */
+dt_status dt_import_write_root_attrs(int64_t file, const char *path, int num_classes,
+                                     const struct dt_class_list *cl, float scale, double mean,
+                                     double sd);
+
+/* One split held in memory: n samples of `shape` in x (row major; uint8,
+ * float16 as raw IEEE half bits, or float32) and n labels in y. */
+struct dt_import_split {
+    const char *name;    /* "train", "test" */
+    const char *source;  /* for the progress line */
+    enum dt_dtype dtype; /* DT_DTYPE_U8, DT_DTYPE_F16 or DT_DTYPE_F32 */
+    int ndim;
+    int64_t shape[DT_DATASET_MAX_DIMS];
+    int64_t n;
+    const void *x;
+    const int32_t *y;
+};
+
+/* Writes splits[0..nsplits) to out_path as "<out>.tmp.<pid>", renamed into
+ * place when complete and removed on failure. Normalisation comes from
+ * splits[0] (the training split): uint8 inputs are scaled by 1/255 first,
+ * float inputs are not scaled. */
+dt_status dt_import_write(const char *out_path, const struct dt_import_split *splits, int nsplits,
+                          int num_classes, const struct dt_class_list *cl, FILE *progress);
+
+/* float16 bits to float (for statistics and checks). */
+float dt_import_half_to_float(uint16_t h);
+
+#endif
