@@ -26,14 +26,25 @@
  *
  * Every HDF5 call is made with the io/ HDF5 lock held (hdf5_lock.h);
  * normalisation happens outside it so loader threads overlap.
+ *
+ * A dataset may be several files (a list, or a glob pattern expanded
+ * sorted by name), as large datasets are shipped. Each file is opened and
+ * validated as above and must match the first in splits, sample shapes,
+ * dtypes, classes and normalisation; a split's rows are the files' rows
+ * in order, and a global row maps to (file, row) through prefix sums. A
+ * read is split into one read per file holding requested rows, so a rank
+ * reads only its own rows whichever file they are in. One file is read
+ * exactly as before, with no extra copy.
  */
 #define _GNU_SOURCE
 #include "dataset.h"
 
+#include <glob.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../runtime/util.h"
 #include "hdf5_lock.h"
@@ -55,7 +66,7 @@ struct split {
     int32_t *labels;    /* n validated labels */
 };
 
-struct dt_dataset {
+struct dsfile {
     hid_t file;
     struct dt_dataset_info info;
     struct split splits[DT_DATASET_MAX_SPLITS];
@@ -231,7 +242,7 @@ static dt_status read_opt_num(const char *path, hid_t obj, const char *name, dou
     return st;
 }
 
-static dt_status read_root_attrs(struct dt_dataset *ds)
+static dt_status read_root_attrs(struct dsfile *ds)
 {
     struct dt_dataset_info *in = &ds->info;
     const char *path = in->path;
@@ -319,7 +330,7 @@ out:
 /* ---- splits (lock held) ---------------------------------------------- */
 
 struct list_ctx {
-    struct dt_dataset *ds;
+    struct dsfile *ds;
     dt_status st;
 };
 
@@ -447,8 +458,8 @@ static dt_status x_dtype(const char *path, const char *split, struct split *sp,
 }
 
 /* Reads every label of the split, checks the range and counts classes. */
-static dt_status load_labels(const struct dt_dataset *ds, const char *split, hid_t y,
-                             struct split *sp, struct dt_split_info *si)
+static dt_status load_labels(const struct dsfile *ds, const char *split, hid_t y, struct split *sp,
+                             struct dt_split_info *si)
 {
     const char *path = ds->info.path;
     dt_status st = DT_OK;
@@ -515,7 +526,7 @@ static dt_status sample_shape(const char *path, const char *obj, int nd, const h
 /* Dataset d (obj) declares n rows of per_row values of `size` bytes,
  * described as `declared`: its data must really be in the file (see
  * dt_h5_check_storage) before anything is allocated from n. */
-static dt_status check_storage(const struct dt_dataset *ds, const char *obj, hid_t d, int64_t n,
+static dt_status check_storage(const struct dsfile *ds, const char *obj, hid_t d, int64_t n,
                                int64_t per_row, size_t size, const char *declared)
 {
     char what[4200];
@@ -536,8 +547,8 @@ static dt_status check_storage(const struct dt_dataset *ds, const char *obj, hid
 
 /* x's storage (check_storage), and a compressed x must come in chunks the
  * reader can inflate one at a time. */
-static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
-                                 const struct split *sp, const struct dt_split_info *si)
+static dt_status check_x_storage(const struct dsfile *ds, const char *obj, const struct split *sp,
+                                 const struct dt_split_info *si)
 {
     char declared[128];
     snprintf(declared, sizeof declared, "%lld rows of %lld values", (long long)si->n,
@@ -566,7 +577,7 @@ static dt_status check_x_storage(const struct dt_dataset *ds, const char *obj,
 }
 
 /* The same for y, read whole at open. */
-static dt_status check_y_storage(const struct dt_dataset *ds, const char *obj, hid_t y,
+static dt_status check_y_storage(const struct dsfile *ds, const char *obj, hid_t y,
                                  const struct dt_split_info *si)
 {
     char declared[64];
@@ -578,7 +589,7 @@ static dt_status check_y_storage(const struct dt_dataset *ds, const char *obj, h
     return check_storage(ds, obj, y, si->n, 1, size, declared);
 }
 
-static dt_status open_split(struct dt_dataset *ds, int i)
+static dt_status open_split(struct dsfile *ds, int i)
 {
     const char *path = ds->info.path;
     struct dt_split_info *si = &ds->info.splits[i];
@@ -651,7 +662,7 @@ out:
     return st;
 }
 
-static dt_status open_locked(struct dt_dataset *ds)
+static dt_status open_locked(struct dsfile *ds)
 {
     const char *path = ds->info.path;
     dt_status st = DT_OK;
@@ -687,7 +698,7 @@ out:
 
 /* The normalised value of every uint8; all must be finite where a split
  * stores uint8 (v * 1e30 / 1e-10 is not). */
-static dt_status make_lut(struct dt_dataset *ds)
+static dt_status make_lut(struct dsfile *ds)
 {
     const struct dt_dataset_info *in = &ds->info;
     int u8 = 0;
@@ -705,10 +716,12 @@ static dt_status make_lut(struct dt_dataset *ds)
     return DT_OK;
 }
 
-dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
+static void file_close(struct dsfile *ds);
+
+static dt_status file_open(const char *path, struct dsfile **out)
 {
     dt_status st = DT_OK;
-    struct dt_dataset *ds = NULL;
+    struct dsfile *ds = NULL;
     int64_t size = 0;
     *out = NULL;
     if (!path || !*path)
@@ -734,11 +747,11 @@ dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
     *out = ds;
     ds = NULL;
 out:
-    dt_dataset_close(ds);
+    file_close(ds);
     return st;
 }
 
-void dt_dataset_close(dt_dataset_t *ds)
+static void file_close(struct dsfile *ds)
 {
     if (!ds)
         return;
@@ -752,9 +765,7 @@ void dt_dataset_close(dt_dataset_t *ds)
     free(ds);
 }
 
-const struct dt_dataset_info *dt_dataset_get_info(const dt_dataset_t *ds) { return &ds->info; }
-
-static int find_split(const dt_dataset_t *ds, const char *name)
+static int find_split(const struct dsfile *ds, const char *name)
 {
     for (int i = 0; i < ds->info.nsplits; i++)
         if (strcmp(ds->info.splits[i].name, name) == 0)
@@ -762,8 +773,8 @@ static int find_split(const dt_dataset_t *ds, const char *name)
     return -1;
 }
 
-dt_status dt_dataset_split(const dt_dataset_t *ds, const char *name,
-                           const struct dt_split_info **out)
+static dt_status file_split(const struct dsfile *ds, const char *name,
+                            const struct dt_split_info **out)
 {
     int i = find_split(ds, name);
     if (i >= 0) {
@@ -800,7 +811,7 @@ static int req_cmp(const void *a, const void *b)
  * (run x sample shape): HDF5 then copies straight through, while a 1-D
  * memory space of the same size takes its general path, 13x slower.
  * Lock held. */
-static dt_status read_runs(const dt_dataset_t *ds, const char *split, const struct split *sp,
+static dt_status read_runs(const struct dsfile *ds, const char *split, const struct split *sp,
                            const struct dt_split_info *si, const uint64_t *rows, size_t m,
                            unsigned char *buf)
 {
@@ -841,7 +852,7 @@ out:
 }
 
 /* Normalises one row of n stored values into dst. */
-static void normalise_row(const dt_dataset_t *ds, const struct split *sp, const void *src,
+static void normalise_row(const struct dsfile *ds, const struct split *sp, const void *src,
                           float *dst, int64_t n)
 {
     if (sp->x_mem_size == 1) {
@@ -872,7 +883,7 @@ static int64_t first_nonfinite(const float *x, int64_t n)
 }
 
 /* The message for the non-finite input at position k of a read's output. */
-static dt_status nonfinite_error(const dt_dataset_t *ds, const char *split, const uint64_t *idx,
+static dt_status nonfinite_error(const struct dsfile *ds, const char *split, const uint64_t *idx,
                                  const size_t *uidx, const unsigned char *buf, size_t row_bytes,
                                  const float *x, int64_t k, int64_t per_row)
 {
@@ -894,8 +905,8 @@ static dt_status nonfinite_error(const dt_dataset_t *ds, const char *split, cons
                         (double)x[k]);
 }
 
-dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
-                          float *x, int32_t *y, uint64_t *bytes_read)
+static dt_status file_read(struct dsfile *ds, const char *split, const uint64_t *idx, size_t n,
+                           float *x, int32_t *y, uint64_t *bytes_read)
 {
     dt_status st = DT_OK;
     struct req *reqs = NULL;
@@ -905,7 +916,7 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
     int s = find_split(ds, split);
     if (s < 0) {
         const struct dt_split_info *dummy;
-        return dt_dataset_split(ds, split, &dummy);
+        return file_split(ds, split, &dummy);
     }
     const struct dt_split_info *si = &ds->info.splits[s];
     const struct split *sp = &ds->splits[s];
@@ -970,6 +981,329 @@ out:
     return st;
 }
 
+/* ---- several files ----------------------------------------------------- */
+
+struct dt_dataset {
+    int nfiles;
+    struct dsfile **files;
+    struct dt_dataset_info info; /* the whole: rows, sizes and counts summed */
+    int64_t *first;              /* first global row of file f in split s: [s * (nfiles + 1) + f] */
+};
+
+static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+/* The files a path names, in order: one file, a list (entries separated by
+ * newlines, the form a YAML sequence in data.path takes), or a glob pattern
+ * expanded sorted by name. A pattern that matches nothing is
+ * DT_ERR_NOT_FOUND naming it, unless a file of that very name exists. */
+static dt_status expand_path(const char *path, char ***names, int *count)
+{
+    dt_status st = DT_OK;
+    glob_t g = {0};
+    char **v = NULL;
+    int n = 0;
+    *names = NULL;
+    *count = 0;
+    if (strchr(path, '\n')) {
+        int cap = 1;
+        for (const char *p = path; *p; p++)
+            cap += *p == '\n';
+        DT_CHECK(dt_calloc((size_t)cap, sizeof *v, "dataset file list", (void **)&v));
+        for (const char *p = path; *p;) {
+            const char *e = strchr(p, '\n');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            if (len == 0) {
+                st = dt_set_error(DT_ERR_INVALID_ARG, "dataset list: entry %d is empty", n + 1);
+                goto out;
+            }
+            DT_CHECK(dt_malloc(len + 1, "dataset file name", (void **)&v[n]));
+            memcpy(v[n], p, len);
+            v[n++][len] = '\0';
+            p = e ? e + 1 : p + len;
+        }
+    } else if (has_glob_chars(path)) {
+        int r = glob(path, GLOB_ERR, NULL, &g);
+        if (r == GLOB_NOMATCH && access(path, F_OK) != 0) {
+            st = dt_set_error(DT_ERR_NOT_FOUND,
+                              "dataset %s: the pattern matches no file; check the directory "
+                              "and the pattern",
+                              path);
+            goto out;
+        }
+        if (r == GLOB_NOMATCH) {
+            g.gl_pathc = 0;
+        } else if (r != 0) {
+            st = dt_set_error(DT_ERR_IO, "dataset %s: cannot expand the pattern (%s)", path,
+                              r == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
+            goto out;
+        }
+        size_t m = r == GLOB_NOMATCH ? 1 : g.gl_pathc;
+        DT_CHECK(dt_calloc(m, sizeof *v, "dataset file list", (void **)&v));
+        for (size_t i = 0; i < m; i++) {
+            const char *name = r == GLOB_NOMATCH ? path : g.gl_pathv[i];
+            DT_CHECK(dt_malloc(strlen(name) + 1, "dataset file name", (void **)&v[n]));
+            strcpy(v[n++], name);
+        }
+    } else {
+        DT_CHECK(dt_calloc(1, sizeof *v, "dataset file list", (void **)&v));
+        DT_CHECK(dt_malloc(strlen(path) + 1, "dataset file name", (void **)&v[n]));
+        strcpy(v[n++], path);
+    }
+    *names = v;
+    *count = n;
+    v = NULL;
+out:
+    if (v)
+        for (int i = 0; i < n; i++)
+            free(v[i]);
+    free(v);
+    globfree(&g);
+    return st;
+}
+
+/* DT_ERR_BAD_DATA naming two files and what differs between them. */
+static dt_status differ(const struct dsfile *a, const struct dsfile *b, const char *what)
+{
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "datasets %s and %s differ in %s; the files of one dataset must have "
+                        "the same splits, sample shapes, dtypes, classes and normalisation",
+                        a->info.path, b->info.path, what);
+}
+
+/* Checks that file b can continue file a. */
+static dt_status same_kind(const struct dsfile *a, const struct dsfile *b)
+{
+    const struct dt_dataset_info *x = &a->info, *y = &b->info;
+    char what[DT_NAME_MAX * 2 + 64];
+    if (x->num_classes != y->num_classes)
+        return differ(a, b, "the number of classes");
+    for (int c = 0; c < x->num_classes; c++)
+        if (strcmp(x->class_names[c], y->class_names[c]) != 0) {
+            snprintf(what, sizeof what, "the name of class %d ('%s', '%s')", c, x->class_names[c],
+                     y->class_names[c]);
+            return differ(a, b, what);
+        }
+    if (x->norm_scale != y->norm_scale || x->norm_mean != y->norm_mean ||
+        x->norm_std != y->norm_std)
+        return differ(a, b, "the normalisation attributes (norm_scale, norm_mean, norm_std)");
+    if (x->nsplits != y->nsplits)
+        return differ(a, b, "their splits (how many there are)");
+    for (int i = 0; i < x->nsplits; i++) {
+        const struct dt_split_info *s = &x->splits[i], *t = &y->splits[i];
+        if (strcmp(s->name, t->name) != 0) {
+            snprintf(what, sizeof what, "their splits ('%s' and '%s')", s->name, t->name);
+            return differ(a, b, what);
+        }
+        int same = s->ndim == t->ndim;
+        for (int d = 0; same && d < s->ndim; d++)
+            same = s->shape[d] == t->shape[d];
+        if (!same) {
+            snprintf(what, sizeof what, "the sample shape of split '%s'", s->name);
+            return differ(a, b, what);
+        }
+        if (s->x_dtype != t->x_dtype || s->y_dtype != t->y_dtype) {
+            snprintf(what, sizeof what, "the dtypes of split '%s' (x %s, y %s vs x %s, y %s)",
+                     s->name, dt_dtype_name(s->x_dtype), dt_dtype_name(s->y_dtype),
+                     dt_dtype_name(t->x_dtype), dt_dtype_name(t->y_dtype));
+            return differ(a, b, what);
+        }
+    }
+    return DT_OK;
+}
+
+/* The whole: the first file's description with rows, sizes and counts
+ * summed, and the prefix sums that map a global row to a file. */
+static dt_status combine(struct dt_dataset *ds, const char *path)
+{
+    int nf = ds->nfiles;
+    struct dt_dataset_info *in = &ds->info;
+    *in = ds->files[0]->info;
+    if (nf == 1)
+        return DT_OK;
+    snprintf(in->path, sizeof in->path, "%s", path);
+    for (char *p = in->path; *p; p++)
+        if (*p == '\n')
+            *p = ',';
+    dt_status st = dt_calloc((size_t)in->nsplits * (size_t)(nf + 1), sizeof *ds->first,
+                             "dataset row map", (void **)&ds->first);
+    if (st != DT_OK)
+        return st;
+    in->file_bytes = 0;
+    for (int s = 0; s < in->nsplits; s++) {
+        struct dt_split_info *si = &in->splits[s];
+        si->n = 0;
+        si->x_bytes = 0;
+        memset(si->class_counts, 0, sizeof si->class_counts);
+    }
+    for (int f = 0; f < nf; f++) {
+        const struct dt_dataset_info *fi = &ds->files[f]->info;
+        in->file_bytes += fi->file_bytes;
+        for (int s = 0; s < in->nsplits; s++) {
+            struct dt_split_info *si = &in->splits[s];
+            const struct dt_split_info *fs = &fi->splits[s];
+            ds->first[s * (nf + 1) + f] = si->n;
+            si->n += fs->n;
+            si->x_bytes += fs->x_bytes;
+            for (int c = 0; c < in->num_classes; c++)
+                si->class_counts[c] += fs->class_counts[c];
+        }
+    }
+    for (int s = 0; s < in->nsplits; s++)
+        ds->first[s * (nf + 1) + nf] = in->splits[s].n;
+    return DT_OK;
+}
+
+dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
+{
+    dt_status st = DT_OK;
+    struct dt_dataset *ds = NULL;
+    char **names = NULL;
+    int nnames = 0;
+    *out = NULL;
+    if (!path || !*path)
+        return dt_set_error(DT_ERR_INVALID_ARG, "dataset path is empty");
+    DT_CHECK(expand_path(path, &names, &nnames));
+    DT_CHECK(dt_calloc(1, sizeof *ds, "dataset handle", (void **)&ds));
+    DT_CHECK(dt_calloc((size_t)nnames, sizeof *ds->files, "dataset handle", (void **)&ds->files));
+    for (int f = 0; f < nnames; f++) {
+        DT_CHECK(file_open(names[f], &ds->files[f]));
+        ds->nfiles = f + 1;
+        if (f > 0)
+            DT_CHECK(same_kind(ds->files[0], ds->files[f]));
+    }
+    DT_CHECK(combine(ds, path));
+    *out = ds;
+    ds = NULL;
+out:
+    for (int i = 0; i < nnames; i++)
+        free(names[i]);
+    free(names);
+    dt_dataset_close(ds);
+    return st;
+}
+
+void dt_dataset_close(dt_dataset_t *ds)
+{
+    if (!ds)
+        return;
+    for (int f = 0; f < ds->nfiles; f++)
+        file_close(ds->files[f]);
+    free(ds->files);
+    free(ds->first);
+    free(ds);
+}
+
+const struct dt_dataset_info *dt_dataset_get_info(const dt_dataset_t *ds) { return &ds->info; }
+
+int dt_dataset_nfiles(const dt_dataset_t *ds) { return ds->nfiles; }
+
+const struct dt_dataset_info *dt_dataset_file_info(const dt_dataset_t *ds, int f)
+{
+    return f >= 0 && f < ds->nfiles ? &ds->files[f]->info : NULL;
+}
+
+dt_status dt_dataset_split(const dt_dataset_t *ds, const char *name,
+                           const struct dt_split_info **out)
+{
+    for (int i = 0; i < ds->info.nsplits; i++)
+        if (strcmp(ds->info.splits[i].name, name) == 0) {
+            *out = &ds->info.splits[i];
+            return DT_OK;
+        }
+    const struct dt_split_info *s0;
+    dt_status st = file_split(ds->files[0], name, &s0);
+    *out = NULL;
+    return st;
+}
+
+/* The file holding global row `row` of a split, by binary search over
+ * first[0..nf] (first[nf] is the split's size). */
+static int file_of(const int64_t *first, int nf, uint64_t row)
+{
+    int lo = 0, hi = nf - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if ((uint64_t)first[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Several files: the request is split by file (each file gets only its
+ * own rows, so the bytes read stay the rows asked for), each part read as
+ * one file read, and the rows put back in request order. */
+dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
+                          float *x, int32_t *y, uint64_t *bytes_read)
+{
+    dt_status st = DT_OK;
+    if (ds->nfiles == 1)
+        return file_read(ds->files[0], split, idx, n, x, y, bytes_read);
+    const struct dt_split_info *si;
+    if ((st = dt_dataset_split(ds, split, &si)) != DT_OK)
+        return st;
+    int s = (int)(si - ds->info.splits), nf = ds->nfiles;
+    const int64_t *first = ds->first + s * (nf + 1);
+    size_t elems = (size_t)si->sample_elems;
+    size_t *cnt = NULL, *pos = NULL;
+    uint64_t *local = NULL;
+    float *tx = NULL;
+    int32_t *ty = NULL;
+    int *fof = NULL;
+    if (n == 0)
+        return DT_OK;
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= (uint64_t)si->n)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: row %llu of split '%s' requested, which has %lld rows",
+                                ds->info.path, (unsigned long long)idx[i], split, (long long)si->n);
+    size_t xn = 0;
+    if (!dt_mul_size(n, elems, &xn)) {
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "dataset %s: a read of %zu rows of split '%s' is too large",
+                          ds->info.path, n, split);
+        goto out;
+    }
+    DT_CHECK(dt_calloc((size_t)nf + 1, sizeof *cnt, "read request", (void **)&cnt));
+    DT_CHECK(dt_calloc(n, sizeof *pos, "read request", (void **)&pos));
+    DT_CHECK(dt_calloc(n, sizeof *local, "read request", (void **)&local));
+    DT_CHECK(dt_calloc(n, sizeof *fof, "read request", (void **)&fof));
+    DT_CHECK(dt_calloc(n, sizeof *ty, "read request", (void **)&ty));
+    DT_CHECK(dt_calloc(xn, sizeof *tx, "rows read from the dataset", (void **)&tx));
+    for (size_t i = 0; i < n; i++) {
+        fof[i] = file_of(first, nf, idx[i]);
+        cnt[fof[i] + 1]++;
+    }
+    for (int f = 0; f < nf; f++)
+        cnt[f + 1] += cnt[f]; /* cnt[f]: where file f's rows start in the part order */
+    for (size_t i = 0; i < n; i++) {
+        size_t p = cnt[fof[i]]++;
+        pos[i] = p;
+        local[p] = idx[i] - (uint64_t)first[fof[i]];
+    }
+    /* cnt[f] is now where file f's rows end */
+    for (int f = 0; f < nf; f++) {
+        size_t b = f ? cnt[f - 1] : 0;
+        if (cnt[f] > b)
+            DT_CHECK(file_read(ds->files[f], split, local + b, cnt[f] - b, tx + b * elems, ty + b,
+                               bytes_read));
+    }
+    for (size_t i = 0; i < n; i++) {
+        memcpy(x + i * elems, tx + pos[i] * elems, elems * sizeof *x);
+        if (y)
+            y[i] = ty[pos[i]];
+    }
+out:
+    free(tx);
+    free(ty);
+    free(fof);
+    free(local);
+    free(pos);
+    free(cnt);
+    return st;
+}
+
 /* ---- summary ----------------------------------------------------------- */
 
 /* Per-class counts on one line: "6000 each" when equal, every count when
@@ -1003,7 +1337,23 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
     char size[32];
     dt_format_bytes((uint64_t)in->file_bytes, size, sizeof size);
     fprintf(out, "dataset %s\n", in->path);
-    fprintf(out, "  file size: %s, format version %d\n", size, in->format_version);
+    if (ds->nfiles > 1) {
+        fprintf(out, "  files (%d, rows numbered across them in this order):\n", ds->nfiles);
+        for (int f = 0; f < ds->nfiles; f++) {
+            const struct dt_dataset_info *fi = &ds->files[f]->info;
+            dt_format_bytes((uint64_t)fi->file_bytes, size, sizeof size);
+            fprintf(out, "    %s: %s,", fi->path, size);
+            for (int i = 0; i < fi->nsplits; i++)
+                fprintf(out, " %s %lld rows (from %lld)%s", fi->splits[i].name,
+                        (long long)fi->splits[i].n, (long long)ds->first[i * (ds->nfiles + 1) + f],
+                        i + 1 < fi->nsplits ? "," : "");
+            fprintf(out, "\n");
+        }
+        dt_format_bytes((uint64_t)in->file_bytes, size, sizeof size);
+        fprintf(out, "  total size: %s, format version %d\n", size, in->format_version);
+    } else {
+        fprintf(out, "  file size: %s, format version %d\n", size, in->format_version);
+    }
     fprintf(out, "  classes (%d):", in->num_classes);
     for (int c = 0; c < in->num_classes; c++) {
         if (c == 32 && in->num_classes > 40) {

@@ -9,7 +9,8 @@
  *                      an input value v becomes (v * norm_scale - norm_mean) / norm_std
  *   /<split>/x         N x sample shape (e.g. N x 28 x 28), uint8, float16 or float32
  *   /<split>/y         N labels, integer type, each in [0, num_classes)
- * Splits are groups at the root ("train", "test", ...).
+ * Splits are groups at the root ("train", "test", ...). A dataset may be
+ * several such files (see dt_dataset_open).
  *
  * A handle may be used from several threads: HDF5 calls are serialised by
  * one process-wide lock inside io/, because the parallel HDF5 build is not
@@ -70,9 +71,24 @@ struct dt_dataset_info {
  * (a system call failed inside HDF5: a lock another process holds, EIO),
  * each message naming the file and the object. */
 dt_status dt_dataset_open(const char *path, dt_dataset_t **out);
+/* path may also name several files that together are one dataset: entries
+ * separated by newlines (a list, kept in its order), or a glob pattern
+ * (containing *, ? or [; expanded sorted by name). Every file must match
+ * the first in splits, sample shapes, dtypes, classes and normalisation
+ * (DT_ERR_BAD_DATA naming both files and what differs). A split's rows are
+ * the files' rows in order: info and reads use these global row numbers.
+ * A pattern that matches nothing, or a missing list entry, is
+ * DT_ERR_NOT_FOUND naming it. */
 void dt_dataset_close(dt_dataset_t *ds);
 
+/* The whole dataset: for several files, rows, sizes and class counts are
+ * summed and path is the list (entries joined by ',') or the pattern. */
 const struct dt_dataset_info *dt_dataset_get_info(const dt_dataset_t *ds);
+
+/* How many files the dataset is, and file f's own description (NULL when
+ * f is out of range). */
+int dt_dataset_nfiles(const dt_dataset_t *ds);
+const struct dt_dataset_info *dt_dataset_file_info(const dt_dataset_t *ds, int f);
 
 /* The split called `name`, or DT_ERR_BAD_DATA naming the file, the split
  * and the splits it does have. */

@@ -3,6 +3,7 @@
  * FILE` and `dtrain config reference|defaults`.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../io/csv.h"
@@ -10,6 +11,7 @@
 #include "../io/idx.h"
 #include "../io/npy.h"
 #include "../runtime/config.h"
+#include "../runtime/util.h"
 #include "cli.h"
 
 static int import_idx(int argc, char **argv)
@@ -147,10 +149,29 @@ static int import_csv(int argc, char **argv)
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
-static int info(const char *path)
+/* data info FILE... : one file, a quoted glob pattern, or several files
+ * that together are one dataset (shown as a whole, with each file). */
+static int info(int n, char **files)
 {
     dt_dataset_t *ds;
+    char *path = NULL;
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += strlen(files[i]) + 1;
+    if (dt_malloc(len, "the dataset list", (void **)&path) != DT_OK)
+        return dt_cli_fail(DT_ERR_NOMEM);
+    path[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (strchr(files[i], '\n') || !files[i][0]) {
+            free(path);
+            return dt_cli_usage("data info: file name %d is empty or holds a newline", i + 1);
+        }
+        if (i)
+            strcat(path, "\n");
+        strcat(path, files[i]);
+    }
     dt_status st = dt_dataset_open(path, &ds);
+    free(path);
     if (st != DT_OK)
         return dt_cli_fail(st);
     dt_dataset_print(ds, stdout);
@@ -170,9 +191,9 @@ int dt_cmd_data(int argc, char **argv)
         return dt_cli_usage("data import: unknown format '%s' (this version imports: idx, npy, "
                             "csv)",
                             argc >= 3 ? argv[2] : "");
-    if (argc == 3 && !strcmp(argv[1], "info"))
-        return info(argv[2]);
-    return dt_cli_usage("data: expected 'import idx|npy|csv ...' or 'info FILE'");
+    if (argc >= 3 && !strcmp(argv[1], "info"))
+        return info(argc - 2, argv + 2);
+    return dt_cli_usage("data: expected 'import idx|npy|csv ...' or 'info FILE...'");
 }
 
 int dt_cmd_config(int argc, char **argv)

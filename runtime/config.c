@@ -281,8 +281,44 @@ static dt_status apply_list(const struct ctx *c, const struct dt_cfg_key *k, con
     return DT_OK;
 }
 
+/* A sequence of paths, stored joined by newlines. */
+static dt_status apply_paths(const struct ctx *c, const struct dt_cfg_key *k, const yaml_node_t *n)
+{
+    char want[512], why[WHY_MAX] = "";
+    char *field = (char *)c->job + k->offset;
+    char joined[sizeof c->job->data.path];
+    size_t len = 0;
+    dt_cfg_expect(k, want, sizeof want);
+    DT_ASSERT(k->size <= sizeof joined);
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count == 0)
+        return fail(c, mark_of(n), k->key, "expected %s, got an empty list", want);
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *e = node(c, n->data.sequence.items.start[i]);
+        if (is_null(e) || e->type != YAML_SCALAR_NODE)
+            return bad_value(c, k->key, e, "a path in each list entry", "");
+        const char *s = (const char *)e->data.scalar.value;
+        size_t m = e->data.scalar.length;
+        if (m == 0 || strlen(s) != m || memchr(s, '\n', m))
+            return bad_value(c, k->key, e, "a non-empty path on one line in each list entry", "");
+        if (len + m + 1 >= k->size) {
+            snprintf(why, WHY_MAX, " (the list is more than %zu bytes)", k->size - 1);
+            return bad_value(c, k->key, e, want, why);
+        }
+        if (i)
+            joined[len++] = '\n';
+        memcpy(joined + len, s, m);
+        len += m;
+    }
+    memset(field, 0, k->size);
+    memcpy(field, joined, len);
+    return DT_OK;
+}
+
 static dt_status apply_leaf(const struct ctx *c, const struct dt_cfg_key *k, const yaml_node_t *n)
 {
+    if (k->type == DT_CFG_PATHS && !is_null(n) && n->type == YAML_SEQUENCE_NODE)
+        return apply_paths(c, k, n);
     return k->type == DT_CFG_INT_LIST ? apply_list(c, k, n) : apply_scalar(c, k, n);
 }
 

@@ -23,6 +23,8 @@ enum dt_cfg_type {
     DT_CFG_ENUM,     /* char[size], one of choices */
     DT_CFG_INT_LIST, /* int64_t[size / 8] plus an int count at count_offset */
     DT_CFG_PATH,     /* char[size], non-empty, taken as written */
+    DT_CFG_PATHS,    /* char[size]: a path or glob pattern, or a YAML sequence of paths
+                        stored joined by newlines; no entry empty or holding a newline */
 };
 
 /* Range flags; the bounds apply to each entry of an int list. */

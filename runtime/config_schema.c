@@ -52,6 +52,7 @@ static const char *const ckpt_errors[] = {"stop", "continue", NULL};
 #define E DT_CFG_ENUM
 #define L DT_CFG_INT_LIST
 #define P DT_CFG_PATH
+#define PS DT_CFG_PATHS
 
 /* clang-format off */
 const struct dt_cfg_key dt_cfg_keys[] = {
@@ -66,8 +67,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "dropout probability after each hidden activation; 0 = off", FROM_BELOW(0, 1)),
     ROW("model.init", E, model.init, "kaiming", "weight initialisation", ONE_OF(inits)),
 
-    ROW("data.path", P, data.path, "data/fashion-mnist.h5",
-        "HDF5 dataset file; a relative path is taken from the working directory", ANY),
+    ROW("data.path", PS, data.path, "data/fashion-mnist.h5",
+        "HDF5 dataset file, or several that are one dataset: a list of files (rows numbered "
+        "across them in list order) or a glob pattern (files sorted by name); relative paths "
+        "are taken from the working directory", ANY),
     ROW("data.train_split", S, data.train_split, "train", "split (group) to train on", ANY),
     ROW("data.test_split", S, data.test_split, "test", "split (group) to evaluate on", ANY),
     ROW("data.shuffle", B, data.shuffle, "true",
@@ -484,6 +487,7 @@ const char *dt_cfg_type_name(enum dt_cfg_type t)
     case DT_CFG_ENUM: return "enum";
     case DT_CFG_INT_LIST: return "int list";
     case DT_CFG_PATH: return "path";
+    case DT_CFG_PATHS: return "path(s)";
     }
     return "?";
 }
@@ -572,6 +576,9 @@ void dt_cfg_expect(const struct dt_cfg_key *k, char *buf, size_t len)
         return;
     case DT_CFG_STRING: snprintf(buf, len, "a non-empty string"); return;
     case DT_CFG_PATH: snprintf(buf, len, "a non-empty path"); return;
+    case DT_CFG_PATHS:
+        snprintf(buf, len, "a non-empty path, a glob pattern or a list of paths");
+        return;
     }
 }
 
@@ -593,6 +600,7 @@ void dt_cfg_allowed(const struct dt_cfg_key *k, char *buf, size_t len)
         return;
     case DT_CFG_STRING:
     case DT_CFG_PATH: snprintf(buf, len, "non-empty"); return;
+    case DT_CFG_PATHS: snprintf(buf, len, "non-empty path or pattern, or list of them"); return;
     }
 }
 

@@ -116,6 +116,23 @@ static void write_value(FILE *out, const struct dt_job *job, const struct dt_cfg
         }
         fputc(']', out);
         return;
+    case DT_CFG_PATHS:
+        if (strchr(field, '\n')) {
+            fputc('[', out);
+            for (const char *p = field; *p;) {
+                size_t len = strcspn(p, "\n");
+                char one[sizeof job->data.path];
+                snprintf(one, sizeof one, "%.*s", (int)len, p);
+                if (p != field)
+                    fputs(", ", out);
+                write_string(out, one);
+                p += len + (p[len] == '\n');
+            }
+            fputc(']', out);
+            return;
+        }
+        write_string(out, field);
+        return;
     default: write_string(out, field); return;
     }
 }

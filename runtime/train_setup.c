@@ -30,9 +30,10 @@
 
 /* ---- run directory (rank 0) ------------------------------------------ */
 
-/* The job as config.yaml records it: data.path made absolute, so the file
- * names the same dataset wherever a requeued or copied job starts from (the
- * path is not resolved further: a node-local copy stays node-local). */
+/* The job as config.yaml records it: data.path made absolute (each entry of
+ * a list; a glob pattern is prefixed like a path), so the file names the
+ * same dataset wherever a requeued or copied job starts from (the path is
+ * not resolved further: a node-local copy stays node-local). */
 static dt_status absolute_job(const struct dt_job *job, struct dt_job **out)
 {
     char cwd[DT_JOB_PATH];
@@ -40,14 +41,28 @@ static dt_status absolute_job(const struct dt_job *job, struct dt_job **out)
     if (st != DT_OK)
         return st;
     **out = *job;
-    const char *p = job->data.path;
-    if (p[0] == '/' || p[0] == '\0' || !getcwd(cwd, sizeof cwd))
+    if (job->data.path[0] == '\0' || !getcwd(cwd, sizeof cwd))
         return DT_OK;
-    if (p[0] == '.' && p[1] == '/')
-        p += 2;
-    if ((size_t)snprintf((*out)->data.path, sizeof(*out)->data.path, "%s/%s", cwd, p) >=
-        sizeof(*out)->data.path)
-        snprintf((*out)->data.path, sizeof(*out)->data.path, "%s", job->data.path);
+    char *dst = (*out)->data.path;
+    size_t cap = sizeof(*out)->data.path, len = 0;
+    for (const char *p = job->data.path; *p;) {
+        size_t n = strcspn(p, "\n");
+        const char *e = p;
+        int w;
+        if (e[0] == '.' && e[1] == '/')
+            e += 2;
+        if (p[0] == '/')
+            w = snprintf(dst + len, cap - len, "%s%.*s", len ? "\n" : "", (int)n, p);
+        else
+            w = snprintf(dst + len, cap - len, "%s%s/%.*s", len ? "\n" : "", cwd,
+                         (int)(n - (size_t)(e - p)), e);
+        if (w < 0 || (size_t)w >= cap - len) {
+            snprintf(dst, cap, "%s", job->data.path);
+            return DT_OK;
+        }
+        len += (size_t)w;
+        p += n + (p[n] == '\n');
+    }
     return DT_OK;
 }
 
@@ -120,7 +135,7 @@ static dt_status open_data_local(struct run *r)
         if (s->n < 1) {
             st = dt_set_error(DT_ERR_BAD_DATA,
                               "dataset %s: split '%s' (data.%s_split) holds no samples",
-                              job->data.path, s->name, k ? "test" : "train");
+                              dt_dataset_get_info(r->ds)->path, s->name, k ? "test" : "train");
             goto out;
         }
     }
@@ -130,7 +145,7 @@ static dt_status open_data_local(struct run *r)
     if (!same)
         st = dt_set_error(DT_ERR_BAD_DATA,
                           "dataset '%s': splits '%s' and '%s' have different sample shapes",
-                          job->data.path, r->train->name, r->test->name);
+                          dt_dataset_get_info(r->ds)->path, r->train->name, r->test->name);
 out:
     return st;
 }
@@ -725,9 +740,10 @@ dt_status dt_train_build(struct run *r)
     dt_model_describe(r->model, log_layer, NULL);
     if (r->eval_only)
         return check_params(r);
-    DT_LOG_INFO("data", "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
-                        "x %lld accumulation x %d rank%s; %lld steps/epoch, %lld steps",
-                job->data.path, (long long)r->train->n, (long long)r->test->n,
+    DT_LOG_INFO("data",
+                "%s: train %lld samples, test %lld; global batch %lld = micro-batch %lld "
+                "x %lld accumulation x %d rank%s; %lld steps/epoch, %lld steps",
+                dt_dataset_get_info(r->ds)->path, (long long)r->train->n, (long long)r->test->n,
                 (long long)job->train.global_batch, (long long)r->micro,
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);

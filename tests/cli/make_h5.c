@@ -4,12 +4,14 @@
  * large enough to overflow a model's outputs) and splits of any size,
  * including empty ones.
  *
- *   make_h5 OUT.h5 NTRAIN NTEST DIM CLASSES [SPLIT:ROW:COL=VALUE ...]
+ *   make_h5 OUT.h5 NTRAIN NTEST DIM CLASSES [from=TRAIN_ROW,TEST_ROW] [SPLIT:ROW:COL=VALUE ...]
  *
  * Inputs are a fixed pseudo-random pattern in [0, 1) from which the label
  * is learnable (the class whose block of inputs has the largest sum);
  * normalisation is the identity. VALUE is anything strtof reads ("nan",
- * "inf", "1e30").
+ * "inf", "1e30"). from= makes the file's rows those numbered from
+ * TRAIN_ROW and TEST_ROW in a larger file of the same pattern, so a file
+ * can be cut into parts that together hold the same rows.
  */
 #include <hdf5.h>
 #include <math.h>
@@ -62,8 +64,8 @@ static int put_str(hid_t f, const char *name, const char *v)
     return ok;
 }
 
-static int write_split(hid_t f, const char *name, int test, hsize_t n, int dim, int classes,
-                       int nplant, char **plant)
+static int write_split(hid_t f, const char *name, int test, hsize_t first, hsize_t n, int dim,
+                       int classes, int nplant, char **plant)
 {
     float *x = calloc(n * (size_t)dim + 1, sizeof *x);
     int32_t *y = calloc(n + 1, sizeof *y);
@@ -71,7 +73,7 @@ static int write_split(hid_t f, const char *name, int test, hsize_t n, int dim, 
         return 0;
     for (hsize_t r = 0; r < n; r++) {
         for (int d = 0; d < dim; d++)
-            x[r * (size_t)dim + d] = value_at(r, (uint64_t)d, test);
+            x[r * (size_t)dim + d] = value_at(first + r, (uint64_t)d, test);
         y[r] = label_of(x + r * (size_t)dim, dim, classes);
     }
     for (int i = 0; i < nplant; i++) {
@@ -106,13 +108,24 @@ static int write_split(hid_t f, const char *name, int test, hsize_t n, int dim, 
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr,
-                "usage: make_h5 OUT.h5 NTRAIN NTEST DIM CLASSES [SPLIT:ROW:COL=VALUE ...]\n");
+        fprintf(stderr, "usage: make_h5 OUT.h5 NTRAIN NTEST DIM CLASSES [from=TRAIN_ROW,TEST_ROW] "
+                        "[SPLIT:ROW:COL=VALUE ...]\n");
         return 2;
     }
     hsize_t ntrain = strtoull(argv[2], NULL, 10), ntest = strtoull(argv[3], NULL, 10);
     int dim = atoi(argv[4]), classes = atoi(argv[5]), version = 1;
     float one = 1, zero = 0;
+    unsigned long long from_train = 0, from_test = 0;
+    int nplant = argc - 6;
+    char **plant = argv + 6;
+    if (nplant > 0 && strncmp(plant[0], "from=", 5) == 0) {
+        if (sscanf(plant[0], "from=%llu,%llu", &from_train, &from_test) != 2) {
+            fprintf(stderr, "make_h5: bad '%s' (from=TRAIN_ROW,TEST_ROW)\n", plant[0]);
+            return 2;
+        }
+        nplant--;
+        plant++;
+    }
     hid_t f = H5Fcreate(argv[1], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     int ok = f >= 0 && put_str(f, "dtrain_format", "dataset") &&
              put_attr(f, "format_version", H5T_NATIVE_INT, &version) &&
@@ -120,8 +133,8 @@ int main(int argc, char **argv)
              put_attr(f, "norm_scale", H5T_NATIVE_FLOAT, &one) &&
              put_attr(f, "norm_mean", H5T_NATIVE_FLOAT, &zero) &&
              put_attr(f, "norm_std", H5T_NATIVE_FLOAT, &one) &&
-             write_split(f, "train", 0, ntrain, dim, classes, argc - 6, argv + 6) &&
-             write_split(f, "test", 1, ntest, dim, classes, argc - 6, argv + 6);
+             write_split(f, "train", 0, from_train, ntrain, dim, classes, nplant, plant) &&
+             write_split(f, "test", 1, from_test, ntest, dim, classes, nplant, plant);
     if (f >= 0 && H5Fclose(f) < 0)
         ok = 0;
     if (!ok)

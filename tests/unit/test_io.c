@@ -890,6 +890,115 @@ static void test_ds_read_f16(void)
     H5Tclose(t);
 }
 
+/* ---- several files ----------------------------------------------------------- */
+
+/* A part of a larger dataset: rows [from, from + n) of the pattern of
+ * make_ds (x[i][j] = i + j/8, label i % 3) in "train" and in "test". */
+static void make_part(const char *name, hsize_t from, hsize_t n, double mean)
+{
+    char path[4096];
+    const hsize_t d = 4;
+    float x[64 * 4];
+    int32_t y[64];
+    CU_ASSERT_FATAL(n <= 64);
+    for (hsize_t i = 0; i < n; i++) {
+        for (hsize_t j = 0; j < d; j++)
+            x[i * d + j] = (float)(from + i) + (float)j / 8.0f;
+        y[i] = (int32_t)((from + i) % 3);
+    }
+    tpath(path, sizeof path, name);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    put_root_attrs(f, 1, 3, 1.0, mean, 1.0);
+    put_split(f, "train", H5T_IEEE_F32LE, n, d, x, n, y);
+    put_split(f, "test", H5T_IEEE_F32LE, n, d, x, n, y);
+    H5Fclose(f);
+}
+
+/* Reads rows of a three-file dataset (0..29, 30..49, 50..99) in any order
+ * and checks values, labels and bytes read. */
+static void check_three(const char *spec)
+{
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(spec, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    const struct dt_split_info *si = NULL;
+    ASSERT_STATUS(dt_dataset_split(ds, "train", &si), DT_OK);
+    CU_ASSERT_EQUAL(si->n, 100);
+    CU_ASSERT_EQUAL(si->class_counts[0], 34);
+    CU_ASSERT_EQUAL(dt_dataset_nfiles(ds), 3);
+    CU_ASSERT_EQUAL(dt_dataset_file_info(ds, 1)->splits[0].n, 20);
+    CU_ASSERT_PTR_NULL(dt_dataset_file_info(ds, 3));
+    /* across every file boundary, a duplicate, descending order */
+    const uint64_t idx[] = {99, 0, 29, 30, 49, 50, 31, 31, 75, 1};
+    const size_t n = sizeof idx / sizeof idx[0];
+    float x[sizeof idx / sizeof idx[0] * 4];
+    int32_t y[sizeof idx / sizeof idx[0]];
+    uint64_t bytes = 7;
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, n, x, y, &bytes), DT_OK);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += y[i] != (int32_t)(idx[i] % 3);
+        for (size_t j = 0; j < 4; j++)
+            bad += x[i * 4 + j] != (float)idx[i] + (float)j / 8.0f;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(bytes, 7 + 9 * 4 * sizeof(float)); /* 9 distinct rows */
+    const uint64_t past = 100;
+    ASSERT_STATUS(dt_dataset_read(ds, "train", &past, 1, x, y, NULL), DT_ERR_INVALID_ARG);
+    ASSERT_MSG("100");
+    dt_dataset_close(ds);
+}
+
+static void test_ds_several_files(void)
+{
+    char a[4096], b[4096], c[4096], list[3 * 4096 + 4], pat[4096];
+    make_part("mf-part-1.h5", 0, 30, 0.0);
+    make_part("mf-part-2.h5", 30, 20, 0.0);
+    make_part("mf-part-3.h5", 50, 50, 0.0);
+    tpath(a, sizeof a, "mf-part-1.h5");
+    tpath(b, sizeof b, "mf-part-2.h5");
+    tpath(c, sizeof c, "mf-part-3.h5");
+    snprintf(list, sizeof list, "%s\n%s\n%s", a, b, c);
+    check_three(list);
+    tpath(pat, sizeof pat, "mf-part-?.h5");
+    check_three(pat);
+
+    /* a list keeps its order: part 3 first puts its rows first */
+    dt_dataset_t *ds = NULL;
+    float x[4];
+    const uint64_t zero = 0;
+    snprintf(list, sizeof list, "%s\n%s", c, a);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_OK);
+    ASSERT_STATUS(dt_dataset_read(ds, "train", &zero, 1, x, NULL, NULL), DT_OK);
+    CU_ASSERT_EQUAL(x[0], 50.0f);
+    dt_dataset_close(ds);
+}
+
+static void test_ds_several_files_refused(void)
+{
+    char a[4096], b[4096], list[2 * 4096 + 4], pat[4096];
+    dt_dataset_t *ds = NULL;
+    make_part("mf-odd.h5", 30, 20, 0.5); /* another normalisation */
+    make_part("mf-one.h5", 0, 30, 0.0);
+    tpath(a, sizeof a, "mf-one.h5");
+    tpath(b, sizeof b, "mf-odd.h5");
+    snprintf(list, sizeof list, "%s\n%s", a, b);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("mf-one.h5 and ");
+    ASSERT_MSG("mf-odd.h5 differ in the normalisation");
+    CU_ASSERT_PTR_NULL(ds);
+    tpath(pat, sizeof pat, "mf-none-*.h5");
+    ASSERT_STATUS(dt_dataset_open(pat, &ds), DT_ERR_NOT_FOUND);
+    ASSERT_MSG("matches no file");
+    snprintf(list, sizeof list, "%s\n%s/mf-absent.h5", a, g_dir);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_ERR_NOT_FOUND);
+    ASSERT_MSG("mf-absent.h5");
+    snprintf(list, sizeof list, "%s\n\n%s", a, a);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_ERR_INVALID_ARG);
+    ASSERT_MSG("entry 2 is empty");
+}
+
 static void test_ds_print(void)
 {
     char p[4096];
@@ -2121,6 +2230,8 @@ int main(void)
     CU_ADD(dsu, test_ds_read_f32);
     CU_ADD(dsu, test_ds_read_f16);
     CU_ADD(dsu, test_ds_print);
+    CU_ADD(dsu, test_ds_several_files);
+    CU_ADD(dsu, test_ds_several_files_refused);
     CU_ADD(dsu, test_ds_not_regular);
     CU_ADD(dsu, test_ds_declared_rows);
     CU_ADD(dsu, test_ds_nonfinite);
