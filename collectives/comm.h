@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 
 typedef struct dt_comm dt_comm_t;
 typedef struct dt_comm_req dt_comm_req_t;

@@ -52,9 +52,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/fault.h"
-#include "../runtime/log.h"
-#include "../runtime/util.h"
+#include "../runtime/core/fault.h"
+#include "../runtime/core/log.h"
+#include "../runtime/core/util.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

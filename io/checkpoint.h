@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "../collectives/comm.h"
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 
 #define DT_CKPT_FORMAT_VERSION 2
 #define DT_CKPT_NAME 128

@@ -46,7 +46,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "hdf5_lock.h"
 
 /* Chunk cache for compressed x: big enough for a few dozen typical chunks. */

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 
 #define DT_DATASET_FORMAT_VERSION 1
 #define DT_DATASET_MAX_SPLITS 16

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 #include "dataset.h"
 
 struct dt_class_list {

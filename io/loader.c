@@ -37,9 +37,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../runtime/fault.h"
-#include "../runtime/rng.h"
-#include "../runtime/util.h"
+#include "../runtime/core/fault.h"
+#include "../runtime/core/rng.h"
+#include "../runtime/core/util.h"
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_MAX_PREFETCH 1024

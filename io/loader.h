@@ -34,7 +34,7 @@
 
 #include <stdint.h>
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 #include "dataset.h"
 
 typedef struct dt_loader dt_loader_t;

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 
 /* An upper estimate of the size of an HDF5 file holding data_bytes of raw
  * data in `objects` groups, datasets and chunks, plus attr_bytes of

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 
 #define DT_TENSOR_NAME 64
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/backend_impl.h"
+#include "backend_impl.h"
 
 #ifdef DT_HAVE_CUDA
 #include "cuda/cuda_probe.h"

@@ -23,8 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/rng.h"
-#include "../runtime/status.h"
+#include "../runtime/core/rng.h"
+#include "../runtime/core/status.h"
 
 typedef struct dt_backend dt_backend_t;
 

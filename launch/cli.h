@@ -6,7 +6,7 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
-#include "../runtime/status.h"
+#include "../runtime/core/status.h"
 
 int dt_cmd_train(int argc, char **argv);
 int dt_cmd_data(int argc, char **argv);

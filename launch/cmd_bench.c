@@ -20,13 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../collectives/bench.h"
+#include "../bench/bench.h"
 #include "../collectives/comm.h"
-#include "../runtime/backend.h"
+#include "../kernels/backend.h"
 #include "../runtime/dist.h"
-#include "../runtime/log.h"
+#include "../runtime/core/log.h"
 #include "../runtime/memory.h"
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "cli.h"
 
 /* A collective that takes longer aborts the benchmark (nccl; for mpi the

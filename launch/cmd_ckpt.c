@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "../io/checkpoint.h"
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "cli.h"
 
 #define DIR_BYTES 4096

@@ -11,7 +11,7 @@
 #include "../io/idx.h"
 #include "../io/npy.h"
 #include "../runtime/config.h"
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "cli.h"
 
 static int import_idx(int argc, char **argv)

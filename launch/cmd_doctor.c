@@ -19,8 +19,8 @@
 #include "../collectives/comm.h"
 #include "../runtime/config.h"
 #include "../runtime/doctor.h"
-#include "../runtime/fault.h"
-#include "../runtime/log.h"
+#include "../runtime/core/fault.h"
+#include "../runtime/core/log.h"
 #include "cli.h"
 
 #define EXIT_PROBLEMS 69 /* sysexits EX_UNAVAILABLE */

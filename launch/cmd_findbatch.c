@@ -37,12 +37,12 @@
 #include <unistd.h>
 
 #include "../collectives/comm.h"
-#include "../runtime/backend.h"
+#include "../kernels/backend.h"
 #include "../runtime/config.h"
-#include "../runtime/log.h"
+#include "../runtime/core/log.h"
 #include "../runtime/memory.h"
 #include "../runtime/train.h"
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 #include "cli.h"
 
 #define FB_DEFAULT_MARGIN 0.10

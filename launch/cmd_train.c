@@ -20,7 +20,7 @@
 
 #include "../collectives/comm.h"
 #include "../runtime/config.h"
-#include "../runtime/log.h"
+#include "../runtime/core/log.h"
 #include "../runtime/train.h"
 #include "cli.h"
 

@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../runtime/backend.h"
-#include "../runtime/log.h"
+#include "../kernels/backend.h"
+#include "../runtime/core/log.h"
 #include "cli.h"
 
 static const char usage_text[] =

@@ -23,7 +23,7 @@
 #include <yaml.h>
 
 #include "config_impl.h"
-#include "util.h"
+#include "core/util.h"
 
 #define KEY_MAX 512  /* longest dotted key reported as such */
 #define GOT_MAX 60   /* bytes of a bad value quoted back in a message */

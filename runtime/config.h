@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "status.h"
+#include "core/status.h"
 
 #define DT_JOB_STR 256
 #define DT_JOB_PATH 4096

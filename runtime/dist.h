@@ -13,7 +13,7 @@
 
 #include "../collectives/comm.h"
 #include "config.h"
-#include "status.h"
+#include "core/status.h"
 
 #define DT_DIST_MSG 640
 

@@ -25,13 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../collectives/bench.h"
+#include "../bench/bench.h"
 #include "../io/h5probe.h"
-#include "backend.h"
+#include "../kernels/backend.h"
 #include "dist.h"
 #include "doctor_impl.h"
-#include "fault.h"
-#include "util.h"
+#include "core/fault.h"
+#include "core/util.h"
 
 #define GEMM_B 64
 #define GEMM_IN 96

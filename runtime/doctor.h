@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "../collectives/comm.h"
-#include "status.h"
+#include "core/status.h"
 
 struct dt_doctor_opts {
     /* The directory whose file system is checked. With dir_explicit

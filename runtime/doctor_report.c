@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "doctor_impl.h"
-#include "util.h"
+#include "core/util.h"
 
 struct problems {
     int n;

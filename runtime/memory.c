@@ -17,8 +17,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "core/log.h"
+#include "core/util.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define CGROUP_PATH 4096

@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "status.h"
+#include "core/status.h"
 
 /* Bytes one rank needs, by what they are for. UINT64_MAX in a part means
  * "more than can be counted". */

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "util.h"
+#include "core/util.h"
 
 struct dt_metrics {
     FILE *fp;

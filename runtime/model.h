@@ -14,10 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "../kernels/backend.h"
 #include "config.h"
-#include "rng.h"
-#include "status.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 #define DT_MODEL_MAX_LAYERS 128
 #define DT_MODEL_MAX_PARAMS 128

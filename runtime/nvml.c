@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
 
 #define NVML_LIBRARY "libnvidia-ml.so.1"
 #define NVML_SUCCESS 0

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 enum optim_kind { OPT_SGD, OPT_ADAMW };
 

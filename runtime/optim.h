@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "../kernels/backend.h"
 #include "config.h"
-#include "status.h"
+#include "core/status.h"
 
 typedef struct dt_optim dt_optim_t;
 

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "core/log.h"
+#include "core/util.h"
 
 #define DT_RUNDIR_PATH (4096 + 64)
 #define MARKER_TEXT "dtrain run directory\n"

@@ -22,7 +22,7 @@
 #ifndef DT_RUNDIR_H
 #define DT_RUNDIR_H
 
-#include "status.h"
+#include "core/status.h"
 
 #define DT_RUNDIR_MARKER ".dtrain-run"
 

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "status.h"
+#include "core/status.h"
 
 #define DT_SCALER_INIT 65536.0        /* 2^16 */
 #define DT_SCALER_GROWTH_INTERVAL 2000

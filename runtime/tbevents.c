@@ -23,7 +23,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "core/util.h"
 
 #define TB_FILE_VERSION "brain.Event:2"
 #define TB_CRC_MASK_DELTA 0xa282ead8u

@@ -32,10 +32,10 @@
 #include <unistd.h>
 
 #include "dist.h"
-#include "fault.h"
-#include "log.h"
+#include "core/fault.h"
+#include "core/log.h"
 #include "train_impl.h"
-#include "util.h"
+#include "core/util.h"
 #include "watchdog.h"
 
 #define BAR_WIDTH 24

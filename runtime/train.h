@@ -12,9 +12,9 @@
 
 #include "../collectives/comm.h"
 #include "config.h"
-#include "status.h"
+#include "core/status.h"
 
-struct dt_backend_mem; /* runtime/backend.h */
+struct dt_backend_mem; /* kernels/backend.h */
 
 struct dt_train_result {
     int64_t steps;          /* optimizer steps taken */

@@ -17,9 +17,9 @@
 
 #include "../io/checkpoint.h"
 #include "dist.h"
-#include "log.h"
+#include "core/log.h"
 #include "train_impl.h"
-#include "util.h"
+#include "core/util.h"
 #include "watchdog.h"
 
 #define MAX_CKPT_TENSORS (DT_MODEL_MAX_PARAMS * 3)

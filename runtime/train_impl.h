@@ -12,7 +12,7 @@
 #include "../collectives/reducer.h"
 #include "../io/dataset.h"
 #include "../io/loader.h"
-#include "backend.h"
+#include "../kernels/backend.h"
 #include "config.h"
 #include "metrics.h"
 #include "model.h"

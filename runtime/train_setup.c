@@ -13,13 +13,13 @@
 #include <unistd.h>
 
 #include "../io/tensors.h"
-#include "bf16.h"
+#include "core/bf16.h"
 #include "dist.h"
-#include "fault.h"
-#include "log.h"
+#include "core/fault.h"
+#include "core/log.h"
 #include "memory.h"
 #include "train_impl.h"
-#include "util.h"
+#include "core/util.h"
 
 #define TRAIN_LOG "train.log"
 #define TRAIN_METRICS "metrics.jsonl"

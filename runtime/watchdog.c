@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "core/log.h"
+#include "core/util.h"
 
 #define WATCH_PERIOD_S 0.25
 #define WATCHDOG_EXIT 75

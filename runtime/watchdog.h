@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "status.h"
+#include "core/status.h"
 
 struct dt_watchdog;
 

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/bf16.h"
-#include "../../runtime/log.h"
-#include "../../runtime/util.h"
+#include "../../runtime/core/bf16.h"
+#include "../../runtime/core/log.h"
+#include "../../runtime/core/util.h"
 #include "../comm_impl.h"
 
 struct mpi_comm {

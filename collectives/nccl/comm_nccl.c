@@ -37,8 +37,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../runtime/log.h"
-#include "../../runtime/util.h"
+#include "../../runtime/core/log.h"
+#include "../../runtime/core/util.h"
 #include "../comm_impl.h"
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)

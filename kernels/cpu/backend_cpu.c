@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/backend_impl.h"
+#include "../backend_impl.h"
 #include "cpu_ops.h"
 
 /* Last: it pulls in <complex.h>, whose macro `I` clashes with ops.h. */

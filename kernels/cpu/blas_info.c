@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../runtime/backend.h"
+#include "../backend.h"
 
 /* Last: it pulls in <complex.h>, whose macro `I` clashes with ops.h. */
 #include <cblas.h>

@@ -26,7 +26,7 @@
 
 #include <string.h>
 
-#include "../../runtime/bf16.h"
+#include "../../runtime/core/bf16.h"
 #include "../ops.h"
 
 /* The fast loops work on blocks of this many floats (one cache line, one

@@ -30,7 +30,7 @@
 #include "cuda_probe.h"
 
 extern "C" {
-#include "../../runtime/log.h"
+#include "../../runtime/core/log.h"
 }
 
 #define SYNC_UPLOAD_BYTES ((size_t)64 << 20) /* larger uploads skip the staging ring */

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#include "../../runtime/backend_impl.h"
+#include "../backend_impl.h"
 
 #define DT_CUDA_THREADS 256 /* threads per block for element-wise kernels */
 #define DT_CUDA_MAX_BLOCKS 4096 /* grid-stride loops cover the rest */

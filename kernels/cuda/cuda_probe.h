@@ -20,7 +20,7 @@ int dt_cuda_probe_device(int device, char *why, size_t len);
 /* Why the driver cannot run this build: none installed, or its CUDA
  * version and the one this build needs (for cudaErrorInsufficientDriver). */
 void dt_cuda_driver_text(char *buf, size_t len);
-/* dt_cuda_device_info of runtime/backend.h (kernels/cuda/device_info.cu). */
+/* dt_cuda_device_info of kernels/backend.h (kernels/cuda/device_info.cu). */
 struct dt_gpu_info;
 int dt_cuda_info_device(int device, struct dt_gpu_info *info, char *why, size_t len);
 /* Visible devices, 0 when CUDA cannot start. */

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../runtime/backend.h"
+#include "../backend.h"
 
 static __global__ void info_marker(int *out)
 {

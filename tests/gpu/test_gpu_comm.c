@@ -22,12 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../collectives/bench.h"
+#include "../../bench/bench.h"
 #include "../../collectives/comm.h"
 #include "../../collectives/comm_impl.h"
 #include "../../collectives/reducer.h"
-#include "../../runtime/backend.h"
-#include "../../runtime/bf16.h"
+#include "../../kernels/backend.h"
+#include "../../runtime/core/bf16.h"
 #include "../unit/cu_util.h"
 
 #define SKIP_EXIT 77

@@ -33,8 +33,8 @@
 #include <string.h>
 
 #include "../../kernels/ops.h"
-#include "../../runtime/backend.h"
-#include "../../runtime/rng.h"
+#include "../../kernels/backend.h"
+#include "../../runtime/core/rng.h"
 #include "../unit/cu_util.h"
 
 #define SKIP_CODE 77

@@ -30,7 +30,7 @@
 
 #include "../../collectives/comm.h"
 #include "../../io/checkpoint.h"
-#include "../../runtime/log.h"
+#include "../../runtime/core/log.h"
 #include "mpi_cu.h"
 
 #if defined(__SANITIZE_ADDRESS__)

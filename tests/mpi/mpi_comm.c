@@ -20,14 +20,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../collectives/bench.h"
+#include "../../bench/bench.h"
 #include "../../collectives/comm.h"
 #include "../../collectives/comm_impl.h"
 #include "../../collectives/reducer.h"
-#include "../../runtime/bf16.h"
-#include "../../runtime/log.h"
-#include "../../runtime/rng.h"
-#include "../../runtime/util.h"
+#include "../../runtime/core/bf16.h"
+#include "../../runtime/core/log.h"
+#include "../../runtime/core/rng.h"
+#include "../../runtime/core/util.h"
 #include "mpi_cu.h"
 
 /* Open MPI's libraries have no frame pointers: with the fast unwinder the

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "../../collectives/comm.h"
-#include "../../runtime/log.h"
+#include "../../runtime/core/log.h"
 #include "../unit/cu_util.h"
 
 static void mpi_cu_print_failures(int rank)

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../runtime/backend.h"
+#include "../../kernels/backend.h"
 #include "../../runtime/config.h"
 #include "../../runtime/model.h"
 #include "../../runtime/optim.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../collectives/bench.h"
+#include "../../bench/bench.h"
 #include "../../collectives/comm.h"
 #include "../../collectives/comm_impl.h"
 #include "../../collectives/reducer.h"

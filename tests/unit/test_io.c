@@ -32,8 +32,8 @@
 #include "io/npy.h"
 #include "io/loader.h"
 #include "io/tensors.h"
-#include "runtime/rng.h"
-#include "runtime/status.h"
+#include "runtime/core/rng.h"
+#include "runtime/core/status.h"
 
 static char g_dir[2048];
 

@@ -17,8 +17,8 @@
 
 #include "../../kernels/cpu/cpu_ops.h"
 #include "../../kernels/ops.h"
-#include "../../runtime/backend.h"
-#include "../../runtime/rng.h"
+#include "../../kernels/backend.h"
+#include "../../runtime/core/rng.h"
 #include "cu_util.h"
 
 /* finite differences: step, relative tolerance, and the gradient size

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/ops.h"
-#include "status.h"
+#include "ops.h"
+#include "../runtime/core/status.h"
 
 enum dt_copy_kind { DT_COPY_H2D, DT_COPY_D2H, DT_COPY_D2D };
 

@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "../runtime/backend.h"
-#include "../runtime/status.h"
-#include "comm.h"
+#include "../kernels/backend.h"
+#include "../runtime/core/status.h"
+#include "../collectives/comm.h"
 
 #define DT_BENCH_MIN_BYTES ((size_t)8)
 #define DT_BENCH_MAX_BYTES ((size_t)256 << 20)

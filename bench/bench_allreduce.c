@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/util.h"
+#include "../runtime/core/util.h"
 
 #define PATTERN_MAX_PERIOD 8191 /* a prime, so misplaced blocks show */
 #define FP32_EXACT (1u << 24)   /* integers up to this are exact in fp32 */
