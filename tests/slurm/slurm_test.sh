@@ -146,10 +146,16 @@ for v in $(compgen -v SLURM_); do unset "$v"; done
 export SLURM_CONF=$C/slurm.conf
 slurmctld -D -i -f "$SLURM_CONF" >"$C/log/slurmctld.out" 2>&1 &
 pids+=($!)
+# slurmd registers once slurmctld answers; started earlier, on a busy
+# machine, it would wait for its next registration attempt
+for _ in $(seq 240); do
+  scontrol ping 2>/dev/null | grep -q 'is UP' && break
+  sleep 0.5
+done
 slurmd -D -f "$SLURM_CONF" >"$C/log/slurmd.out" 2>&1 &
 pids+=($!)
 up=0
-for _ in $(seq 60); do
+for _ in $(seq 240); do
   sinfo -h -o %T 2>/dev/null | grep -qx idle && up=1 && break
   sleep 0.5
 done
