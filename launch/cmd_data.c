@@ -14,40 +14,56 @@
 #include "../runtime/core/util.h"
 #include "cli.h"
 
+/* One value option of an importer: `NAME VALUE` stores VALUE in *slot. */
+struct import_opt {
+    const char *name;
+    const char **slot;
+};
+
+/* Parses an importer's command line: the value options in `opts` (ended by
+ * a NULL name), --force, and, when `dir` is not NULL, one positional
+ * directory (the IDX importer's). Returns 0, or 64 after a usage message. */
+static int parse_import(const char *what, int argc, char **argv, const struct import_opt *opts,
+                        int *force, const char **dir)
+{
+    for (int i = 0; i < argc; i++) {
+        const struct import_opt *op = opts;
+        while (op->name && strcmp(argv[i], op->name) != 0)
+            op++;
+        if (op->name) {
+            if (i + 1 >= argc)
+                return dt_cli_usage("data import %s: %s needs a value", what, argv[i]);
+            *op->slot = argv[++i];
+        } else if (!strcmp(argv[i], "--force"))
+            *force = 1;
+        else if (!dir)
+            return dt_cli_usage("data import %s: unknown argument '%s'", what, argv[i]);
+        else if (argv[i][0] == '-')
+            return dt_cli_usage("data import %s: unknown option '%s'", what, argv[i]);
+        else if (*dir)
+            return dt_cli_usage("data import %s: more than one directory given", what);
+        else
+            *dir = argv[i];
+    }
+    return 0;
+}
+
 static int import_idx(int argc, char **argv)
 {
     struct dt_idx_import_opts o = {0};
     const char *dir = NULL;
     static char found[4][4096];
-    for (int i = 0; i < argc; i++) {
-        const char **slot = NULL;
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))
-            slot = &o.out_path;
-        else if (!strcmp(argv[i], "--train-images"))
-            slot = &o.train_images;
-        else if (!strcmp(argv[i], "--train-labels"))
-            slot = &o.train_labels;
-        else if (!strcmp(argv[i], "--test-images"))
-            slot = &o.test_images;
-        else if (!strcmp(argv[i], "--test-labels"))
-            slot = &o.test_labels;
-        else if (!strcmp(argv[i], "--classes"))
-            slot = &o.class_names;
-        else if (!strcmp(argv[i], "--force")) {
-            o.overwrite = 1;
-            continue;
-        } else if (argv[i][0] == '-')
-            return dt_cli_usage("data import idx: unknown option '%s'", argv[i]);
-        else if (dir)
-            return dt_cli_usage("data import idx: more than one directory given");
-        else {
-            dir = argv[i];
-            continue;
-        }
-        if (i + 1 >= argc)
-            return dt_cli_usage("data import idx: %s needs a value", argv[i]);
-        *slot = argv[++i];
-    }
+    const struct import_opt opts[] = {{"-o", &o.out_path},
+                                      {"--output", &o.out_path},
+                                      {"--train-images", &o.train_images},
+                                      {"--train-labels", &o.train_labels},
+                                      {"--test-images", &o.test_images},
+                                      {"--test-labels", &o.test_labels},
+                                      {"--classes", &o.class_names},
+                                      {NULL, NULL}};
+    int rc = parse_import("idx", argc, argv, opts, &o.overwrite, &dir);
+    if (rc)
+        return rc;
     if (!o.out_path)
         return dt_cli_usage("data import idx: no output file (-o OUT.h5)");
     dt_status st;
@@ -71,29 +87,13 @@ static int import_idx(int argc, char **argv)
 static int import_npy(int argc, char **argv)
 {
     struct dt_npy_import_opts o = {0};
-    for (int i = 0; i < argc; i++) {
-        const char **slot = NULL;
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))
-            slot = &o.out_path;
-        else if (!strcmp(argv[i], "--train-x"))
-            slot = &o.train_x;
-        else if (!strcmp(argv[i], "--train-y"))
-            slot = &o.train_y;
-        else if (!strcmp(argv[i], "--test-x"))
-            slot = &o.test_x;
-        else if (!strcmp(argv[i], "--test-y"))
-            slot = &o.test_y;
-        else if (!strcmp(argv[i], "--classes"))
-            slot = &o.class_names;
-        else if (!strcmp(argv[i], "--force")) {
-            o.overwrite = 1;
-            continue;
-        } else
-            return dt_cli_usage("data import npy: unknown argument '%s'", argv[i]);
-        if (i + 1 >= argc)
-            return dt_cli_usage("data import npy: %s needs a value", argv[i]);
-        *slot = argv[++i];
-    }
+    const struct import_opt opts[] = {{"-o", &o.out_path},       {"--output", &o.out_path},
+                                      {"--train-x", &o.train_x}, {"--train-y", &o.train_y},
+                                      {"--test-x", &o.test_x},   {"--test-y", &o.test_y},
+                                      {"--classes", &o.class_names}, {NULL, NULL}};
+    int rc = parse_import("npy", argc, argv, opts, &o.overwrite, NULL);
+    if (rc)
+        return rc;
     if (!o.out_path)
         return dt_cli_usage("data import npy: no output file (-o OUT.h5)");
     if (!o.train_x || !o.train_y)
@@ -108,29 +108,17 @@ static int import_csv(int argc, char **argv)
 {
     struct dt_csv_import_opts o = {0};
     const char *header = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char **slot = NULL;
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))
-            slot = &o.out_path;
-        else if (!strcmp(argv[i], "--train"))
-            slot = &o.train;
-        else if (!strcmp(argv[i], "--test"))
-            slot = &o.test;
-        else if (!strcmp(argv[i], "--label-column"))
-            slot = &o.label_column;
-        else if (!strcmp(argv[i], "--header"))
-            slot = &header;
-        else if (!strcmp(argv[i], "--classes"))
-            slot = &o.class_names;
-        else if (!strcmp(argv[i], "--force")) {
-            o.overwrite = 1;
-            continue;
-        } else
-            return dt_cli_usage("data import csv: unknown argument '%s'", argv[i]);
-        if (i + 1 >= argc)
-            return dt_cli_usage("data import csv: %s needs a value", argv[i]);
-        *slot = argv[++i];
-    }
+    const struct import_opt opts[] = {{"-o", &o.out_path},
+                                      {"--output", &o.out_path},
+                                      {"--train", &o.train},
+                                      {"--test", &o.test},
+                                      {"--label-column", &o.label_column},
+                                      {"--header", &header},
+                                      {"--classes", &o.class_names},
+                                      {NULL, NULL}};
+    int rc = parse_import("csv", argc, argv, opts, &o.overwrite, NULL);
+    if (rc)
+        return rc;
     if (!o.out_path)
         return dt_cli_usage("data import csv: no output file (-o OUT.h5)");
     if (!o.train)
