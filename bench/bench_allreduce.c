@@ -139,7 +139,7 @@ static dt_status alloc_agreed(struct bench *b, size_t bytes)
 {
     dt_status st = alloc_buffers(b, bytes);
     int32_t failed = st != DT_OK;
-    dt_status ast = dt_comm_allreduce(b->ctl, &failed, 1, DT_COMM_I32, DT_COMM_MAX);
+    dt_status ast = dt_comm_allreduce(b->ctl, &failed, 1, DT_I32, DT_COMM_MAX);
     if (ast != DT_OK) return ast;
     if (failed && st == DT_OK)
         st = dt_set_error(DT_ERR_NOMEM,
@@ -175,9 +175,9 @@ static dt_status timed_ops(struct bench *b, size_t count, int n, double *max_s)
     DT_CHECK(dt_comm_barrier(b->c));
     double t0 = dt_now();
     for (int i = 0; i < n; i++)
-        DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_COMM_F32, DT_COMM_SUM));
+        DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_F32, DT_COMM_SUM));
     *max_s = dt_now() - t0;
-    DT_CHECK(dt_comm_allreduce(b->ctl, max_s, 1, DT_COMM_F64, DT_COMM_MAX));
+    DT_CHECK(dt_comm_allreduce(b->ctl, max_s, 1, DT_F64, DT_COMM_MAX));
 out:
     return st;
 }
@@ -196,7 +196,7 @@ static dt_status check_size(struct bench *b, size_t bytes, long long *wrong)
     int64_t local = 0;
     dt_status st;
     DT_CHECK(fill(b, count));
-    DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_COMM_F32, DT_COMM_SUM));
+    DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_F32, DT_COMM_SUM));
     DT_CHECK(fetch(b, count));
     for (size_t i = 0, j = 0; i < count; i++, j = j + 1 == b->period ? 0 : j + 1) {
         float want = (float)((uint64_t)b->size * j + b->rank_term);
@@ -209,7 +209,7 @@ static dt_status check_size(struct bench *b, size_t bytes, long long *wrong)
                      bytes, (long long)local, b->rank, bad_at, (double)b->host[bad_at],
                      (double)((uint64_t)b->size * (bad_at % b->period) + b->rank_term));
     int64_t total = local;
-    DT_CHECK(dt_comm_allreduce(b->ctl, &total, 1, DT_COMM_I64, DT_COMM_SUM));
+    DT_CHECK(dt_comm_allreduce(b->ctl, &total, 1, DT_I64, DT_COMM_SUM));
     *wrong = (long long)total;
     if (total && !local)
         dt_set_error(DT_ERR_INTERNAL,

@@ -110,21 +110,11 @@ const char *dt_comm_host(const dt_comm_t *c)
     return c->host;
 }
 
-size_t dt_comm_dtype_size(enum dt_comm_dtype t)
+/* The element types every communicator reduces (DT_F16 and DT_U16 are
+ * not among them). */
+static int comm_dtype(enum dt_dtype t)
 {
-    switch (t) {
-    case DT_COMM_F32:
-    case DT_COMM_I32:
-        return 4;
-    case DT_COMM_F64:
-    case DT_COMM_I64:
-        return 8;
-    case DT_COMM_U8:
-        return 1;
-    case DT_COMM_BF16:
-        return 2;
-    }
-    return 0;
+    return t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64 || t == DT_U8 || t == DT_BF16;
 }
 
 /* ---- argument checks ---------------------------------------------------- */
@@ -137,16 +127,17 @@ static dt_status check_buf(const char *call, const void *buf, size_t count, cons
     return DT_OK;
 }
 
-static dt_status check_reduce(const char *call, const void *buf, size_t count, enum dt_comm_dtype t,
+static dt_status check_reduce(const char *call, const void *buf, size_t count, enum dt_dtype t,
                               enum dt_comm_op op)
 {
-    if (dt_comm_dtype_size(t) == 0)
-        return dt_set_error(DT_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)t);
+    if (!comm_dtype(t))
+        return dt_set_error(DT_ERR_INVALID_ARG, "%s: dtype %s (%d) is not one a communicator reduces", call,
+                            dt_dtype_name(t), (int)t);
     if (op != DT_COMM_SUM && op != DT_COMM_AVG && op != DT_COMM_MAX && op != DT_COMM_MIN)
         return dt_set_error(DT_ERR_INVALID_ARG, "%s: unknown reduction %d", call, (int)op);
-    if (t == DT_COMM_BF16 && op != DT_COMM_SUM)
+    if (t == DT_BF16 && op != DT_COMM_SUM)
         return dt_set_error(DT_ERR_INVALID_ARG, "%s: bf16 supports SUM only", call);
-    if (op == DT_COMM_AVG && t != DT_COMM_F32 && t != DT_COMM_F64)
+    if (op == DT_COMM_AVG && t != DT_F32 && t != DT_F64)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "%s: AVG needs a floating-point dtype (use SUM for integers)", call);
     return check_buf(call, buf, count, "the buffer");
@@ -154,14 +145,14 @@ static dt_status check_reduce(const char *call, const void *buf, size_t count, e
 
 /* ---- collectives -------------------------------------------------------- */
 
-dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                             enum dt_comm_op op)
 {
     dt_status st = check_reduce("dt_comm_allreduce", buf, count, t, op);
     return st != DT_OK ? st : c->ops->allreduce(c, buf, count, t, op);
 }
 
-dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                              enum dt_comm_op op, dt_comm_req_t **req)
 {
     if (!req) return dt_set_error(DT_ERR_INVALID_ARG, "dt_comm_iallreduce: req is NULL");
@@ -205,7 +196,7 @@ dt_status dt_comm_allgather(dt_comm_t *c, const void *send, void *recv, size_t b
 }
 
 dt_status dt_comm_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
-                                 enum dt_comm_dtype t, enum dt_comm_op op)
+                                 enum dt_dtype t, enum dt_comm_op op)
 {
     if (count > SIZE_MAX / (size_t)c->size)
         return dt_set_error(DT_ERR_INVALID_ARG,

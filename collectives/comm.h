@@ -17,13 +17,15 @@
 #include <stdint.h>
 
 #include "../runtime/core/status.h"
+#include "../runtime/core/tensor.h"
 
 typedef struct dt_comm dt_comm_t;
 typedef struct dt_comm_req dt_comm_req_t;
 
-/* BF16: raw bfloat16 bits (uint16_t); reductions on it support SUM only,
+/* Element types (runtime/core/tensor.h): DT_F32, DT_F64, DT_I32, DT_I64,
+ * DT_U8 and DT_BF16. DT_BF16: raw bfloat16 bits (uint16_t); reductions on
+ * it support SUM only,
  * summing in fp32 and rounding each partial sum to nearest bf16. */
-enum dt_comm_dtype { DT_COMM_F32, DT_COMM_F64, DT_COMM_I32, DT_COMM_I64, DT_COMM_U8, DT_COMM_BF16 };
 enum dt_comm_op { DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN };
 
 /* Creates a communicator over every rank of the job. MPI must be
@@ -45,11 +47,11 @@ int dt_comm_local_size(const dt_comm_t *c);
 const char *dt_comm_host(const dt_comm_t *c);
 
 /* In place over count elements. AVG divides the sum by the world size. */
-dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                             enum dt_comm_op op);
 /* Non-blocking in-place allreduce; *req must be completed with
  * dt_comm_wait (or dt_comm_test until done) before buf is touched. */
-dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                              enum dt_comm_op op, dt_comm_req_t **req);
 /* *done = 1 and the request is freed when it has completed; lets the
  * library progress it meanwhile. */
@@ -62,10 +64,9 @@ dt_status dt_comm_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root);
 dt_status dt_comm_allgather(dt_comm_t *c, const void *send, void *recv, size_t bytes);
 /* send holds size * count elements; recv gets this rank's reduced count. */
 dt_status dt_comm_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
-                                 enum dt_comm_dtype t, enum dt_comm_op op);
+                                 enum dt_dtype t, enum dt_comm_op op);
 dt_status dt_comm_barrier(dt_comm_t *c);
 
-size_t dt_comm_dtype_size(enum dt_comm_dtype t);
 
 /* The library behind backend `backend` ("mpi", "nccl") and its version,
  * as that library reports it at run time; "not built into this dtrain"

@@ -18,9 +18,9 @@
 
 struct dt_comm_ops {
     const char *name;
-    dt_status (*allreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+    dt_status (*allreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                            enum dt_comm_op op);
-    dt_status (*iallreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+    dt_status (*iallreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                             enum dt_comm_op op, dt_comm_req_t **req);
     /* test and wait free the request when they report it done, and also
      * when they fail (the caller cannot use it again either way). */
@@ -29,7 +29,7 @@ struct dt_comm_ops {
     dt_status (*broadcast)(dt_comm_t *c, void *buf, size_t bytes, int root);
     dt_status (*allgather)(dt_comm_t *c, const void *send, void *recv, size_t bytes);
     dt_status (*reduce_scatter)(dt_comm_t *c, const void *send, void *recv, size_t count,
-                                enum dt_comm_dtype t, enum dt_comm_op op);
+                                enum dt_dtype t, enum dt_comm_op op);
     dt_status (*barrier)(dt_comm_t *c);
     /* May return if the library could not abort; comm.c then _exits. */
     void (*abort)(dt_comm_t *c, int exit_code);

@@ -143,10 +143,10 @@ static dt_status start_bucket(dt_reducer_t *r)
     if (r->wire.pack) {
         st = r->wire.pack(r->wire.ctx, r->wire.wire + lo, r->grads + lo, hi - lo);
         if (st == DT_OK)
-            st = dt_comm_iallreduce(r->comm, r->wire.wire + lo, hi - lo, DT_COMM_BF16,
+            st = dt_comm_iallreduce(r->comm, r->wire.wire + lo, hi - lo, DT_BF16,
                                     DT_COMM_SUM, &r->reqs[k]);
     } else {
-        st = dt_comm_iallreduce(r->comm, r->grads + lo, hi - lo, DT_COMM_F32, DT_COMM_SUM,
+        st = dt_comm_iallreduce(r->comm, r->grads + lo, hi - lo, DT_F32, DT_COMM_SUM,
                                 &r->reqs[k]);
     }
     if (st != DT_OK) return bucket_error(r, st, k);

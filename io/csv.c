@@ -365,7 +365,7 @@ dt_status dt_csv_import(const struct dt_csv_import_opts *o, FILE *progress)
         c[i].text = NULL;
         out[i].name = i ? "test" : "train";
         out[i].source = c[i].path;
-        out[i].dtype = DT_DTYPE_F32;
+        out[i].dtype = DT_F32;
         out[i].ndim = 1;
         out[i].shape[0] = c[i].columns - 1;
         out[i].n = c[i].rows;

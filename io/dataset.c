@@ -73,18 +73,6 @@ struct dsfile {
     float lut[256]; /* normalised value of each uint8 */
 };
 
-const char *dt_dtype_name(enum dt_dtype t)
-{
-    switch (t) {
-    case DT_DTYPE_U8: return "u8";
-    case DT_DTYPE_F16: return "f16";
-    case DT_DTYPE_F32: return "f32";
-    case DT_DTYPE_I32: return "i32";
-    case DT_DTYPE_I64: return "i64";
-    }
-    return "unknown";
-}
-
 static void copy_name(char *dst, size_t cap, const char *src)
 {
     size_t n = strlen(src);
@@ -435,13 +423,13 @@ static dt_status x_dtype(const char *path, const char *split, struct split *sp,
     H5Tclose(t);
     sp->x_file_size = size;
     if (cls == H5T_INTEGER && size == 1 && sign == H5T_SGN_NONE) {
-        si->x_dtype = DT_DTYPE_U8;
+        si->x_dtype = DT_U8;
         sp->x_mem = H5T_NATIVE_UCHAR;
         sp->x_mem_size = 1;
         return DT_OK;
     }
     if (cls == H5T_FLOAT && (size == 2 || size == 4)) {
-        si->x_dtype = size == 2 ? DT_DTYPE_F16 : DT_DTYPE_F32;
+        si->x_dtype = size == 2 ? DT_F16 : DT_F32;
         sp->x_mem = H5T_NATIVE_FLOAT; /* HDF5 converts f16 on read */
         sp->x_mem_size = sizeof(float);
         return DT_OK;
@@ -476,9 +464,9 @@ static dt_status load_labels(const struct dsfile *ds, const char *split, hid_t y
         return dt_set_error(DT_ERR_BAD_DATA,
                             "dataset %s: /%s/y must hold integer labels (found a %zu-byte %s)",
                             path, split, size, cls == H5T_FLOAT ? "float" : "non-integer");
-    si->y_dtype = size == 1 && sign == H5T_SGN_NONE ? DT_DTYPE_U8
-                  : size <= 4                       ? DT_DTYPE_I32
-                                                    : DT_DTYPE_I64;
+    si->y_dtype = size == 1 && sign == H5T_SGN_NONE ? DT_U8
+                  : size <= 4                       ? DT_I32
+                                                    : DT_I64;
     size_t n = (size_t)si->n;
     DT_CHECK(dt_calloc(n, sizeof *tmp, "labels", (void **)&tmp));
     DT_CHECK(dt_calloc(n, sizeof *sp->labels, "labels", (void **)&sp->labels));
@@ -703,7 +691,7 @@ static dt_status make_lut(struct dsfile *ds)
     const struct dt_dataset_info *in = &ds->info;
     int u8 = 0;
     for (int i = 0; i < in->nsplits; i++)
-        u8 |= in->splits[i].x_dtype == DT_DTYPE_U8;
+        u8 |= in->splits[i].x_dtype == DT_U8;
     for (int v = 0; v < 256; v++) {
         ds->lut[v] = ((float)v * in->norm_scale - in->norm_mean) / in->norm_std;
         if (u8 && !isfinite(ds->lut[v]))

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "../runtime/core/status.h"
+#include "../runtime/core/tensor.h"
 
 #define DT_DATASET_FORMAT_VERSION 1
 #define DT_DATASET_MAX_SPLITS 16
@@ -32,8 +33,6 @@
 
 typedef struct dt_dataset dt_dataset_t;
 
-enum dt_dtype { DT_DTYPE_U8 = 0, DT_DTYPE_F16, DT_DTYPE_F32, DT_DTYPE_I32, DT_DTYPE_I64 };
-const char *dt_dtype_name(enum dt_dtype t);
 
 struct dt_split_info {
     char name[DT_NAME_MAX];

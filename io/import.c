@@ -154,7 +154,7 @@ float dt_import_half_to_float(uint16_t h)
 
 static size_t elem_bytes(enum dt_dtype t)
 {
-    return t == DT_DTYPE_U8 ? 1 : t == DT_DTYPE_F16 ? 2 : 4;
+    return t == DT_U8 ? 1 : t == DT_F16 ? 2 : 4;
 }
 
 static int64_t sample_elems(const struct dt_import_split *s)
@@ -195,9 +195,9 @@ static uint64_t estimate(const struct dt_import_split *s, int nsplits, int num_c
  * (HDF5 has no predefined half type in every version dtrain builds with). */
 static hid_t x_type(enum dt_dtype t)
 {
-    if (t == DT_DTYPE_U8)
+    if (t == DT_U8)
         return H5Tcopy(H5T_STD_U8LE);
-    if (t == DT_DTYPE_F32)
+    if (t == DT_F32)
         return H5Tcopy(H5T_IEEE_F32LE);
     hid_t h = H5Tcopy(H5T_IEEE_F32LE);
     if (h < 0 || H5Tset_fields(h, 15, 10, 5, 0, 10) < 0 || H5Tset_size(h, 2) < 0 ||
@@ -260,10 +260,10 @@ static void train_stats(const struct dt_import_split *s, float *scale, double *m
 {
     size_t n = (size_t)(s->n * sample_elems(s));
     double sum = 0, sumsq = 0;
-    *scale = s->dtype == DT_DTYPE_U8 ? 1.0f / 255.0f : 1.0f;
+    *scale = s->dtype == DT_U8 ? 1.0f / 255.0f : 1.0f;
     for (size_t i = 0; i < n; i++) {
-        double v = s->dtype == DT_DTYPE_U8    ? ((const uint8_t *)s->x)[i] / 255.0
-                   : s->dtype == DT_DTYPE_F16 ? dt_import_half_to_float(((const uint16_t *)s->x)[i])
+        double v = s->dtype == DT_U8    ? ((const uint8_t *)s->x)[i] / 255.0
+                   : s->dtype == DT_F16 ? dt_import_half_to_float(((const uint16_t *)s->x)[i])
                                               : ((const float *)s->x)[i];
         sum += v;
         sumsq += v * v;
@@ -316,7 +316,7 @@ static dt_status write_file(const char *tmp, const char *out_path, const struct 
     dt_h5_unlock();
     if (st == DT_OK && progress)
         fprintf(progress, "  %d classes, normalisation mean %.6f std %.6f%s\n", num_classes, mean,
-                sd, s[0].dtype == DT_DTYPE_U8 ? " (after scaling by 1/255)" : "");
+                sd, s[0].dtype == DT_U8 ? " (after scaling by 1/255)" : "");
 out:
     dt_h5_lock();
     if (H5Fclose(file) < 0 && st == DT_OK)

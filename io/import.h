@@ -45,7 +45,7 @@ dt_status dt_import_write_root_attrs(int64_t file, const char *path, int num_cla
 struct dt_import_split {
     const char *name;    /* "train", "test" */
     const char *source;  /* for the progress line */
-    enum dt_dtype dtype; /* DT_DTYPE_U8, DT_DTYPE_F16 or DT_DTYPE_F32 */
+    enum dt_dtype dtype; /* DT_U8, DT_F16 or DT_F32 */
     int ndim;
     int64_t shape[DT_DATASET_MAX_DIMS];
     int64_t n;

@@ -429,7 +429,7 @@ static dt_status convert_x(struct npy_array *a, struct dt_import_split *out)
     dt_status st = DT_OK;
     int64_t per = a->elems / a->shape[0];
     if (a->kind == 'u' && a->itemsize == 1) {
-        out->dtype = DT_DTYPE_U8;
+        out->dtype = DT_U8;
         return DT_OK;
     }
     for (int64_t i = 0; i < a->elems; i++) {
@@ -442,10 +442,10 @@ static dt_status convert_x(struct npy_array *a, struct dt_import_split *out)
                                 isfinite(v) ? " and fit in float32" : "");
     }
     if (a->kind == 'f' && a->itemsize == 2) {
-        out->dtype = DT_DTYPE_F16;
+        out->dtype = DT_F16;
         return DT_OK;
     }
-    out->dtype = DT_DTYPE_F32;
+    out->dtype = DT_F32;
     if (a->kind == 'f' && a->itemsize == 4)
         return DT_OK;
     float *f = NULL;

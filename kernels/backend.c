@@ -57,21 +57,25 @@ int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t 
 #endif
 }
 
-const char *dt_precision_name(enum dt_precision p)
+const char *dt_precision_name(enum dt_dtype p)
 {
     switch (p) {
-    case DT_PREC_FP32: return "fp32";
-    case DT_PREC_BF16: return "bf16";
-    case DT_PREC_FP16: return "fp16";
+    case DT_F32: return "fp32";
+    case DT_BF16: return "bf16";
+    case DT_F16: return "fp16";
+    default: return "unknown precision";
     }
-    return "unknown precision";
 }
 
 int dt_precision_parse(const char *name)
 {
-    static const char *const names[] = {"fp32", "bf16", "fp16"};
+    static const struct {
+        const char *name;
+        enum dt_dtype t;
+    } names[] = {{"fp32", DT_F32}, {"bf16", DT_BF16}, {"fp16", DT_F16}};
     for (int i = 0; i < 3; i++)
-        if (name && strcmp(name, names[i]) == 0) return i;
+        if (name && strcmp(name, names[i].name) == 0)
+            return (int)names[i].t;
     return -1;
 }
 

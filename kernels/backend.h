@@ -11,23 +11,23 @@
 
 #include "ops.h"
 #include "../runtime/core/status.h"
+#include "../runtime/core/tensor.h"
 
 enum dt_copy_kind { DT_COPY_H2D, DT_COPY_D2H, DT_COPY_D2D };
 
 /* The type matmul inputs (and, on cuda, the GEMM operands) are rounded to.
  * Master weights, gradients and optimizer state stay fp32 on every backend. */
-enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_BF16 = 1, DT_PREC_FP16 = 2 };
 
 struct dt_backend_opts {
     int threads;           /* CPU threads for BLAS (>= 1) */
     int reference_kernels; /* use the plain C reference ops (tests) */
     int device;            /* cuda: ordinal among the visible devices (>= 0) */
     int allow_tf32;        /* cuda: fp32 GEMMs may use TF32 tensor cores */
-    enum dt_precision precision; /* cpu: DT_PREC_FP32 only */
+    enum dt_dtype precision; /* cpu: DT_F32 only */
 };
 
 /* "fp32", "bf16" or "fp16"; dt_precision_parse returns -1 for anything else. */
-const char *dt_precision_name(enum dt_precision p);
+const char *dt_precision_name(enum dt_dtype p);
 int dt_precision_parse(const char *name);
 
 /* Creates backend `name` ("cpu"; "cuda" in CUDA builds). Unknown or

@@ -157,7 +157,7 @@ static dt_status agree_outcome(struct run *r, dt_status local, double v[OUT_N])
 {
     v[OUT_FAILED] = local != DT_OK;
     if (r->world > 1) {
-        dt_status st = dt_comm_allreduce(r->comm, v, OUT_N, DT_COMM_F64, DT_COMM_SUM);
+        dt_status st = dt_comm_allreduce(r->comm, v, OUT_N, DT_F64, DT_COMM_SUM);
         if (st != DT_OK)
             return st;
     }
@@ -822,7 +822,7 @@ static dt_status peaks(struct run *r, double v[PEAK_N])
     v[PEAK_GPU_POWER] = r->gpu_power_peak;
     if (r->world == 1)
         return DT_OK;
-    return dt_comm_allreduce(r->comm, v, PEAK_N, DT_COMM_F64, DT_COMM_MAX);
+    return dt_comm_allreduce(r->comm, v, PEAK_N, DT_F64, DT_COMM_MAX);
 }
 
 /* The time split of this segment, in seconds and as shares of its wall

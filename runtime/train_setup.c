@@ -226,7 +226,7 @@ static dt_status backend_local(struct run *r, const char **name)
     struct dt_backend_opts o = {.threads = r->threads,
                                 .reference_kernels = job->runtime.reference_kernels,
                                 .allow_tf32 = job->runtime.allow_tf32,
-                                .precision = (enum dt_precision)dt_precision_parse(
+                                .precision = (enum dt_dtype)dt_precision_parse(
                                     job->train.precision)};
     dt_status st = resolve_device(r, name);
     if (st != DT_OK)

@@ -93,7 +93,7 @@ struct coll {
     const void *send;
     void *recv;
     size_t count;
-    enum dt_comm_dtype dtype;
+    enum dt_dtype dtype;
     enum dt_comm_op op;
     int root;
 };
@@ -103,21 +103,23 @@ static struct nccl_comm *impl(dt_comm_t *c)
     return (struct nccl_comm *)c;
 }
 
-static ncclDataType_t nccl_dtype(enum dt_comm_dtype t)
+static ncclDataType_t nccl_dtype(enum dt_dtype t)
 {
     switch (t) {
-    case DT_COMM_F32:
+    case DT_F32:
         return ncclFloat32;
-    case DT_COMM_F64:
+    case DT_F64:
         return ncclFloat64;
-    case DT_COMM_I32:
+    case DT_I32:
         return ncclInt32;
-    case DT_COMM_I64:
+    case DT_I64:
         return ncclInt64;
-    case DT_COMM_U8:
+    case DT_U8:
         return ncclUint8;
-    case DT_COMM_BF16:
+    case DT_BF16:
         return NCCL_BF16;
+    default: /* check_reduce admits no other type */
+        break;
     }
     DT_ASSERT(0 && "unknown dtype");
     return ncclUint8;
@@ -139,7 +141,7 @@ static ncclRedOp_t nccl_op(enum dt_comm_op op)
     return ncclSum;
 }
 
-static const char *dtype_plural(enum dt_comm_dtype t)
+static const char *dtype_plural(enum dt_dtype t)
 {
     static const char *const names[] = {"floats", "doubles", "int32s", "int64s", "bytes", "bf16s"};
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "elements";
@@ -491,7 +493,7 @@ static dt_status run_blocking(dt_comm_t *c, const struct coll *k)
     return st != DT_OK ? st : nccl_wait(c, r);
 }
 
-static dt_status nccl_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+static dt_status nccl_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                                  enum dt_comm_op op, dt_comm_req_t **req)
 {
     struct coll k = {
@@ -499,7 +501,7 @@ static dt_status nccl_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_
     return enqueue(impl(c), &k, req);
 }
 
-static dt_status nccl_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_comm_dtype t,
+static dt_status nccl_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                                 enum dt_comm_op op)
 {
     struct coll k = {
@@ -513,7 +515,7 @@ static dt_status nccl_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
                      .send = buf,
                      .recv = buf,
                      .count = bytes,
-                     .dtype = DT_COMM_U8,
+                     .dtype = DT_U8,
                      .root = root};
     return run_blocking(c, &k);
 }
@@ -521,12 +523,12 @@ static dt_status nccl_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
 static dt_status nccl_allgather(dt_comm_t *c, const void *send, void *recv, size_t bytes)
 {
     struct coll k = {
-        .kind = COLL_ALLGATHER, .send = send, .recv = recv, .count = bytes, .dtype = DT_COMM_U8};
+        .kind = COLL_ALLGATHER, .send = send, .recv = recv, .count = bytes, .dtype = DT_U8};
     return run_blocking(c, &k);
 }
 
 static dt_status nccl_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
-                                     enum dt_comm_dtype t, enum dt_comm_op op)
+                                     enum dt_dtype t, enum dt_comm_op op)
 {
     struct coll k = {.kind = COLL_REDUCE_SCATTER,
                      .send = send,

@@ -31,7 +31,7 @@
 struct cpu_backend {
     struct dt_backend base;
     int threads;
-    enum dt_precision precision;
+    enum dt_dtype precision;
     float *operand[DT_CPU_OPERANDS]; /* rounded GEMM operands, grown on demand */
     size_t operand_cap[DT_CPU_OPERANDS];
 };
@@ -143,7 +143,7 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
 {
     struct cpu_backend *cb = be ? be->impl : NULL;
     *out = x;
-    if (!cb || cb->precision == DT_PREC_FP32 || n == 0)
+    if (!cb || cb->precision == DT_F32 || n == 0)
         return DT_OK;
     DT_ASSERT(slot >= 0 && slot < DT_CPU_OPERANDS);
     if (cb->operand_cap[slot] < n) {
@@ -156,7 +156,7 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
         cb->operand_cap[slot] = n;
     }
     float *r = cb->operand[slot];
-    if (cb->precision == DT_PREC_BF16)
+    if (cb->precision == DT_BF16)
         for (size_t i = 0; i < n; i++)
             r[i] = dt_cpu_round_bf16(x[i]);
     else
@@ -176,8 +176,8 @@ dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "cpu backend: threads must be >= 1 (got %d; set runtime.threads)",
                             o.threads);
-    if (o.precision != DT_PREC_FP32 && o.precision != DT_PREC_BF16 &&
-        o.precision != DT_PREC_FP16)
+    if (o.precision != DT_F32 && o.precision != DT_BF16 &&
+        o.precision != DT_F16)
         return dt_set_error(DT_ERR_INVALID_ARG, "cpu backend: unknown precision %d",
                             (int)o.precision);
     struct cpu_backend *cb = calloc(1, sizeof *cb);

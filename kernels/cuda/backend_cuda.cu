@@ -201,7 +201,7 @@ dt_status dt_cublas_status(struct cuda_backend *cb, cublasStatus_t bst, const ch
             snprintf(extra, sizeof extra,
                      "; the GPU (compute capability %d.%d) cannot run this GEMM in %s%s",
                      cb->cc_major, cb->cc_minor, dt_precision_name(cb->precision),
-                     cb->precision != DT_PREC_FP32 ? ": try train.precision=fp32" : "");
+                     cb->precision != DT_F32 ? ": try train.precision=fp32" : "");
         break;
     default:
         break;
@@ -513,7 +513,7 @@ static dt_status open_device(struct cuda_backend *cb)
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
              u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
              u[14], u[15]);
-    if (cb->precision == DT_PREC_BF16 && cb->cc_major < 8)
+    if (cb->precision == DT_BF16 && cb->cc_major < 8)
         return dt_set_error(DT_ERR_UNSUPPORTED,
                             "train.precision=bf16 needs a GPU of compute capability 8.0 or newer, "
                             "but %s is %d.%d: use train.precision=fp16 or fp32",
@@ -573,8 +573,8 @@ static dt_status check_opts(const struct dt_backend_opts *o)
     if (o->device < 0)
         return dt_set_error(DT_ERR_INVALID_ARG, "cuda backend: device must be >= 0 (got %d)",
                             o->device);
-    if (o->precision != DT_PREC_FP32 && o->precision != DT_PREC_BF16 &&
-        o->precision != DT_PREC_FP16)
+    if (o->precision != DT_F32 && o->precision != DT_BF16 &&
+        o->precision != DT_F16)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "cuda backend: unknown precision %d (fp32, bf16 or fp16)",
                             (int)o->precision);

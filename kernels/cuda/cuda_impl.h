@@ -38,7 +38,7 @@ struct cuda_backend {
     cudaStream_t stream; /* every op and copy */
     cublasHandle_t blas; /* bound to stream */
     int allow_tf32;
-    enum dt_precision precision;
+    enum dt_dtype precision;
     /* GEMM operands rounded to bf16/fp16, grown on demand, kept. */
     void *gemm_scratch;
     size_t gemm_scratch_bytes;

@@ -80,12 +80,12 @@ static __global__ void bias_colsum(float *db, const float *dout, int B, int C)
     }
 }
 
-static cudaDataType operand_type(enum dt_precision p)
+static cudaDataType operand_type(enum dt_dtype p)
 {
     switch (p) {
-    case DT_PREC_BF16: return CUDA_R_16BF;
-    case DT_PREC_FP16: return CUDA_R_16F;
-    case DT_PREC_FP32: break;
+    case DT_BF16: return CUDA_R_16BF;
+    case DT_F16: return CUDA_R_16F;
+    case DT_F32: break;
     }
     return CUDA_R_32F;
 }
@@ -96,7 +96,7 @@ static cudaDataType operand_type(enum dt_precision p)
 static dt_status operands(struct cuda_backend *cb, const struct shape *s, const float *const *src,
                           const size_t *n, int count, const void **dst)
 {
-    if (cb->precision == DT_PREC_FP32) {
+    if (cb->precision == DT_F32) {
         for (int i = 0; i < count; i++)
             dst[i] = src[i];
         return DT_OK;
@@ -114,7 +114,7 @@ static dt_status operands(struct cuda_backend *cb, const struct shape *s, const 
                                 dt_precision_name(cb->precision));
     for (int i = 0; i < count; i++) {
         char *p = (char *)scratch + off[i];
-        if (cb->precision == DT_PREC_BF16)
+        if (cb->precision == DT_BF16)
             round_bf16<<<dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream>>>(
                 (__nv_bfloat16 *)p, src[i], n[i]);
         else
@@ -137,7 +137,7 @@ static dt_status gemm(struct cuda_backend *cb, const struct shape *s, cublasOper
 {
     const float alpha = 1.0f;
     const cudaDataType type = operand_type(cb->precision);
-    const cublasComputeType_t compute = cb->precision == DT_PREC_FP32 && cb->allow_tf32
+    const cublasComputeType_t compute = cb->precision == DT_F32 && cb->allow_tf32
                                             ? CUBLAS_COMPUTE_32F_FAST_TF32
                                             : CUBLAS_COMPUTE_32F;
     cublasStatus_t bst = cublasGemmEx(cb->blas, ta, tb, m, n, k, &alpha, A, type, lda, Bm, type,

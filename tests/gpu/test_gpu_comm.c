@@ -117,10 +117,10 @@ static void check_allreduce_f32(enum dt_comm_op op, int nonblocking)
     upload(d, h, BIG_N * sizeof *h);
     if (nonblocking) {
         dt_comm_req_t *req = NULL;
-        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d, BIG_N, DT_COMM_F32, op, &req), DT_OK);
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d, BIG_N, DT_F32, op, &req), DT_OK);
         CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
     } else {
-        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, BIG_N, DT_COMM_F32, op), DT_OK);
+        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, BIG_N, DT_F32, op), DT_OK);
     }
     download(back, d, BIG_N * sizeof *back);
     CU_ASSERT_EQUAL(memcmp(h, back, BIG_N * sizeof *h), 0);
@@ -150,8 +150,8 @@ static void test_allreduce_i64(void)
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
         upload(d, h, sizeof h);
         dt_comm_req_t *req = NULL;
-        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, N, DT_COMM_I64, all[k]), DT_OK);
-        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d, N, DT_COMM_I64, all[k], &req), DT_OK);
+        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, N, DT_I64, all[k]), DT_OK);
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d, N, DT_I64, all[k], &req), DT_OK);
         int done = 0;
         while (!done)
             CU_ASSERT_EQUAL_FATAL(dt_comm_test(comm, req, &done), DT_OK);
@@ -174,15 +174,15 @@ static void test_allreduce_dtypes(void)
     }
     char *d = dev_alloc(1024);
     upload(d + 8, hd, sizeof hd);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d + 8, 33, DT_COMM_F64, DT_COMM_AVG), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d + 8, 33, DT_F64, DT_COMM_AVG), DT_OK);
     download(bd, d + 8, sizeof bd);
     CU_ASSERT_EQUAL(memcmp(hd, bd, sizeof hd), 0);
     upload(d + 4, hi, sizeof hi);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d + 4, 33, DT_COMM_I32, DT_COMM_MIN), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d + 4, 33, DT_I32, DT_COMM_MIN), DT_OK);
     download(bi, d + 4, sizeof bi);
     CU_ASSERT_EQUAL(memcmp(hi, bi, sizeof hi), 0);
     upload(d + 1, hu, sizeof hu);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d + 1, 33, DT_COMM_U8, DT_COMM_MAX), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d + 1, 33, DT_U8, DT_COMM_MAX), DT_OK);
     download(bu, d + 1, sizeof bu);
     CU_ASSERT_EQUAL(memcmp(hu, bu, sizeof hu), 0);
     dt_backend_free(be, d);
@@ -198,7 +198,7 @@ static void test_iallreduce_many(void)
     for (int k = 0; k < NREQ; k++) {
         d[k] = dev_alloc(N * sizeof(float));
         CU_ASSERT_EQUAL_FATAL(ops->fill(be, d[k], N, (float)(k + 1)), DT_OK);
-        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d[k], N, DT_COMM_F32, DT_COMM_SUM, &req[k]),
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d[k], N, DT_F32, DT_COMM_SUM, &req[k]),
                               DT_OK);
     }
     for (int k = NREQ - 1; k >= 0; k--)
@@ -209,7 +209,7 @@ static void test_iallreduce_many(void)
     }
     dt_comm_req_t *none = NULL;
     int done = 0;
-    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, NULL, 0, DT_COMM_F32, DT_COMM_SUM, &none),
+    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, NULL, 0, DT_F32, DT_COMM_SUM, &none),
                           DT_OK);
     CU_ASSERT_PTR_NOT_NULL_FATAL(none);
     CU_ASSERT_EQUAL(dt_comm_test(comm, none, &done), DT_OK);
@@ -230,12 +230,12 @@ static void bf16_allreduce(uint16_t *d_b, float *d_f, size_t n, int nonblocking)
     if (nonblocking) {
         dt_comm_req_t *req = NULL;
         int done = 0;
-        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d_b, n, DT_COMM_BF16, DT_COMM_SUM, &req),
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, d_b, n, DT_BF16, DT_COMM_SUM, &req),
                               DT_OK);
         while (!done)
             CU_ASSERT_EQUAL_FATAL(dt_comm_test(comm, req, &done), DT_OK);
     } else {
-        CU_ASSERT_EQUAL_FATAL(dt_comm_allreduce(comm, d_b, n, DT_COMM_BF16, DT_COMM_SUM), DT_OK);
+        CU_ASSERT_EQUAL_FATAL(dt_comm_allreduce(comm, d_b, n, DT_BF16, DT_COMM_SUM), DT_OK);
     }
     CU_ASSERT_EQUAL_FATAL(ops->from_bf16(be, d_f, d_b, n), DT_OK);
 }
@@ -245,7 +245,7 @@ static void bf16_allreduce(uint16_t *d_b, float *d_f, size_t n, int nonblocking)
  * accepted for bf16. */
 static void test_allreduce_bf16(void)
 {
-    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_BF16), 2);
+    CU_ASSERT_EQUAL(dt_dtype_size(DT_BF16), 2);
     float *h = host_alloc(BIG_N * sizeof *h), *want = host_alloc(BIG_N * sizeof *h);
     float *back = host_alloc(BIG_N * sizeof *h);
     float *d_f = dev_alloc(BIG_N * sizeof *d_f);
@@ -270,7 +270,7 @@ static void test_allreduce_bf16(void)
     }
     const enum dt_comm_op refused[] = {DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN};
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++)
-        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d_b, 8, DT_COMM_BF16, refused[k]),
+        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d_b, 8, DT_BF16, refused[k]),
                         DT_ERR_INVALID_ARG);
     dt_backend_free(be, d_f);
     dt_backend_free(be, d_b);
@@ -298,11 +298,11 @@ static void test_broadcast_allgather_reduce_scatter(void)
     CU_ASSERT_EQUAL(memcmp(h, back, N * sizeof *h), 0);
     CU_ASSERT_EQUAL(dt_comm_allgather(comm, b, b, N * sizeof(float)), DT_OK); /* in place */
     CU_ASSERT_EQUAL(ops->fill(be, b, N, 0), DT_OK);
-    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, a, b, N, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, a, b, N, DT_F32, DT_COMM_SUM), DT_OK);
     download(back, b, N * sizeof *back);
     CU_ASSERT_EQUAL(memcmp(h, back, N * sizeof *h), 0);
     CU_ASSERT_EQUAL(ops->fill(be, b, N, 0), DT_OK);
-    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, a, b, N, DT_COMM_F32, DT_COMM_AVG), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, a, b, N, DT_F32, DT_COMM_AVG), DT_OK);
     download(back, b, N * sizeof *back);
     CU_ASSERT_EQUAL(memcmp(h, back, N * sizeof *h), 0);
     dt_backend_free(be, a);
@@ -330,9 +330,9 @@ static void test_bound_stream_order(void)
     dt_comm_req_t *req = NULL;
     queue_busy_work();
     CU_ASSERT_EQUAL_FATAL(ops->fill(be, src, ORDER_N, 3.0f), DT_OK);
-    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, src, ORDER_N, DT_COMM_F32, DT_COMM_SUM, &req),
+    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, src, ORDER_N, DT_F32, DT_COMM_SUM, &req),
                           DT_OK);
-    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, src, dst, ORDER_N, DT_COMM_F32, DT_COMM_SUM),
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, src, dst, ORDER_N, DT_F32, DT_COMM_SUM),
                     DT_OK);
     CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
     CU_ASSERT_EQUAL(count_not(dst, ORDER_N, 3.0f), 0);
@@ -494,7 +494,7 @@ static void test_short_timeout(void)
     float *d = dev_alloc(1024 * sizeof(float));
     dt_comm_set_timeout(comm, 0.5);
     for (int i = 0; i < 20; i++)
-        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 1024, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 1024, DT_F32, DT_COMM_SUM), DT_OK);
     dt_comm_set_timeout(comm, COMM_TIMEOUT_S);
     dt_backend_free(be, d);
 }
@@ -512,10 +512,10 @@ static void test_nccl_error(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "ncclBroadcast of 8 bytes from root 3"));
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "failed on rank 0"));
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "aborted"));
-    CU_ASSERT_EQUAL(dt_comm_allreduce(c2, d, 2, DT_COMM_F32, DT_COMM_SUM), DT_ERR_COMM);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(c2, d, 2, DT_F32, DT_COMM_SUM), DT_ERR_COMM);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "aborted after an earlier failure"));
     dt_comm_destroy(c2);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 2, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 2, DT_F32, DT_COMM_SUM), DT_OK);
     dt_backend_free(be, d);
 }
 

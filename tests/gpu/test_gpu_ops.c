@@ -54,14 +54,14 @@
 enum { FP32, TF32, BF16, FP16, NCFG };
 static const struct gpu_cfg {
     const char *name;
-    enum dt_precision precision;
+    enum dt_dtype precision;
     int allow_tf32;
     double tol; /* for linear */
 } cfgs[NCFG] = {
-    {"fp32", DT_PREC_FP32, 0, 1e-5},
-    {"tf32", DT_PREC_FP32, 1, 1e-3},
-    {"bf16", DT_PREC_BF16, 0, 1e-5},
-    {"fp16", DT_PREC_FP16, 0, 1e-5},
+    {"fp32", DT_F32, 0, 1e-5},
+    {"tf32", DT_F32, 1, 1e-3},
+    {"bf16", DT_BF16, 0, 1e-5},
+    {"fp16", DT_F16, 0, 1e-5},
 };
 /* A reduced-precision GEMM must differ from the fp32 one by at least this
  * much on random inputs (rounding to bf16 or fp16 moves each operand by up
@@ -360,7 +360,7 @@ static void linear_case(int c, int B, int I, int O)
     CHECK_CLOSE(what, cfgs[c].name, dw, dw_c, nw, TINY, tol);
     snprintf(what, sizeof what, "linear %dx%dx%d dw (twice from 0)", B, I, O);
     CHECK_CLOSE(what, cfgs[c].name, dw2, dw2_c, nw, TINY, tol);
-    if (cfgs[c].precision != DT_PREC_FP32) { /* it rounded: not the fp32 result */
+    if (cfgs[c].precision != DT_F32) { /* it rounded: not the fp32 result */
         float *out32 = hnew(nout);
         OK(cops->linear_fwd(cpu, out32, in, w, B, I, O));
         double e32 = norm_err(out, out32, nout, TINY);

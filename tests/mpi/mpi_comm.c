@@ -113,71 +113,76 @@ static int64_t expect_int(enum dt_comm_op op, size_t i, int wide)
     return acc;
 }
 
-static void fill_typed(void *buf, enum dt_comm_dtype t, size_t n)
+static void fill_typed(void *buf, enum dt_dtype t, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         switch (t) {
-        case DT_COMM_F32:
+        case DT_F32:
             ((float *)buf)[i] = (float)ival(rank, i);
             break;
-        case DT_COMM_F64:
+        case DT_F64:
             ((double *)buf)[i] = (double)ival(rank, i);
             break;
-        case DT_COMM_I32:
+        case DT_I32:
             ((int32_t *)buf)[i] = (int32_t)ival(rank, i);
             break;
-        case DT_COMM_I64:
+        case DT_I64:
             ((int64_t *)buf)[i] = lval(rank, i);
             break;
-        case DT_COMM_U8:
+        case DT_U8:
             ((uint8_t *)buf)[i] = (uint8_t)(ival(rank, i) + 5);
             break;
-        case DT_COMM_BF16: /* small integers: every partial sum is exact in bf16 */
+        case DT_BF16: /* small integers: every partial sum is exact in bf16 */
             ((uint16_t *)buf)[i] = dt_bf16_from_float((float)ival(rank, i));
+            break;
+        default: /* not a communicator type */
             break;
         }
     }
 }
 
 /* Counts the elements of buf that differ from the exact expected result. */
-static size_t count_wrong(const void *buf, enum dt_comm_dtype t, enum dt_comm_op op, size_t n)
+static size_t count_wrong(const void *buf, enum dt_dtype t, enum dt_comm_op op, size_t n)
 {
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) {
-        int64_t e = expect_int(op == DT_COMM_AVG ? DT_COMM_SUM : op, i, t == DT_COMM_I64);
+        int64_t e = expect_int(op == DT_COMM_AVG ? DT_COMM_SUM : op, i, t == DT_I64);
         switch (t) {
-        case DT_COMM_F32: {
+        case DT_F32: {
             float want = op == DT_COMM_AVG ? (float)e / (float)size : (float)e;
             wrong += ((const float *)buf)[i] != want;
             break;
         }
-        case DT_COMM_F64: {
+        case DT_F64: {
             double want = op == DT_COMM_AVG ? (double)e / size : (double)e;
             wrong += ((const double *)buf)[i] != want;
             break;
         }
-        case DT_COMM_I32:
+        case DT_I32:
             wrong += ((const int32_t *)buf)[i] != (int32_t)e;
             break;
-        case DT_COMM_I64:
+        case DT_I64:
             wrong += ((const int64_t *)buf)[i] != e;
             break;
-        case DT_COMM_U8: {
+        case DT_U8: {
             int64_t u = op == DT_COMM_SUM ? e + 5 * size : e + 5;
             wrong += ((const uint8_t *)buf)[i] != (uint8_t)u;
             break;
         }
-        case DT_COMM_BF16:
+        case DT_BF16:
             wrong += dt_bf16_to_float(((const uint16_t *)buf)[i]) != (float)e;
+            break;
+        default: /* not a communicator type: every element is wrong */
+            wrong++;
             break;
         }
     }
     return wrong;
 }
 
-static void check_allreduce(enum dt_comm_dtype t, enum dt_comm_op op, size_t n)
+static void check_allreduce(enum dt_dtype t, enum dt_comm_op op, size_t n)
 {
-    void *buf = xcalloc(n, dt_comm_dtype_size(t));
+    void *buf = xcalloc(n, dt_dtype_size(t));
     fill_typed(buf, t, n);
     CU_ASSERT_EQUAL(dt_comm_allreduce(comm, buf, n, t, op), DT_OK);
     CU_ASSERT_EQUAL(count_wrong(buf, t, op, n), 0);
@@ -186,24 +191,24 @@ static void check_allreduce(enum dt_comm_dtype t, enum dt_comm_op op, size_t n)
 
 static void test_allreduce_types(void)
 {
-    const enum dt_comm_dtype types[] = {DT_COMM_F32, DT_COMM_F64, DT_COMM_I32, DT_COMM_I64};
+    const enum dt_dtype types[] = {DT_F32, DT_F64, DT_I32, DT_I64};
     const enum dt_comm_op ops[] = {DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN};
     for (size_t t = 0; t < 4; t++)
         for (size_t o = 0; o < 4; o++)
-            if (ops[o] != DT_COMM_AVG || types[t] == DT_COMM_F32 || types[t] == DT_COMM_F64)
+            if (ops[o] != DT_COMM_AVG || types[t] == DT_F32 || types[t] == DT_F64)
                 check_allreduce(types[t], ops[o], 1001);
-    check_allreduce(DT_COMM_U8, DT_COMM_SUM, 333);
-    check_allreduce(DT_COMM_U8, DT_COMM_MAX, 333);
-    check_allreduce(DT_COMM_F32, DT_COMM_SUM, 1);
-    check_allreduce(DT_COMM_F32, DT_COMM_SUM, ((size_t)1 << 20) + 3); /* large-message path */
-    check_allreduce(DT_COMM_F64, DT_COMM_AVG, ((size_t)1 << 18) + 1);
+    check_allreduce(DT_U8, DT_COMM_SUM, 333);
+    check_allreduce(DT_U8, DT_COMM_MAX, 333);
+    check_allreduce(DT_F32, DT_COMM_SUM, 1);
+    check_allreduce(DT_F32, DT_COMM_SUM, ((size_t)1 << 20) + 3); /* large-message path */
+    check_allreduce(DT_F64, DT_COMM_AVG, ((size_t)1 << 18) + 1);
     int32_t i[3] = {1, 2, 3};
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, i, 3, DT_COMM_I32, DT_COMM_AVG), DT_ERR_INVALID_ARG);
-    check_allreduce(DT_COMM_BF16, DT_COMM_SUM, 1001);
-    check_allreduce(DT_COMM_BF16, DT_COMM_SUM, ((size_t)1 << 20) + 5);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, i, 3, DT_I32, DT_COMM_AVG), DT_ERR_INVALID_ARG);
+    check_allreduce(DT_BF16, DT_COMM_SUM, 1001);
+    check_allreduce(DT_BF16, DT_COMM_SUM, ((size_t)1 << 20) + 5);
     uint16_t h[2] = {0x3f80, 0x4000};
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, h, 2, DT_COMM_BF16, DT_COMM_MAX), DT_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, h, 2, DT_COMM_BF16, DT_COMM_AVG), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, h, 2, DT_BF16, DT_COMM_MAX), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, h, 2, DT_BF16, DT_COMM_AVG), DT_ERR_INVALID_ARG);
 }
 
 /* A bf16 sum rounds each partial sum: 1 + 2^-9 on every rank is 1 in bf16
@@ -213,11 +218,11 @@ static void test_allreduce_bf16_rounds(void)
 {
     uint16_t h = dt_bf16_from_float(1.0f + 0x1p-9f);
     CU_ASSERT_EQUAL(h, dt_bf16_from_float(1.0f));
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &h, 1, DT_COMM_BF16, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &h, 1, DT_BF16, DT_COMM_SUM), DT_OK);
     CU_ASSERT_EQUAL(dt_bf16_to_float(h), (float)size);
     dt_comm_req_t *req = NULL;
     uint16_t v[3] = {dt_bf16_from_float(0.5f), dt_bf16_from_float(-2.0f), 0};
-    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, v, 3, DT_COMM_BF16, DT_COMM_SUM, &req), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, v, 3, DT_BF16, DT_COMM_SUM, &req), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
     CU_ASSERT(dt_bf16_to_float(v[0]) == 0.5f * size && dt_bf16_to_float(v[1]) == -2.0f * size &&
               v[2] == 0);
@@ -229,22 +234,22 @@ static void test_iallreduce_test_loop(void)
 {
     size_t n = (size_t)1 << 18;
     float *buf = xcalloc(n, sizeof *buf);
-    fill_typed(buf, DT_COMM_F32, n);
+    fill_typed(buf, DT_F32, n);
     dt_comm_req_t *req = NULL;
     int done = 0, ok = 1;
     long polls = 0;
-    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, buf, n, DT_COMM_F32, DT_COMM_AVG, &req), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, buf, n, DT_F32, DT_COMM_AVG, &req), DT_OK);
     while (req && !done && ok) {
         ok = dt_comm_test(comm, req, &done) == DT_OK;
         polls++;
     }
     CU_ASSERT(ok && done && polls >= 1);
-    CU_ASSERT_EQUAL(count_wrong(buf, DT_COMM_F32, DT_COMM_AVG, n), 0);
+    CU_ASSERT_EQUAL(count_wrong(buf, DT_F32, DT_COMM_AVG, n), 0);
     /* and with wait */
-    fill_typed(buf, DT_COMM_F32, n);
-    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, buf, n, DT_COMM_F32, DT_COMM_MIN, &req), DT_OK);
+    fill_typed(buf, DT_F32, n);
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, buf, n, DT_F32, DT_COMM_MIN, &req), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
-    CU_ASSERT_EQUAL(count_wrong(buf, DT_COMM_F32, DT_COMM_MIN, n), 0);
+    CU_ASSERT_EQUAL(count_wrong(buf, DT_F32, DT_COMM_MIN, n), 0);
     free(buf);
 }
 
@@ -252,8 +257,8 @@ static void test_iallreduce_test_loop(void)
 static void test_many_in_flight(void)
 {
     enum { K = 8 };
-    const enum dt_comm_dtype types[K] = {DT_COMM_F32, DT_COMM_F64, DT_COMM_I32, DT_COMM_I64,
-                                         DT_COMM_F32, DT_COMM_I32, DT_COMM_F64, DT_COMM_F32};
+    const enum dt_dtype types[K] = {DT_F32, DT_F64, DT_I32, DT_I64,
+                                         DT_F32, DT_I32, DT_F64, DT_F32};
     const enum dt_comm_op ops[K] = {DT_COMM_SUM, DT_COMM_MAX, DT_COMM_MIN, DT_COMM_SUM,
                                     DT_COMM_AVG, DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX};
     void *bufs[K];
@@ -261,7 +266,7 @@ static void test_many_in_flight(void)
     size_t n[K];
     for (int k = 0; k < K; k++) {
         n[k] = 1 + (size_t)k * 9973;
-        bufs[k] = xcalloc(n[k], dt_comm_dtype_size(types[k]));
+        bufs[k] = xcalloc(n[k], dt_dtype_size(types[k]));
         fill_typed(bufs[k], types[k], n[k]);
         CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, bufs[k], n[k], types[k], ops[k], &reqs[k]), DT_OK);
     }
@@ -347,9 +352,9 @@ static void test_allgather(void)
     check_allgather(1001, 1);
 }
 
-static void check_reduce_scatter(enum dt_comm_dtype t, enum dt_comm_op op, size_t count)
+static void check_reduce_scatter(enum dt_dtype t, enum dt_comm_op op, size_t count)
 {
-    size_t esz = dt_comm_dtype_size(t);
+    size_t esz = dt_dtype_size(t);
     char *send = xcalloc(count * (size_t)size, esz), *recv = xcalloc(count, esz);
     char *want = xcalloc(count * (size_t)size, esz);
     /* send holds every rank's block; the allreduce of it, cut at my block,
@@ -367,10 +372,10 @@ static void check_reduce_scatter(enum dt_comm_dtype t, enum dt_comm_op op, size_
 
 static void test_reduce_scatter(void)
 {
-    check_reduce_scatter(DT_COMM_F32, DT_COMM_SUM, 1003);
-    check_reduce_scatter(DT_COMM_I32, DT_COMM_MAX, 17);
-    check_reduce_scatter(DT_COMM_F64, DT_COMM_AVG, 4099);
-    check_reduce_scatter(DT_COMM_I64, DT_COMM_MIN, 1);
+    check_reduce_scatter(DT_F32, DT_COMM_SUM, 1003);
+    check_reduce_scatter(DT_I32, DT_COMM_MAX, 17);
+    check_reduce_scatter(DT_F64, DT_COMM_AVG, 4099);
+    check_reduce_scatter(DT_I64, DT_COMM_MIN, 1);
 }
 
 /* Nobody leaves the barrier before the last rank, which sleeps, enters it.
@@ -393,18 +398,18 @@ static void test_barrier(void)
 static void test_pieces(void)
 {
     comm->max_count = 1000;
-    check_allreduce(DT_COMM_F32, DT_COMM_AVG, 10007);
-    check_allreduce(DT_COMM_I64, DT_COMM_SUM, 2000);
+    check_allreduce(DT_F32, DT_COMM_AVG, 10007);
+    check_allreduce(DT_I64, DT_COMM_SUM, 2000);
     size_t n = 4321;
     double *d = xcalloc(n, sizeof *d);
     dt_comm_req_t *req = NULL;
-    fill_typed(d, DT_COMM_F64, n);
-    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, d, n, DT_COMM_F64, DT_COMM_AVG, &req), DT_OK);
+    fill_typed(d, DT_F64, n);
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, d, n, DT_F64, DT_COMM_AVG, &req), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
-    CU_ASSERT_EQUAL(count_wrong(d, DT_COMM_F64, DT_COMM_AVG, n), 0);
+    CU_ASSERT_EQUAL(count_wrong(d, DT_F64, DT_COMM_AVG, n), 0);
     check_broadcast(size - 1, 5003);
     check_allgather(2500, 0);
-    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, d, d, 1001, DT_COMM_F64, DT_COMM_SUM),
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, d, d, 1001, DT_F64, DT_COMM_SUM),
                     DT_ERR_UNSUPPORTED);
     comm->max_count = INT32_MAX;
     free(d);
@@ -484,7 +489,7 @@ static dt_reducer_t *make_reducer(float *g, int overlap)
 static void plain_allreduce(const float *x, float *ref)
 {
     memcpy(ref, x, RED_N * sizeof *x);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, ref, RED_N, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, ref, RED_N, DT_F32, DT_COMM_SUM), DT_OK);
 }
 
 /* Exact data: the reducer equals one plain allreduce of the whole buffer. */

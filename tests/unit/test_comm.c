@@ -184,11 +184,11 @@ static void test_registry(void)
     CU_ASSERT_PTR_NULL(c);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'gloo'"));
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "mpi"));
-    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_F32), 4);
-    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_F64), 8);
-    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_I32), 4);
-    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_I64), 8);
-    CU_ASSERT_EQUAL(dt_comm_dtype_size(DT_COMM_U8), 1);
+    CU_ASSERT_EQUAL(dt_dtype_size(DT_F32), 4);
+    CU_ASSERT_EQUAL(dt_dtype_size(DT_F64), 8);
+    CU_ASSERT_EQUAL(dt_dtype_size(DT_I32), 4);
+    CU_ASSERT_EQUAL(dt_dtype_size(DT_I64), 8);
+    CU_ASSERT_EQUAL(dt_dtype_size(DT_U8), 1);
 }
 
 /* nccl without a usable GPU (main hides them all) or without NCCL in the
@@ -208,7 +208,7 @@ static void test_nccl_unavailable(void)
 #endif
     /* the failed attempt left MPI and the mpi communicator working */
     int32_t one = 1;
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &one, 1, DT_COMM_I32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &one, 1, DT_I32, DT_COMM_SUM), DT_OK);
     CU_ASSERT_EQUAL(one, 1);
 }
 
@@ -231,7 +231,7 @@ static void test_mpi_streams_and_timeout(void)
     /* the timeout changes nothing for mpi collectives */
     dt_comm_set_timeout(comm, 1e-9);
     float f[3] = {1, 2, 3};
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 3, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 3, DT_F32, DT_COMM_SUM), DT_OK);
     CU_ASSERT_EQUAL(f[2], 3.0f);
     dt_comm_set_timeout(comm, 0);
 }
@@ -241,20 +241,20 @@ static void test_bad_args(void)
     int32_t i[4] = {1, 2, 3, 4};
     float f[4] = {0};
     dt_comm_req_t *req = (dt_comm_req_t *)1;
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, i, 4, DT_COMM_I32, DT_COMM_AVG), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, i, 4, DT_I32, DT_COMM_AVG), DT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "AVG"));
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, NULL, 4, DT_COMM_F32, DT_COMM_SUM), DT_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 4, (enum dt_comm_dtype)42, DT_COMM_SUM),
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, NULL, 4, DT_F32, DT_COMM_SUM), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 4, (enum dt_dtype)42, DT_COMM_SUM),
                     DT_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 4, DT_COMM_F32, (enum dt_comm_op)9),
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 4, DT_F32, (enum dt_comm_op)9),
                     DT_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, i, 4, DT_COMM_I64, DT_COMM_AVG, &req),
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, i, 4, DT_I64, DT_COMM_AVG, &req),
                     DT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NULL(req);
     CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, 16, 1), DT_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, 16, -1), DT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "root -1"));
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, NULL, 0, DT_COMM_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, NULL, 0, DT_F32, DT_COMM_SUM), DT_OK);
 }
 
 /* ---- one-rank communicator ------------------------------------------------- */
@@ -276,20 +276,20 @@ static void test_one_rank_collectives(void)
 {
     float f[5] = {1.5f, -2, 3, 4, 5}, g[5];
     double d[3] = {0.25, -1, 7};
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 5, DT_COMM_F32, DT_COMM_AVG), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 5, DT_F32, DT_COMM_AVG), DT_OK);
     CU_ASSERT_EQUAL(f[0], 1.5f);
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 3, DT_COMM_F64, DT_COMM_MIN), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, d, 3, DT_F64, DT_COMM_MIN), DT_OK);
     CU_ASSERT_EQUAL(d[1], -1.0);
     dt_comm_req_t *req = NULL;
     int done = 0;
-    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, f, 5, DT_COMM_F32, DT_COMM_SUM, &req), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, f, 5, DT_F32, DT_COMM_SUM, &req), DT_OK);
     while (!done)
         CU_ASSERT_EQUAL_FATAL(dt_comm_test(comm, req, &done), DT_OK);
     CU_ASSERT_EQUAL(f[1], -2.0f);
     CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, sizeof f, 0), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_allgather(comm, f, g, sizeof f), DT_OK);
     CU_ASSERT_EQUAL(memcmp(f, g, sizeof f), 0);
-    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, 5, DT_COMM_F32, DT_COMM_MAX), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, 5, DT_F32, DT_COMM_MAX), DT_OK);
     CU_ASSERT_EQUAL(memcmp(f, g, sizeof f), 0);
     CU_ASSERT_EQUAL(dt_comm_barrier(comm), DT_OK);
 }
@@ -302,15 +302,15 @@ static void test_one_rank_pieces(void)
     for (int i = 0; i < N; i++)
         f[i] = (float)i;
     comm->max_count = 100;
-    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, N, DT_COMM_F32, DT_COMM_AVG), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, N, DT_F32, DT_COMM_AVG), DT_OK);
     dt_comm_req_t *req = NULL;
-    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, f, N, DT_COMM_F32, DT_COMM_SUM, &req), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, f, N, DT_F32, DT_COMM_SUM, &req), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_broadcast(comm, f, sizeof f, 0), DT_OK);
     CU_ASSERT_EQUAL(dt_comm_allgather(comm, f, g, sizeof f), DT_OK);
     CU_ASSERT_EQUAL(memcmp(f, g, sizeof f), 0);
     CU_ASSERT_EQUAL(f[N - 1], (float)(N - 1));
-    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, N, DT_COMM_F32, DT_COMM_SUM),
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, N, DT_F32, DT_COMM_SUM),
                     DT_ERR_UNSUPPORTED);
     comm->max_count = INT32_MAX;
 }

@@ -211,7 +211,7 @@ static void roundtrip(int gz, const char *class_names, const char *out_name)
     CU_ASSERT_EQUAL(si->ndim, 2);
     CU_ASSERT_EQUAL(si->shape[0], IMG_R);
     CU_ASSERT_EQUAL(si->shape[1], IMG_C);
-    CU_ASSERT_EQUAL(si->x_dtype, DT_DTYPE_U8);
+    CU_ASSERT_EQUAL(si->x_dtype, DT_U8);
     int64_t counts[10] = {0};
     for (uint32_t i = 0; i < TR_N; i++)
         counts[label_of(i, 10)]++;
@@ -860,7 +860,7 @@ static void read_float_ds(hid_t ftype, const char *name, enum dt_dtype want_dtyp
     ASSERT_STATUS(dt_dataset_split(ds, "train", &si), DT_OK);
     CU_ASSERT_FATAL(si != NULL);
     CU_ASSERT_EQUAL(si->x_dtype, want_dtype);
-    CU_ASSERT_EQUAL(si->y_dtype, DT_DTYPE_I32);
+    CU_ASSERT_EQUAL(si->y_dtype, DT_I32);
     CU_ASSERT_EQUAL(si->sample_elems, 3);
     CU_ASSERT_EQUAL(si->class_counts[0], 8);
     const uint64_t idx[4] = {39, 5, 6, 0};
@@ -877,16 +877,16 @@ static void read_float_ds(hid_t ftype, const char *name, enum dt_dtype want_dtyp
         }
     }
     CU_ASSERT_EQUAL(bad, 0);
-    CU_ASSERT_EQUAL(bytes, 4 * 3 * (want_dtype == DT_DTYPE_F16 ? 2 : 4));
+    CU_ASSERT_EQUAL(bytes, 4 * 3 * (want_dtype == DT_F16 ? 2 : 4));
     dt_dataset_close(ds);
 }
 
-static void test_ds_read_f32(void) { read_float_ds(H5T_IEEE_F32LE, "f32.h5", DT_DTYPE_F32); }
+static void test_ds_read_f32(void) { read_float_ds(H5T_IEEE_F32LE, "f32.h5", DT_F32); }
 
 static void test_ds_read_f16(void)
 {
     hid_t t = f16_type();
-    read_float_ds(t, "f16.h5", DT_DTYPE_F16);
+    read_float_ds(t, "f16.h5", DT_F16);
     H5Tclose(t);
 }
 
@@ -1019,7 +1019,7 @@ static void test_ds_print(void)
     CU_ASSERT(strstr(text, "0:2 1:2 2:1 3:1") != NULL); /* test: 6 over 4 */
     CU_ASSERT(strstr(text, "classes (4)") != NULL);
     free(text);
-    CU_ASSERT_STRING_EQUAL(dt_dtype_name(DT_DTYPE_F16), "f16");
+    CU_ASSERT_STRING_EQUAL(dt_dtype_name(DT_F16), "f16");
     dt_dataset_close(ds);
 }
 

@@ -401,7 +401,7 @@ static void test_bf16_cast(void)
 static void test_linear_precision(void)
 {
     const int B = 17, I = 33, O = 9;
-    const enum dt_precision precs[] = {DT_PREC_BF16, DT_PREC_FP16};
+    const enum dt_dtype precs[] = {DT_BF16, DT_F16};
     float *in = fnew((size_t)B * I), *w = fnew((size_t)O * I), *dout = fnew((size_t)B * O);
     float *rin = fnew((size_t)B * I), *rw = fnew((size_t)O * I), *rdout = fnew((size_t)B * O);
     float *out = fnew((size_t)B * O), *din = fnew((size_t)B * I), *dw = fnew((size_t)O * I);
@@ -410,7 +410,7 @@ static void test_linear_precision(void)
     fill_uniform(w, (size_t)O * I, -1, 1);
     fill_uniform(dout, (size_t)B * O, -1, 1);
     for (size_t p = 0; p < 2; p++) {
-        float (*round)(float) = precs[p] == DT_PREC_BF16 ? dt_cpu_round_bf16 : dt_cpu_round_fp16;
+        float (*round)(float) = precs[p] == DT_BF16 ? dt_cpu_round_bf16 : dt_cpu_round_fp16;
         for (int i = 0; i < B * I; i++) rin[i] = round(in[i]);
         for (int i = 0; i < O * I; i++) rw[i] = round(w[i]);
         for (int i = 0; i < B * O; i++) rdout[i] = round(dout[i]);
@@ -435,7 +435,7 @@ static void test_linear_precision(void)
             float big = in[0];
             in[0] = 70000.0f; /* beyond fp16, within bf16 */
             OK(lops->linear_fwd(lo, out, in, w, B, I, O));
-            CU_ASSERT_EQUAL(!isfinite(out[0]), precs[p] == DT_PREC_FP16);
+            CU_ASSERT_EQUAL(!isfinite(out[0]), precs[p] == DT_F16);
             in[0] = big;
             dt_backend_destroy(lo);
         }
