@@ -57,6 +57,33 @@ int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t 
 #endif
 }
 
+static const char *const op_names[DT_OP_COUNT] = {
+#define DT_OP_NAME(name, params) [DT_OP_##name] = #name,
+    DT_OP_LIST(DT_OP_NAME)
+#undef DT_OP_NAME
+};
+
+const char *dt_op_name(enum dt_op_id op)
+{
+    return (int)op >= 0 && op < DT_OP_COUNT ? op_names[op] : "unknown";
+}
+
+int dt_backend_supports(const dt_backend_t *be, enum dt_op_id op, enum dt_dtype t)
+{
+    if (!be || (int)op < 0 || op >= DT_OP_COUNT || t != DT_F32)
+        return 0;
+    const struct dt_ops *ops = be->ops;
+    switch (op) {
+#define DT_OP_CASE(name, params)                                                                   \
+    case DT_OP_##name:                                                                             \
+        return ops->name != NULL;
+        DT_OP_LIST(DT_OP_CASE)
+#undef DT_OP_CASE
+    default:
+        return 0;
+    }
+}
+
 const char *dt_precision_name(enum dt_dtype p)
 {
     switch (p) {

@@ -39,6 +39,12 @@ void dt_backend_destroy(dt_backend_t *be);
 const char *dt_backend_name(const dt_backend_t *be);
 const struct dt_ops *dt_backend_ops(const dt_backend_t *be);
 
+/* 1 when backend be has op `op` for tensors of dtype t, else 0. Every op
+ * of this version computes in fp32 (the reduced-precision matmul inputs
+ * of train.precision are the backend's own business), so t is DT_F32 for
+ * every op a backend has. */
+int dt_backend_supports(const dt_backend_t *be, enum dt_op_id op, enum dt_dtype t);
+
 /* Zero-initialised, 64-byte aligned device memory. */
 dt_status dt_backend_alloc(dt_backend_t *be, size_t bytes, void **out);
 void dt_backend_free(dt_backend_t *be, void *ptr);

@@ -3,7 +3,15 @@
  *
  * Each op has the same signature on every backend: pointers are device
  * pointers of the backend that is passed first (host memory for cpu),
- * shapes are given in elements. All tensors are fp32, row-major, dense.
+ * shapes are given in elements. All tensors are fp32, row-major, dense;
+ * images are NCHW.
+ *
+ * The ops are listed once, in DT_OP_LIST below: the op table (struct
+ * dt_ops), the op ids (enum dt_op_id), their names and the backend query
+ * dt_backend_supports() all come from that list. A backend leaves an op it
+ * does not have NULL; callers ask dt_backend_supports() before building a
+ * model that needs it, so a job learns at start-up, in words, what its
+ * backend lacks.
  * Host-side scalar results (loss sums, norms) come back through host
  * pointers; a device backend synchronises for them.
  *
@@ -46,79 +54,192 @@ struct dt_adamw_args {
     int64_t t; /* 1-based step count */
 };
 
-struct dt_ops {
-    /* out(B,Out) = in(B,In) @ w(Out,In)^T */
-    dt_status (*linear_fwd)(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                            int In, int Out);
-    /* din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)
-     * dw(Out,In) += dout(B,Out)^T @ in(B,In) */
-    dt_status (*linear_bwd)(dt_backend_t *be, float *din, float *dw, const float *dout,
-                            const float *in, const float *w, int B, int In, int Out);
-    /* x(B,C) += b(C), in place */
-    dt_status (*bias_fwd)(dt_backend_t *be, float *x, const float *b, int B, int C);
-    /* db(C) += sum over B of dout(B,C) */
-    dt_status (*bias_bwd)(dt_backend_t *be, float *db, const float *dout, int B, int C);
-
-    /* out = max(in, 0); din = dout * (in > 0) */
-    dt_status (*relu_fwd)(dt_backend_t *be, float *out, const float *in, size_t n);
-    dt_status (*relu_bwd)(dt_backend_t *be, float *din, const float *dout, const float *in,
-                          size_t n);
-    /* exact GELU: out = 0.5 x (1 + erf(x / sqrt 2)); backward takes the input */
-    dt_status (*gelu_fwd)(dt_backend_t *be, float *out, const float *in, size_t n);
-    dt_status (*gelu_bwd)(dt_backend_t *be, float *din, const float *dout, const float *in,
-                          size_t n);
-    /* out = tanh(in); backward takes the OUTPUT: din = dout * (1 - out^2) */
-    dt_status (*tanh_fwd)(dt_backend_t *be, float *out, const float *in, size_t n);
-    dt_status (*tanh_bwd)(dt_backend_t *be, float *din, const float *dout, const float *out,
-                          size_t n);
-
-    /* Inverted dropout on a (rows, cols) block whose first row is row `row0`
-     * of the global batch. Element e = (row0 + r) * cols + c is kept when
-     * u >= p, u = dt_rng_u32_to_unit(word e % 4 of dt_rng_block(key, e / 4, 0));
-     * kept values are scaled by 1/(1-p). Backward recomputes the same mask.
-     * p == 0 is a copy. 0 <= p < 1. */
-    dt_status (*dropout_fwd)(dt_backend_t *be, float *out, const float *in, int rows, int cols,
-                             float p, const struct dt_rng_key *key, uint64_t row0);
-    dt_status (*dropout_bwd)(dt_backend_t *be, float *din, const float *dout, int rows, int cols,
-                             float p, const struct dt_rng_key *key, uint64_t row0);
-
-    /* (B, d1, d2, ...) -> (B, d1*d2*...): a copy forward and backward */
-    dt_status (*flatten_fwd)(dt_backend_t *be, float *out, const float *in, size_t n);
-    dt_status (*flatten_bwd)(dt_backend_t *be, float *din, const float *dout, size_t n);
-
-    /* Fused, numerically stable softmax + cross-entropy.
-     * probs(B,C) = softmax(logits(B,C)) row-wise (max subtracted);
-     * *loss_sum += sum_b -log probs[b, labels[b]] computed as
-     *              logsumexp(logits[b]) - logits[b, labels[b]];
-     * *correct += count of b with argmax(logits[b]) == labels[b]
-     *             (ties: lowest index). labels in [0, C). */
-    dt_status (*softmax_xent_fwd)(dt_backend_t *be, float *probs, const float *logits,
-                                  const int32_t *labels, int B, int C, double *loss_sum,
-                                  int64_t *correct);
-    /* dlogits(B,C) = (probs - onehot(labels)) * scale   (written) */
-    dt_status (*softmax_xent_bwd)(dt_backend_t *be, float *dlogits, const float *probs,
-                                  const int32_t *labels, int B, int C, float scale);
-
-    /* Fused optimizer updates over n elements (see the arg structs). */
-    dt_status (*sgd_update)(dt_backend_t *be, float *p, const float *g, float *buf, size_t n,
-                            const struct dt_sgd_args *a);
-    dt_status (*adamw_update)(dt_backend_t *be, float *p, const float *g, float *m, float *v,
-                              size_t n, const struct dt_adamw_args *a);
-
-    /* *out = sum of x^2, accumulated in double */
-    dt_status (*sumsq)(dt_backend_t *be, const float *x, size_t n, double *out);
-    /* x *= s */
-    dt_status (*scale)(dt_backend_t *be, float *x, size_t n, float s);
-    /* x = v */
-    dt_status (*fill)(dt_backend_t *be, float *x, size_t n, float v);
-    /* *out = 1 if every x is finite, else 0 */
-    dt_status (*all_finite)(dt_backend_t *be, const float *x, size_t n, int *out);
-
-    /* Gradients on the wire in bf16 (comm.grad_dtype): dst(n) = the raw
-     * bits of src rounded to the nearest bf16 (ties to even, overflow to
-     * infinity, NaN stays a quiet NaN); from_bf16 widens them back, exactly. */
-    dt_status (*to_bf16)(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
-    dt_status (*from_bf16)(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
+/* Convolution of x(N,C,H,W) with w(K, C/groups, R, S) into y(N,K,P,Q):
+ *   P = (H + 2*pad_h - dil_h*(R-1) - 1) / stride_h + 1  (Q likewise), as
+ * dt_conv2d_out computes; cross-correlation, as every framework's conv. */
+struct dt_conv2d_shape {
+    int N, C, H, W;
+    int K, R, S;
+    int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+    int P, Q;
 };
+
+/* Max or average pooling of x(N,C,H,W) over R x S windows into y(N,C,P,Q);
+ * padded positions never win a max and count in an average (PyTorch's
+ * count_include_pad=True). P and Q as for a convolution with dilation 1. */
+struct dt_pool2d_shape {
+    int N, C, H, W;
+    int R, S, stride_h, stride_w, pad_h, pad_w;
+    int P, Q;
+};
+
+/*
+ * The op list: X(name, (parameters)). Per op:
+ *
+ * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T
+ * linear_bwd     din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)
+ *                dw(Out,In) += dout(B,Out)^T @ in(B,In)
+ * bias_fwd       x(B,C) += b(C), in place
+ * bias_bwd       db(C) += sum over B of dout(B,C)
+ * channel_bias_fwd  x(N,C,HW) += b(C), in place
+ * channel_bias_bwd  db(C) += sum over N and HW of dout(N,C,HW)
+ * relu_*         out = max(in, 0); din = dout * (in > 0)
+ * gelu_*         exact GELU: out = 0.5 x (1 + erf(x / sqrt 2)); backward takes the input
+ * tanh_*         out = tanh(in); backward takes the OUTPUT: din = dout * (1 - out^2)
+ * dropout_*      inverted dropout on a (rows, cols) block whose first row is row
+ *                `row0` of the global batch. Element e = (row0 + r) * cols + c is
+ *                kept when u >= p, u = dt_rng_u32_to_unit(word e % 4 of
+ *                dt_rng_block(key, e / 4, 0)); kept values are scaled by 1/(1-p).
+ *                Backward recomputes the same mask. p == 0 is a copy. 0 <= p < 1.
+ * flatten_*      (B, d1, d2, ...) -> (B, d1*d2*...): a copy forward and backward
+ * add            out(n) = a + b (out may be a or b)
+ * accumulate     dst(n) += src
+ * softmax_xent_fwd  fused, numerically stable softmax + cross-entropy:
+ *                probs(B,C) = softmax(logits(B,C)) row-wise (max subtracted);
+ *                *loss_sum += sum_b logsumexp(logits[b]) - logits[b, labels[b]];
+ *                *correct += count of b with argmax(logits[b]) == labels[b]
+ *                (ties: lowest index). labels in [0, C).
+ * softmax_xent_bwd  dlogits(B,C) = (probs - onehot(labels)) * scale  (written)
+ * conv2d_workspace  *bytes = scratch conv2d_* needs for shape s (the caller
+ *                gives at least that much as ws; 0 is allowed)
+ * conv2d_fwd     y = conv(x, w) as struct dt_conv2d_shape says (written)
+ * conv2d_bwd_data    dx(N,C,H,W) = the input gradient for dy(N,K,P,Q) (written)
+ * conv2d_bwd_filter  dw(K,C/groups,R,S) += the filter gradient
+ * maxpool2d_fwd  y(N,C,P,Q) = window maxima of x
+ * maxpool2d_bwd  dx (written) = dy routed to the first maximum of each
+ *                window (row-major order within the window), summed where
+ *                windows overlap; takes x and y
+ * avgpool2d_fwd  y = window sums / (R*S)
+ * avgpool2d_bwd  dx (written) = dy / (R*S) spread over each window, summed
+ * batchnorm_stats    stats[c] = sum of x(N,c,HW), stats[C+c] = sum of x^2,
+ *                in double (written); the model may sum them over ranks
+ *                (model.sync_bn) before batchnorm_fwd
+ * batchnorm_fwd  with count the number of values the stats summed:
+ *                mean = stats[c]/count, var = stats[C+c]/count - mean^2 (biased),
+ *                invstd = 1/sqrt(var + eps); y = (x - mean)*invstd*gamma + beta;
+ *                mean_out, invstd_out (C floats each) saved for backward; when
+ *                running_mean is not NULL: running = (1-momentum)*running +
+ *                momentum*batch, with the unbiased var (count/(count-1)) for running_var
+ * batchnorm_infer    y = (x - running_mean)/sqrt(running_var + eps)*gamma + beta
+ * batchnorm_bwd_reduce  dstats[c] = sum of dy(N,c,HW), dstats[C+c] = sum of
+ *                dy * xhat, xhat = (x - mean)*invstd, in double (written)
+ * batchnorm_bwd  dgamma[c] += local[C+c], dbeta[c] += local[c] (this rank's
+ *                sums); dx (written) = gamma*invstd*(dy - global[c]/count -
+ *                xhat*global[C+c]/count) with the sums over every rank that
+ *                shared the statistics (global == local without sync_bn)
+ * layernorm_fwd  per row of x(rows, D): mean, rstd = 1/sqrt(biased var + eps);
+ *                y = (x - mean)*rstd*gamma + beta; mean_out, rstd_out (rows) saved
+ * layernorm_bwd  dx (written), dgamma += , dbeta += ; takes x, mean, rstd, gamma
+ * sgd_update     SGD with momentum, as torch.optim.SGD (dampening 0):
+ *                g' = g + wd*p;  buf = first ? g' : momentum*buf + g';
+ *                d = nesterov ? g' + momentum*buf : buf  (d = g' when momentum == 0);
+ *                p -= lr * d.  buf may be NULL when momentum == 0.
+ * adamw_update   AdamW, as torch.optim.AdamW (decoupled weight decay):
+ *                p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
+ *                p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ * sumsq          *out = sum of x^2, accumulated in double
+ * scale          x *= s
+ * fill           x = v
+ * all_finite     *out = 1 if every x is finite, else 0
+ * to_bf16        dst(n) = the raw bits of src rounded to the nearest bf16 (ties to
+ *                even, overflow to infinity, NaN stays a quiet NaN)
+ * from_bf16      dst = src widened back, exactly
+ */
+#define DT_OP_LIST(X)                                                                              \
+    X(linear_fwd, (dt_backend_t * be, float *out, const float *in, const float *w, int B, int In,  \
+                   int Out))                                                                       \
+    X(linear_bwd, (dt_backend_t * be, float *din, float *dw, const float *dout, const float *in,   \
+                   const float *w, int B, int In, int Out))                                        \
+    X(bias_fwd, (dt_backend_t * be, float *x, const float *b, int B, int C))                       \
+    X(bias_bwd, (dt_backend_t * be, float *db, const float *dout, int B, int C))                   \
+    X(channel_bias_fwd, (dt_backend_t * be, float *x, const float *b, int N, int C, int HW))       \
+    X(channel_bias_bwd, (dt_backend_t * be, float *db, const float *dout, int N, int C, int HW))   \
+    X(relu_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
+    X(relu_bwd, (dt_backend_t * be, float *din, const float *dout, const float *in, size_t n))     \
+    X(gelu_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
+    X(gelu_bwd, (dt_backend_t * be, float *din, const float *dout, const float *in, size_t n))     \
+    X(tanh_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
+    X(tanh_bwd, (dt_backend_t * be, float *din, const float *dout, const float *out, size_t n))    \
+    X(dropout_fwd, (dt_backend_t * be, float *out, const float *in, int rows, int cols, float p,    \
+                    const struct dt_rng_key *key, uint64_t row0))                                  \
+    X(dropout_bwd, (dt_backend_t * be, float *din, const float *dout, int rows, int cols, float p, \
+                    const struct dt_rng_key *key, uint64_t row0))                                  \
+    X(flatten_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                     \
+    X(flatten_bwd, (dt_backend_t * be, float *din, const float *dout, size_t n))                   \
+    X(add, (dt_backend_t * be, float *out, const float *a, const float *b, size_t n))              \
+    X(accumulate, (dt_backend_t * be, float *dst, const float *src, size_t n))                     \
+    X(softmax_xent_fwd, (dt_backend_t * be, float *probs, const float *logits,                     \
+                         const int32_t *labels, int B, int C, double *loss_sum, int64_t *correct)) \
+    X(softmax_xent_bwd, (dt_backend_t * be, float *dlogits, const float *probs,                    \
+                         const int32_t *labels, int B, int C, float scale))                        \
+    X(conv2d_workspace, (dt_backend_t * be, const struct dt_conv2d_shape *s, size_t *bytes))       \
+    X(conv2d_fwd, (dt_backend_t * be, float *y, const float *x, const float *w,                    \
+                   const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes))                    \
+    X(conv2d_bwd_data, (dt_backend_t * be, float *dx, const float *dy, const float *w,             \
+                        const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes))               \
+    X(conv2d_bwd_filter, (dt_backend_t * be, float *dw, const float *dy, const float *x,           \
+                          const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes))             \
+    X(maxpool2d_fwd, (dt_backend_t * be, float *y, const float *x, const struct dt_pool2d_shape *s)) \
+    X(maxpool2d_bwd, (dt_backend_t * be, float *dx, const float *dy, const float *x,               \
+                      const float *y, const struct dt_pool2d_shape *s))                            \
+    X(avgpool2d_fwd, (dt_backend_t * be, float *y, const float *x, const struct dt_pool2d_shape *s)) \
+    X(avgpool2d_bwd, (dt_backend_t * be, float *dx, const float *dy,                               \
+                      const struct dt_pool2d_shape *s))                                            \
+    X(batchnorm_stats, (dt_backend_t * be, double *stats, const float *x, int N, int C, int HW))   \
+    X(batchnorm_fwd, (dt_backend_t * be, float *y, float *mean_out, float *invstd_out,             \
+                      float *running_mean, float *running_var, const float *x,                     \
+                      const double *stats, double count, const float *gamma, const float *beta,    \
+                      float eps, float momentum, int N, int C, int HW))                            \
+    X(batchnorm_infer, (dt_backend_t * be, float *y, const float *x, const float *running_mean,    \
+                        const float *running_var, const float *gamma, const float *beta,           \
+                        float eps, int N, int C, int HW))                                          \
+    X(batchnorm_bwd_reduce, (dt_backend_t * be, double *dstats, const float *dy, const float *x,   \
+                             const float *mean, const float *invstd, int N, int C, int HW))        \
+    X(batchnorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
+                      const float *x, const float *mean, const float *invstd,                      \
+                      const float *gamma, const double *local, const double *global,               \
+                      double count, int N, int C, int HW))                                         \
+    X(layernorm_fwd, (dt_backend_t * be, float *y, float *mean_out, float *rstd_out,               \
+                      const float *x, const float *gamma, const float *beta, float eps, int rows,  \
+                      int D))                                                                      \
+    X(layernorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
+                      const float *x, const float *mean, const float *rstd, const float *gamma,    \
+                      int rows, int D))                                                            \
+    X(sgd_update, (dt_backend_t * be, float *p, const float *g, float *buf, size_t n,              \
+                   const struct dt_sgd_args *a))                                                   \
+    X(adamw_update, (dt_backend_t * be, float *p, const float *g, float *m, float *v, size_t n,    \
+                     const struct dt_adamw_args *a))                                               \
+    X(sumsq, (dt_backend_t * be, const float *x, size_t n, double *out))                           \
+    X(scale, (dt_backend_t * be, float *x, size_t n, float s))                                     \
+    X(fill, (dt_backend_t * be, float *x, size_t n, float v))                                      \
+    X(all_finite, (dt_backend_t * be, const float *x, size_t n, int *out))                         \
+    X(to_bf16, (dt_backend_t * be, uint16_t *dst, const float *src, size_t n))                     \
+    X(from_bf16, (dt_backend_t * be, float *dst, const uint16_t *src, size_t n))
+
+/* The op table: one function pointer per op, NULL where the backend does
+ * not have it. */
+struct dt_ops {
+#define DT_OP_MEMBER(name, params) dt_status(*name) params;
+    DT_OP_LIST(DT_OP_MEMBER)
+#undef DT_OP_MEMBER
+};
+
+enum dt_op_id {
+#define DT_OP_ENUM(name, params) DT_OP_##name,
+    DT_OP_LIST(DT_OP_ENUM)
+#undef DT_OP_ENUM
+    DT_OP_COUNT
+};
+
+/* "conv2d_fwd" for DT_OP_conv2d_fwd; "unknown" outside the list. */
+const char *dt_op_name(enum dt_op_id op);
+
+/* Output size of a convolution or pooling along one axis; 0 or less when
+ * the window does not fit the padded input. */
+static inline int dt_conv_out_dim(int in, int pad, int dil, int k, int stride)
+{
+    int span = in + 2 * pad - dil * (k - 1) - 1;
+    return stride > 0 && span >= 0 ? span / stride + 1 : 0;
+}
 
 #endif
