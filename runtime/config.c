@@ -315,8 +315,152 @@ static dt_status apply_paths(const struct ctx *c, const struct dt_cfg_key *k, co
     return DT_OK;
 }
 
+/* ---- layer lists ------------------------------------------------------- */
+
+static dt_status check_duplicate(const struct ctx *c, const yaml_node_t *map,
+                                 const yaml_node_pair_t *pair, const char *dotted);
+
+/* Layer names and setting keys: letters, digits, '_', '-' and '.'. */
+static int plain_name(const char *s, size_t n)
+{
+    if (n == 0 || strlen(s) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.')
+            return 0;
+    return 1;
+}
+
+/* A scalar, or a sequence of scalars joined by `sep`, into buf (cap bytes). */
+static dt_status layer_text(const struct ctx *c, const char *key, const yaml_node_t *n, char sep,
+                            int names, char *buf, size_t cap)
+{
+    const char *want = names ? "a layer name or a list of them (letters, digits, _ - .)"
+                             : "a value or a list of values";
+    size_t len = 0, count = 1;
+    const yaml_node_item_t *items = NULL;
+    if (is_null(n))
+        return bad_value(c, key, n, want, "");
+    if (n->type == YAML_SEQUENCE_NODE) {
+        items = n->data.sequence.items.start;
+        count = (size_t)(n->data.sequence.items.top - items);
+        if (count == 0)
+            return bad_value(c, key, n, want, " (an empty list)");
+    } else if (n->type != YAML_SCALAR_NODE) {
+        return bad_value(c, key, n, want, "");
+    }
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *e = items ? node(c, items[i]) : n;
+        if (is_null(e) || e->type != YAML_SCALAR_NODE)
+            return bad_value(c, key, e, want, "");
+        const char *v = (const char *)e->data.scalar.value;
+        size_t m = e->data.scalar.length;
+        if (m == 0 || strlen(v) != m || memchr(v, sep, m) || (names && !plain_name(v, m)))
+            return bad_value(c, key, e, want, "");
+        if (len + m + 1 >= cap) {
+            char why[WHY_MAX];
+            snprintf(why, sizeof why, " (longer than %zu bytes)", cap - 1);
+            return bad_value(c, key, e, want, why);
+        }
+        if (i)
+            buf[len++] = sep;
+        memcpy(buf + len, v, m);
+        len += m;
+    }
+    buf[len] = '\0';
+    return DT_OK;
+}
+
+static dt_status layer_entry(const struct ctx *c, const struct dt_cfg_key *k, size_t idx,
+                             const yaml_node_t *n, struct dt_layer_spec *out)
+{
+    char key[64], sub[KEY_MAX];
+    dt_status st = DT_OK;
+    snprintf(key, sizeof key, "%s[%zu]", k->key, idx);
+    memset(out, 0, sizeof *out);
+    if (is_null(n) || n->type != YAML_MAPPING_NODE)
+        return bad_value(c, key, n, "a mapping with a kind (e.g. {kind: linear, out: 10})", "");
+    for (const yaml_node_pair_t *p = n->data.mapping.pairs.start;
+         st == DT_OK && p < n->data.mapping.pairs.top; p++) {
+        const yaml_node_t *kn = node(c, p->key), *vn = node(c, p->value);
+        if (kn->type != YAML_SCALAR_NODE ||
+            !plain_name((const char *)kn->data.scalar.value, kn->data.scalar.length))
+            return bad_value(c, key, kn, "a setting name", "");
+        const char *name = (const char *)kn->data.scalar.value;
+        if (kn->data.scalar.length >= 64)
+            return bad_value(c, key, kn, "a setting name", " (too long)");
+        snprintf(sub, sizeof sub, "%.64s.%.63s", key, name);
+        DT_CHECK(check_duplicate(c, n, p, sub));
+        if (strcmp(name, "name") == 0) {
+            DT_CHECK(layer_text(c, sub, vn, ',', 1, out->name, sizeof out->name));
+            if (strchr(out->name, ',') || strcmp(out->name, "x") == 0)
+                return bad_value(c, sub, vn, "one layer name other than x", "");
+        } else if (strcmp(name, "kind") == 0) {
+            if (is_null(vn) || vn->type != YAML_SCALAR_NODE)
+                return bad_value(c, sub, vn, "a layer kind", "");
+            DT_CHECK(layer_text(c, sub, vn, ',', 1, out->kind, sizeof out->kind));
+        } else if (strcmp(name, "inputs") == 0) {
+            DT_CHECK(layer_text(c, sub, vn, ',', 1, out->inputs, sizeof out->inputs));
+        } else {
+            if (out->nargs == DT_LAYER_MAX_ARGS)
+                return fail(c, mark_of(kn), sub, "a layer takes at most %d settings besides "
+                            "name, kind and inputs", DT_LAYER_MAX_ARGS);
+            if (kn->data.scalar.length >= DT_LAYER_ARG_KEY)
+                return bad_value(c, key, kn, "a setting name", " (too long)");
+            snprintf(out->args[out->nargs].key, DT_LAYER_ARG_KEY, "%s", name);
+            DT_CHECK(layer_text(c, sub, vn, ',', 0, out->args[out->nargs].value,
+                                DT_LAYER_ARG_VALUE));
+            out->nargs++;
+        }
+    }
+    if (!out->kind[0])
+        return fail(c, mark_of(n), key, "no kind: every layer says what it is (e.g. kind: linear)");
+out:
+    return st;
+}
+
+/* A sequence of layer mappings; names must be unique. */
+static dt_status apply_layers(const struct ctx *c, const struct dt_cfg_key *k, const yaml_node_t *n)
+{
+    size_t max = k->size / sizeof(struct dt_layer_spec);
+    char want[256];
+    dt_status st = DT_OK;
+    dt_cfg_expect(k, want, sizeof want);
+    if (is_null(n) || n->type != YAML_SEQUENCE_NODE)
+        return bad_value(c, k->key, n, want, "");
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count > max)
+        return fail(c, mark_of(n), k->key, "expected %s, got %zu", want, count);
+    struct dt_layer_spec *specs = NULL;
+    if (count && (st = dt_calloc(count, sizeof *specs, "the layer list", (void **)&specs)) != DT_OK)
+        return st;
+    for (size_t i = 0; i < count && st == DT_OK; i++) {
+        const yaml_node_t *e = node(c, n->data.sequence.items.start[i]);
+        st = layer_entry(c, k, i, e, &specs[i]);
+        for (size_t j = 0; j < i && st == DT_OK; j++)
+            if (specs[i].name[0] && strcmp(specs[i].name, specs[j].name) == 0) {
+                char key[KEY_MAX];
+                snprintf(key, sizeof key, "%s[%zu].name", k->key, i);
+                st = fail(c, mark_of(e), key, "'%s' names layer %zu already; names are unique",
+                          specs[i].name, j);
+            }
+    }
+    if (st == DT_OK) {
+        int ncount = (int)count;
+        char *field = (char *)c->job + k->offset;
+        memset(field, 0, k->size);
+        if (count)
+            memcpy(field, specs, count * sizeof *specs);
+        memcpy((char *)c->job + k->count_offset, &ncount, sizeof ncount);
+    }
+    free(specs);
+    return st;
+}
+
 static dt_status apply_leaf(const struct ctx *c, const struct dt_cfg_key *k, const yaml_node_t *n)
 {
+    if (k->type == DT_CFG_LAYERS)
+        return apply_layers(c, k, n);
     if (k->type == DT_CFG_PATHS && !is_null(n) && n->type == YAML_SEQUENCE_NODE)
         return apply_paths(c, k, n);
     return k->type == DT_CFG_INT_LIST ? apply_list(c, k, n) : apply_scalar(c, k, n);

@@ -19,6 +19,13 @@
 #define DT_JOB_STR 256
 #define DT_JOB_PATH 4096
 #define DT_JOB_MAX_HIDDEN 32
+#define DT_JOB_MAX_LAYERS 128  /* entries of model.layers */
+#define DT_LAYER_MAX_ARGS 8    /* settings of one entry besides name, kind, inputs */
+#define DT_LAYER_NAME 48
+#define DT_LAYER_KIND 24
+#define DT_LAYER_INPUTS 144
+#define DT_LAYER_ARG_KEY 24
+#define DT_LAYER_ARG_VALUE 40
 
 /* Upper bounds of the job's sizes and counts, so that every product of
  * them (epochs x steps per epoch, rows x widths) stays far inside 64 bits
@@ -30,12 +37,34 @@
 #define DT_JOB_MAX_THREADS 4096
 #define DT_JOB_MAX_COUNT 1000000 /* retries, rollbacks, checkpoints kept */
 
+/* One entry of model.layers, as written: the layer kinds (runtime/layers/)
+ * check the settings when the model is built. */
+struct dt_layer_spec {
+    char name[DT_LAYER_NAME];     /* unique; letters, digits, '_', '-' ("" = kind + index) */
+    char kind[DT_LAYER_KIND];     /* linear, conv2d, ... (runtime/layers/) */
+    char inputs[DT_LAYER_INPUTS]; /* earlier layers' names joined by ','; "" = the previous
+                                     layer (or the model input for the first); several are summed */
+    int nargs;
+    struct {
+        char key[DT_LAYER_ARG_KEY];
+        char value[DT_LAYER_ARG_VALUE]; /* a scalar, or a list's entries joined by ',' */
+    } args[DT_LAYER_MAX_ARGS];
+};
+
 struct dt_job {
     char source[DT_JOB_PATH]; /* the job file it came from ("" for defaults) */
     struct {
-        char type[DT_JOB_STR];       /* mlp */
+        char type[DT_JOB_STR];       /* mlp | cnn | resnet | layers */
         int64_t hidden[DT_JOB_MAX_HIDDEN]; /* hidden layer widths */
         int nhidden;
+        int64_t channels[DT_JOB_MAX_HIDDEN]; /* cnn, resnet: channels per stage */
+        int nchannels;
+        int64_t blocks[DT_JOB_MAX_HIDDEN];   /* resnet: residual blocks per stage */
+        int nblocks;
+        int sync_bn;                 /* batch-norm statistics over every rank */
+        char recompute[DT_JOB_STR];  /* none | all | comma-separated block names */
+        struct dt_layer_spec layers[DT_JOB_MAX_LAYERS]; /* model.type layers */
+        int nlayers;
         char activation[DT_JOB_STR]; /* relu | gelu | tanh */
         double dropout;              /* after each hidden activation, [0, 1) */
         char init[DT_JOB_STR];       /* kaiming | xavier */
@@ -64,7 +93,9 @@ struct dt_job {
             double lr;
             double momentum;         /* sgd */
             int nesterov;            /* sgd */
-            double weight_decay;
+            double weight_decay;      /* matrices and conv kernels */
+            double bias_weight_decay; /* biases */
+            double norm_weight_decay; /* normalisation scales and shifts */
             double beta1, beta2, eps;/* adamw */
         } optimizer;
         struct {

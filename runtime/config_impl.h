@@ -25,6 +25,8 @@ enum dt_cfg_type {
     DT_CFG_PATH,     /* char[size], non-empty, taken as written */
     DT_CFG_PATHS,    /* char[size]: a path or glob pattern, or a YAML sequence of paths
                         stored joined by newlines; no entry empty or holding a newline */
+    DT_CFG_LAYERS,   /* struct dt_layer_spec[size / sizeof], count at count_offset: a
+                        sequence of mappings (name, kind, inputs, settings) */
 };
 
 /* Range flags; the bounds apply to each entry of an int list. */

@@ -31,7 +31,7 @@
 #define ABOVE_TO(a, b) .range = DT_CFG_LO | DT_CFG_LO_EXCL | DT_CFG_HI, .lo = (a), .hi = (b)
 #define ONE_OF(list) .choices = (list)
 
-static const char *const model_types[] = {"mlp", NULL};
+static const char *const model_types[] = {"mlp", "cnn", "resnet", "layers", NULL};
 static const char *const activations[] = {"relu", "gelu", "tanh", NULL};
 static const char *const inits[] = {"kaiming", "xavier", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
@@ -53,19 +53,47 @@ static const char *const ckpt_errors[] = {"stop", "continue", NULL};
 #define L DT_CFG_INT_LIST
 #define P DT_CFG_PATH
 #define PS DT_CFG_PATHS
+#define LY DT_CFG_LAYERS
 
 /* clang-format off */
 const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("model.type", E, model.type, "mlp",
-        "model family; mlp is a stack of fully connected layers", ONE_OF(model_types)),
+        "model family: mlp (fully connected layers), cnn (convolution stages, then fully "
+        "connected layers), resnet (residual stages, global average pooling, a linear "
+        "classifier) or layers (the list in model.layers); --print-config shows the layer list "
+        "a family expands into", ONE_OF(model_types)),
     ROW("model.hidden", L, model.hidden, "[512, 512]",
-        "widths of the hidden layers, input side first", FROM_TO(1, DT_JOB_MAX_WIDTH),
+        "mlp, cnn: widths of the fully connected hidden layers, input side first",
+        FROM_TO(1, DT_JOB_MAX_WIDTH),
         .count_offset = offsetof(struct dt_job, model.nhidden), .min_count = 1),
+    ROW("model.channels", L, model.channels, "[32, 64]",
+        "cnn: output channels of each stage (3x3 convolution, batch norm, activation, 2x2 max "
+        "pooling); resnet: channels of each stage (the first also the stem's)",
+        FROM_TO(1, DT_JOB_MAX_WIDTH),
+        .count_offset = offsetof(struct dt_job, model.nchannels), .min_count = 1),
+    ROW("model.blocks", L, model.blocks, "[2, 2]",
+        "resnet: residual blocks per stage (one entry per model.channels entry); every stage "
+        "after the first halves the image with its first block", FROM_TO(1, 64),
+        .count_offset = offsetof(struct dt_job, model.nblocks), .min_count = 1),
     ROW("model.activation", E, model.activation, "relu",
         "activation after each hidden layer", ONE_OF(activations)),
     ROW("model.dropout", F, model.dropout, "0.1",
         "dropout probability after each hidden activation; 0 = off", FROM_BELOW(0, 1)),
     ROW("model.init", E, model.init, "kaiming", "weight initialisation", ONE_OF(inits)),
+    ROW("model.sync_bn", B, model.sync_bn, "false",
+        "batch norm computes its training statistics over the whole global micro-batch (every "
+        "rank) instead of each rank's part: results then do not depend on how the batch is "
+        "split, at the cost of two small all-reduces per batch-norm layer and step", ANY),
+    ROW("model.recompute", S, model.recompute, "none",
+        "activation recomputation: none, all, or block names separated by commas (a block is "
+        "a layer or a group of layers named <block>.<layer>, such as a resnet's stage1.block1); "
+        "their activations are dropped after forward and recomputed in backward, with "
+        "bit-identical gradients", ANY),
+    ROW("model.layers", LY, model.layers, "[]",
+        "model.type layers: the layers in order, each a mapping with kind (see the layer "
+        "reference), an optional name and optional inputs (earlier layers' names, or x for the "
+        "model input; several are summed), and the kind's settings",
+        .count_offset = offsetof(struct dt_job, model.nlayers)),
 
     ROW("data.path", PS, data.path, "data/fashion-mnist.h5",
         "HDF5 dataset file, or several that are one dataset: a list of files (rows numbered "
@@ -115,7 +143,11 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("train.optimizer.nesterov", B, train.optimizer.nesterov, "false",
         "sgd: Nesterov momentum", ANY),
     ROW("train.optimizer.weight_decay", F, train.optimizer.weight_decay, "0.01",
-        "weight decay factor", AT_LEAST(0)),
+        "weight decay factor of the weight matrices and convolution kernels", AT_LEAST(0)),
+    ROW("train.optimizer.bias_weight_decay", F, train.optimizer.bias_weight_decay, "0.0",
+        "weight decay factor of the biases", AT_LEAST(0)),
+    ROW("train.optimizer.norm_weight_decay", F, train.optimizer.norm_weight_decay, "0.0",
+        "weight decay factor of the normalisation layers' scales and shifts", AT_LEAST(0)),
     ROW("train.optimizer.beta1", F, train.optimizer.beta1, "0.9",
         "adamw: decay of the first-moment average", FROM_BELOW(0, 1)),
     ROW("train.optimizer.beta2", F, train.optimizer.beta2, "0.999",
@@ -282,6 +314,35 @@ static int check_nesterov(const struct dt_job *j, char *msg, size_t len)
     return 1;
 }
 
+static int check_layers(const struct dt_job *j, char *msg, size_t len)
+{
+    int want = strcmp(j->model.type, "layers") == 0;
+    if (want && j->model.nlayers == 0) {
+        snprintf(msg, len, "model.type layers needs model.layers: a list of layers, each a "
+                           "mapping with a kind");
+        return 1;
+    }
+    if (!want && j->model.nlayers > 0) {
+        snprintf(msg, len,
+                 "model.layers is read only with model.type: layers (model.type is %s, which "
+                 "builds its own layers; --print-config shows them)",
+                 j->model.type);
+        return 1;
+    }
+    return 0;
+}
+
+static int check_resnet(const struct dt_job *j, char *msg, size_t len)
+{
+    if (strcmp(j->model.type, "resnet") != 0 || j->model.nblocks == j->model.nchannels)
+        return 0;
+    snprintf(msg, len,
+             "model.blocks has %d entries and model.channels %d: a resnet needs one block count "
+             "per stage",
+             j->model.nblocks, j->model.nchannels);
+    return 1;
+}
+
 static int check_cpu_nccl(const struct dt_job *j, char *msg, size_t len)
 {
     if (strcmp(j->runtime.device, "cpu") != 0 || strcmp(j->comm.backend, "nccl") != 0)
@@ -299,6 +360,8 @@ const struct dt_cfg_relation dt_cfg_relations[] = {
     {"`train.schedule.min_lr` <= `train.optimizer.lr` with the cosine schedule.", check_min_lr},
     {"`train.optimizer.nesterov` needs `train.optimizer.momentum` > 0 with sgd.", check_nesterov},
     {"`comm.backend` is not nccl when `runtime.device` is cpu.", check_cpu_nccl},
+    {"`model.layers` is given exactly when `model.type` is layers.", check_layers},
+    {"`model.blocks` has as many entries as `model.channels` with resnet.", check_resnet},
 };
 const size_t dt_cfg_nrelations = sizeof dt_cfg_relations / sizeof dt_cfg_relations[0];
 
@@ -378,6 +441,7 @@ static size_t type_size(const struct dt_cfg_key *k)
     case DT_CFG_FLOAT: return sizeof(double);
     case DT_CFG_BOOL: return sizeof(int);
     case DT_CFG_INT_LIST: return k->size - k->size % sizeof(int64_t);
+    case DT_CFG_LAYERS: return k->size - k->size % sizeof(struct dt_layer_spec);
     default: return k->size; /* strings: any buffer */
     }
 }
@@ -488,6 +552,7 @@ const char *dt_cfg_type_name(enum dt_cfg_type t)
     case DT_CFG_INT_LIST: return "int list";
     case DT_CFG_PATH: return "path";
     case DT_CFG_PATHS: return "path(s)";
+    case DT_CFG_LAYERS: return "layer list";
     }
     return "?";
 }
@@ -579,6 +644,10 @@ void dt_cfg_expect(const struct dt_cfg_key *k, char *buf, size_t len)
     case DT_CFG_PATHS:
         snprintf(buf, len, "a non-empty path, a glob pattern or a list of paths");
         return;
+    case DT_CFG_LAYERS:
+        snprintf(buf, len, "a list of up to %zu layers, each a mapping with a kind",
+                 k->size / sizeof(struct dt_layer_spec));
+        return;
     }
 }
 
@@ -601,6 +670,9 @@ void dt_cfg_allowed(const struct dt_cfg_key *k, char *buf, size_t len)
     case DT_CFG_STRING:
     case DT_CFG_PATH: snprintf(buf, len, "non-empty"); return;
     case DT_CFG_PATHS: snprintf(buf, len, "non-empty path or pattern, or list of them"); return;
+    case DT_CFG_LAYERS:
+        snprintf(buf, len, "0 to %zu layers", k->size / sizeof(struct dt_layer_spec));
+        return;
     }
 }
 

@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,71 @@ static void write_value(FILE *out, const struct dt_job *job, const struct dt_cfg
     }
 }
 
+/* One layer setting entry: plain when it is a simple word or number (the
+ * value is text either way), else quoted. */
+static void write_entry(FILE *out, const char *v)
+{
+    int plain = v[0] != '\0' && v[0] != '-';
+    for (const char *p = v; *p && plain; p++)
+        plain = isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '+' || *p == '-';
+    if (plain)
+        fputs(v, out);
+    else
+        write_string(out, v);
+}
+
+/* A layer setting: a scalar, or a flow list when it holds several entries. */
+static void write_entries(FILE *out, const char *v)
+{
+    if (!strchr(v, ',')) {
+        write_entry(out, v);
+        return;
+    }
+    fputc('[', out);
+    for (const char *p = v; *p;) {
+        size_t len = strcspn(p, ",");
+        char one[DT_LAYER_INPUTS];
+        snprintf(one, sizeof one, "%.*s", (int)len, p);
+        if (p != v)
+            fputs(", ", out);
+        write_entry(out, one);
+        p += len + (p[len] == ',');
+    }
+    fputc(']', out);
+}
+
+/* model.layers: one flow mapping per line, indented under the key. */
+static void write_layers(FILE *out, const struct dt_job *job, const struct dt_cfg_key *k,
+                         int indent)
+{
+    int n;
+    memcpy(&n, (const char *)job + k->count_offset, sizeof n);
+    if (n == 0) {
+        fputs("[]", out);
+        return;
+    }
+    const struct dt_layer_spec *l = (const struct dt_layer_spec *)((const char *)job + k->offset);
+    for (int i = 0; i < n; i++, l++) {
+        fprintf(out, "\n%*s- {", indent, "");
+        if (l->name[0]) {
+            fputs("name: ", out);
+            write_string(out, l->name);
+            fputs(", ", out);
+        }
+        fputs("kind: ", out);
+        write_string(out, l->kind);
+        if (l->inputs[0]) {
+            fputs(", inputs: ", out);
+            write_entries(out, l->inputs);
+        }
+        for (int a = 0; a < l->nargs; a++) {
+            fprintf(out, ", %s: ", l->args[a].key);
+            write_entries(out, l->args[a].value);
+        }
+        fputc('}', out);
+    }
+}
+
 /* Components of a dotted section name; "" has none. */
 static int depth(const char *section)
 {
@@ -180,8 +246,16 @@ void dt_job_write_yaml(const struct dt_job *job, FILE *out)
         const struct dt_cfg_key *k = &dt_cfg_keys[i];
         dt_cfg_parent(k->key, section, sizeof section);
         open_sections(out, prev, section);
-        fprintf(out, "%*s%s: ", depth(section) * INDENT, "", dt_cfg_leaf(k->key));
-        write_value(out, job, k);
+        fprintf(out, "%*s%s:", depth(section) * INDENT, "", dt_cfg_leaf(k->key));
+        int count = 0;
+        if (k->type == DT_CFG_LAYERS)
+            memcpy(&count, (const char *)job + k->count_offset, sizeof count);
+        if (count == 0)
+            fputc(' ', out);
+        if (k->type == DT_CFG_LAYERS)
+            write_layers(out, job, k, (depth(section) + 1) * INDENT);
+        else
+            write_value(out, job, k);
         fputc('\n', out);
         memcpy(prev, section, sizeof prev);
     }
