@@ -1,12 +1,25 @@
 /*
- * model.c - layers and the models built from them.
+ * model.c - the graph of layers a job's model is, and running it.
  *
- * A layer is a small vtable (forward, backward) plus its shape, its
- * parameter tensors (indices into the model's parameter table) and its
- * output buffer in the activation arena. The model runs layers in order on
- * forward and in reverse on backward, with activation gradients
- * ping-ponging between two arena buffers. Building a model from the job
- * means appending layers; the step loop never sees layer kinds.
+ * Building turns the layer list (dt_model_expand) into nodes: each node
+ * is a layer of some kind (runtime/layers/) with the ids of the nodes it
+ * reads (-1: the model input); several inputs are summed into a buffer of
+ * the node's own first. Then one planning pass lays out everything in one
+ * activation arena: the input and labels, each node's output, the sums,
+ * what layers keep for backward, the gradients of activations, scratch.
+ *
+ * Gradients of activations live in "slots" reused as backward moves on:
+ * a node's output gradient is live from the backward of its last consumer
+ * to its own backward, so a chain needs two slots, as a ping-pong would.
+ * The first consumer to finish writes the gradient, later ones add to it
+ * (through a scratch buffer, as ops write input gradients), so a shared
+ * input's gradient is the sum of its consumers'.
+ *
+ * Recomputation (model.recompute): the nodes of a block named there,
+ * except its last, write their outputs into one scratch region instead of
+ * their own buffers; backward, on reaching the block's last node, runs
+ * their forward again (same keys, no running-statistics updates) and then
+ * their backward, so the gradients are bit-identical.
  */
 #include "model.h"
 
@@ -19,338 +32,638 @@
 #include "core/log.h"
 #include "core/util.h"
 
-struct layer;
+#define MAX_INPUTS 8
+#define ALIGN 16 /* floats: every arena region starts on 64 bytes */
 
-struct fwd_args {
-    int training;
-    uint64_t seed;
-    int64_t step;
-    int64_t row0;
+struct node {
+    struct dt_layer l;
+    int nin;
+    int in[MAX_INPUTS];  /* producers; -1 = the model input */
+    int pidx[DT_LAYER_MAX_PARAMS], bidx[DT_LAYER_MAX_BUFFERS];
+    int block;           /* recompute block (index into the block table), -1 none */
+    int inner;           /* output dropped after forward and recomputed */
+    int needs_grad;      /* its output gradient is needed (a parameter at or before it) */
+    int want_din;        /* an input needs a gradient */
+    int nconsumers, last_consumer;
+    int slot;            /* gradient slot of its output, -1 none */
+    size_t out_off, sum_off, saved_off; /* arena offsets, floats (out_off: in the recompute
+                                           scratch when inner) */
+    float *out, *sum, *saved;
 };
 
-struct layer_vt {
-    const char *kind;
-    dt_status (*fwd)(dt_model_t *m, struct layer *l, const float *in, float *out, int64_t rows,
-                     const struct fwd_args *a);
-    /* din is NULL when nobody needs the input gradient (first layer). */
-    dt_status (*bwd)(dt_model_t *m, struct layer *l, const float *in, const float *out,
-                     const float *dout, float *din, int64_t rows);
-};
-
-struct layer {
-    const struct layer_vt *vt;
-    char name[32];
-    int64_t in_dim, out_dim; /* features per sample */
-    int w, b;                /* parameter indices, -1 if none */
-    float p;                 /* dropout probability */
-    int id;                  /* position, keys dropout randomness */
-    float *out;              /* arena: max_rows x out_dim */
-    struct fwd_args last;    /* the forward the next backward belongs to */
+struct block {
+    char name[DT_LAYER_NAME];
+    int first, last; /* node range */
+    int on;          /* recomputed */
+    size_t scratch;  /* floats per row of its inner outputs */
 };
 
 struct dt_model {
     dt_backend_t *be;
     const struct dt_ops *ops;
     struct dt_model_io io;
-    int64_t in_dim, max_rows, max_dim;
+    struct dt_shape in_shape;
+    int64_t in_numel, max_rows;
     char init[DT_JOB_STR];
     char activation[DT_JOB_STR];
-    int nlayers;
-    int first_trainable; /* no layer before it needs an input gradient */
-    struct layer layers[DT_MODEL_MAX_LAYERS];
-    int nparams;
-    struct dt_param_info params[DT_MODEL_MAX_PARAMS];
-    size_t total;
-    size_t arena_floats; /* the activation arena for max_rows rows */
-    float *param_buf, *grad_buf;
-    float *arena;             /* one allocation for everything below */
-    float *x, *probs, *gbuf[2];
+    int nnodes;
+    struct node *nodes;
+    int nblocks;
+    struct block *blocks;
+    int nparams, nbuffers;
+    struct dt_param_info *params, *buffers;
+    size_t total, buf_total;
+    float *param_buf, *grad_buf, *buf_buf;
+    /* arena plan (floats) */
+    size_t arena_floats, arena_full;
+    size_t x_off, y_off, rc_off, scratch_off, ws_off, slots_off;
+    size_t ws_bytes;
+    int nslots;
+    size_t *slot_size; /* floats per row */
+    size_t *slot_off;
+    float *arena, *x, *rc, *scratch;
     int32_t *y;
+    void *ws;
+    int *written; /* backward: whether a node's output gradient holds a value yet */
+    double *host;
+    size_t host_len;
+    struct dt_model_sync sync;
+    int has_sync;
+    /* the forward the next backward belongs to */
+    int64_t last_rows, last_step, last_row0;
+    uint64_t last_seed;
+    int last_training;
 };
 
-/* ---- layer kinds --------------------------------------------------------- */
+static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-static float *pw(dt_model_t *m, int i) { return m->param_buf + m->params[i].offset; }
-static float *gw(dt_model_t *m, int i) { return m->grad_buf + m->params[i].offset; }
+static size_t numel(const struct dt_shape *s) { return (size_t)dt_shape_numel(s); }
 
-static dt_status linear_fwd(dt_model_t *m, struct layer *l, const float *in, float *out,
-                            int64_t rows, const struct fwd_args *a)
+/* ---- building: nodes ------------------------------------------------------ */
+
+static int find_node(const dt_model_t *m, const char *name, size_t len)
 {
-    dt_status st = m->ops->linear_fwd(m->be, out, in, pw(m, l->w), (int)rows, (int)l->in_dim,
-                                      (int)l->out_dim);
-    if (st == DT_OK && l->b >= 0)
-        st = m->ops->bias_fwd(m->be, out, pw(m, l->b), (int)rows, (int)l->out_dim);
-    return st;
+    if (len == 1 && name[0] == 'x')
+        return -1;
+    for (int i = m->nnodes - 1; i >= 0; i--)
+        if (strlen(m->nodes[i].l.name) == len && strncmp(m->nodes[i].l.name, name, len) == 0)
+            return i;
+    return -2;
 }
 
-static dt_status linear_bwd(dt_model_t *m, struct layer *l, const float *in, const float *out,
-                            const float *dout, float *din, int64_t rows)
+static dt_status resolve_inputs(dt_model_t *m, struct node *n, const char *inputs,
+                                const char *where)
 {
-    dt_status st = DT_OK;
-    if (l->b >= 0)
-        st = m->ops->bias_bwd(m->be, gw(m, l->b), dout, (int)rows, (int)l->out_dim);
-    if (st == DT_OK)
-        st = m->ops->linear_bwd(m->be, din, gw(m, l->w), dout, in, pw(m, l->w), (int)rows,
-                                (int)l->in_dim, (int)l->out_dim);
-    return st;
-}
-
-static dt_status flatten_fwd(dt_model_t *m, struct layer *l, const float *in, float *out,
-                             int64_t rows, const struct fwd_args *a)
-{
-    return m->ops->flatten_fwd(m->be, out, in, (size_t)(rows * l->out_dim));
-}
-
-static dt_status flatten_bwd(dt_model_t *m, struct layer *l, const float *in, const float *out,
-                             const float *dout, float *din, int64_t rows)
-{
-    return din ? m->ops->flatten_bwd(m->be, din, dout, (size_t)(rows * l->out_dim)) : DT_OK;
-}
-
-#define ACT_PAIR(NAME, SAVED)                                                                      \
-    static dt_status NAME##_fwd(dt_model_t *m, struct layer *l, const float *in, float *out,       \
-                                int64_t rows, const struct fwd_args *a)                            \
-    {                                                                                              \
-        return m->ops->NAME##_fwd(m->be, out, in, (size_t)(rows * l->out_dim));                   \
-    }                                                                                              \
-    static dt_status NAME##_bwd(dt_model_t *m, struct layer *l, const float *in, const float *out, \
-                                const float *dout, float *din, int64_t rows)                       \
-    {                                                                                              \
-        return din ? m->ops->NAME##_bwd(m->be, din, dout, SAVED, (size_t)(rows * l->out_dim))     \
-                   : DT_OK;                                                                        \
-    }
-ACT_PAIR(relu, in)
-ACT_PAIR(gelu, in)
-ACT_PAIR(tanh, out)
-
-static struct dt_rng_key dropout_key(const struct layer *l, const struct fwd_args *a)
-{
-    struct dt_rng_key k = {
-        .seed = a->seed, .purpose = DT_RNG_DROPOUT, .stream = (uint32_t)l->id, .step = (uint64_t)a->step};
-    return k;
-}
-
-static dt_status dropout_fwd(dt_model_t *m, struct layer *l, const float *in, float *out,
-                             int64_t rows, const struct fwd_args *a)
-{
-    float p = a->training ? l->p : 0.0f;
-    struct dt_rng_key k = dropout_key(l, a);
-    return m->ops->dropout_fwd(m->be, out, in, (int)rows, (int)l->out_dim, p, &k,
-                               (uint64_t)a->row0);
-}
-
-static dt_status dropout_bwd(dt_model_t *m, struct layer *l, const float *in, const float *out,
-                             const float *dout, float *din, int64_t rows)
-{
-    if (!din)
-        return DT_OK;
-    struct dt_rng_key k = dropout_key(l, &l->last);
-    float p = l->last.training ? l->p : 0.0f;
-    return m->ops->dropout_bwd(m->be, din, dout, (int)rows, (int)l->out_dim, p, &k,
-                               (uint64_t)l->last.row0);
-}
-
-static const struct layer_vt LINEAR = {"linear", linear_fwd, linear_bwd};
-static const struct layer_vt FLATTEN = {"flatten", flatten_fwd, flatten_bwd};
-static const struct layer_vt RELU = {"relu", relu_fwd, relu_bwd};
-static const struct layer_vt GELU = {"gelu", gelu_fwd, gelu_bwd};
-static const struct layer_vt TANH = {"tanh", tanh_fwd, tanh_bwd};
-static const struct layer_vt DROPOUT = {"dropout", dropout_fwd, dropout_bwd};
-
-/* ---- building ------------------------------------------------------------ */
-
-static dt_status add_param(dt_model_t *m, const char *layer, const char *what, int ndim,
-                           int64_t d0, int64_t d1, int64_t fan_in, int64_t fan_out, int *idx)
-{
-    if (m->nparams >= DT_MODEL_MAX_PARAMS)
-        return dt_set_error(DT_ERR_UNSUPPORTED, "model has more than %d parameter tensors",
-                            DT_MODEL_MAX_PARAMS);
-    struct dt_param_info *p = &m->params[m->nparams];
-    snprintf(p->name, sizeof p->name, "%s.%s", layer, what);
-    p->ndim = ndim;
-    p->shape[0] = d0;
-    p->shape[1] = ndim > 1 ? d1 : 1;
-    int64_t numel;
-    if (!dt_mul_i64(d0, p->shape[1], &numel))
-        return dt_set_error(DT_ERR_USAGE,
-                            "model.hidden: %s.%s would have %lld x %lld elements, "
-                            "more than dtrain can count",
-                            layer, what, (long long)d0, (long long)p->shape[1]);
-    p->numel = (size_t)numel;
-    p->fan_in = fan_in;
-    p->fan_out = fan_out;
-    *idx = m->nparams++;
-    return DT_OK;
-}
-
-static dt_status add_layer(dt_model_t *m, const struct layer_vt *vt, const char *name,
-                           int64_t in_dim, int64_t out_dim, struct layer **out)
-{
-    if (m->nlayers >= DT_MODEL_MAX_LAYERS)
-        return dt_set_error(DT_ERR_UNSUPPORTED, "model has more than %d layers",
-                            DT_MODEL_MAX_LAYERS);
-    struct layer *l = &m->layers[m->nlayers];
-    memset(l, 0, sizeof *l);
-    l->vt = vt;
-    snprintf(l->name, sizeof l->name, "%s", name);
-    l->in_dim = in_dim;
-    l->out_dim = out_dim;
-    l->w = l->b = -1;
-    l->id = m->nlayers++;
-    if (out_dim > m->max_dim)
-        m->max_dim = out_dim;
-    if (out)
-        *out = l;
-    return DT_OK;
-}
-
-static dt_status add_linear(dt_model_t *m, const char *name, int64_t in_dim, int64_t out_dim)
-{
-    struct layer *l = NULL;
-    dt_status st = add_layer(m, &LINEAR, name, in_dim, out_dim, &l);
-    if (st == DT_OK)
-        st = add_param(m, name, "weight", 2, out_dim, in_dim, in_dim, out_dim, &l->w);
-    if (st == DT_OK)
-        st = add_param(m, name, "bias", 1, out_dim, 1, in_dim, out_dim, &l->b);
-    return st;
-}
-
-static const struct layer_vt *activation_vt(const char *name)
-{
-    if (strcmp(name, "relu") == 0)
-        return &RELU;
-    if (strcmp(name, "gelu") == 0)
-        return &GELU;
-    if (strcmp(name, "tanh") == 0)
-        return &TANH;
-    return NULL;
-}
-
-static dt_status build_mlp(dt_model_t *m, const struct dt_job *job)
-{
-    dt_status st = DT_OK;
-    int64_t dim = m->in_dim;
-    const struct layer_vt *act = activation_vt(job->model.activation);
-    if (!act)
-        return dt_set_error(DT_ERR_USAGE, "model.activation: unknown activation '%s'",
-                            job->model.activation);
-    if (m->io.ndim > 1)
-        DT_CHECK(add_layer(m, &FLATTEN, "flatten", dim, dim, NULL));
-    for (int i = 0; i < job->model.nhidden; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "fc%d", i + 1);
-        DT_CHECK(add_linear(m, name, dim, job->model.hidden[i]));
-        dim = job->model.hidden[i];
-        snprintf(name, sizeof name, "%s%d", act->kind, i + 1);
-        DT_CHECK(add_layer(m, act, name, dim, dim, NULL));
-        if (job->model.dropout > 0) {
-            struct layer *l = NULL;
-            snprintf(name, sizeof name, "dropout%d", i + 1);
-            DT_CHECK(add_layer(m, &DROPOUT, name, dim, dim, &l));
-            l->p = (float)job->model.dropout;
+    char s1[64], s2[64];
+    n->nin = 0;
+    if (!inputs[0]) {
+        n->in[n->nin++] = m->nnodes - 1; /* the previous node, or -1: the input */
+    } else {
+        for (const char *p = inputs; *p;) {
+            size_t len = strcspn(p, ",");
+            int id = find_node(m, p, len);
+            if (id == -2)
+                return dt_set_error(DT_ERR_USAGE,
+                                    "%s: inputs: no earlier layer is named '%.*s' (a layer reads "
+                                    "layers above it, or x for the model input)",
+                                    where, (int)len, p);
+            if (n->nin == MAX_INPUTS)
+                return dt_set_error(DT_ERR_USAGE, "%s: inputs: at most %d", where, MAX_INPUTS);
+            n->in[n->nin++] = id;
+            p += len + (p[len] == ',');
         }
     }
-    char name[32];
-    snprintf(name, sizeof name, "fc%d", job->model.nhidden + 1);
-    DT_CHECK(add_linear(m, name, dim, m->io.num_classes));
+    const struct dt_shape *first = NULL;
+    for (int k = 0; k < n->nin; k++) {
+        const struct dt_shape *s = n->in[k] < 0 ? &m->in_shape : &m->nodes[n->in[k]].l.out;
+        if (n->in[k] >= 0 && m->nodes[n->in[k]].l.loss)
+            return dt_set_error(DT_ERR_USAGE, "%s: inputs: a loss layer's output is no input",
+                                where);
+        if (first && !dt_shape_equal(first, s))
+            return dt_set_error(DT_ERR_USAGE,
+                                "%s: inputs: summed inputs must have one shape, got %s and %s",
+                                where, dt_shape_format(first, s1, sizeof s1),
+                                dt_shape_format(s, s2, sizeof s2));
+        first = s;
+    }
+    n->l.in = *first;
+    return DT_OK;
+}
+
+static dt_status add_tensor(dt_model_t *m, const struct node *n, const struct dt_tensor_decl *d,
+                            int buffer, int *idx)
+{
+    int *count = buffer ? &m->nbuffers : &m->nparams;
+    struct dt_param_info *t = buffer ? &m->buffers[*count] : &m->params[*count];
+    if (*count >= DT_MODEL_MAX_PARAMS)
+        return dt_set_error(DT_ERR_USAGE, "the model has more than %d %s tensors",
+                            DT_MODEL_MAX_PARAMS, buffer ? "buffer" : "parameter");
+    int64_t ne = dt_shape_numel(&d->shape);
+    if (ne < 1 || ne > ((int64_t)1 << 40))
+        return dt_set_error(DT_ERR_USAGE, "%s: %s.%s would have %lld elements", n->l.where,
+                            n->l.name, d->what, (long long)ne);
+    memset(t, 0, sizeof *t);
+    if (strlen(n->l.name) + 1 + strlen(d->what) >= sizeof t->name)
+        return dt_set_error(DT_ERR_USAGE,
+                            "%s: the tensor name %s.%s is longer than %zu characters; shorten "
+                            "the layer's name",
+                            n->l.where, n->l.name, d->what, sizeof t->name - 1);
+    snprintf(t->name, sizeof t->name, "%.47s.%.15s", n->l.name, d->what);
+    t->numel = (size_t)ne;
+    t->shape = d->shape;
+    t->fan_in = d->fan_in;
+    t->fan_out = d->fan_out;
+    t->init = d->init;
+    t->group = d->group;
+    *idx = (*count)++;
+    return DT_OK;
+}
+
+static dt_status check_ops(const dt_model_t *m, const struct node *n)
+{
+    if (!m->be)
+        return DT_OK;
+    for (int k = 0; k < 12 && n->l.kind->ops[k] != DT_OP_COUNT; k++)
+        if (!dt_backend_supports(m->be, n->l.kind->ops[k], DT_F32))
+            return dt_set_error(DT_ERR_UNSUPPORTED,
+                                "%s: %s layers need the %s op, which the %s backend of this "
+                                "build lacks%s",
+                                n->l.where, n->l.kind->name, dt_op_name(n->l.kind->ops[k]),
+                                dt_backend_name(m->be),
+                                strcmp(dt_backend_name(m->be), "cuda") == 0
+                                    ? " (this dtrain was built without cuDNN; rebuild with cuDNN "
+                                      "installed, or run on runtime.device: cpu)"
+                                    : "");
+    return DT_OK;
+}
+
+static dt_status add_node(dt_model_t *m, const struct dt_layer_spec *spec, const char *where,
+                          const struct dt_job *job)
+{
+    char names[512];
+    dt_status st;
+    if (m->nnodes >= DT_MODEL_MAX_LAYERS)
+        return dt_set_error(DT_ERR_USAGE, "the model has more than %d layers",
+                            DT_MODEL_MAX_LAYERS);
+    struct node *n = &m->nodes[m->nnodes];
+    memset(n, 0, sizeof *n);
+    n->block = -1;
+    n->slot = -1;
+    n->l.id = m->nnodes;
+    if (spec->name[0])
+        snprintf(n->l.name, sizeof n->l.name, "%s", spec->name);
+    else
+        snprintf(n->l.name, sizeof n->l.name, "%s%d", spec->kind, m->nnodes + 1);
+    snprintf(n->l.where, sizeof n->l.where, "%s", where);
+    for (int i = 0; i < m->nnodes; i++)
+        if (strcmp(m->nodes[i].l.name, n->l.name) == 0)
+            return dt_set_error(DT_ERR_USAGE, "%s: the name %s is taken by an earlier layer", where,
+                                n->l.name);
+    n->l.kind = dt_layer_kind_find(spec->kind);
+    if (!n->l.kind) {
+        dt_layer_kind_names(names, sizeof names);
+        return dt_set_error(DT_ERR_USAGE, "%s: unknown layer kind '%s' (kinds: %s, residual)",
+                            where, spec->kind, names);
+    }
+    DT_CHECK(resolve_inputs(m, n, spec->inputs, where));
+    DT_CHECK(n->l.kind->build(&n->l, spec, job, m->io.num_classes));
+    DT_CHECK(check_ops(m, n));
+    if (dt_shape_numel(&n->l.out) < 1 || dt_shape_numel(&n->l.out) > INT_MAX)
+        return dt_set_error(DT_ERR_USAGE, "%s: an output of %lld values per sample", where,
+                            (long long)dt_shape_numel(&n->l.out));
+    for (int k = 0; k < n->l.nparams; k++)
+        DT_CHECK(add_tensor(m, n, &n->l.params[k], 0, &n->pidx[k]));
+    for (int k = 0; k < n->l.nbuffers; k++)
+        DT_CHECK(add_tensor(m, n, &n->l.buffers[k], 1, &n->bidx[k]));
+    m->nnodes++;
 out:
     return st;
 }
 
-/* Offsets in reverse layer order: backward finishes the last layer first.
- * (Each tensor has at most 2^31 x 2^20 elements and there are at most
+/* A spec built in code (compound layers). */
+static struct dt_layer_spec spec_of(const char *kind, const char *name, const char *inputs)
+{
+    struct dt_layer_spec s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.kind, sizeof s.kind, "%s", kind);
+    snprintf(s.name, sizeof s.name, "%s", name);
+    snprintf(s.inputs, sizeof s.inputs, "%s", inputs);
+    return s;
+}
+
+static void spec_arg(struct dt_layer_spec *s, const char *key, const char *value)
+{
+    if (s->nargs < DT_LAYER_MAX_ARGS) {
+        snprintf(s->args[s->nargs].key, DT_LAYER_ARG_KEY, "%s", key);
+        snprintf(s->args[s->nargs].value, DT_LAYER_ARG_VALUE, "%s", value);
+        s->nargs++;
+    }
+}
+
+/* residual (settings out, stride): the basic block of He et al.,
+ *   conv1 3x3/stride, bn1, act1, conv2 3x3, bn2, plus the shortcut (the
+ *   input, or a 1x1 conv with stride and a batch norm when the shape
+ *   changes), add, act2 - named <block>.<part>. */
+static dt_status add_residual(dt_model_t *m, const struct dt_layer_spec *spec, const char *where,
+                              const struct dt_job *job)
+{
+    static const char *const known[] = {"out", "stride", NULL};
+    char name[DT_LAYER_NAME + 16], in[DT_LAYER_INPUTS], w[160], last[DT_LAYER_INPUTS];
+    struct dt_layer probe = {.kind = NULL};
+    dt_status st;
+    int64_t out, stride;
+    const char *act = job->model.activation;
+    snprintf(probe.where, sizeof probe.where, "%s", where);
+    static const struct dt_layer_kind residual_kind = {.name = "residual"};
+    probe.kind = &residual_kind;
+    DT_CHECK(dt_layer_known(&probe, spec, known));
+    DT_CHECK(dt_layer_int(&probe, spec, "out", 0, 1, 65536, &out));
+    DT_CHECK(dt_layer_int(&probe, spec, "stride", 1, 1, 16, &stride));
+    if (out == 0) {
+        st = dt_set_error(DT_ERR_USAGE, "%s: residual needs out (its channels)", where);
+        goto out;
+    }
+    char bname[DT_LAYER_NAME];
+    if (spec->name[0])
+        snprintf(bname, sizeof bname, "%s", spec->name);
+    else
+        snprintf(bname, sizeof bname, "residual%d", m->nnodes + 1);
+    /* the block's input: as given, or the previous node's output */
+    if (spec->inputs[0])
+        snprintf(in, sizeof in, "%s", spec->inputs);
+    else
+        snprintf(in, sizeof in, "%s", m->nnodes ? m->nodes[m->nnodes - 1].l.name : "x");
+    if (strchr(in, ','))
+        return dt_set_error(DT_ERR_USAGE, "%s: inputs: a residual block reads one input", where);
+    int id = find_node(m, in, strlen(in));
+    if (id == -2)
+        return dt_set_error(DT_ERR_USAGE, "%s: inputs: no earlier layer is named '%s'", where, in);
+    const struct dt_shape *ins = id < 0 ? &m->in_shape : &m->nodes[id].l.out;
+    if (ins->ndim != 3)
+        return dt_set_error(DT_ERR_USAGE, "%s: residual takes images (channels, height, width)",
+                            where);
+    char outs[24], strides[24];
+    snprintf(outs, sizeof outs, "%lld", (long long)out);
+    snprintf(strides, sizeof strides, "%lld", (long long)stride);
+    struct dt_layer_spec s;
+#define PART(KIND, PART_NAME, INPUTS)                                                              \
+    snprintf(name, sizeof name, "%s." PART_NAME, bname);                                           \
+    snprintf(w, sizeof w, "%s (%s." PART_NAME ")", where, bname);                                  \
+    s = spec_of(KIND, name, INPUTS)
+    PART("conv2d", "conv1", in);
+    spec_arg(&s, "out", outs);
+    spec_arg(&s, "kernel", "3");
+    spec_arg(&s, "padding", "1");
+    spec_arg(&s, "stride", strides);
+    spec_arg(&s, "bias", "false");
+    DT_CHECK(add_node(m, &s, w, job));
+    PART("batchnorm", "bn1", "");
+    DT_CHECK(add_node(m, &s, w, job));
+    PART(act, "act1", "");
+    DT_CHECK(add_node(m, &s, w, job));
+    PART("conv2d", "conv2", "");
+    spec_arg(&s, "out", outs);
+    spec_arg(&s, "kernel", "3");
+    spec_arg(&s, "padding", "1");
+    spec_arg(&s, "bias", "false");
+    DT_CHECK(add_node(m, &s, w, job));
+    PART("batchnorm", "bn2", "");
+    DT_CHECK(add_node(m, &s, w, job));
+    snprintf(last, sizeof last, "%s", m->nodes[m->nnodes - 1].l.name);
+    const char *shortcut = in;
+    char proj[DT_LAYER_INPUTS];
+    if (stride != 1 || ins->dim[0] != out) {
+        PART("conv2d", "proj", in);
+        spec_arg(&s, "out", outs);
+        spec_arg(&s, "kernel", "1");
+        spec_arg(&s, "stride", strides);
+        spec_arg(&s, "bias", "false");
+        DT_CHECK(add_node(m, &s, w, job));
+        PART("batchnorm", "proj_bn", "");
+        DT_CHECK(add_node(m, &s, w, job));
+        snprintf(proj, sizeof proj, "%s", m->nodes[m->nnodes - 1].l.name);
+        shortcut = proj;
+    }
+    char sum[DT_LAYER_INPUTS];
+    snprintf(sum, sizeof sum, "%.70s,%.70s", last, shortcut);
+    PART("add", "add", sum);
+    DT_CHECK(add_node(m, &s, w, job));
+    PART(act, "act2", "");
+    DT_CHECK(add_node(m, &s, w, job));
+#undef PART
+out:
+    return st;
+}
+
+/* ---- building: analysis ---------------------------------------------------- */
+
+static dt_status analyse(dt_model_t *m)
+{
+    for (int i = 0; i < m->nnodes; i++) {
+        struct node *n = &m->nodes[i];
+        n->last_consumer = -1;
+        n->needs_grad = n->l.nparams > 0;
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] >= 0 && m->nodes[n->in[k]].needs_grad)
+                n->needs_grad = n->want_din = 1;
+        }
+    }
+    for (int i = 0; i < m->nnodes; i++)
+        for (int k = 0; k < m->nodes[i].nin; k++) {
+            int p = m->nodes[i].in[k];
+            if (p >= 0) {
+                m->nodes[p].nconsumers++;
+                m->nodes[p].last_consumer = i;
+            }
+        }
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct node *n = &m->nodes[i];
+        if (n->l.loss && i != m->nnodes - 1)
+            return dt_set_error(DT_ERR_USAGE, "%s: a loss layer must be the last layer",
+                                n->l.where);
+        if (!n->l.loss && n->nconsumers == 0)
+            return dt_set_error(DT_ERR_USAGE,
+                                "%s: nothing reads the output of layer %s (every layer but the "
+                                "loss feeds a later one)",
+                                n->l.where, n->l.name);
+    }
+    return DT_OK;
+}
+
+/* model.recompute: which blocks drop their inner activations. */
+static dt_status plan_recompute(dt_model_t *m, const char *want)
+{
+    dt_status st = DT_OK;
+    m->nblocks = 0;
+    for (int i = 0; i < m->nnodes; i++) {
+        const char *dot = strrchr(m->nodes[i].l.name, '.');
+        if (!dot || m->nodes[i].l.loss)
+            continue;
+        size_t len = (size_t)(dot - m->nodes[i].l.name);
+        struct block *b = m->nblocks ? &m->blocks[m->nblocks - 1] : NULL;
+        if (b && strlen(b->name) == len && strncmp(b->name, m->nodes[i].l.name, len) == 0 &&
+            b->last == i - 1) {
+            b->last = i;
+        } else {
+            b = &m->blocks[m->nblocks++];
+            memset(b, 0, sizeof *b);
+            snprintf(b->name, sizeof b->name, "%.*s", (int)len, m->nodes[i].l.name);
+            b->first = b->last = i;
+        }
+        m->nodes[i].block = (int)(b - m->blocks);
+    }
+    if (strcmp(want, "none") == 0)
+        return DT_OK;
+    for (const char *p = want; *p;) {
+        size_t len = strcspn(p, ",");
+        while (len && *p == ' ')
+            p++, len--;
+        int found = 0;
+        for (int b = 0; b < m->nblocks; b++)
+            if (strcmp(want, "all") == 0 ||
+                (strlen(m->blocks[b].name) == len && !strncmp(m->blocks[b].name, p, len))) {
+                m->blocks[b].on = 1;
+                found = 1;
+            }
+        if (!found && strcmp(want, "all") != 0) {
+            char list[512] = "";
+            size_t at = 0;
+            for (int b = 0; b < m->nblocks && at < sizeof list; b++) {
+                int w = snprintf(list + at, sizeof list - at, "%s%s", b ? ", " : "",
+                                 m->blocks[b].name);
+                at += w > 0 ? (size_t)w : 0;
+            }
+            return dt_set_error(DT_ERR_USAGE,
+                                "model.recompute: no block named '%.*s' (blocks: %s; a block is "
+                                "the layers named <block>.<layer>)",
+                                (int)len, p, m->nblocks ? list : "none in this model");
+        }
+        if (strcmp(want, "all") == 0)
+            break;
+        p += len + (p[len] == ',');
+    }
+    for (int b = 0; b < m->nblocks; b++) {
+        struct block *bl = &m->blocks[b];
+        if (!bl->on)
+            continue;
+        for (int i = bl->first; i < bl->last; i++)
+            if (m->nodes[i].last_consumer > bl->last) {
+                st = dt_set_error(DT_ERR_USAGE,
+                                  "model.recompute: block %s cannot be recomputed: layer %s inside "
+                                  "it feeds %s after it (only a block's last layer may)",
+                                  bl->name, m->nodes[i].l.name,
+                                  m->nodes[m->nodes[i].last_consumer].l.name);
+                return st;
+            }
+        for (int i = bl->first; i < bl->last; i++)
+            m->nodes[i].inner = 1;
+    }
+    return st;
+}
+
+/* Offsets in reverse node order: backward finishes the last node first.
+ * (Each tensor has at most 2^40 elements and there are at most
  * DT_MODEL_MAX_PARAMS of them, so the sum fits.) */
 static void layout_params(dt_model_t *m)
 {
-    size_t off = 0;
-    m->first_trainable = m->nlayers;
-    for (int i = m->nlayers - 1; i >= 0; i--)
-        if (m->layers[i].w >= 0 || m->layers[i].b >= 0)
-            m->first_trainable = i;
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        const int idx[2] = {m->layers[i].w, m->layers[i].b};
-        for (int k = 0; k < 2; k++) {
-            if (idx[k] < 0)
-                continue;
-            m->params[idx[k]].offset = off;
-            off += m->params[idx[k]].numel;
+    size_t off = 0, boff = 0;
+    for (int i = m->nnodes - 1; i >= 0; i--) {
+        const struct node *n = &m->nodes[i];
+        for (int k = 0; k < n->l.nparams; k++) {
+            m->params[n->pidx[k]].offset = off;
+            off += m->params[n->pidx[k]].numel;
+        }
+        for (int k = 0; k < n->l.nbuffers; k++) {
+            m->buffers[n->bidx[k]].offset = boff;
+            boff += m->buffers[n->bidx[k]].numel;
         }
     }
     m->total = off;
+    m->buf_total = boff;
 }
 
-/* Floats of the activation arena: per row, the input, a label, the class
- * probabilities, two gradient buffers of the widest layer and every
- * layer's output. */
-static dt_status size_arena(dt_model_t *m)
+/* Gradient slots, sized per row: see the file comment. */
+static void plan_slots(dt_model_t *m)
 {
-    int64_t per_row = m->in_dim + 1 + m->io.num_classes + 2 * m->max_dim, floats;
-    for (int i = 0; i < m->nlayers; i++)
-        per_row += m->layers[i].out_dim;
-    if (!dt_mul_i64(m->max_rows, per_row, &floats) || (uint64_t)floats > SIZE_MAX / sizeof(float))
+    int *busy = calloc((size_t)m->nnodes + 1, sizeof *busy);
+    m->nslots = 0;
+    for (int i = m->nnodes - 1; i >= 0; i--) {
+        struct node *n = &m->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            int p = n->in[k];
+            if (p < 0 || !m->nodes[p].needs_grad || m->nodes[p].slot >= 0)
+                continue;
+            size_t need = up(numel(&m->nodes[p].l.out)), best = 0;
+            int pick = -1;
+            for (int s = 0; s < m->nslots; s++) { /* the smallest free slot that fits */
+                if (busy[s])
+                    continue;
+                if (m->slot_size[s] >= need && (pick < 0 || m->slot_size[s] < best))
+                    pick = s, best = m->slot_size[s];
+            }
+            for (int s = 0; s < m->nslots && pick < 0; s++) /* else grow a free one */
+                if (!busy[s])
+                    pick = s;
+            if (pick < 0)
+                pick = m->nslots++, m->slot_size[pick] = 0;
+            if (m->slot_size[pick] < need)
+                m->slot_size[pick] = need;
+            busy[pick] = 1;
+            m->nodes[p].slot = pick;
+        }
+        if (n->slot >= 0)
+            busy[n->slot] = 0;
+    }
+    free(busy);
+}
+
+/* The arena's layout for max_rows rows; full: as if nothing were recomputed. */
+static dt_status plan_arena(dt_model_t *m, int full, size_t *total)
+{
+    const size_t rows = (size_t)m->max_rows;
+    size_t off = 0, rc_per_row = 0, scratch_per_row = 0, ws_bytes = 0;
+    int64_t guard;
+    /* sizes per row must keep rows x size within size_t: checked at the end in doubles */
+    double check = 0;
+    m->x_off = off, off += up(rows * (size_t)m->in_numel);
+    m->y_off = off, off += up(rows);
+    for (int i = 0; i < m->nnodes; i++) {
+        struct node *n = &m->nodes[i];
+        size_t o = up(rows * numel(&n->l.out));
+        if (n->inner && !full) {
+            struct block *b = &m->blocks[n->block];
+            if (i == b->first)
+                b->scratch = 0;
+            n->out_off = b->scratch * rows;
+            b->scratch += up(numel(&n->l.out));
+            if (b->scratch > rc_per_row)
+                rc_per_row = b->scratch;
+        } else {
+            n->out_off = off, off += o;
+        }
+        if (n->nin > 1)
+            n->sum_off = off, off += up(rows * numel(&n->l.in));
+        n->saved_off = off;
+        off += up(rows * (size_t)n->l.saved_per_row + (size_t)n->l.saved_fixed);
+        int shared = n->nin > 1;
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] >= 0 && m->nodes[n->in[k]].nconsumers > 1)
+                shared = 1;
+        if (shared && n->want_din && numel(&n->l.in) > scratch_per_row)
+            scratch_per_row = numel(&n->l.in);
+        size_t ws = n->l.ws_fixed + rows * n->l.ws_per_row;
+        if (ws > ws_bytes)
+            ws_bytes = ws;
+        check += (double)o + (double)rows * (double)n->l.saved_per_row;
+    }
+    m->rc_off = off, off += rc_per_row * rows;
+    m->scratch_off = off, off += up(rows * scratch_per_row);
+    for (int s = 0; s < m->nslots; s++)
+        m->slot_off[s] = off, off += rows * m->slot_size[s];
+    m->ws_off = off, off += up((ws_bytes + sizeof(float) - 1) / sizeof(float));
+    m->ws_bytes = ws_bytes;
+    check += (double)off;
+    if (check * sizeof(float) > (double)SIZE_MAX / 4 || !dt_mul_i64((int64_t)off, 4, &guard))
         return dt_set_error(DT_ERR_USAGE,
                             "the activations of %lld rows (train.micro_batch, or the evaluation "
-                            "batch per rank) x %lld values per row are more than memory can hold; "
-                            "lower train.micro_batch",
-                            (long long)m->max_rows, (long long)per_row);
-    m->arena_floats = (size_t)floats;
+                            "batch per rank) are more than memory can hold; lower "
+                            "train.micro_batch",
+                            (long long)m->max_rows);
+    *total = off;
     return DT_OK;
 }
 
-static dt_status alloc_buffers(dt_model_t *m)
-{
-    dt_status st;
-    size_t rows = (size_t)m->max_rows;
-    st = dt_backend_alloc(m->be, m->total * sizeof(float), (void **)&m->param_buf);
-    if (st == DT_OK)
-        st = dt_backend_alloc(m->be, m->total * sizeof(float), (void **)&m->grad_buf);
-    if (st == DT_OK)
-        st = dt_backend_alloc(m->be, m->arena_floats * sizeof(float), (void **)&m->arena);
-    if (st != DT_OK)
-        return dt_error_context(st, "allocating a model of %zu parameters for %zu rows",
-                                m->total, rows);
-    float *p = m->arena;
-    m->x = p, p += rows * (size_t)m->in_dim;
-    m->y = (int32_t *)p, p += rows;
-    m->probs = p, p += rows * (size_t)m->io.num_classes;
-    m->gbuf[0] = p, p += rows * (size_t)m->max_dim;
-    m->gbuf[1] = p, p += rows * (size_t)m->max_dim;
-    for (int i = 0; i < m->nlayers; i++)
-        m->layers[i].out = p, p += rows * (size_t)m->layers[i].out_dim;
-    return DT_OK;
-}
-
-/* The layers, parameter layout and arena size of the job's model, nothing
- * allocated yet. Every dimension stays within what the ops take (int). */
+/* The nodes, parameter layout and arena plan of the job's model, nothing
+ * allocated yet. */
 static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_model_io *io,
                        int64_t max_rows)
 {
     dt_status st;
+    struct dt_layer_spec *specs = NULL;
+    int nspecs = 0;
     m->io = *io;
     m->max_rows = max_rows;
-    m->in_dim = 1;
-    for (int i = 0; i < io->ndim; i++)
-        if (!dt_mul_i64(m->in_dim, io->shape[i], &m->in_dim) || m->in_dim > INT_MAX)
-            return dt_set_error(DT_ERR_BAD_DATA,
-                                "the dataset's samples have more than %d values; a linear layer "
-                                "takes at most that many inputs",
-                                INT_MAX);
     if (max_rows < 1 || max_rows > INT_MAX)
         return dt_set_error(DT_ERR_USAGE,
                             "train.micro_batch (or the evaluation batch per rank): %lld rows is "
                             "outside 1 to %d",
                             (long long)max_rows, INT_MAX);
+    /* a 2-D sample is a one-channel image */
+    memset(&m->in_shape, 0, sizeof m->in_shape);
+    if (io->ndim == 2) {
+        m->in_shape = dt_shape_make(3, 1, io->shape[0], io->shape[1], 0);
+    } else {
+        m->in_shape.ndim = io->ndim;
+        for (int i = 0; i < io->ndim && i < 4; i++)
+            m->in_shape.dim[i] = io->shape[i];
+    }
+    m->in_numel = dt_shape_numel(&m->in_shape);
+    if (m->in_numel < 1 || m->in_numel > INT_MAX)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "the dataset's samples have more than %d values; a model takes at "
+                            "most that many inputs",
+                            INT_MAX);
     snprintf(m->init, sizeof m->init, "%s", job->model.init);
     snprintf(m->activation, sizeof m->activation, "%s", job->model.activation);
-    if (strcmp(job->model.type, "mlp") != 0)
-        return dt_set_error(DT_ERR_UNSUPPORTED,
-                            "model.type '%s' is not implemented in this version (available: mlp)",
-                            job->model.type);
-    DT_CHECK(build_mlp(m, job));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *specs, "the layer list", (void **)&specs));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->nodes, "the model", (void **)&m->nodes));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->blocks, "the model", (void **)&m->blocks));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_PARAMS, sizeof *m->params, "the model", (void **)&m->params));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_PARAMS, sizeof *m->buffers, "the model", (void **)&m->buffers));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->slot_size, "the model",
+                       (void **)&m->slot_size));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->slot_off, "the model",
+                       (void **)&m->slot_off));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->written, "the model",
+                       (void **)&m->written));
+    DT_CHECK(dt_model_expand(job, specs, DT_MODEL_MAX_LAYERS, &nspecs));
+    int typed = strcmp(job->model.type, "layers") == 0;
+    for (int i = 0; i < nspecs; i++) {
+        char where[96];
+        const char *nm = specs[i].name[0] ? specs[i].name : specs[i].kind;
+        if (typed)
+            snprintf(where, sizeof where, "model.layers[%d] (%.40s)", i, nm);
+        else
+            snprintf(where, sizeof where, "layer %.40s of model.type %.20s", nm, job->model.type);
+        if (strcmp(specs[i].kind, "residual") == 0)
+            DT_CHECK(add_residual(m, &specs[i], where, job));
+        else
+            DT_CHECK(add_node(m, &specs[i], where, job));
+    }
+    if (m->nnodes == 0 || !m->nodes[m->nnodes - 1].l.loss) {
+        struct dt_layer_spec loss = spec_of("softmax_xent", "loss", "");
+        DT_CHECK(add_node(m, &loss, "the loss (softmax_xent, added after the last layer)", job));
+    }
+    DT_CHECK(analyse(m));
+    DT_CHECK(plan_recompute(m, job->model.recompute));
+    for (int i = 0; i < m->nnodes; i++) {
+        struct node *n = &m->nodes[i];
+        n->l.input_grad = n->want_din;
+        if (n->l.kind->workspace)
+            DT_CHECK(n->l.kind->workspace(&n->l, m->be, max_rows));
+        size_t h = 2 * (size_t)numel(&n->l.in) + 1;
+        if (n->l.nbuffers && h > m->host_len) /* statistics across ranks */
+            m->host_len = h;
+    }
     layout_params(m);
-    st = size_arena(m);
+    plan_slots(m);
+    DT_CHECK(plan_arena(m, 1, &m->arena_full));
+    DT_CHECK(plan_arena(m, 0, &m->arena_floats));
 out:
+    free(specs);
     return st;
+}
+
+static void free_parts(dt_model_t *m)
+{
+    free(m->nodes);
+    free(m->blocks);
+    free(m->params);
+    free(m->buffers);
+    free(m->slot_size);
+    free(m->slot_off);
+    free(m->written);
+    free(m->host);
 }
 
 dt_status dt_model_measure(const struct dt_job *job, const struct dt_model_io *io, int64_t max_rows,
@@ -363,9 +676,45 @@ dt_status dt_model_measure(const struct dt_job *job, const struct dt_model_io *i
     if (st == DT_OK) {
         out->params = m->total;
         out->arena_bytes = (uint64_t)m->arena_floats * sizeof(float);
+        out->arena_bytes_full = (uint64_t)m->arena_full * sizeof(float);
     }
+    if (m)
+        free_parts(m);
     free(m);
     return st;
+}
+
+static dt_status alloc_buffers(dt_model_t *m)
+{
+    dt_status st;
+    size_t rows = (size_t)m->max_rows;
+    st = dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float), (void **)&m->param_buf);
+    if (st == DT_OK)
+        st = dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float),
+                              (void **)&m->grad_buf);
+    if (st == DT_OK)
+        st = dt_backend_alloc(m->be, (m->buf_total ? m->buf_total : 1) * sizeof(float),
+                              (void **)&m->buf_buf);
+    if (st == DT_OK)
+        st = dt_backend_alloc(m->be, m->arena_floats * sizeof(float), (void **)&m->arena);
+    if (st == DT_OK && m->host_len)
+        st = dt_malloc(m->host_len * sizeof(double), "batch-norm statistics", (void **)&m->host);
+    if (st != DT_OK)
+        return dt_error_context(st, "allocating a model of %zu parameters for %zu rows", m->total,
+                                rows);
+    float *a = m->arena;
+    m->x = a + m->x_off;
+    m->y = (int32_t *)(a + m->y_off);
+    m->rc = a + m->rc_off;
+    m->scratch = a + m->scratch_off;
+    m->ws = a + m->ws_off;
+    for (int i = 0; i < m->nnodes; i++) {
+        struct node *n = &m->nodes[i];
+        n->out = (n->inner ? m->rc : a) + n->out_off;
+        n->sum = n->nin > 1 ? a + n->sum_off : NULL;
+        n->saved = a + n->saved_off;
+    }
+    return DT_OK;
 }
 
 dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io, dt_backend_t *be,
@@ -390,10 +739,21 @@ void dt_model_destroy(dt_model_t *m)
 {
     if (!m)
         return;
-    dt_backend_free(m->be, m->param_buf);
-    dt_backend_free(m->be, m->grad_buf);
-    dt_backend_free(m->be, m->arena);
+    if (m->be) {
+        dt_backend_free(m->be, m->param_buf);
+        dt_backend_free(m->be, m->grad_buf);
+        dt_backend_free(m->be, m->buf_buf);
+        dt_backend_free(m->be, m->arena);
+    }
+    free_parts(m);
     free(m);
+}
+
+void dt_model_set_sync(dt_model_t *m, const struct dt_model_sync *sync)
+{
+    m->has_sync = sync != NULL;
+    if (sync)
+        m->sync = *sync;
 }
 
 /* ---- initialisation ------------------------------------------------------ */
@@ -407,34 +767,99 @@ static double activation_gain(const char *act)
     return sqrt(2.0);
 }
 
+static void fill_init(const struct dt_param_info *p, float *dst, const char *init, double gain,
+                      uint64_t seed, uint32_t stream)
+{
+    if (p->init != DT_INIT_FAN_IN) {
+        float v = p->init == DT_INIT_ONES ? 1.0f : 0.0f;
+        for (size_t e = 0; e < p->numel; e++)
+            dst[e] = v;
+        return;
+    }
+    /* uniform(-bound, bound): variance bound^2 / 3 */
+    double bound = strcmp(init, "xavier") == 0 ? sqrt(6.0 / (double)(p->fan_in + p->fan_out))
+                                               : gain * sqrt(3.0 / (double)p->fan_in);
+    struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_INIT, .stream = stream};
+    for (size_t e = 0; e < p->numel; e++)
+        dst[e] = (float)((2.0 * dt_rng_uniform(&key, e) - 1.0) * bound);
+}
+
 dt_status dt_model_init_params(dt_model_t *m, uint64_t seed)
 {
     float *host = NULL;
-    dt_status st = dt_malloc(m->total * sizeof(float), "initial parameters", (void **)&host);
+    size_t n = m->total > m->buf_total ? m->total : m->buf_total;
+    dt_status st = dt_malloc((n ? n : 1) * sizeof(float), "initial parameters", (void **)&host);
     if (st != DT_OK)
         return st;
     double gain = activation_gain(m->activation);
-    for (int i = 0; i < m->nparams; i++) {
-        const struct dt_param_info *p = &m->params[i];
-        float *dst = host + p->offset;
-        if (p->ndim == 1) {
-            memset(dst, 0, p->numel * sizeof(float));
-            continue;
-        }
-        /* uniform(-bound, bound): variance bound^2 / 3 */
-        double bound = strcmp(m->init, "xavier") == 0
-                           ? sqrt(6.0 / (double)(p->fan_in + p->fan_out))
-                           : gain * sqrt(3.0 / (double)p->fan_in);
-        struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_INIT, .stream = (uint32_t)i};
-        for (size_t e = 0; e < p->numel; e++)
-            dst[e] = (float)((2.0 * dt_rng_uniform(&key, e) - 1.0) * bound);
-    }
+    for (int i = 0; i < m->nparams; i++)
+        fill_init(&m->params[i], host + m->params[i].offset, m->init, gain, seed, (uint32_t)i);
     st = dt_model_set_params(m, host);
+    for (int i = 0; i < m->nbuffers && st == DT_OK; i++)
+        fill_init(&m->buffers[i], host + m->buffers[i].offset, m->init, gain, seed, 0);
+    if (st == DT_OK)
+        st = dt_model_set_buffers(m, host);
     free(host);
     return st;
 }
 
 /* ---- running ------------------------------------------------------------- */
+
+static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64_t rows)
+{
+    memset(c, 0, sizeof *c);
+    c->be = m->be;
+    c->ops = m->ops;
+    c->rows = rows;
+    if (n->nin > 1)
+        c->in = n->sum;
+    else
+        c->in = n->in[0] < 0 ? m->x : m->nodes[n->in[0]].out;
+    c->out = n->out;
+    for (int k = 0; k < n->l.nparams; k++) {
+        c->p[k] = m->param_buf + m->params[n->pidx[k]].offset;
+        c->g[k] = m->grad_buf + m->params[n->pidx[k]].offset;
+    }
+    for (int k = 0; k < n->l.nbuffers; k++)
+        c->buf[k] = m->buf_buf + m->buffers[n->bidx[k]].offset;
+    c->saved = n->saved;
+    c->ws = m->ws;
+    c->ws_bytes = m->ws_bytes;
+    c->training = m->last_training;
+    c->seed = m->last_seed;
+    c->step = m->last_step;
+    c->row0 = m->last_row0;
+    c->sync = m->has_sync ? &m->sync : NULL;
+    c->host = m->host;
+    c->host_len = m->host_len;
+    c->labels = m->y;
+}
+
+static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute,
+                              double *loss_sum, int64_t *correct)
+{
+    struct node *n = &m->nodes[i];
+    struct dt_layer_ctx c;
+    dt_status st = DT_OK;
+    if (n->nin > 1) { /* the sum of the inputs */
+        size_t e = (size_t)rows * numel(&n->l.in);
+        const float *a = n->in[0] < 0 ? m->x : m->nodes[n->in[0]].out;
+        for (int k = 1; k < n->nin && st == DT_OK; k++) {
+            const float *b = n->in[k] < 0 ? m->x : m->nodes[n->in[k]].out;
+            st = m->ops->add(m->be, n->sum, a, b, e);
+            a = n->sum;
+        }
+    }
+    ctx_for(m, n, &c, rows);
+    c.recompute = recompute;
+    c.loss_sum = loss_sum;
+    c.correct = correct;
+    if (st == DT_OK)
+        st = n->l.kind->fwd(&n->l, &c);
+    if (st != DT_OK)
+        return dt_error_context(st, "forward of layer %s (%s)", n->l.name, n->l.kind->name);
+    return DT_OK;
+}
 
 dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int64_t rows,
                            int training, uint64_t seed, int64_t step, int64_t row0,
@@ -444,60 +869,111 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
     if (rows < 1 || rows > m->max_rows)
         return dt_set_error(DT_ERR_INVALID_ARG, "batch of %lld rows; the model was sized for 1..%lld",
                             (long long)rows, (long long)m->max_rows);
-    struct fwd_args a = {.training = training, .seed = seed, .step = step, .row0 = row0};
-    DT_CHECK(dt_backend_copy(m->be, m->x, x, (size_t)(rows * m->in_dim) * sizeof(float),
+    m->last_rows = rows;
+    m->last_training = training;
+    m->last_seed = seed;
+    m->last_step = step;
+    m->last_row0 = row0;
+    DT_CHECK(dt_backend_copy(m->be, m->x, x, (size_t)(rows * m->in_numel) * sizeof(float),
                              DT_COPY_H2D));
     DT_CHECK(dt_backend_copy(m->be, m->y, y, (size_t)rows * sizeof(int32_t), DT_COPY_H2D));
-    const float *in = m->x;
-    for (int i = 0; i < m->nlayers; i++) {
-        struct layer *l = &m->layers[i];
-        l->last = a;
-        st = l->vt->fwd(m, l, in, l->out, rows, &a);
-        if (st != DT_OK)
-            return dt_error_context(st, "forward of layer %s (%s)", l->name, l->vt->kind);
-        in = l->out;
-    }
-    DT_CHECK(m->ops->softmax_xent_fwd(m->be, m->probs, in, m->y, (int)rows,
-                                      (int)m->io.num_classes, loss_sum, correct));
+    for (int i = 0; i < m->nnodes; i++)
+        DT_CHECK(forward_node(m, i, rows, 0, loss_sum, correct));
 out:
     return st;
 }
 
-/* End of layer i's parameters in the flat buffers: with the reversed
- * layout, layers i.. occupy [0, end). */
+/* End of node i's parameters in the flat buffers: with the reversed
+ * layout, nodes i.. occupy [0, end). */
 static size_t grads_done_after(const dt_model_t *m, int i)
 {
     size_t end = 0;
-    const int idx[2] = {m->layers[i].w, m->layers[i].b};
-    for (int k = 0; k < 2; k++)
-        if (idx[k] >= 0 && m->params[idx[k]].offset + m->params[idx[k]].numel > end)
-            end = m->params[idx[k]].offset + m->params[idx[k]].numel;
+    for (int j = i; j < m->nnodes; j++) {
+        const struct node *n = &m->nodes[j];
+        for (int k = 0; k < n->l.nparams; k++) {
+            const struct dt_param_info *p = &m->params[n->pidx[k]];
+            if (p->offset + p->numel > end)
+                end = p->offset + p->numel;
+        }
+    }
     return end;
+}
+
+static float *grad_of(dt_model_t *m, int node)
+{
+    return m->arena + m->slot_off[m->nodes[node].slot];
+}
+
+/* Hands a computed input gradient (in `d`) to the node's producers. */
+static dt_status route_din(dt_model_t *m, const struct node *n, float *d, int64_t rows)
+{
+    dt_status st = DT_OK;
+    size_t e = (size_t)rows * numel(&n->l.in);
+    for (int k = 0; k < n->nin && st == DT_OK; k++) {
+        int p = n->in[k];
+        if (p < 0 || !m->nodes[p].needs_grad)
+            continue;
+        float *g = grad_of(m, p);
+        if (g == d) {
+            /* written in place by the layer */
+        } else if (!m->written[p]) {
+            st = dt_backend_copy(m->be, g, d, e * sizeof(float), DT_COPY_D2D);
+        } else {
+            st = m->ops->accumulate(m->be, g, d, e);
+        }
+        m->written[p] = 1;
+    }
+    return st;
 }
 
 dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
                             const struct dt_grad_hook *hook)
 {
-    dt_status st;
-    int cur = 0;
-    st = m->ops->softmax_xent_bwd(m->be, m->gbuf[cur], m->probs, m->y, (int)rows,
-                                  (int)m->io.num_classes, scale);
-    for (int i = m->nlayers - 1; i >= 0 && st == DT_OK; i--) {
-        struct layer *l = &m->layers[i];
-        const float *in = i > 0 ? m->layers[i - 1].out : m->x;
-        float *din = i > m->first_trainable ? m->gbuf[1 - cur] : NULL;
-        st = l->vt->bwd(m, l, in, l->out, m->gbuf[cur], din, rows);
+    dt_status st = DT_OK;
+    if (rows != m->last_rows)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "backward of %lld rows after a forward of %lld", (long long)rows,
+                            (long long)m->last_rows);
+    memset(m->written, 0, (size_t)m->nnodes * sizeof *m->written);
+    for (int i = m->nnodes - 1; i >= 0; i--) {
+        struct node *n = &m->nodes[i];
+        if (!n->needs_grad)
+            continue;
+        if (n->block >= 0 && m->blocks[n->block].on && m->blocks[n->block].last == i)
+            for (int j = m->blocks[n->block].first; j < i; j++)
+                DT_CHECK(forward_node(m, j, rows, 1, NULL, NULL));
+        if (!n->l.loss && !m->written[i])
+            continue; /* no gradient reached it */
+        struct dt_layer_ctx c;
+        ctx_for(m, n, &c, rows);
+        c.scale = scale;
+        c.dout = n->l.loss ? NULL : grad_of(m, i);
+        float *direct = NULL;
+        if (n->want_din) {
+            int p = n->in[0];
+            if (n->nin == 1 && p >= 0 && !m->written[p])
+                direct = grad_of(m, p);
+            c.din = direct ? direct : m->scratch;
+        }
+        st = n->l.kind->bwd(&n->l, &c);
         if (st != DT_OK)
-            return dt_error_context(st, "backward of layer %s (%s)", l->name, l->vt->kind);
-        size_t done = grads_done_after(m, i);
-        if (hook && done > 0 && (st = hook->ready(hook->ctx, done)) != DT_OK)
-            return st;
-        cur = 1 - cur;
+            return dt_error_context(st, "backward of layer %s (%s)", n->l.name, n->l.kind->name);
+        if (n->want_din)
+            DT_CHECK(route_din(m, n, c.din, rows));
+        if (hook && n->l.nparams > 0) {
+            size_t done = grads_done_after(m, i);
+            if (done > 0 && (st = hook->ready(hook->ctx, done)) != DT_OK)
+                return st;
+        }
     }
+out:
     return st;
 }
 
-dt_status dt_model_zero_grads(dt_model_t *m) { return m->ops->fill(m->be, m->grad_buf, m->total, 0.0f); }
+dt_status dt_model_zero_grads(dt_model_t *m)
+{
+    return m->total ? m->ops->fill(m->be, m->grad_buf, m->total, 0.0f) : DT_OK;
+}
 
 size_t dt_model_num_params(const dt_model_t *m) { return m->total; }
 int dt_model_param_count(const dt_model_t *m) { return m->nparams; }
@@ -505,34 +981,44 @@ const struct dt_param_info *dt_model_param(const dt_model_t *m, int i) { return 
 float *dt_model_params(dt_model_t *m) { return m->param_buf; }
 float *dt_model_grads(dt_model_t *m) { return m->grad_buf; }
 dt_backend_t *dt_model_backend(dt_model_t *m) { return m->be; }
+size_t dt_model_num_buffer_elems(const dt_model_t *m) { return m->buf_total; }
+int dt_model_buffer_count(const dt_model_t *m) { return m->nbuffers; }
+const struct dt_param_info *dt_model_buffer(const dt_model_t *m, int i) { return &m->buffers[i]; }
+uint64_t dt_model_arena_bytes(const dt_model_t *m) { return (uint64_t)m->arena_floats * 4; }
+uint64_t dt_model_arena_bytes_full(const dt_model_t *m) { return (uint64_t)m->arena_full * 4; }
 
 double dt_model_flops_per_sample(const dt_model_t *m, int training)
 {
     double f = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct layer *l = &m->layers[i];
-        if (l->vt != &LINEAR)
-            continue;
-        double gemm = 2.0 * (double)l->in_dim * (double)l->out_dim;
-        f += gemm; /* forward */
-        if (training) /* weight gradient, and the input gradient unless first */
-            f += i > m->first_trainable ? 2 * gemm : gemm;
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct node *n = &m->nodes[i];
+        f += n->l.flops; /* forward */
+        if (training) /* the weight gradient, and the input gradient where one is needed */
+            f += n->l.flops * ((n->l.nparams > 0) + n->want_din);
     }
     return f;
 }
 
 void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *s), void *ctx)
 {
-    char buf[160];
-    for (int i = 0; i < m->nlayers; i++) {
-        const struct layer *l = &m->layers[i];
-        if (l->vt == &LINEAR)
-            snprintf(buf, sizeof buf, "  %-10s %-8s %lld -> %lld", l->name, l->vt->kind,
-                     (long long)l->in_dim, (long long)l->out_dim);
-        else if (l->vt == &DROPOUT)
-            snprintf(buf, sizeof buf, "  %-10s %-8s p=%.3g", l->name, l->vt->kind, (double)l->p);
-        else
-            snprintf(buf, sizeof buf, "  %-10s %-8s", l->name, l->vt->kind);
+    char buf[320], a[64], b[64], extra[96];
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct node *n = &m->nodes[i];
+        extra[0] = '\0';
+        if (n->l.kind->describe)
+            n->l.kind->describe(&n->l, extra, sizeof extra);
+        char ins[96] = "";
+        if (n->nin > 1 || (n->nin == 1 && n->in[0] != i - 1)) {
+            size_t at = 0;
+            for (int k = 0; k < n->nin && at < sizeof ins; k++) {
+                int w = snprintf(ins + at, sizeof ins - at, "%s%s", k ? "+" : " <- ",
+                                 n->in[k] < 0 ? "x" : m->nodes[n->in[k]].l.name);
+                at += w > 0 ? (size_t)w : 0;
+            }
+        }
+        snprintf(buf, sizeof buf, "  %-22s %-14s %s -> %s%s%s%s%s", n->l.name, n->l.kind->name,
+                 dt_shape_format(&n->l.in, a, sizeof a), dt_shape_format(&n->l.out, b, sizeof b),
+                 extra[0] ? "  " : "", extra, ins, n->inner ? "  (recomputed)" : "");
         line(ctx, buf);
     }
 }
@@ -550,4 +1036,14 @@ dt_status dt_model_set_params(dt_model_t *m, const float *host)
 dt_status dt_model_get_grads(dt_model_t *m, float *host)
 {
     return dt_backend_copy(m->be, host, m->grad_buf, m->total * sizeof(float), DT_COPY_D2H);
+}
+
+dt_status dt_model_get_buffers(dt_model_t *m, float *host)
+{
+    return dt_backend_copy(m->be, host, m->buf_buf, m->buf_total * sizeof(float), DT_COPY_D2H);
+}
+
+dt_status dt_model_set_buffers(dt_model_t *m, const float *host)
+{
+    return dt_backend_copy(m->be, m->buf_buf, host, m->buf_total * sizeof(float), DT_COPY_H2D);
 }

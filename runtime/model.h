@@ -1,12 +1,17 @@
 /*
- * model.h - models built from the job: a sequence of layers over flat
- * parameter and gradient buffers on a compute backend.
+ * model.h - models built from the job: a graph of layers (runtime/layers/)
+ * over flat parameter and gradient buffers on a compute backend.
  *
- * Parameters live in one flat device buffer, gradients in another of the
- * same layout, laid out in the order backward finishes them (last layer
- * first) so a later gradient bucket is a contiguous slice. Activations come
- * from one arena sized at creation for `max_rows` rows; forward and
- * backward never allocate. A model is used by one thread.
+ * The job's layer list (model.layers, or the list model.type mlp, cnn or
+ * resnet expands into) is a list of named nodes in order; a node takes the
+ * previous node's output, or the sum of the outputs it names, and the last
+ * node is the loss. Parameters live in one flat device buffer, gradients
+ * in another of the same layout, laid out in the order backward finishes
+ * them (last node first) so a later gradient bucket is a contiguous slice.
+ * Buffers (state that is not trained, such as batch norm's running
+ * statistics) live in a third. Activations, gradients of activations and
+ * scratch come from one arena sized at creation for `max_rows` rows;
+ * forward and backward never allocate. A model is used by one thread.
  */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
@@ -18,20 +23,23 @@
 #include "config.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "core/tensor.h"
+#include "layers/layer.h"
 
-#define DT_MODEL_MAX_LAYERS 128
-#define DT_MODEL_MAX_PARAMS 128
+#define DT_MODEL_MAX_LAYERS 512
+#define DT_MODEL_MAX_PARAMS 1024
 
 typedef struct dt_model dt_model_t;
 
-/* One parameter tensor: a named slice of the flat buffers. */
+/* One parameter (or buffer) tensor: a named slice of the flat buffers. */
 struct dt_param_info {
-    char name[64];   /* e.g. "fc1.weight" */
+    char name[64];   /* e.g. "fc1.weight", "stage1.block1.bn1.running_mean" */
     size_t offset;   /* in floats, into the flat buffers */
     size_t numel;
-    int ndim;
-    int64_t shape[2];
+    struct dt_shape shape;
     int64_t fan_in, fan_out;
+    enum dt_init init;
+    enum dt_decay_group group; /* parameters: which weight decay applies */
 };
 
 /* What the model consumes and produces. */
@@ -51,10 +59,21 @@ dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io
 struct dt_model_size {
     size_t params;
     uint64_t arena_bytes;
+    /* the arena without model.recompute (equal when nothing is recomputed) */
+    uint64_t arena_bytes_full;
 };
 dt_status dt_model_measure(const struct dt_job *job, const struct dt_model_io *io, int64_t max_rows,
                            struct dt_model_size *out);
 void dt_model_destroy(dt_model_t *m);
+
+/* The layer list the job's model.type expands into (model.layers as it is
+ * for type layers), compound layers (residual) not yet expanded: up to max
+ * entries into out, their count in *n. DT_ERR_USAGE for a list too long. */
+dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, int max, int *n);
+
+/* Statistics shared across ranks (model.sync_bn): the trainer gives the
+ * model its all-reduce. Without it each rank's statistics are its own. */
+void dt_model_set_sync(dt_model_t *m, const struct dt_model_sync *sync);
 
 /* Fills parameters with the job's initialiser from (seed, DT_RNG_INIT,
  * parameter index), biases zero. The same on every rank and every run. */
@@ -96,6 +115,17 @@ dt_backend_t *dt_model_backend(dt_model_t *m);
 double dt_model_flops_per_sample(const dt_model_t *m, int training);
 /* One line per layer ("fc1 linear 784 -> 512"), for logs. */
 void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *s), void *ctx);
+
+/* Buffers: state that is not trained (batch norm running statistics). */
+size_t dt_model_num_buffer_elems(const dt_model_t *m);
+int dt_model_buffer_count(const dt_model_t *m);
+const struct dt_param_info *dt_model_buffer(const dt_model_t *m, int i);
+dt_status dt_model_get_buffers(dt_model_t *m, float *host);
+dt_status dt_model_set_buffers(dt_model_t *m, const float *host);
+
+/* Activation arena bytes, and what they would be without model.recompute. */
+uint64_t dt_model_arena_bytes(const dt_model_t *m);
+uint64_t dt_model_arena_bytes_full(const dt_model_t *m);
 
 /* Host copies of the flat buffers (n = dt_model_num_params floats). */
 dt_status dt_model_get_params(dt_model_t *m, float *host);

@@ -23,6 +23,10 @@ struct dt_optim {
     int64_t t;
     double momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
+    /* Runs of elements with one weight decay, in offset order (merged
+     * where neighbours agree); none: one run over everything. */
+    struct dt_optim_range *runs;
+    int nruns;
 };
 
 dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, dt_optim_t **out)
@@ -66,6 +70,7 @@ void dt_optim_destroy(dt_optim_t *o)
         return;
     dt_backend_free(o->be, o->m);
     dt_backend_free(o->be, o->v);
+    free(o->runs);
     free(o);
 }
 
@@ -91,25 +96,106 @@ float *dt_optim_state(dt_optim_t *o, int i, const char **name)
     return i == 0 ? o->m : i == 1 ? o->v : NULL;
 }
 
-dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr)
+static int by_offset(const void *a, const void *b)
 {
-    dt_status st;
+    size_t x = ((const struct dt_optim_range *)a)->offset, y = ((const struct dt_optim_range *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+dt_status dt_optim_set_groups(dt_optim_t *o, const struct dt_optim_range *r, int count)
+{
+    struct dt_optim_range *runs = NULL, *sorted = NULL;
+    dt_status st = DT_OK;
+    /* the gaps between ranges become runs without decay: at most 2 count + 1 runs */
+    DT_CHECK(dt_calloc((size_t)count * 2 + 1, sizeof *runs, "parameter groups", (void **)&runs));
+    DT_CHECK(dt_calloc((size_t)count + 1, sizeof *sorted, "parameter groups", (void **)&sorted));
+    memcpy(sorted, r, (size_t)count * sizeof *r);
+    qsort(sorted, (size_t)count, sizeof *sorted, by_offset);
+    int n = 0;
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        if (sorted[i].offset < at || sorted[i].numel > o->n - sorted[i].offset) {
+            st = dt_set_error(DT_ERR_INVALID_ARG,
+                              "optimizer groups: range [%zu, +%zu) overlaps another or leaves "
+                              "the %zu parameters",
+                              sorted[i].offset, sorted[i].numel, o->n);
+            goto out;
+        }
+        struct dt_optim_range g = sorted[i];
+        if (g.offset > at) /* a gap: no weight decay */
+            g = (struct dt_optim_range){.offset = at, .numel = sorted[i].offset - at}, i--;
+        if (n > 0 && runs[n - 1].weight_decay == g.weight_decay &&
+            runs[n - 1].offset + runs[n - 1].numel == g.offset)
+            runs[n - 1].numel += g.numel;
+        else
+            runs[n++] = g;
+        at = g.offset + g.numel;
+    }
+    if (at < o->n) {
+        if (n > 0 && runs[n - 1].weight_decay == 0)
+            runs[n - 1].numel += o->n - at;
+        else
+            runs[n++] = (struct dt_optim_range){.offset = at, .numel = o->n - at};
+    }
+    free(o->runs);
+    o->runs = runs;
+    o->nruns = n;
+    runs = NULL;
+out:
+    free(runs);
+    free(sorted);
+    return st;
+}
+
+dt_status dt_optim_groups_from_model(dt_optim_t *o, const struct dt_job *job, const dt_model_t *m)
+{
+    int n = dt_model_param_count(m);
+    struct dt_optim_range *r = NULL;
+    dt_status st = dt_calloc((size_t)n + 1, sizeof *r, "parameter groups", (void **)&r);
+    if (st != DT_OK)
+        return st;
+    for (int i = 0; i < n; i++) {
+        const struct dt_param_info *p = dt_model_param(m, i);
+        r[i].offset = p->offset;
+        r[i].numel = p->numel;
+        r[i].weight_decay = p->group == DT_GROUP_BIAS   ? job->train.optimizer.bias_weight_decay
+                            : p->group == DT_GROUP_NORM ? job->train.optimizer.norm_weight_decay
+                                                        : job->train.optimizer.weight_decay;
+    }
+    st = dt_optim_set_groups(o, r, n);
+    free(r);
+    return st;
+}
+
+static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t off, size_t n,
+                        double lr, double wd)
+{
     if (o->kind == OPT_SGD) {
         struct dt_sgd_args a = {.lr = (float)lr,
                                 .momentum = (float)o->momentum,
-                                .weight_decay = (float)o->weight_decay,
+                                .weight_decay = (float)wd,
                                 .nesterov = o->nesterov,
                                 .first_step = o->t == 0};
-        st = o->ops->sgd_update(o->be, params, grads, o->m, o->n, &a);
-    } else {
-        struct dt_adamw_args a = {.lr = (float)lr,
-                                  .beta1 = (float)o->beta1,
-                                  .beta2 = (float)o->beta2,
-                                  .eps = (float)o->eps,
-                                  .weight_decay = (float)o->weight_decay,
-                                  .t = o->t + 1};
-        st = o->ops->adamw_update(o->be, params, grads, o->m, o->v, o->n, &a);
+        return o->ops->sgd_update(o->be, params + off, grads + off, o->m ? o->m + off : NULL, n,
+                                  &a);
     }
+    struct dt_adamw_args a = {.lr = (float)lr,
+                              .beta1 = (float)o->beta1,
+                              .beta2 = (float)o->beta2,
+                              .eps = (float)o->eps,
+                              .weight_decay = (float)wd,
+                              .t = o->t + 1};
+    return o->ops->adamw_update(o->be, params + off, grads + off, o->m + off, o->v + off, n, &a);
+}
+
+dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr)
+{
+    dt_status st = DT_OK;
+    if (!o->runs)
+        st = update(o, params, grads, 0, o->n, lr, o->weight_decay);
+    for (int i = 0; i < o->nruns && st == DT_OK; i++)
+        st = update(o, params, grads, o->runs[i].offset, o->runs[i].numel, lr,
+                    o->runs[i].weight_decay);
     if (st == DT_OK)
         o->t++;
     return st;

@@ -15,11 +15,27 @@
 #include "../kernels/backend.h"
 #include "config.h"
 #include "core/status.h"
+#include "model.h"
 
 typedef struct dt_optim dt_optim_t;
 
 dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, dt_optim_t **out);
 void dt_optim_destroy(dt_optim_t *o);
+
+/* Parameter groups: the ranges of the flat buffers and the weight decay
+ * each takes. Without groups every element takes
+ * train.optimizer.weight_decay. Ranges must lie inside [0, n); elements no
+ * range covers take no weight decay. The ranges are copied. */
+struct dt_optim_range {
+    size_t offset, numel;
+    double weight_decay;
+};
+dt_status dt_optim_set_groups(dt_optim_t *o, const struct dt_optim_range *r, int count);
+
+/* The groups of a model: each parameter tensor takes the factor of its
+ * group (train.optimizer.weight_decay, bias_weight_decay or
+ * norm_weight_decay). */
+dt_status dt_optim_groups_from_model(dt_optim_t *o, const struct dt_job *job, const dt_model_t *m);
 
 /* One update of params from grads with learning rate lr. */
 dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr);

@@ -49,9 +49,9 @@ static void stage_names(struct run *r, struct staging *s)
                 snprintf(t->name, sizeof t->name, "params/%s", p->name);
             else
                 snprintf(t->name, sizeof t->name, "optim/%s/%s", state, p->name);
-            t->ndim = p->ndim;
-            t->shape[0] = p->shape[0];
-            t->shape[1] = p->shape[1];
+            t->ndim = p->shape.ndim > 1 ? 2 : 1;
+            t->shape[0] = p->shape.dim[0];
+            t->shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
             t->data = s->host + (size_t)b * total + p->offset;
         }
     }

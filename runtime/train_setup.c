@@ -618,8 +618,10 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     DT_CHECK(oom_fault(r, &io));
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
-    if (!r->eval_only)
+    if (!r->eval_only) {
         DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
+        DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
+    }
     r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
     DT_CHECK(create_loaders(r));
     if (r->world > 1 && !r->eval_only) {
@@ -773,9 +775,9 @@ static dt_status save_model_local(struct run *r)
     for (int i = 0; i < count; i++) {
         const struct dt_param_info *p = dt_model_param(r->model, i);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
-        t[i].ndim = p->ndim;
-        t[i].shape[0] = p->shape[0];
-        t[i].shape[1] = p->shape[1];
+        t[i].ndim = p->shape.ndim > 1 ? 2 : 1;
+        t[i].shape[0] = p->shape.dim[0];
+        t[i].shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
         t[i].data = host + p->offset;
     }
     char path[4096 + 64];

@@ -6,8 +6,11 @@
  *   torch_step JOB.yaml X.bin Y.bin ROWS OUTDIR STEPS
  *
  * X.bin: ROWS x 28 x 28 float32; Y.bin: ROWS int32. Writes in OUTDIR:
- * layout.txt (name offset rows cols per tensor), params0.bin (initial flat
- * parameters), and per step k: loss_k.txt, grads_k.bin, params_k.bin.
+ * layout.txt (per tensor: name offset group dims...), buffers.txt (the
+ * same for buffers such as batch-norm running statistics), params0.bin
+ * (initial flat parameters), and per step k: loss_k.txt, grads_k.bin,
+ * params_k.bin, buffers_k.bin. The optimizer takes the trainer's
+ * parameter groups.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +78,8 @@ int main(int argc, char **argv)
     if ((st = dt_backend_create("cpu", &bo, &be)) != DT_OK ||
         (st = dt_model_create(&job, &io, be, rows, &m)) != DT_OK ||
         (st = dt_model_init_params(m, (uint64_t)job.train.seed)) != DT_OK ||
-        (st = dt_optim_create(&job, be, dt_model_num_params(m), &o)) != DT_OK)
+        (st = dt_optim_create(&job, be, dt_model_num_params(m), &o)) != DT_OK ||
+        (st = dt_optim_groups_from_model(o, &job, m)) != DT_OK)
         return fail(st);
 
     size_t n = dt_model_num_params(m);
@@ -84,12 +88,20 @@ int main(int argc, char **argv)
     FILE *lay = fopen(path, "w");
     if (!lay)
         return 1;
-    for (int i = 0; i < dt_model_param_count(m); i++) {
-        const struct dt_param_info *p = dt_model_param(m, i);
-        fprintf(lay, "%s %zu %lld %lld\n", p->name, p->offset, (long long)p->shape[0],
-                (long long)(p->ndim > 1 ? p->shape[1] : 0));
+    for (int b = 0; b < 2; b++) {
+        int count = b ? dt_model_buffer_count(m) : dt_model_param_count(m);
+        for (int i = 0; i < count; i++) {
+            const struct dt_param_info *p = b ? dt_model_buffer(m, i) : dt_model_param(m, i);
+            fprintf(lay, "%s %zu %s", p->name, p->offset,
+                    b ? "buffer" : dt_decay_group_name(p->group));
+            for (int d = 0; d < p->shape.ndim; d++)
+                fprintf(lay, " %lld", (long long)p->shape.dim[d]);
+            fputc('\n', lay);
+        }
     }
     fclose(lay);
+    size_t nb = dt_model_num_buffer_elems(m);
+    float *bufs = malloc((nb ? nb : 1) * sizeof(float));
     float *buf = malloc(n * sizeof(float));
     if (dt_model_get_params(m, buf) != DT_OK || write_file(out, "params0.bin", buf, n * 4))
         return 1;
@@ -118,8 +130,14 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "params_%d.bin", k);
         if (write_file(out, name, buf, n * 4))
             return 1;
+        if ((st = dt_model_get_buffers(m, bufs)) != DT_OK)
+            return fail(st);
+        snprintf(name, sizeof name, "buffers_%d.bin", k);
+        if (write_file(out, name, bufs, nb * 4))
+            return 1;
     }
     free(buf);
+    free(bufs);
     free(x);
     free(y);
     dt_optim_destroy(o);

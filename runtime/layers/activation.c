@@ -1,0 +1,112 @@
+/*
+ * activation.c - element-wise activations (relu, gelu, tanh) and dropout,
+ * on inputs of any shape. No settings except dropout's p.
+ */
+#include <stdio.h>
+
+#include "layer.h"
+
+static dt_status build_plain(struct dt_layer *l, const struct dt_layer_spec *spec,
+                             const struct dt_job *job, int64_t num_classes)
+{
+    static const char *const known[] = {NULL};
+    l->out = l->in;
+    return dt_layer_known(l, spec, known);
+}
+
+static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    return (size_t)(x->rows * dt_shape_numel(&l->in));
+}
+
+/* relu and gelu take the input in backward, tanh its output. */
+#define ACTIVATION(NAME, SAVED, DOC)                                                               \
+    static dt_status NAME##_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
+    {                                                                                              \
+        return x->ops->NAME##_fwd(x->be, x->out, x->in, n_of(l, x));                               \
+    }                                                                                              \
+    static dt_status NAME##_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
+    {                                                                                              \
+        return x->din ? x->ops->NAME##_bwd(x->be, x->din, x->dout, x->SAVED, n_of(l, x)) : DT_OK;  \
+    }                                                                                              \
+    const struct dt_layer_kind dt_layer_##NAME = {                                                 \
+        .name = #NAME,                                                                             \
+        .doc = DOC,                                                                                \
+        .settings = "none",                                                                        \
+        .build = build_plain,                                                                      \
+        .fwd = NAME##_fwd,                                                                         \
+        .bwd = NAME##_bwd,                                                                         \
+        .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_COUNT},                             \
+    };
+
+ACTIVATION(relu, in, "max(x, 0)")
+ACTIVATION(gelu, in, "exact GELU, x * Phi(x)")
+ACTIVATION(tanh, out, "hyperbolic tangent")
+
+/* ---- dropout ------------------------------------------------------------- */
+
+struct dropout_cfg {
+    double p;
+};
+
+static dt_status dropout_build(struct dt_layer *l, const struct dt_layer_spec *spec,
+                               const struct dt_job *job, int64_t num_classes)
+{
+    static const char *const known[] = {"p", NULL};
+    struct dropout_cfg *c = (struct dropout_cfg *)l->cfg;
+    dt_status st;
+    DT_CHECK(dt_layer_known(l, spec, known));
+    DT_CHECK(dt_layer_float(l, spec, "p", 0.5, 0, 1, 1, &c->p));
+    l->out = l->in;
+    l->has_eval_mode = 1;
+out:
+    return st;
+}
+
+/* Randomness keyed by (seed, layer position, step) and the element's
+ * place in the global batch, so any split of the batch over ranks and
+ * micro-batches draws the same mask. */
+static struct dt_rng_key key_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    struct dt_rng_key k = {.seed = x->seed,
+                           .purpose = DT_RNG_DROPOUT,
+                           .stream = (uint32_t)l->id,
+                           .step = (uint64_t)x->step};
+    return k;
+}
+
+static dt_status dropout_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct dropout_cfg *c = (const struct dropout_cfg *)l->cfg;
+    struct dt_rng_key k = key_of(l, x);
+    float p = x->training ? (float)c->p : 0.0f;
+    return x->ops->dropout_fwd(x->be, x->out, x->in, (int)x->rows, (int)dt_shape_numel(&l->in), p,
+                               &k, (uint64_t)x->row0);
+}
+
+static dt_status dropout_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct dropout_cfg *c = (const struct dropout_cfg *)l->cfg;
+    if (!x->din)
+        return DT_OK;
+    struct dt_rng_key k = key_of(l, x);
+    float p = x->training ? (float)c->p : 0.0f;
+    return x->ops->dropout_bwd(x->be, x->din, x->dout, (int)x->rows, (int)dt_shape_numel(&l->in),
+                               p, &k, (uint64_t)x->row0);
+}
+
+static void dropout_describe(const struct dt_layer *l, char *buf, size_t len)
+{
+    snprintf(buf, len, "p=%.3g", ((const struct dropout_cfg *)l->cfg)->p);
+}
+
+const struct dt_layer_kind dt_layer_dropout = {
+    .name = "dropout",
+    .doc = "inverted dropout while training (keyed by seed, step and sample)",
+    .settings = "p: 0.5",
+    .build = dropout_build,
+    .fwd = dropout_fwd,
+    .bwd = dropout_bwd,
+    .describe = dropout_describe,
+    .ops = {DT_OP_dropout_fwd, DT_OP_dropout_bwd, DT_OP_COUNT},
+};

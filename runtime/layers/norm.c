@@ -1,0 +1,236 @@
+/*
+ * norm.c - normalisation layers.
+ *
+ * batchnorm: per channel of (C, H, W) images, or per feature of vectors,
+ * as torch.nn.BatchNorm2d/1d: batch statistics while training (biased
+ * variance), running statistics (unbiased variance, momentum 0.1) for
+ * evaluation. With model.sync_bn the per-channel sums are summed over
+ * every rank before use, in forward and in backward, so the statistics
+ * are those of the global micro-batch. The sums are doubles, so the
+ * result does not hinge on the order ranks add in.
+ *
+ * layernorm: over the last dimension, as torch.nn.LayerNorm(last dim).
+ *
+ * Scales start at one, shifts at zero; both are in the norm weight-decay
+ * group (train.optimizer.norm_weight_decay, 0 by default).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "layer.h"
+
+struct bn_cfg {
+    int64_t C, HW;
+    double eps, momentum;
+    double count; /* values the last training forward's statistics summed */
+};
+
+static dt_status bn_build(struct dt_layer *l, const struct dt_layer_spec *spec,
+                          const struct dt_job *job, int64_t num_classes)
+{
+    static const char *const known[] = {"eps", "momentum", NULL};
+    struct bn_cfg *c = (struct bn_cfg *)l->cfg;
+    dt_status st;
+    char s[64];
+    DT_CHECK(dt_layer_known(l, spec, known));
+    DT_CHECK(dt_layer_float(l, spec, "eps", 1e-5, 0, 1, 0, &c->eps));
+    DT_CHECK(dt_layer_float(l, spec, "momentum", 0.1, 0, 1, 0, &c->momentum));
+    if (c->eps <= 0) {
+        st = dt_set_error(DT_ERR_USAGE, "%s: eps: expected a number above 0", l->where);
+        goto out;
+    }
+    if (l->in.ndim == 3) {
+        c->C = l->in.dim[0];
+        c->HW = l->in.dim[1] * l->in.dim[2];
+    } else if (l->in.ndim == 1) {
+        c->C = l->in.dim[0];
+        c->HW = 1;
+    } else {
+        st = dt_set_error(DT_ERR_USAGE,
+                          "%s: batchnorm takes images (channels, height, width) or vectors, not %s",
+                          l->where, dt_shape_format(&l->in, s, sizeof s));
+        goto out;
+    }
+    l->out = l->in;
+    struct dt_shape ch = dt_shape_make(1, c->C, 0, 0, 0);
+    dt_layer_param(l, "weight", ch, DT_INIT_ONES, DT_GROUP_NORM, 0, 0);
+    dt_layer_param(l, "bias", ch, DT_INIT_ZEROS, DT_GROUP_NORM, 0, 0);
+    dt_layer_buffer(l, "running_mean", ch, DT_INIT_ZEROS);
+    dt_layer_buffer(l, "running_var", ch, DT_INIT_ONES);
+    l->saved_fixed = 2 * c->C; /* mean, 1/std of the last training forward */
+    l->has_eval_mode = 1;
+out:
+    return st;
+}
+
+static dt_status bn_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    const struct bn_cfg *c = (const struct bn_cfg *)l->cfg;
+    /* statistics, this rank's gradient sums, everyone's: 2C doubles each;
+     * and an input gradient to throw away when nothing needs it */
+    l->ws_fixed = 6 * (size_t)c->C * sizeof(double);
+    l->ws_per_row = l->input_grad ? 0 : (size_t)(c->C * c->HW) * sizeof(float);
+    return DT_OK;
+}
+
+/* Sums n doubles of device memory d, and *extra when not NULL, over every
+ * rank, through the host, in one all-reduce. */
+static dt_status sum_ranks(const struct dt_layer *l, const struct dt_layer_ctx *x, double *d,
+                           size_t n, double *extra)
+{
+    dt_status st;
+    size_t all = n + (extra != NULL);
+    if (x->host_len < all)
+        return dt_set_error(DT_ERR_INTERNAL, "%s: %zu doubles of host scratch, %zu needed",
+                            l->where, x->host_len, all);
+    DT_CHECK(dt_backend_copy(x->be, x->host, d, n * sizeof(double), DT_COPY_D2H));
+    if (extra)
+        x->host[n] = *extra;
+    DT_CHECK(x->sync->sum_f64(x->sync->ctx, x->host, all));
+    DT_CHECK(dt_backend_copy(x->be, d, x->host, n * sizeof(double), DT_COPY_H2D));
+    if (extra)
+        *extra = x->host[n];
+out:
+    if (st != DT_OK)
+        return dt_error_context(st, "%s: summing the batch statistics over the ranks", l->where);
+    return st;
+}
+
+static dt_status bn_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    struct bn_cfg *c = (struct bn_cfg *)l->cfg;
+    int N = (int)x->rows, C = (int)c->C, HW = (int)c->HW;
+    dt_status st;
+    if (!x->training)
+        return x->ops->batchnorm_infer(x->be, x->out, x->in, x->buf[0], x->buf[1], x->p[0],
+                                       x->p[1], (float)c->eps, N, C, HW);
+    double *stats = (double *)x->ws;
+    double count = (double)x->rows * (double)c->HW;
+    DT_CHECK(x->ops->batchnorm_stats(x->be, stats, x->in, N, C, HW));
+    if (x->sync) {
+        /* the count rides along: ranks may hold different row counts */
+        DT_CHECK(sum_ranks(l, x, stats, 2 * (size_t)C, &count));
+    }
+    if (count < 2) {
+        st = dt_set_error(DT_ERR_USAGE,
+                          "%s: batch norm needs more than one value per channel while training "
+                          "(got %g); raise train.micro_batch",
+                          l->where, count);
+        goto out;
+    }
+    c->count = count;
+    DT_CHECK(x->ops->batchnorm_fwd(x->be, x->out, x->saved, x->saved + C,
+                                   x->recompute ? NULL : x->buf[0], x->recompute ? NULL : x->buf[1],
+                                   x->in, stats, count, x->p[0], x->p[1], (float)c->eps,
+                                   (float)c->momentum, N, C, HW));
+out:
+    return st;
+}
+
+static dt_status bn_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct bn_cfg *c = (const struct bn_cfg *)l->cfg;
+    int N = (int)x->rows, C = (int)c->C, HW = (int)c->HW;
+    double *local = (double *)x->ws + 2 * (size_t)C, *global = local + 2 * (size_t)C;
+    float *dx = x->din ? x->din : (float *)(global + 2 * (size_t)C);
+    dt_status st;
+    DT_CHECK(x->ops->batchnorm_bwd_reduce(x->be, local, x->dout, x->in, x->saved, x->saved + C, N,
+                                          C, HW));
+    if (x->sync) {
+        DT_CHECK(dt_backend_copy(x->be, global, local, 2 * (size_t)C * sizeof(double),
+                                 DT_COPY_D2D));
+        DT_CHECK(sum_ranks(l, x, global, 2 * (size_t)C, NULL));
+    } else {
+        global = local;
+    }
+    DT_CHECK(x->ops->batchnorm_bwd(x->be, dx, x->g[0], x->g[1], x->dout, x->in, x->saved,
+                                   x->saved + C, x->p[0], local, global, c->count, N, C, HW));
+out:
+    return st;
+}
+
+static void bn_describe(const struct dt_layer *l, char *buf, size_t len)
+{
+    const struct bn_cfg *c = (const struct bn_cfg *)l->cfg;
+    snprintf(buf, len, "eps=%g momentum=%g", c->eps, c->momentum);
+}
+
+const struct dt_layer_kind dt_layer_batchnorm = {
+    .name = "batchnorm",
+    .doc = "batch normalisation per channel (model.sync_bn: statistics over every rank)",
+    .settings = "eps: 1e-5, momentum: 0.1",
+    .build = bn_build,
+    .fwd = bn_fwd,
+    .bwd = bn_bwd,
+    .describe = bn_describe,
+    .workspace = bn_workspace,
+    .ops = {DT_OP_batchnorm_stats, DT_OP_batchnorm_fwd, DT_OP_batchnorm_infer,
+            DT_OP_batchnorm_bwd_reduce, DT_OP_batchnorm_bwd, DT_OP_COUNT},
+};
+
+/* ---- layer norm ---------------------------------------------------------- */
+
+struct ln_cfg {
+    int64_t D, per_sample; /* normalised width; rows of it per sample */
+    double eps;
+};
+
+static dt_status ln_build(struct dt_layer *l, const struct dt_layer_spec *spec,
+                          const struct dt_job *job, int64_t num_classes)
+{
+    static const char *const known[] = {"eps", NULL};
+    struct ln_cfg *c = (struct ln_cfg *)l->cfg;
+    dt_status st;
+    DT_CHECK(dt_layer_known(l, spec, known));
+    DT_CHECK(dt_layer_float(l, spec, "eps", 1e-5, 0, 1, 0, &c->eps));
+    if (c->eps <= 0 || l->in.ndim < 1) {
+        st = dt_set_error(DT_ERR_USAGE, "%s: layernorm needs eps above 0 and an input with a "
+                                        "last dimension",
+                          l->where);
+        goto out;
+    }
+    c->D = l->in.dim[l->in.ndim - 1];
+    c->per_sample = dt_shape_numel(&l->in) / c->D;
+    l->out = l->in;
+    struct dt_shape d = dt_shape_make(1, c->D, 0, 0, 0);
+    dt_layer_param(l, "weight", d, DT_INIT_ONES, DT_GROUP_NORM, 0, 0);
+    dt_layer_param(l, "bias", d, DT_INIT_ZEROS, DT_GROUP_NORM, 0, 0);
+    l->saved_per_row = 2 * c->per_sample; /* mean and 1/std of each normalised row */
+out:
+    return st;
+}
+
+static dt_status ln_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
+    int rows = (int)(x->rows * c->per_sample);
+    return x->ops->layernorm_fwd(x->be, x->out, x->saved, x->saved + rows, x->in, x->p[0], x->p[1],
+                                 (float)c->eps, rows, (int)c->D);
+}
+
+static dt_status ln_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
+    int rows = (int)(x->rows * c->per_sample);
+    float *dx = x->din ? x->din : (float *)x->ws;
+    return x->ops->layernorm_bwd(x->be, dx, x->g[0], x->g[1], x->dout, x->in, x->saved,
+                                 x->saved + rows, x->p[0], rows, (int)c->D);
+}
+
+static dt_status ln_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    l->ws_fixed = 0;
+    l->ws_per_row = l->input_grad ? 0 : (size_t)dt_shape_numel(&l->in) * sizeof(float);
+    return DT_OK;
+}
+
+const struct dt_layer_kind dt_layer_layernorm = {
+    .name = "layernorm",
+    .doc = "layer normalisation over the last dimension (torch.nn.LayerNorm)",
+    .settings = "eps: 1e-5",
+    .build = ln_build,
+    .fwd = ln_fwd,
+    .bwd = ln_bwd,
+    .workspace = ln_workspace,
+    .ops = {DT_OP_layernorm_fwd, DT_OP_layernorm_bwd, DT_OP_COUNT},
+};

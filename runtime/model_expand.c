@@ -1,0 +1,132 @@
+/*
+ * model_expand.c - the model families as layer lists: model.type mlp, cnn
+ * and resnet are shorthands for lists a user could write in model.layers
+ * (--print-config shows them), so every family runs through the one graph
+ * builder in model.c.
+ *
+ *   mlp:    flatten; per model.hidden entry i: fc<i> (linear), <act><i>,
+ *           dropout<i> (when model.dropout > 0); fc<n+1> to the classes;
+ *           loss. The names and order are those of every earlier version,
+ *           so their checkpoints load.
+ *   cnn:    per model.channels entry i: stage<i>.conv (3x3, padding 1, no
+ *           bias), stage<i>.bn, stage<i>.<act>, stage<i>.pool (2x2 max);
+ *           then flatten and the mlp's fully connected part.
+ *   resnet: stem.conv (3x3), stem.bn, stem.<act>; per stage s and block b,
+ *           stage<s>.block<b> (residual; the first block of every stage
+ *           after the first has stride 2); pool (global average); fc to
+ *           the classes; loss.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+struct list {
+    struct dt_layer_spec *l;
+    int n, max;
+    int full;
+};
+
+static struct dt_layer_spec *add(struct list *s, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static struct dt_layer_spec *add(struct list *s, const char *kind, const char *fmt, ...)
+{
+    static struct dt_layer_spec spare; /* absorbs entries past max; reported by full */
+    struct dt_layer_spec *e = s->n < s->max ? &s->l[s->n] : &spare;
+    if (s->n >= s->max)
+        s->full = 1;
+    else
+        s->n++;
+    memset(e, 0, sizeof *e);
+    snprintf(e->kind, sizeof e->kind, "%s", kind);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->name, sizeof e->name, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+static void arg(struct dt_layer_spec *e, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void arg(struct dt_layer_spec *e, const char *key, const char *fmt, ...)
+{
+    if (e->nargs >= DT_LAYER_MAX_ARGS)
+        return;
+    snprintf(e->args[e->nargs].key, DT_LAYER_ARG_KEY, "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->args[e->nargs].value, DT_LAYER_ARG_VALUE, fmt, ap);
+    va_end(ap);
+    e->nargs++;
+}
+
+static void classifier(struct list *s, const struct dt_job *job)
+{
+    const char *act = job->model.activation;
+    for (int i = 0; i < job->model.nhidden; i++) {
+        arg(add(s, "linear", "fc%d", i + 1), "out", "%lld", (long long)job->model.hidden[i]);
+        add(s, act, "%s%d", act, i + 1);
+        if (job->model.dropout > 0)
+            arg(add(s, "dropout", "dropout%d", i + 1), "p", "%.17g", job->model.dropout);
+    }
+    arg(add(s, "linear", "fc%d", job->model.nhidden + 1), "out", "classes");
+}
+
+dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, int max, int *n)
+{
+    struct list s = {.l = out, .max = max};
+    const char *type = job->model.type, *act = job->model.activation;
+    if (strcmp(type, "layers") == 0) {
+        for (int i = 0; i < job->model.nlayers; i++)
+            *add(&s, "", "%s", "") = job->model.layers[i];
+    } else if (strcmp(type, "mlp") == 0) {
+        add(&s, "flatten", "flatten");
+        classifier(&s, job);
+        add(&s, "softmax_xent", "loss");
+    } else if (strcmp(type, "cnn") == 0) {
+        for (int i = 0; i < job->model.nchannels; i++) {
+            struct dt_layer_spec *c = add(&s, "conv2d", "stage%d.conv", i + 1);
+            arg(c, "out", "%lld", (long long)job->model.channels[i]);
+            arg(c, "kernel", "3");
+            arg(c, "padding", "1");
+            arg(c, "bias", "false");
+            add(&s, "batchnorm", "stage%d.bn", i + 1);
+            add(&s, act, "stage%d.%s", i + 1, act);
+            arg(add(&s, "maxpool2d", "stage%d.pool", i + 1), "kernel", "2");
+        }
+        add(&s, "flatten", "flatten");
+        classifier(&s, job);
+        add(&s, "softmax_xent", "loss");
+    } else if (strcmp(type, "resnet") == 0) {
+        struct dt_layer_spec *c = add(&s, "conv2d", "stem.conv");
+        arg(c, "out", "%lld", (long long)job->model.channels[0]);
+        arg(c, "kernel", "3");
+        arg(c, "padding", "1");
+        arg(c, "bias", "false");
+        add(&s, "batchnorm", "stem.bn");
+        add(&s, act, "stem.%s", act);
+        for (int st = 0; st < job->model.nchannels && st < job->model.nblocks; st++)
+            for (int b = 0; b < job->model.blocks[st]; b++) {
+                struct dt_layer_spec *r = add(&s, "residual", "stage%d.block%d", st + 1, b + 1);
+                arg(r, "out", "%lld", (long long)job->model.channels[st]);
+                if (st > 0 && b == 0)
+                    arg(r, "stride", "2");
+            }
+        add(&s, "global_avgpool", "pool");
+        arg(add(&s, "linear", "fc"), "out", "classes");
+        add(&s, "softmax_xent", "loss");
+    } else {
+        return dt_set_error(DT_ERR_USAGE,
+                            "model.type '%s' is not implemented in this version (available: mlp, "
+                            "cnn, resnet, layers)",
+                            type);
+    }
+    if (s.full)
+        return dt_set_error(DT_ERR_USAGE, "model.type %s expands into more than %d layers", type,
+                            max);
+    *n = s.n;
+    return DT_OK;
+}
