@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""dtrain against PyTorch on the same MLP, weights and batch.
+"""dtrain against PyTorch on the same models, weights and batch.
 
-For SGD (momentum, Nesterov, weight decay) and AdamW, and for each
-activation, torch_step runs dtrain's model for a few optimizer steps on one
-batch; this script loads dtrain's initial weights into an identical
-torch.nn model, repeats the steps with torch.optim, and checks:
+For an MLP with SGD (momentum, Nesterov, weight decay) and AdamW and each
+activation, and for a convolutional network (conv2d with padding, stride,
+dilation and groups, batch norm, max and average pooling, a residual sum,
+layer norm, global average pooling), torch_step runs dtrain's model for a
+few optimizer steps on one batch; this script loads dtrain's initial
+weights into an identical torch.nn model, repeats the steps with
+torch.optim (the same parameter groups: weight decay on weights only
+unless a case says otherwise), and checks:
   - the loss matches within 1e-4 relative, every step;
   - every parameter gradient matches within 1e-4 relative to the tensor's
     largest gradient, every step;
   - the parameters after each optimizer step, taken from the same
     gradients on both sides, match within 1e-5 relative to the tensor's
-    largest value.
+    largest value;
+  - batch norm's running statistics after each step match within 1e-5.
 Exit 0 when all match, 1 on a mismatch, 77 (skipped) without PyTorch.
 """
 import argparse
@@ -30,54 +35,111 @@ HIDDEN = [48, 32]
 LOSS_TOL, GRAD_TOL, PARAM_TOL = 1e-4, 1e-4, 1e-5
 
 CASES = [
-    ("sgd", "relu", {"lr": 0.05, "momentum": 0.9, "nesterov": "false", "weight_decay": 0.01}),
-    ("sgd", "tanh", {"lr": 0.05, "momentum": 0.9, "nesterov": "true", "weight_decay": 0.001}),
-    ("adamw", "gelu", {"lr": 0.001, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999,
-                       "eps": 1e-8}),
-    ("adamw", "relu", {"lr": 0.003, "weight_decay": 0.1, "beta1": 0.8, "beta2": 0.99,
-                       "eps": 1e-6}),
+    ("mlp", "sgd", "relu", {"lr": 0.05, "momentum": 0.9, "nesterov": "false",
+                            "weight_decay": 0.01}),
+    ("mlp", "sgd", "tanh", {"lr": 0.05, "momentum": 0.9, "nesterov": "true",
+                            "weight_decay": 0.001, "bias_weight_decay": 0.001}),
+    ("mlp", "adamw", "gelu", {"lr": 0.001, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999,
+                              "eps": 1e-8}),
+    ("mlp", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.1, "beta1": 0.8, "beta2": 0.99,
+                              "eps": 1e-6}),
+    ("cnn", "sgd", "relu", {"lr": 0.05, "momentum": 0.9, "nesterov": "false",
+                            "weight_decay": 0.01, "norm_weight_decay": 0.001}),
+    ("cnn", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.05, "beta1": 0.9, "beta2": 0.999,
+                              "eps": 1e-8}),
+]
+
+# The convolutional case, as dtrain layers and as the same torch module.
+CNN_LAYERS = [
+    "{name: conv1, kind: conv2d, out: 8, kernel: 3, padding: 1}",
+    "{name: bn1, kind: batchnorm}",
+    "{name: relu1, kind: relu}",
+    "{name: pool1, kind: maxpool2d, kernel: 2}",
+    "{name: conv2, kind: conv2d, out: 8, kernel: 3, padding: 2, dilation: 2, bias: false}",
+    "{name: bn2, kind: batchnorm}",
+    "{name: sum, kind: add, inputs: [bn2, pool1]}",
+    "{name: relu2, kind: relu}",
+    "{name: conv3, kind: conv2d, out: 12, kernel: [3, 5], stride: 2, padding: [1, 2], "
+    "groups: 4}",
+    "{name: pool2, kind: avgpool2d, kernel: 3, stride: 2, padding: 1}",
+    "{name: ln, kind: layernorm}",
+    "{name: gap, kind: global_avgpool}",
+    "{name: fc, kind: linear, out: classes}",
 ]
 
 
-def write_job(path, opt, act, hp):
-    lines = ["model:", "  type: mlp", f"  hidden: [{', '.join(map(str, HIDDEN))}]",
-             f"  activation: {act}", "  dropout: 0", "  init: kaiming",
-             "train:", "  seed: 5", "  optimizer:", f"    name: {opt}"]
+class TorchCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.pool1 = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.conv3 = nn.Conv2d(8, 12, (3, 5), stride=2, padding=(1, 2), groups=4)
+        self.pool2 = nn.AvgPool2d(3, stride=2, padding=1)
+        self.ln = nn.LayerNorm(4)
+        self.fc = nn.Linear(12, CLASSES)
+
+    def forward(self, x):
+        p1 = self.pool1(torch.relu(self.bn1(self.conv1(x.unsqueeze(1)))))
+        h = torch.relu(self.bn2(self.conv2(p1)) + p1)
+        h = self.ln(self.pool2(self.conv3(h)))
+        return self.fc(h.mean(dim=(2, 3)))
+
+
+class TorchMLP(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.act = {"relu": torch.relu, "tanh": torch.tanh,
+                    "gelu": torch.nn.functional.gelu}[act]
+        dims = [SIDE * SIDE] + HIDDEN + [CLASSES]
+        for i in range(len(dims) - 1):
+            setattr(self, f"fc{i + 1}", torch.nn.Linear(dims[i], dims[i + 1]))
+        self.n = len(dims) - 1
+
+    def forward(self, x):
+        h = x.flatten(1)
+        for i in range(1, self.n + 1):
+            h = getattr(self, f"fc{i}")(h)
+            if i < self.n:
+                h = self.act(h)
+        return h
+
+
+def write_job(path, model, opt, act, hp):
+    if model == "mlp":
+        lines = ["model:", "  type: mlp", f"  hidden: [{', '.join(map(str, HIDDEN))}]",
+                 f"  activation: {act}", "  dropout: 0", "  init: kaiming"]
+    else:
+        lines = ["model:", "  type: layers", "  layers:"] + [f"    - {l}" for l in CNN_LAYERS]
+    lines += ["train:", "  seed: 5", "  optimizer:", f"    name: {opt}"]
     lines += [f"    {k}: {v}" for k, v in hp.items()]
     lines += ["  schedule:", "    name: constant", "    warmup_steps: 0"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def torch_model(act):
-    acts = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "gelu": torch.nn.GELU}
-    layers, dim = [torch.nn.Flatten()], SIDE * SIDE
-    for h in HIDDEN:
-        layers += [torch.nn.Linear(dim, h), acts[act]()]
-        dim = h
-    layers.append(torch.nn.Linear(dim, CLASSES))
-    return torch.nn.Sequential(*layers)
-
-
-def named_linears(model):
-    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
-    return {f"fc{i + 1}": lin for i, lin in enumerate(linears)}
-
-
 def read_layout(path):
+    """(name, offset, group, shape) per tensor; group "buffer" for buffers."""
     out = []
     with open(path) as f:
         for line in f:
-            name, off, r, c = line.split()
-            out.append((name, int(off), int(r), int(c)))
+            name, off, group, *dims = line.split()
+            out.append((name, int(off), group, tuple(int(d) for d in dims)))
     return out
 
 
 def flat_view(flat, entry):
-    _, off, r, c = entry
-    n = r * c if c else r
-    t = torch.from_numpy(flat[off:off + n].copy())
-    return t.view(r, c) if c else t
+    _, off, _, shape = entry
+    n = int(np.prod(shape))
+    return torch.from_numpy(flat[off:off + n].copy()).view(*shape)
+
+
+def tensor_of(model, name):
+    mod, attr = name.rsplit(".", 1)
+    return getattr(getattr(model, mod), attr)
 
 
 def rel_err(a, b):
@@ -85,33 +147,45 @@ def rel_err(a, b):
     return float((a - b).abs().max()) / scale
 
 
-def run_case(driver, work, opt, act, hp, x, y):
-    tag = f"{opt}-{act}"
+def run_case(driver, work, kind, opt, act, hp, x, y):
+    tag = f"{kind}-{opt}-{act}"
     out = os.path.join(work, tag)
     os.makedirs(out, exist_ok=True)
     job = os.path.join(out, "job.yaml")
-    write_job(job, opt, act, hp)
+    write_job(job, kind, opt, act, hp)
     subprocess.run([driver, job, os.path.join(work, "x.bin"), os.path.join(work, "y.bin"),
                     str(ROWS), out, str(STEPS)], check=True)
-    layout = read_layout(os.path.join(out, "layout.txt"))
+    entries = read_layout(os.path.join(out, "layout.txt"))
+    layout = [e for e in entries if e[2] != "buffer"]
+    buffers = [e for e in entries if e[2] == "buffer"]
     load = lambda name: np.fromfile(os.path.join(out, name), dtype=np.float32)
 
-    model = torch_model(act)
-    lin = named_linears(model)
+    model = TorchMLP(act) if kind == "mlp" else TorchCNN()
+    model.train()
     params0 = load("params0.bin")
     tparams = {}
     with torch.no_grad():
         for entry in layout:
-            layer, kind = entry[0].split(".")
-            p = getattr(lin[layer], kind)
+            p = tensor_of(model, entry[0])
+            if tuple(p.shape) != entry[3]:
+                return [f"{tag}: {entry[0]} has shape {entry[3]} in dtrain, "
+                        f"{tuple(p.shape)} in torch"]
             p.copy_(flat_view(params0, entry))
             tparams[entry[0]] = p
+    if len(tparams) != len(list(model.parameters())):
+        return [f"{tag}: dtrain has {len(tparams)} parameter tensors, torch "
+                f"{len(list(model.parameters()))}"]
+    decay = {"weight": hp["weight_decay"], "bias": hp.get("bias_weight_decay", 0.0),
+             "norm": hp.get("norm_weight_decay", 0.0)}
+    groups = [{"params": [tparams[e[0]] for e in layout if e[2] == g], "weight_decay": wd}
+              for g, wd in decay.items()]
+    groups = [g for g in groups if g["params"]]
     if opt == "sgd":
-        topt = torch.optim.SGD(model.parameters(), lr=hp["lr"], momentum=hp["momentum"],
-                               nesterov=hp["nesterov"] == "true", weight_decay=hp["weight_decay"])
+        topt = torch.optim.SGD(groups, lr=hp["lr"], momentum=hp["momentum"],
+                               nesterov=hp["nesterov"] == "true")
     else:
-        topt = torch.optim.AdamW(model.parameters(), lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
-                                 eps=hp["eps"], weight_decay=hp["weight_decay"])
+        topt = torch.optim.AdamW(groups, lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
+                                 eps=hp["eps"])
     failures = []
     for k in range(1, STEPS + 1):
         topt.zero_grad()
@@ -143,7 +217,12 @@ def run_case(driver, work, opt, act, hp, x, y):
             worst_p = max(worst_p, e)
             if e > PARAM_TOL:
                 failures.append(f"{tag} step {k}: {entry[0]} after the step differs by {e:.3g}")
-        print(f"{tag:12s} step {k}: loss {dloss:.6f} (torch {loss.item():.6f}), "
+        bufs = load(f"buffers_{k}.bin")
+        for entry in buffers:
+            e = rel_err(flat_view(bufs, entry), tensor_of(model, entry[0]).detach())
+            if e > PARAM_TOL:
+                failures.append(f"{tag} step {k}: buffer {entry[0]} differs by {e:.3g}")
+        print(f"{tag:18s} step {k}: loss {dloss:.6f} (torch {loss.item():.6f}), "
               f"worst gradient rel err {worst_g:.2e}, worst parameter rel err {worst_p:.2e}")
     return failures
 
@@ -161,8 +240,8 @@ def main():
     x.numpy().tofile(os.path.join(args.workdir, "x.bin"))
     y.to(torch.int32).numpy().tofile(os.path.join(args.workdir, "y.bin"))
     failures = []
-    for opt, act, hp in CASES:
-        failures += run_case(args.driver, args.workdir, opt, act, hp, x, y)
+    for kind, opt, act, hp in CASES:
+        failures += run_case(args.driver, args.workdir, kind, opt, act, hp, x, y)
     for f in failures:
         print("MISMATCH:", f)
     print(f"torch_compare: {len(CASES)} cases x {STEPS} steps, {len(failures)} mismatches")

@@ -231,10 +231,15 @@ def torch_step(job, before, momentum, x, y, step):
     loss, lr)."""
     params = {k: torch.tensor(v, requires_grad=True) for k, v in before.items()}
     names = list(params)
-    opt = torch.optim.SGD([params[k] for k in names], lr=1.0,
+    # dtrain's parameter groups: weight decay on the weights, biases take
+    # train.optimizer.bias_weight_decay (0 unless the job sets it)
+    groups = [{"params": [params[k] for k in names if k.endswith(".weight")],
+               "weight_decay": job["train.optimizer.weight_decay"]},
+              {"params": [params[k] for k in names if not k.endswith(".weight")],
+               "weight_decay": job.get("train.optimizer.bias_weight_decay", 0.0)}]
+    opt = torch.optim.SGD(groups, lr=1.0,
                           momentum=job["train.optimizer.momentum"],
-                          nesterov=job["train.optimizer.nesterov"] == "true",
-                          weight_decay=job["train.optimizer.weight_decay"])
+                          nesterov=job["train.optimizer.nesterov"] == "true")
     if momentum is not None:
         for k in names:
             opt.state[params[k]]["momentum_buffer"] = torch.tensor(momentum[k])
@@ -242,7 +247,8 @@ def torch_step(job, before, momentum, x, y, step):
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_([params[k] for k in names], job["train.clip_norm"])
     lr = schedule_lr(job, step)
-    opt.param_groups[0]["lr"] = lr
+    for g in opt.param_groups:
+        g["lr"] = lr
     opt.step()
     after = {k: params[k].detach().numpy().copy() for k in names}
     bufs = {k: opt.state[params[k]]["momentum_buffer"].numpy().copy() for k in names}

@@ -449,8 +449,9 @@ static void test_unknown_keys(void)
     expect_load_error("train:\n  optimiser:\n    lr: 1\n",
                       ":2:3: train.optimiser: unknown key; did you mean 'train.optimizer'?");
     expect_load_error("model:\n  colour: red\n", ":2:3: model.colour: unknown key; the keys of "
-                                                 "model are type, hidden, activation, dropout, "
-                                                 "init");
+                                                 "model are type, hidden, channels, blocks, "
+                                                 "activation, dropout, init, sync_bn, "
+                                                 "recompute, layers");
     expect_load_error("foo: 1\n", ":1:1: foo: unknown key; the sections are model, data, train, "
                                   "runtime, comm, checkpoint, output");
     expect_load_error("train.epochs: 3\n", ":1:1: train.epochs: dotted names are for --set; in a "
@@ -522,7 +523,8 @@ static void test_shape_errors(void)
                       "precision, optimizer, schedule), got '5'");
     expect_load_error("train:\n  optimizer: [1]\n",
                       ":2:14: train.optimizer: expected a mapping (a section with keys name, lr, "
-                      "momentum, nesterov, weight_decay, beta1, beta2, eps), got a sequence");
+                      "momentum, nesterov, weight_decay, bias_weight_decay, norm_weight_decay, beta1, "
+                      "beta2, eps), got a sequence");
     expect_load_error("model:\n  dropout:\n    x: 1\n",
                       ":3:5: model.dropout: expected a number in [0, 1), got a mapping");
     expect_load_error("- a\n- b\n", ":1:1: expected a mapping of sections (model, data, train, "
@@ -611,7 +613,8 @@ static void test_set_errors(void)
                      "key; did you mean 'train.schedule.warmup_steps'?");
     expect_set_error("lr=0.1", "--set lr=0.1: lr: unknown key; did you mean 'train.optimizer.lr'?");
     expect_set_error("model.name=x", "--set model.name=x: model.name: unknown key; the keys of "
-                                     "model are type, hidden, activation, dropout, init");
+                                     "model are type, hidden, channels, blocks, activation, dropout, "
+                                     "init, sync_bn, recompute, layers");
     expect_set_error("train=5", "--set train=5: train: is a section with keys epochs, steps, "
                                 "global_batch, micro_batch, seed, eval_batch, log_every, "
                                 "clip_norm, precision, optimizer, schedule; set one key in it, e.g. --set "
