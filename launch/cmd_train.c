@@ -21,8 +21,29 @@
 #include "../collectives/comm.h"
 #include "../runtime/config.h"
 #include "../runtime/core/log.h"
+#include "../runtime/model.h"
 #include "../runtime/train.h"
 #include "cli.h"
+
+/* After --print-config's job: the layer list model.type expands into. */
+static int print_expansion(const struct dt_job *job)
+{
+    struct dt_layer_spec *l = calloc(DT_MODEL_MAX_LAYERS, sizeof *l);
+    int n = 0;
+    if (!l)
+        return dt_cli_fail(dt_set_error(DT_ERR_NOMEM, "out of memory"));
+    dt_status st = dt_model_expand(job, l, DT_MODEL_MAX_LAYERS, &n);
+    if (st == DT_OK && strcmp(job->model.type, "layers") != 0) {
+        printf("# model.type %s is this layer list (the same model as model.type: layers with\n"
+               "# these model.layers; residual entries are blocks of conv2d, batchnorm, %s and\n"
+               "# add layers named <block>.conv1 ...):\n#   layers:",
+               job->model.type, job->model.activation);
+        dt_job_write_layer_list(l, n, "#     ", stdout);
+        putchar('\n');
+    }
+    free(l);
+    return st == DT_OK ? 0 : dt_cli_fail(st);
+}
 
 static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only,
                      const char **resume)
@@ -155,7 +176,7 @@ int dt_cmd_train(int argc, char **argv)
         return rc;
     if (print_only) {
         dt_job_write_yaml(&job, stdout);
-        return 0;
+        return print_expansion(&job);
     }
     apply_log_level(&job);
     struct dt_train_opts opts = {.resume = resume, .stop_flag = &stop_requested};

@@ -160,6 +160,10 @@ dt_status dt_job_validate(const struct dt_job *job);
 /* Writes the resolved job as YAML that dt_job_load reads back to an equal job. */
 void dt_job_write_yaml(const struct dt_job *job, FILE *out);
 
+/* Writes n layer entries as YAML flow mappings, each on a new line that
+ * starts with prefix ("\n<prefix>- {name: fc1, kind: linear, out: 512}"). */
+void dt_job_write_layer_list(const struct dt_layer_spec *l, int n, const char *prefix, FILE *out);
+
 /* Writes the reference page (every key: type, default, allowed, meaning) as Markdown. */
 void dt_job_write_reference(FILE *out);
 

@@ -171,19 +171,10 @@ static void write_entries(FILE *out, const char *v)
     fputc(']', out);
 }
 
-/* model.layers: one flow mapping per line, indented under the key. */
-static void write_layers(FILE *out, const struct dt_job *job, const struct dt_cfg_key *k,
-                         int indent)
+void dt_job_write_layer_list(const struct dt_layer_spec *l, int n, const char *prefix, FILE *out)
 {
-    int n;
-    memcpy(&n, (const char *)job + k->count_offset, sizeof n);
-    if (n == 0) {
-        fputs("[]", out);
-        return;
-    }
-    const struct dt_layer_spec *l = (const struct dt_layer_spec *)((const char *)job + k->offset);
     for (int i = 0; i < n; i++, l++) {
-        fprintf(out, "\n%*s- {", indent, "");
+        fprintf(out, "\n%s- {", prefix);
         if (l->name[0]) {
             fputs("name: ", out);
             write_string(out, l->name);
@@ -201,6 +192,22 @@ static void write_layers(FILE *out, const struct dt_job *job, const struct dt_cf
         }
         fputc('}', out);
     }
+}
+
+/* model.layers: one flow mapping per line, indented under the key. */
+static void write_layers(FILE *out, const struct dt_job *job, const struct dt_cfg_key *k,
+                         int indent)
+{
+    int n;
+    char prefix[32];
+    memcpy(&n, (const char *)job + k->count_offset, sizeof n);
+    if (n == 0) {
+        fputs("[]", out);
+        return;
+    }
+    snprintf(prefix, sizeof prefix, "%*s", indent < 30 ? indent : 30, "");
+    dt_job_write_layer_list((const struct dt_layer_spec *)((const char *)job + k->offset), n,
+                            prefix, out);
 }
 
 /* Components of a dotted section name; "" has none. */

@@ -195,7 +195,10 @@ out:
 static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *loss, double *acc)
 {
     double v[OUT_N] = {0};
-    dt_status st = agree_outcome(r, eval_local(r, step, v), v);
+    dt_status st = dt_train_sync_buffers(r);
+    if (st != DT_OK)
+        return st;
+    st = agree_outcome(r, eval_local(r, step, v), v);
     if (st != DT_OK)
         return st;
     *loss = v[OUT_ROWS] > 0 ? v[OUT_LOSS] / v[OUT_ROWS] : 0;
@@ -783,6 +786,9 @@ static dt_status start(struct run *r)
     dt_metrics_str(&rec, "version", DT_VERSION);
     dt_metrics_int(&rec, "world", r->world);
     dt_metrics_int(&rec, "params", (int64_t)dt_model_num_params(r->model));
+    dt_metrics_int(&rec, "activation_bytes", (int64_t)dt_model_arena_bytes(r->model));
+    dt_metrics_int(&rec, "activation_bytes_without_recompute",
+                   (int64_t)dt_model_arena_bytes_full(r->model));
     dt_metrics_int(&rec, "steps", r->total_steps);
     dt_metrics_int(&rec, "global_batch", r->job->train.global_batch);
     dt_metrics_int(&rec, "micro_batch", r->micro);

@@ -26,10 +26,12 @@
 #define MAX_LISTED 256
 
 /* Host staging for the checkpoint: one block per flat buffer (parameters,
- * then each optimizer state), and the tensor list pointing into it. */
+ * then each optimizer state), then the model's buffers (running
+ * statistics), and the tensor list pointing into it. */
 struct staging {
     float *host;
     int nbuf;
+    float *bufs; /* the model's buffers: after the nbuf blocks */
     struct dt_ckpt_tensor t[MAX_CKPT_TENSORS];
     int n;
 };
@@ -55,6 +57,16 @@ static void stage_names(struct run *r, struct staging *s)
             t->data = s->host + (size_t)b * total + p->offset;
         }
     }
+    s->bufs = s->host + (size_t)s->nbuf * total;
+    for (int i = 0; i < dt_model_buffer_count(r->model); i++) {
+        const struct dt_param_info *p = dt_model_buffer(r->model, i);
+        struct dt_ckpt_tensor *t = &s->t[s->n++];
+        snprintf(t->name, sizeof t->name, "buffers/%s", p->name);
+        t->ndim = p->shape.ndim > 1 ? 2 : 1;
+        t->shape[0] = p->shape.dim[0];
+        t->shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
+        t->data = s->bufs + p->offset;
+    }
 }
 
 static float *buffer(struct run *r, int b)
@@ -67,8 +79,9 @@ static dt_status staging_open(struct run *r, struct staging *s)
 {
     size_t total = dt_model_num_params(r->model);
     s->nbuf = 1 + dt_optim_state_count(r->opt);
-    dt_status st = dt_malloc((size_t)s->nbuf * total * sizeof(float), "checkpoint staging",
-                             (void **)&s->host);
+    dt_status st = dt_malloc(((size_t)s->nbuf * total + dt_model_num_buffer_elems(r->model)) *
+                                 sizeof(float),
+                             "checkpoint staging", (void **)&s->host);
     if (st == DT_OK)
         stage_names(r, s);
     return st;
@@ -84,6 +97,9 @@ static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
         st = to_host ? dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H)
                      : dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D);
     }
+    if (st == DT_OK)
+        st = to_host ? dt_model_get_buffers(r->model, s->bufs)
+                     : dt_model_set_buffers(r->model, s->bufs);
     return st;
 }
 
@@ -97,6 +113,31 @@ static char *job_yaml(const struct dt_job *job)
     dt_job_write_yaml(job, fp);
     fclose(fp);
     return buf;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/* Running statistics are each rank's own (unless model.sync_bn made them
+ * global): before they are used for evaluation or saved, every rank takes
+ * their mean over the ranks, so all ranks hold, evaluate with and save the
+ * same values. */
+dt_status dt_train_sync_buffers(struct run *r)
+{
+    size_t n = dt_model_num_buffer_elems(r->model);
+    float *host = NULL;
+    dt_status st = DT_OK;
+    if (n == 0 || r->world == 1)
+        return DT_OK;
+    st = dt_malloc(n * sizeof(float), "running statistics", (void **)&host);
+    if (st == DT_OK)
+        st = dt_model_get_buffers(r->model, host);
+    st = dt_dist_agree(r->comm, st);
+    if (st == DT_OK)
+        st = dt_comm_allreduce(r->comm, host, n, DT_F32, DT_COMM_AVG);
+    if (st == DT_OK)
+        st = dt_model_set_buffers(r->model, host);
+    free(host);
+    return st;
 }
 
 /* ---- saving ------------------------------------------------------------- */
@@ -127,6 +168,8 @@ static dt_status save(struct run *r, char *path, size_t len)
     struct dt_ckpt_meta meta;
     char *yaml = job_yaml(r->job);
     dt_status st = yaml ? DT_OK : dt_set_error(DT_ERR_NOMEM, "out of memory writing the job");
+    if (st == DT_OK)
+        st = dt_train_sync_buffers(r);
     if (st == DT_OK)
         st = staging_open(r, &s);
     if (st == DT_OK)
@@ -279,8 +322,9 @@ static dt_status load_params_local(struct run *r, const char *path)
     struct staging s = {0};
     struct dt_ckpt_meta meta;
     dt_status st;
-    DT_CHECK(dt_malloc(dt_model_num_params(r->model) * sizeof(float), "checkpoint staging",
-                       (void **)&s.host));
+    DT_CHECK(dt_malloc((dt_model_num_params(r->model) + dt_model_num_buffer_elems(r->model)) *
+                           sizeof(float),
+                       "checkpoint staging", (void **)&s.host));
     s.nbuf = 1;
     stage_names(r, &s);
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));

@@ -93,6 +93,9 @@ struct run {
 /* Writes a checkpoint of the current state; `why` goes into the log. A
  * failed write stops the run or only warns, as checkpoint.on_error says. */
 dt_status dt_train_ckpt_save(struct run *r, const char *why);
+/* Collective: every rank takes the mean over ranks of the model's buffers
+ * (batch norm's running statistics). */
+dt_status dt_train_sync_buffers(struct run *r);
 /* Applies opts->resume: "auto" loads the newest checkpoint in the run's
  * checkpoints/ that verifies (reporting skipped ones), "never" starts
  * fresh, anything else is a checkpoint path to load. */

@@ -594,6 +594,12 @@ static dt_status oom_fault(const struct run *r, const struct dt_model_io *io)
                         size, (long long)r->micro, (long long)rows);
 }
 
+/* model.sync_bn: batch statistics summed over every rank (host memory). */
+static dt_status sum_ranks_f64(void *ctx, double *host, size_t n)
+{
+    return dt_comm_allreduce((dt_comm_t *)ctx, host, n, DT_F64, DT_COMM_SUM);
+}
+
 /* micro_cap > 0: the micro-batch the out-of-memory fallback chose. */
 static dt_status build_local(struct run *r, int64_t micro_cap)
 {
@@ -618,6 +624,10 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     DT_CHECK(oom_fault(r, &io));
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
+    if (job->model.sync_bn && r->world > 1) {
+        struct dt_model_sync sync = {.sum_f64 = sum_ranks_f64, .ctx = r->comm};
+        dt_model_set_sync(r->model, &sync);
+    }
     if (!r->eval_only) {
         DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
         DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
@@ -740,6 +750,19 @@ dt_status dt_train_build(struct run *r)
                 job->model.type, dt_model_num_params(r->model), dt_model_param_count(r->model),
                 dt_model_flops_per_sample(r->model, 0) / 1e6);
     dt_model_describe(r->model, log_layer, NULL);
+    {
+        char a[32], f[32];
+        uint64_t arena = dt_model_arena_bytes(r->model), full = dt_model_arena_bytes_full(r->model);
+        dt_format_bytes(arena, a, sizeof a);
+        dt_format_bytes(full, f, sizeof f);
+        if (arena != full)
+            DT_LOG_INFO("model", "activation memory %s per rank for %lld rows (model.recompute: %s; "
+                                 "%s without recomputation)",
+                        a, (long long)arena_rows(r), job->model.recompute, f);
+        else
+            DT_LOG_INFO("model", "activation memory %s per rank for %lld rows", a,
+                        (long long)arena_rows(r));
+    }
     if (r->eval_only)
         return check_params(r);
     DT_LOG_INFO("data",
@@ -764,21 +787,23 @@ dt_status dt_train_build(struct run *r)
 
 static dt_status save_model_local(struct run *r)
 {
-    size_t n = dt_model_num_params(r->model);
-    int count = dt_model_param_count(r->model);
+    size_t n = dt_model_num_params(r->model), nb = dt_model_num_buffer_elems(r->model);
+    int np = dt_model_param_count(r->model), count = np + dt_model_buffer_count(r->model);
     float *host = NULL;
     struct dt_named_tensor *t = NULL;
     dt_status st;
-    DT_CHECK(dt_malloc(n * sizeof(float), "the final parameters", (void **)&host));
+    DT_CHECK(dt_malloc((n + nb + 1) * sizeof(float), "the final parameters", (void **)&host));
     DT_CHECK(dt_calloc((size_t)count, sizeof *t, "the model's tensor list", (void **)&t));
     DT_CHECK(dt_model_get_params(r->model, host));
+    DT_CHECK(dt_model_get_buffers(r->model, host + n));
     for (int i = 0; i < count; i++) {
-        const struct dt_param_info *p = dt_model_param(r->model, i);
+        const struct dt_param_info *p =
+            i < np ? dt_model_param(r->model, i) : dt_model_buffer(r->model, i - np);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
         t[i].ndim = p->shape.ndim > 1 ? 2 : 1;
         t[i].shape[0] = p->shape.dim[0];
         t[i].shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
-        t[i].data = host + p->offset;
+        t[i].data = host + (i < np ? 0 : n) + p->offset;
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);
@@ -792,6 +817,9 @@ out:
 
 dt_status dt_train_save_model(struct run *r)
 {
+    dt_status st = dt_train_sync_buffers(r);
+    if (st != DT_OK)
+        return st;
     return dt_dist_agree(r->comm, r->rank == 0 ? save_model_local(r) : DT_OK);
 }
 
