@@ -1,0 +1,361 @@
+/*
+ * test_model.c - the model as a graph of layers, on the CPU backend:
+ * residual sums and shared inputs (whole-model gradients against central
+ * differences), linear over the last dimension of N-d inputs,
+ * recomputation (bit-identical gradients, a smaller arena), batch norm's
+ * running statistics, parameter groups in the optimizer, the model
+ * families' layer names, and the messages for bad layer lists.
+ */
+#include <string.h>
+
+#include "../../kernels/backend.h"
+#include "../../runtime/config.h"
+#include "../../runtime/model.h"
+#include "../../runtime/optim.h"
+#include "../../runtime/core/rng.h"
+#include "cu_util.h"
+
+#define IN_H 6
+#define IN_W 6
+#define CLASSES 5
+
+static struct dt_job job;
+static dt_backend_t *be;
+
+/* A job whose model is the given model.layers entries (YAML lines). */
+static dt_status layers_job(const char *layers, const char *extra)
+{
+    char text[4096];
+    snprintf(text, sizeof text, "model:\n  type: layers\n%s  layers:\n%s", extra ? extra : "",
+             layers);
+    dt_status st = dt_job_load_text("test.yaml", text, &job);
+    return st == DT_OK ? dt_job_validate(&job) : st;
+}
+
+static dt_status try_model(int64_t rows, dt_model_t **m)
+{
+    struct dt_model_io io = {.ndim = 2, .shape = {IN_H, IN_W}, .num_classes = CLASSES};
+    *m = NULL;
+    dt_status st = dt_model_create(&job, &io, be, rows, m);
+    if (st == DT_OK)
+        st = dt_model_init_params(*m, 7);
+    return st;
+}
+
+static void random_batch(float *x, int32_t *y, int rows, uint64_t salt)
+{
+    struct dt_rng_key k = {.seed = salt, .purpose = DT_RNG_TEST};
+    for (int i = 0; i < rows * IN_H * IN_W; i++)
+        x[i] = dt_rng_normal(&k, (uint64_t)i);
+    for (int i = 0; i < rows; i++)
+        y[i] = (int32_t)dt_rng_below(&k, 100000 + (uint64_t)i, CLASSES);
+}
+
+static double loss_of(dt_model_t *m, const float *x, const int32_t *y, int rows, int training)
+{
+    double loss = 0;
+    int64_t correct = 0;
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, rows, training, 1, 0, 0, &loss, &correct), DT_OK);
+    return loss;
+}
+
+/* Every `stride`-th parameter's gradient against central differences of
+ * the summed loss (training forward: batch statistics, no dropout). */
+static double worst_fd(dt_model_t *m, const float *x, const int32_t *y, int rows, size_t stride)
+{
+    size_t n = dt_model_num_params(m);
+    float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    double loss = 0, worst = 0;
+    int64_t correct = 0;
+    CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, rows, 1, 1, 0, 0, &loss, &correct), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(m, rows, 1.0f, NULL), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_params(m, p), DT_OK);
+    const double h = 1e-2;
+    for (size_t i = 0; i < n; i += stride) {
+        float keep = p[i];
+        p[i] = keep + (float)h;
+        dt_model_set_params(m, p);
+        double lp = loss_of(m, x, y, rows, 1);
+        p[i] = keep - (float)h;
+        dt_model_set_params(m, p);
+        double lm = loss_of(m, x, y, rows, 1);
+        p[i] = keep;
+        dt_model_set_params(m, p);
+        double fd = (lp - lm) / (2 * h);
+        worst = fmax(worst, fabs(fd - g[i]) / fmax(1e-1, fabs(fd)));
+    }
+    free(p);
+    free(g);
+    return worst;
+}
+
+/* A residual sum whose input also feeds another layer (its gradient is
+ * the sum of two), a linear layer over the last dimension of an image,
+ * a sum that names the model input, and layer norm. */
+static void test_residual_gradient(void)
+{
+    CU_ASSERT_EQUAL_FATAL(layers_job("    - {name: a, kind: linear, out: 6}\n"
+                                     "    - {name: r1, kind: tanh}\n"
+                                     "    - {name: b, kind: linear, out: 6}\n"
+                                     "    - {name: s, kind: add, inputs: [b, r1, x]}\n"
+                                     "    - {name: n, kind: layernorm}\n"
+                                     "    - {name: t, kind: tanh}\n"
+                                     "    - {name: f, kind: flatten}\n"
+                                     "    - {name: out, kind: linear, out: classes}\n",
+                                     NULL),
+                          DT_OK);
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(4, &m), DT_OK);
+    /* a: 6x6+6, b: 6x6+6, norm 6+6, out: 36x5+5 */
+    CU_ASSERT_EQUAL(dt_model_num_params(m), (size_t)(42 + 42 + 12 + 185));
+    float x[4 * IN_H * IN_W];
+    int32_t y[4];
+    random_batch(x, y, 4, 11);
+    double worst = worst_fd(m, x, y, 4, 1);
+    CU_ASSERT(worst < 2e-2);
+    if (worst >= 2e-2)
+        fprintf(stderr, "residual model gradient: worst relative error %g\n", worst);
+    dt_model_destroy(m);
+}
+
+static const char *const CNN =
+    "    - {name: blk.conv, kind: conv2d, out: 4, kernel: 3, padding: 1}\n"
+    "    - {name: blk.bn, kind: batchnorm}\n"
+    "    - {name: blk.relu, kind: relu}\n"
+    "    - {name: blk.drop, kind: dropout, p: 0.25}\n"
+    "    - {name: blk.pool, kind: maxpool2d, kernel: 2}\n"
+    "    - {name: res.conv, kind: conv2d, out: 4, kernel: 3, padding: 1, bias: false}\n"
+    "    - {name: res.bn, kind: batchnorm}\n"
+    "    - {name: res.add, kind: add, inputs: [res.bn, blk.pool]}\n"
+    "    - {name: gap, kind: global_avgpool}\n"
+    "    - {name: fc, kind: linear, out: classes}\n";
+
+static void cnn_grads(const char *recompute, float *g, size_t *n, uint64_t *arena, float *bufs)
+{
+    char extra[128];
+    snprintf(extra, sizeof extra, "  recompute: %s\n", recompute);
+    CU_ASSERT_EQUAL_FATAL(layers_job(CNN, extra), DT_OK);
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(8, &m), DT_OK);
+    float x[8 * IN_H * IN_W];
+    int32_t y[8];
+    random_batch(x, y, 8, 5);
+    double loss = 0;
+    int64_t correct = 0;
+    *n = dt_model_num_params(m);
+    *arena = dt_model_arena_bytes(m);
+    CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, 8, 1, 3, 2, 0, &loss, &correct), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(m, 8, 0.125f, NULL), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_buffers(m, bufs), DT_OK);
+    dt_model_destroy(m);
+}
+
+/* Recomputing blocks gives the same gradients bit for bit (dropout's mask
+ * and batch norm's statistics recomputed, running statistics updated
+ * once), in a smaller arena. */
+static void test_recompute(void)
+{
+    static float g0[4096], g1[4096], g2[4096], b0[64], b1[64], b2[64];
+    size_t n0, n1, n2;
+    uint64_t a0, a1, a2;
+    cnn_grads("none", g0, &n0, &a0, b0);
+    cnn_grads("blk", g1, &n1, &a1, b1);
+    cnn_grads("all", g2, &n2, &a2, b2);
+    CU_ASSERT_EQUAL(n0, n1);
+    CU_ASSERT_EQUAL(n0, n2);
+    CU_ASSERT(n0 < 4096);
+    CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+    CU_ASSERT(memcmp(g0, g2, n0 * sizeof(float)) == 0);
+    CU_ASSERT(memcmp(b0, b1, 16 * sizeof(float)) == 0);
+    CU_ASSERT(memcmp(b0, b2, 16 * sizeof(float)) == 0);
+    CU_ASSERT(a1 < a0);
+    CU_ASSERT(a2 < a1);
+    /* the running means moved from 0 (momentum 0.1 of the batch mean) */
+    int moved = 0;
+    for (int i = 0; i < 4; i++)
+        moved += b0[i] != 0.0f;
+    CU_ASSERT(moved > 0);
+}
+
+/* The convolutional model's gradients against central differences. */
+static void test_cnn_gradient(void)
+{
+    CU_ASSERT_EQUAL_FATAL(layers_job(CNN, "  recompute: all\n"), DT_OK);
+    /* dropout off for differences: replace p by 0 */
+    for (int i = 0; i < job.model.nlayers; i++)
+        if (strcmp(job.model.layers[i].kind, "dropout") == 0)
+            snprintf(job.model.layers[i].args[0].value, DT_LAYER_ARG_VALUE, "0");
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(8, &m), DT_OK);
+    float x[8 * IN_H * IN_W];
+    int32_t y[8];
+    random_batch(x, y, 8, 9);
+    double worst = worst_fd(m, x, y, 8, 3);
+    CU_ASSERT(worst < 3e-2);
+    if (worst >= 3e-2)
+        fprintf(stderr, "cnn model gradient: worst relative error %g\n", worst);
+    /* evaluation uses the running statistics, so it differs from training */
+    double train = loss_of(m, x, y, 8, 1), eval = loss_of(m, x, y, 8, 0);
+    CU_ASSERT(fabs(train - eval) > 1e-6);
+    dt_model_destroy(m);
+}
+
+/* Each tensor takes its group's weight decay: with zero gradients, SGD
+ * without momentum shrinks weights by lr*wd and biases/norms by theirs. */
+static void test_groups(void)
+{
+    CU_ASSERT_EQUAL_FATAL(layers_job(CNN, NULL), DT_OK);
+    snprintf(job.train.optimizer.name, sizeof job.train.optimizer.name, "sgd");
+    job.train.optimizer.momentum = 0;
+    job.train.optimizer.weight_decay = 0.5;
+    job.train.optimizer.bias_weight_decay = 0.25;
+    job.train.optimizer.norm_weight_decay = 0;
+    dt_model_t *m = NULL;
+    dt_optim_t *o = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(2, &m), DT_OK);
+    size_t n = dt_model_num_params(m);
+    CU_ASSERT_EQUAL_FATAL(dt_optim_create(&job, be, n, &o), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_optim_groups_from_model(o, &job, m), DT_OK);
+    float *before = malloc(n * sizeof(float)), *after = malloc(n * sizeof(float));
+    CU_ASSERT_EQUAL(dt_model_get_params(m, before), DT_OK);
+    /* biases start at zero: give every parameter a value */
+    for (size_t i = 0; i < n; i++)
+        before[i] = 1.0f + (float)(i % 7);
+    CU_ASSERT_EQUAL(dt_model_set_params(m, before), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
+    CU_ASSERT_EQUAL(dt_optim_step(o, dt_model_params(m), dt_model_grads(m), 0.1), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_params(m, after), DT_OK);
+    int seen[3] = {0};
+    for (int t = 0; t < dt_model_param_count(m); t++) {
+        const struct dt_param_info *p = dt_model_param(m, t);
+        double wd = p->group == DT_GROUP_WEIGHT ? 0.5 : p->group == DT_GROUP_BIAS ? 0.25 : 0.0;
+        seen[p->group] = 1;
+        for (size_t e = 0; e < p->numel; e++) {
+            float want = before[p->offset + e] - 0.1f * (float)wd * before[p->offset + e];
+            CU_ASSERT_DOUBLE_EQUAL(after[p->offset + e], want, 1e-6);
+        }
+    }
+    CU_ASSERT(seen[DT_GROUP_WEIGHT] && seen[DT_GROUP_BIAS] && seen[DT_GROUP_NORM]);
+    free(before);
+    free(after);
+    dt_optim_destroy(o);
+    dt_model_destroy(m);
+}
+
+/* The families expand to the names earlier versions used (mlp), or to
+ * blocks recomputation can name (cnn, resnet). */
+static void test_families(void)
+{
+    struct dt_layer_spec l[64];
+    int n = 0;
+    dt_job_defaults(&job);
+    CU_ASSERT_EQUAL(dt_model_expand(&job, l, 64, &n), DT_OK);
+    CU_ASSERT_EQUAL(n, 9); /* flatten, (fc, relu, dropout) x 2, fc3, loss */
+    CU_ASSERT_STRING_EQUAL(l[1].name, "fc1");
+    CU_ASSERT_STRING_EQUAL(l[3].name, "dropout1");
+    CU_ASSERT_STRING_EQUAL(l[7].name, "fc3");
+    CU_ASSERT_STRING_EQUAL(l[8].kind, "softmax_xent");
+    snprintf(job.model.type, sizeof job.model.type, "resnet");
+    CU_ASSERT_EQUAL(dt_model_expand(&job, l, 64, &n), DT_OK);
+    CU_ASSERT_STRING_EQUAL(l[3].name, "stage1.block1");
+    CU_ASSERT_STRING_EQUAL(l[5].kind, "residual");
+    CU_ASSERT_EQUAL(dt_model_expand(&job, l, 4, &n), DT_ERR_USAGE);
+    /* resnet on 6x6 images: 2 stages, the second halves to 3x3 */
+    job.model.nchannels = 2;
+    job.model.channels[0] = 4;
+    job.model.channels[1] = 8;
+    job.model.nblocks = 2;
+    job.model.blocks[0] = 1;
+    job.model.blocks[1] = 1;
+    snprintf(job.model.recompute, sizeof job.model.recompute, "stage2.block1");
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(4, &m), DT_OK);
+    int proj = 0;
+    for (int i = 0; i < dt_model_param_count(m); i++)
+        proj += strcmp(dt_model_param(m, i)->name, "stage2.block1.proj.weight") == 0;
+    CU_ASSERT_EQUAL(proj, 1);
+    CU_ASSERT(dt_model_arena_bytes(m) < dt_model_arena_bytes_full(m));
+    float x[4 * IN_H * IN_W];
+    int32_t y[4];
+    random_batch(x, y, 4, 2);
+    double worst = worst_fd(m, x, y, 4, 29);
+    CU_ASSERT(worst < 3e-2);
+    if (worst >= 3e-2)
+        fprintf(stderr, "resnet gradient: worst relative error %g\n", worst);
+    dt_model_destroy(m);
+}
+
+static void expect_error(const char *layers, const char *extra, const char *part)
+{
+    dt_status st = layers_job(layers, extra);
+    dt_model_t *m = NULL;
+    if (st == DT_OK)
+        st = try_model(4, &m);
+    dt_model_destroy(m);
+    CU_ASSERT_EQUAL(st, DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), part));
+    if (!strstr(dt_last_error(), part))
+        fprintf(stderr, "\n  got:  %s\n  want: ...%s...\n", dt_last_error(), part);
+}
+
+static void test_errors(void)
+{
+    expect_error("    - {kind: conv3d}\n", NULL,
+                 "model.layers[0] (conv3d): unknown layer kind 'conv3d' (kinds: linear, conv2d");
+    expect_error("    - {kind: linear, out: 4, inputs: nope}\n", NULL,
+                 "model.layers[0] (linear): inputs: no earlier layer is named 'nope'");
+    expect_error("    - {name: a, kind: linear, out: 4}\n    - {kind: flatten, inputs: x}\n"
+                 "    - {kind: linear, out: classes}\n",
+                 NULL, "nothing reads the output of layer a");
+    expect_error("    - {kind: conv2d, out: 4, kernel: 9}\n", NULL,
+                 "a 9x9 kernel (dilation 1) does not fit the 6x6 input");
+    expect_error("    - {kind: conv2d, out: 4, colour: red}\n", NULL,
+                 "conv2d has no setting 'colour' (its settings: out, kernel");
+    expect_error("    - {kind: conv2d, out: 4, stride: [1, 2, 3]}\n", NULL,
+                 "stride: expected an integer from 1 to 1024, or a list of two");
+    expect_error("    - {kind: flatten}\n    - {kind: linear, out: 7}\n", NULL,
+                 "needs one score per class (5 values per sample), but its input is 7");
+    expect_error("    - {name: a, kind: flatten}\n    - {kind: add, inputs: [a, x]}\n", NULL,
+                 "summed inputs must have one shape, got 36 and 1x6x6");
+    expect_error("    - {kind: flatten}\n    - {kind: conv2d, out: 2}\n", NULL,
+                 "conv2d takes images (channels, height, width), but its input is 36");
+    expect_error("    - {kind: flatten}\n    - {kind: linear, out: classes}\n",
+                 "  recompute: stage9\n", "model.recompute: no block named 'stage9'");
+    expect_error("    - {name: b.c, kind: conv2d, out: 2}\n    - {name: b.r, kind: relu}\n"
+                 "    - {name: s, kind: add, inputs: [b.r, b.c]}\n    - {kind: flatten}\n"
+                 "    - {kind: linear, out: classes}\n",
+                 "  recompute: b\n", "layer b.c inside it feeds s after it");
+    expect_error("    - {kind: flatten}\n    - {name: l1, kind: linear, out: classes}\n"
+                 "    - {kind: softmax_xent}\n    - {kind: relu, inputs: l1}\n",
+                 NULL, "a loss layer must be the last layer");
+    /* the config side: a list entry without a kind, duplicate names */
+    CU_ASSERT_EQUAL(layers_job("    - {name: a}\n", NULL), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "model.layers[0]: no kind"));
+    CU_ASSERT_EQUAL(layers_job("    - {name: a, kind: relu}\n    - {name: a, kind: relu}\n", NULL),
+                    DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'a' names layer 0 already"));
+}
+
+int main(void)
+{
+    struct dt_backend_opts bo = {.threads = 1};
+    if (dt_backend_create("cpu", &bo, &be) != DT_OK) {
+        fprintf(stderr, "cannot create the cpu backend: %s\n", dt_last_error());
+        return 1;
+    }
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("model", NULL, NULL);
+    CU_ADD(s, test_residual_gradient);
+    CU_ADD(s, test_recompute);
+    CU_ADD(s, test_cnn_gradient);
+    CU_ADD(s, test_groups);
+    CU_ADD(s, test_families);
+    CU_ADD(s, test_errors);
+    int rc = cu_run_all();
+    dt_backend_destroy(be);
+    return rc;
+}
