@@ -1,6 +1,6 @@
 /*
  * cmd_data.c - `dtrain data import idx|npy|csv ...`, `dtrain data info
- * FILE` and `dtrain config reference|defaults`.
+ * FILE` and `dtrain config reference|layers|defaults`.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "../io/idx.h"
 #include "../io/npy.h"
 #include "../runtime/config.h"
+#include "../runtime/layers/layer.h"
 #include "../runtime/core/util.h"
 #include "cli.h"
 
@@ -186,6 +187,10 @@ int dt_cmd_data(int argc, char **argv)
 
 int dt_cmd_config(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "layers")) {
+        dt_layer_write_reference(stdout);
+        return 0;
+    }
     if (argc == 2 && !strcmp(argv[1], "reference")) {
         dt_job_write_reference(stdout);
         return 0;
@@ -196,5 +201,5 @@ int dt_cmd_config(int argc, char **argv)
         dt_job_write_yaml(&job, stdout);
         return 0;
     }
-    return dt_cli_usage("config: expected 'reference' or 'defaults'");
+    return dt_cli_usage("config: expected 'reference', 'layers' or 'defaults'");
 }

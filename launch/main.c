@@ -44,6 +44,7 @@ static const char usage_text[] =
     "                       check this machine or cluster (run it under mpirun/srun too):\n"
     "                       GPUs, drivers, libraries, all-reduce, the run directory\n"
     "  config reference     print the job-file reference (every key and default)\n"
+    "  config layers        print the layer reference (every layer kind and its settings)\n"
     "  config defaults      print the default job as YAML\n"
     "  version              print the version, the backends built in and the GPU found\n"
     "\n"

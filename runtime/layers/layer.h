@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../../kernels/backend.h"
 #include "../config.h"
@@ -138,6 +139,9 @@ const struct dt_layer_kind *dt_layer_kind_find(const char *name);
 void dt_layer_kind_names(char *buf, size_t len);
 int dt_layer_kind_count(void);
 const struct dt_layer_kind *dt_layer_kind_at(int i);
+
+/* The layer reference page (docs/layers.md) as Markdown. */
+void dt_layer_write_reference(FILE *out);
 
 /* ---- for kinds: reading settings ----------------------------------------- */
 

@@ -340,6 +340,31 @@ static void test_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'a' names layer 0 already"));
 }
 
+/* docs/layers.md is what `dtrain config layers` prints. */
+static void test_reference_page(void)
+{
+    char path[4096], *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    dt_layer_write_reference(f);
+    fclose(f);
+    const char *file = __FILE__, *slash = strrchr(file, '/');
+    snprintf(path, sizeof path, "%.*s/../../docs/layers.md", slash ? (int)(slash - file) : 1,
+             slash ? file : ".");
+    FILE *d = fopen(path, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    char *doc = malloc(len + 2);
+    size_t got = fread(doc, 1, len + 1, d);
+    fclose(d);
+    CU_ASSERT(got == len && memcmp(doc, text, len) == 0);
+    if (got != len || memcmp(doc, text, len) != 0)
+        fprintf(stderr, "\n  %s is out of date: regenerate it with dtrain config layers\n", path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "| `conv2d` |"));
+    free(doc);
+    free(text);
+}
+
 int main(void)
 {
     struct dt_backend_opts bo = {.threads = 1};
@@ -355,6 +380,7 @@ int main(void)
     CU_ADD(s, test_groups);
     CU_ADD(s, test_families);
     CU_ADD(s, test_errors);
+    CU_ADD(s, test_reference_page);
     int rc = cu_run_all();
     dt_backend_destroy(be);
     return rc;
