@@ -34,7 +34,11 @@ def main():
     model = torch.nn.Sequential(
         torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Dropout(0.1),
         torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(512, 10))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    # dtrain's parameter groups: weight decay on the weight matrices only
+    decay = [p for p in model.parameters() if p.dim() > 1]
+    other = [p for p in model.parameters() if p.dim() <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": other, "weight_decay": 0.0}], lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     per_epoch = len(x) // batch
     gen = torch.Generator().manual_seed(42)
