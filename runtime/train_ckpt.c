@@ -234,6 +234,19 @@ static void compat_diff(const struct dt_job *a, const struct dt_job *b, char *ou
     for (int i = 0; i < a->model.nhidden && i < b->model.nhidden; i++)
         DIFF_INT(model.hidden[i], "model.hidden (width)")
     DIFF_STR(model.activation, "model.activation")
+    if (strcmp(a->model.type, "cnn") == 0 || strcmp(a->model.type, "resnet") == 0) {
+        DIFF_INT(model.nchannels, "model.channels (stages)")
+        for (int i = 0; i < a->model.nchannels && i < b->model.nchannels; i++)
+            DIFF_INT(model.channels[i], "model.channels (width)")
+    }
+    if (strcmp(a->model.type, "resnet") == 0)
+        for (int i = 0; i < a->model.nblocks && i < b->model.nblocks; i++)
+            DIFF_INT(model.blocks[i], "model.blocks")
+    DIFF_INT(model.nlayers, "model.layers (count)")
+    for (int i = 0; i < a->model.nlayers && i < b->model.nlayers; i++) {
+        DIFF_STR(model.layers[i].kind, "model.layers (kind)")
+        DIFF_STR(model.layers[i].name, "model.layers (name)")
+    }
     DIFF_STR(train.optimizer.name, "train.optimizer.name")
     DIFF_INT(train.global_batch, "train.global_batch")
     DIFF_INT(train.seed, "train.seed")
