@@ -278,6 +278,22 @@ static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_s
             }
 }
 
+/* d(n) += a(n), in blocks of DT_CPU_LANES through a stack block, so the
+ * compiler vectorises it without proving that d and a do not overlap. */
+static void add_row(float *d, const float *a, int n)
+{
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = d[i + k] + a[i + k];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            d[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        d[i] += a[i];
+}
+
 /* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
  * im2col read it (dxg is zeroed first). */
 static void col2im(float *dxg, const float *col, int Cg, const struct dt_conv2d_shape *s)
@@ -297,10 +313,7 @@ static void col2im(float *dxg, const float *col, int Cg, const struct dt_conv2d_
                     const float *src = row + (size_t)p * Q;     /* (Q) */
                     float *dst = dxg + ((size_t)c * H + h) * W; /* (W) */
                     if (sw == 1) {
-                        float *d = dst + qlo + ow;
-                        const float *a = src + qlo;
-                        for (int q = 0; q < qhi - qlo; q++)
-                            d[q] += a[q];
+                        add_row(dst + qlo + ow, src + qlo, qhi - qlo);
                     } else {
                         for (int q = qlo; q < qhi; q++)
                             dst[q * sw + ow] += src[q];

@@ -389,11 +389,36 @@ static void sum_sq_centered(const float *v, float m, size_t n, double *out)
     *out += s;
 }
 
-/* out(n) = in * a + b */
+/* out(n) = in * a + b, in blocks of DT_CPU_LANES (a stack block lets the
+ * compiler vectorise without proving that out and in do not overlap). */
 static void affine(float *out, const float *in, float a, float b, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = in[i + k] * a + b;
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            out[i + k] = t[k];
+    }
+    for (; i < n; i++)
         out[i] = in[i] * a + b;
+}
+
+/* out(n) = dy * a + x * b + c, in blocks as affine */
+static void affine2(float *out, const float *dy, const float *x, float a, float b, float c,
+                    size_t n)
+{
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = dy[i + k] * a + x[i + k] * b + c;
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            out[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        out[i] = dy[i] * a + x[i] * b + c;
 }
 
 dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
@@ -492,8 +517,7 @@ dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
             float kd = (float)k, kx = (float)(-k * invstd[c] * mdyx),
                   k0 = (float)(-k * mdy + k * invstd[c] * mdyx * mean[c]);
             size_t e = ((size_t)n * C + c) * HW;
-            for (int i = 0; i < HW; i++)
-                dx[e + i] = kd * dy[e + i] + kx * x[e + i] + k0;
+            affine2(dx + e, dy + e, x + e, kd, kx, k0, (size_t)HW);
         }
     return DT_OK;
 }

@@ -4,15 +4,17 @@
  *
  * Padded positions never win a max and count as zeros in an average
  * (PyTorch's count_include_pad=True, divisor R*S). The max backward routes
- * each window's gradient to its first maximum in row-major window order,
- * found again from x (y is checked for presence only; recomputing keeps
- * ties deterministic), and sums where windows overlap.
+ * each window's gradient to the first element in row-major window order
+ * that equals the window's maximum y (so ties are deterministic), and sums
+ * where windows overlap.
  *
  * The reference versions visit every window tap and test it against the
  * padding. The fast versions work one output row at a time: for each
  * window row and column tap they work out once which outputs the tap
  * meets inside the image, then run a plain loop over those outputs, which
  * the compiler vectorises for stride 1 and keeps branch-free otherwise.
+ * The common 2x2 window at stride 2 has its own loops: four compares per
+ * output, and a backward that writes every dx element once.
  *
  * These ops have no parameters; outputs and input gradients (dx) are
  * WRITTEN (=).
@@ -63,18 +65,18 @@ static void window(const struct dt_pool2d_shape *s, int p, int q, int *h0, int *
     *v1 = v + s->S > s->W ? s->W : v + s->S;
 }
 
-/* Index within the (H, W) plane of the first maximum of output (p, q)'s
- * window, in row-major window order. */
-static size_t argmax(const float *xp, const struct dt_pool2d_shape *s, int p, int q)
+/* Index within the (H, W) plane of the first element of output (p, q)'s
+ * window, in row-major window order, that equals the window's maximum m;
+ * -1 when none does (a window of NaNs). */
+static long first_max(const float *xp, const struct dt_pool2d_shape *s, int p, int q, float m)
 {
     int h0, h1, v0, v1;
     window(s, p, q, &h0, &h1, &v0, &v1);
-    size_t best = (size_t)h0 * s->W + v0;
     for (int h = h0; h < h1; h++)
         for (int v = v0; v < v1; v++)
-            if (xp[(size_t)h * s->W + v] > xp[best])
-                best = (size_t)h * s->W + v;
-    return best;
+            if (xp[(size_t)h * s->W + v] == m)
+                return (long)h * s->W + v;
+    return -1;
 }
 
 /* ---- reference ------------------------------------------------------- */
@@ -117,8 +119,12 @@ dt_status dt_cpu_maxpool2d_bwd_ref(dt_backend_t *be, float *dx, const float *dy,
         for (size_t i = 0; i < HW; i++)
             dx[nc * HW + i] = 0.0f;
         for (int p = 0; p < s->P; p++)
-            for (int q = 0; q < s->Q; q++)
-                dx[nc * HW + argmax(x + nc * HW, s, p, q)] += dy[(nc * s->P + p) * s->Q + q];
+            for (int q = 0; q < s->Q; q++) {
+                size_t o = (nc * s->P + p) * s->Q + q;
+                long i = first_max(x + nc * HW, s, p, q, y[o]);
+                if (i >= 0)
+                    dx[nc * HW + (size_t)i] += dy[o];
+            }
     }
     return DT_OK;
 }
@@ -194,6 +200,63 @@ static void row_taps(const struct dt_pool2d_shape *s, int p, int *r0, int *r1)
     *r1 = h + s->R > s->H ? s->H - h : s->R;
 }
 
+/* 2x2 windows at stride 2 without padding, one output row: each input
+ * is in one window, so every dx element is written once, branch-free. */
+static void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int Q)
+{
+    for (int q = 0; q < Q; q++) {
+        float a = x0[2 * q], b = x0[2 * q + 1], c = x1[2 * q], d = x1[2 * q + 1];
+        float m = a > -INFINITY ? a : -INFINITY; /* NaN never wins, as in the reference */
+        m = b > m ? b : m;
+        m = c > m ? c : m;
+        yr[q] = d > m ? d : m;
+    }
+}
+
+static void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
+                               const float *yr, const float *dyr, int Q)
+{
+    for (int q = 0; q < Q; q++) {
+        float m = yr[q], g = dyr[q];
+        int ta = x0[2 * q] == m;
+        int tb = !ta & (x0[2 * q + 1] == m);
+        int tc = !ta & !tb & (x1[2 * q] == m);
+        int td = !ta & !tb & !tc & (x1[2 * q + 1] == m);
+        d0[2 * q] = ta ? g : 0.0f;
+        d0[2 * q + 1] = tb ? g : 0.0f;
+        d1[2 * q] = tc ? g : 0.0f;
+        d1[2 * q + 1] = td ? g : 0.0f;
+    }
+}
+
+/* A window that is the whole image: global average pooling. */
+static int is_global(const struct dt_pool2d_shape *s)
+{
+    return s->R == s->H && s->S == s->W && s->pad_h == 0 && s->pad_w == 0;
+}
+
+/* Sum of n floats, one float accumulator per lane. */
+static float plane_sum(const float *v, size_t n)
+{
+    float acc[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            acc[k] += v[i + k];
+    float s = 0.0f;
+    for (; i < n; i++)
+        s += v[i];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+static int is_2x2_stride2(const struct dt_pool2d_shape *s)
+{
+    return s->R == 2 && s->S == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
+           s->pad_w == 0;
+}
+
 dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
                                const struct dt_pool2d_shape *s)
 {
@@ -203,6 +266,12 @@ dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
     const int W = s->W, Q = s->Q, sw = s->stride_w;
     for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
         const float *xp = x + nc * s->H * W; /* (H, W) */
+        if (is_2x2_stride2(s)) {
+            for (int p = 0; p < s->P; p++)
+                maxpool2x2_fwd_row(y + (nc * s->P + p) * Q, xp + (size_t)2 * p * W,
+                                   xp + (size_t)(2 * p + 1) * W, Q);
+            continue;
+        }
         for (int p = 0; p < s->P; p++) {
             float *yr = y + (nc * s->P + p) * Q; /* (Q) */
             for (int q = 0; q < Q; q++)
@@ -233,20 +302,26 @@ dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, con
         st = dt_set_error(DT_ERR_INVALID_ARG, "cpu maxpool2d_bwd: x and y must not be NULL");
     if (st != DT_OK)
         return st;
-    size_t HW = (size_t)s->H * s->W;
-    const int overlap = s->stride_h < s->R || s->stride_w < s->S;
+    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q;
+    const int W = s->W;
     for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
         float *dxp = dx + nc * HW;
-        const float *xp = x + nc * HW, *dyp = dy + nc * s->P * s->Q;
+        const float *xp = x + nc * HW, *yp = y + nc * PQ, *dyp = dy + nc * PQ;
+        if (is_2x2_stride2(s)) {
+            if (2 * s->P < s->H || 2 * s->Q < W) /* an odd edge that no window covers */
+                memset(dxp, 0, HW * sizeof *dxp);
+            for (int p = 0; p < s->P; p++)
+                maxpool2x2_bwd_row(dxp + (size_t)2 * p * W, dxp + (size_t)(2 * p + 1) * W,
+                                   xp + (size_t)2 * p * W, xp + (size_t)(2 * p + 1) * W,
+                                   yp + (size_t)p * s->Q, dyp + (size_t)p * s->Q, s->Q);
+            continue;
+        }
         memset(dxp, 0, HW * sizeof *dxp);
         for (int p = 0; p < s->P; p++)
             for (int q = 0; q < s->Q; q++) {
-                size_t i = argmax(xp, s, p, q);
-                /* without overlap each input has one window: no read-modify-write chain */
-                if (overlap)
+                long i = first_max(xp, s, p, q, yp[p * s->Q + q]);
+                if (i >= 0)
                     dxp[i] += dyp[p * s->Q + q];
-                else
-                    dxp[i] = dyp[p * s->Q + q];
             }
     }
     return DT_OK;
@@ -262,6 +337,10 @@ dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
     const float inv = 1.0f / ((float)s->R * s->S);
     for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
         const float *xp = x + nc * s->H * W; /* (H, W) */
+        if (is_global(s)) {
+            y[nc] = plane_sum(xp, (size_t)s->H * W) * inv;
+            continue;
+        }
         for (int p = 0; p < s->P; p++) {
             float *yr = y + (nc * s->P + p) * Q; /* (Q) */
             for (int q = 0; q < Q; q++)
@@ -294,6 +373,12 @@ dt_status dt_cpu_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
     const float inv = 1.0f / ((float)s->R * s->S);
     for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
         float *dxp = dx + nc * s->H * W; /* (H, W) */
+        if (is_global(s)) {
+            float g = dy[nc] * inv;
+            for (size_t i = 0; i < (size_t)s->H * W; i++)
+                dxp[i] = g;
+            continue;
+        }
         memset(dxp, 0, (size_t)s->H * W * sizeof *dxp);
         for (int p = 0; p < s->P; p++) {
             const float *dyr = dy + (nc * s->P + p) * Q; /* (Q) */
