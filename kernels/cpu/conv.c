@@ -249,6 +249,22 @@ static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
     *hi = b;
 }
 
+/* d(n) = a(n): rows are short (an output row), so an inline loop in
+ * blocks beats a call to memcpy. */
+static void copy_row(float *d, const float *a, int n)
+{
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = a[i + k];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            d[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        d[i] = a[i];
+}
+
 /* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W). */
 static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
@@ -267,13 +283,15 @@ static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_s
                         continue;
                     }
                     const float *src = xg + ((size_t)c * H + h) * W; /* (W) */
-                    memset(dst, 0, (size_t)qlo * sizeof *dst);
+                    for (int q = 0; q < qlo; q++)
+                        dst[q] = 0.0f;
                     if (sw == 1)
-                        memcpy(dst + qlo, src + qlo + ow, (size_t)(qhi - qlo) * sizeof *dst);
+                        copy_row(dst + qlo, src + qlo + ow, qhi - qlo);
                     else
                         for (int q = qlo; q < qhi; q++)
                             dst[q] = src[q * sw + ow];
-                    memset(dst + qhi, 0, (size_t)(Q - qhi) * sizeof *dst);
+                    for (int q = qhi; q < Q; q++)
+                        dst[q] = 0.0f;
                 }
             }
 }
