@@ -10,10 +10,10 @@
  * double. Without sync the caller passes its own sums straight through.
  *
  * The reference versions follow the formulas term by term, in double. The
- * fast versions fold the normalisation into one multiply-add per element
- * (y = x*a + b with a, b per channel) and sum each (n, c) plane with one
- * double accumulator per lane of DT_CPU_LANES, so the loops vectorise at
- * -O2 without reassociating sums.
+ * fast versions fold the normalisation into one subtract and one
+ * multiply-add per element (y = (x - mean)*a + beta, a per channel) and
+ * sum each (n, c) plane with one double accumulator per lane of
+ * DT_CPU_LANES, so the loops vectorise at -O2 without reassociating sums.
  *
  * Parameter gradients (dgamma, dbeta) ACCUMULATE (+=); the input gradient
  * (dx) and the outputs are WRITTEN (=). Sums (stats, dstats) are written.
@@ -389,36 +389,37 @@ static void sum_sq_centered(const float *v, float m, size_t n, double *out)
     *out += s;
 }
 
-/* out(n) = in * a + b, in blocks of DT_CPU_LANES (a stack block lets the
- * compiler vectorise without proving that out and in do not overlap). */
-static void affine(float *out, const float *in, float a, float b, size_t n)
+/* out(n) = (in - m) * a + b, in blocks of DT_CPU_LANES (a stack block
+ * lets the compiler vectorise without proving that out and in do not
+ * overlap). Centring first keeps a large mean from cancelling. */
+static void affine(float *out, const float *in, float m, float a, float b, size_t n)
 {
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
         float t[DT_CPU_LANES];
         for (int k = 0; k < DT_CPU_LANES; k++)
-            t[k] = in[i + k] * a + b;
+            t[k] = (in[i + k] - m) * a + b;
         for (int k = 0; k < DT_CPU_LANES; k++)
             out[i + k] = t[k];
     }
     for (; i < n; i++)
-        out[i] = in[i] * a + b;
+        out[i] = (in[i] - m) * a + b;
 }
 
-/* out(n) = dy * a + x * b + c, in blocks as affine */
-static void affine2(float *out, const float *dy, const float *x, float a, float b, float c,
+/* out(n) = dy * a + (x - m) * b + c, in blocks as affine */
+static void affine2(float *out, const float *dy, const float *x, float m, float a, float b, float c,
                     size_t n)
 {
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
         float t[DT_CPU_LANES];
         for (int k = 0; k < DT_CPU_LANES; k++)
-            t[k] = dy[i + k] * a + x[i + k] * b + c;
+            t[k] = dy[i + k] * a + (x[i + k] - m) * b + c;
         for (int k = 0; k < DT_CPU_LANES; k++)
             out[i + k] = t[k];
     }
     for (; i < n; i++)
-        out[i] = dy[i] * a + x[i] * b + c;
+        out[i] = dy[i] * a + (x[i] - m) * b + c;
 }
 
 dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
@@ -453,9 +454,8 @@ dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, floa
     }
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
-            double a = (double)gamma[c] * invstd_out[c];
             size_t e = ((size_t)n * C + c) * HW;
-            affine(y + e, x + e, (float)a, (float)(beta[c] - mean_out[c] * a), (size_t)HW);
+            affine(y + e, x + e, mean_out[c], gamma[c] * invstd_out[c], beta[c], (size_t)HW);
         }
     return DT_OK;
 }
@@ -470,9 +470,9 @@ dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
         return st;
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
-            double a = gamma[c] / sqrt((double)running_var[c] + eps);
+            float a = (float)(gamma[c] / sqrt((double)running_var[c] + eps));
             size_t e = ((size_t)n * C + c) * HW;
-            affine(y + e, x + e, (float)a, (float)(beta[c] - running_mean[c] * a), (size_t)HW);
+            affine(y + e, x + e, running_mean[c], a, beta[c], (size_t)HW);
         }
     return DT_OK;
 }
@@ -508,16 +508,15 @@ dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
         dgamma[c] += (float)local[C + c];
         dbeta[c] += (float)local[c];
     }
-    /* dx = k*dy + kx*x + k0 with, per channel, k = gamma*invstd,
-     * kx = -k*invstd*mdyx, k0 = -k*mdy + k*invstd*mdyx*mean */
+    /* dx = k*dy + kx*(x - mean) + k0 with, per channel, k = gamma*invstd,
+     * kx = -k*invstd*mdyx, k0 = -k*mdy */
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             double k = (double)gamma[c] * invstd[c], mdy = global[c] / count,
                    mdyx = global[C + c] / count;
-            float kd = (float)k, kx = (float)(-k * invstd[c] * mdyx),
-                  k0 = (float)(-k * mdy + k * invstd[c] * mdyx * mean[c]);
+            float kd = (float)k, kx = (float)(-k * invstd[c] * mdyx), k0 = (float)(-k * mdy);
             size_t e = ((size_t)n * C + c) * HW;
-            affine2(dx + e, dy + e, x + e, kd, kx, k0, (size_t)HW);
+            affine2(dx + e, dy + e, x + e, mean[c], kd, kx, k0, (size_t)HW);
         }
     return DT_OK;
 }
