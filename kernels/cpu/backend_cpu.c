@@ -61,6 +61,25 @@ static const struct dt_ops cpu_ops_ref = {
     .all_finite = dt_cpu_all_finite_ref,
     .to_bf16 = dt_cpu_to_bf16,
     .from_bf16 = dt_cpu_from_bf16,
+    .channel_bias_fwd = dt_cpu_channel_bias_fwd_ref,
+    .channel_bias_bwd = dt_cpu_channel_bias_bwd_ref,
+    .add = dt_cpu_add_ref,
+    .accumulate = dt_cpu_accumulate_ref,
+    .conv2d_workspace = dt_cpu_conv2d_workspace_ref,
+    .conv2d_fwd = dt_cpu_conv2d_fwd_ref,
+    .conv2d_bwd_data = dt_cpu_conv2d_bwd_data_ref,
+    .conv2d_bwd_filter = dt_cpu_conv2d_bwd_filter_ref,
+    .maxpool2d_fwd = dt_cpu_maxpool2d_fwd_ref,
+    .maxpool2d_bwd = dt_cpu_maxpool2d_bwd_ref,
+    .avgpool2d_fwd = dt_cpu_avgpool2d_fwd_ref,
+    .avgpool2d_bwd = dt_cpu_avgpool2d_bwd_ref,
+    .batchnorm_stats = dt_cpu_batchnorm_stats_ref,
+    .batchnorm_fwd = dt_cpu_batchnorm_fwd_ref,
+    .batchnorm_infer = dt_cpu_batchnorm_infer_ref,
+    .batchnorm_bwd_reduce = dt_cpu_batchnorm_bwd_reduce_ref,
+    .batchnorm_bwd = dt_cpu_batchnorm_bwd_ref,
+    .layernorm_fwd = dt_cpu_layernorm_fwd_ref,
+    .layernorm_bwd = dt_cpu_layernorm_bwd_ref,
 };
 
 /* GELU, tanh and softmax-xent backward have no faster version than the
@@ -90,6 +109,25 @@ static const struct dt_ops cpu_ops_fast = {
     .all_finite = dt_cpu_all_finite,
     .to_bf16 = dt_cpu_to_bf16,
     .from_bf16 = dt_cpu_from_bf16,
+    .channel_bias_fwd = dt_cpu_channel_bias_fwd,
+    .channel_bias_bwd = dt_cpu_channel_bias_bwd,
+    .add = dt_cpu_add,
+    .accumulate = dt_cpu_accumulate,
+    .conv2d_workspace = dt_cpu_conv2d_workspace,
+    .conv2d_fwd = dt_cpu_conv2d_fwd,
+    .conv2d_bwd_data = dt_cpu_conv2d_bwd_data,
+    .conv2d_bwd_filter = dt_cpu_conv2d_bwd_filter,
+    .maxpool2d_fwd = dt_cpu_maxpool2d_fwd,
+    .maxpool2d_bwd = dt_cpu_maxpool2d_bwd,
+    .avgpool2d_fwd = dt_cpu_avgpool2d_fwd,
+    .avgpool2d_bwd = dt_cpu_avgpool2d_bwd,
+    .batchnorm_stats = dt_cpu_batchnorm_stats,
+    .batchnorm_fwd = dt_cpu_batchnorm_fwd,
+    .batchnorm_infer = dt_cpu_batchnorm_infer,
+    .batchnorm_bwd_reduce = dt_cpu_batchnorm_bwd_reduce,
+    .batchnorm_bwd = dt_cpu_batchnorm_bwd,
+    .layernorm_fwd = dt_cpu_layernorm_fwd,
+    .layernorm_bwd = dt_cpu_layernorm_bwd,
 };
 
 /* Zero bytes still get a real (one-line) allocation, so a valid buffer is
@@ -149,7 +187,7 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
     if (cb->operand_cap[slot] < n) {
         float *p = realloc(cb->operand[slot], n * sizeof *p);
         if (!p)
-            return dt_set_error(DT_ERR_NOMEM, "cpu linear: out of host memory for a %s copy of "
+            return dt_set_error(DT_ERR_NOMEM, "cpu GEMM operands: out of host memory for a %s copy of "
                                               "%zu operands",
                                 dt_precision_name(cb->precision), n);
         cb->operand[slot] = p;

@@ -139,4 +139,103 @@ dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out
 dt_status dt_cpu_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
 dt_status dt_cpu_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
 
+/* linear.c (channel bias) */
+dt_status dt_cpu_channel_bias_fwd_ref(dt_backend_t *be, float *x, const float *b, int N, int C,
+                                      int HW);
+dt_status dt_cpu_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, int N, int C, int HW);
+dt_status dt_cpu_channel_bias_bwd_ref(dt_backend_t *be, float *db, const float *dout, int N, int C,
+                                      int HW);
+dt_status dt_cpu_channel_bias_bwd(dt_backend_t *be, float *db, const float *dout, int N, int C,
+                                  int HW);
+
+/* elementwise.c */
+dt_status dt_cpu_add_ref(dt_backend_t *be, float *out, const float *a, const float *b, size_t n);
+dt_status dt_cpu_add(dt_backend_t *be, float *out, const float *a, const float *b, size_t n);
+dt_status dt_cpu_accumulate_ref(dt_backend_t *be, float *dst, const float *src, size_t n);
+dt_status dt_cpu_accumulate(dt_backend_t *be, float *dst, const float *src, size_t n);
+
+/* conv.c */
+dt_status dt_cpu_conv2d_workspace_ref(dt_backend_t *be, const struct dt_conv2d_shape *s,
+                                      size_t *bytes);
+dt_status dt_cpu_conv2d_workspace(dt_backend_t *be, const struct dt_conv2d_shape *s, size_t *bytes);
+dt_status dt_cpu_conv2d_fwd_ref(dt_backend_t *be, float *y, const float *x, const float *w,
+                                const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const float *w,
+                            const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cpu_conv2d_bwd_data_ref(dt_backend_t *be, float *dx, const float *dy, const float *w,
+                                     const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, const float *w,
+                                 const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cpu_conv2d_bwd_filter_ref(dt_backend_t *be, float *dw, const float *dy, const float *x,
+                                       const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
+                                   const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+
+/* pool.c */
+dt_status dt_cpu_maxpool2d_fwd_ref(dt_backend_t *be, float *y, const float *x,
+                                   const struct dt_pool2d_shape *s);
+dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                               const struct dt_pool2d_shape *s);
+dt_status dt_cpu_maxpool2d_bwd_ref(dt_backend_t *be, float *dx, const float *dy, const float *x,
+                                   const float *y, const struct dt_pool2d_shape *s);
+dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, const float *x,
+                               const float *y, const struct dt_pool2d_shape *s);
+dt_status dt_cpu_avgpool2d_fwd_ref(dt_backend_t *be, float *y, const float *x,
+                                   const struct dt_pool2d_shape *s);
+dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                               const struct dt_pool2d_shape *s);
+dt_status dt_cpu_avgpool2d_bwd_ref(dt_backend_t *be, float *dx, const float *dy,
+                                   const struct dt_pool2d_shape *s);
+dt_status dt_cpu_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
+                               const struct dt_pool2d_shape *s);
+
+/* norm.c */
+dt_status dt_cpu_batchnorm_stats_ref(dt_backend_t *be, double *stats, const float *x, int N, int C,
+                                     int HW);
+dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
+                                 int HW);
+dt_status dt_cpu_batchnorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
+                                   float *running_mean, float *running_var, const float *x,
+                                   const double *stats, double count, const float *gamma,
+                                   const float *beta, float eps, float momentum, int N, int C,
+                                   int HW);
+dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
+                               float *running_mean, float *running_var, const float *x,
+                               const double *stats, double count, const float *gamma,
+                               const float *beta, float eps, float momentum, int N, int C, int HW);
+dt_status dt_cpu_batchnorm_infer_ref(dt_backend_t *be, float *y, const float *x,
+                                     const float *running_mean, const float *running_var,
+                                     const float *gamma, const float *beta, float eps, int N, int C,
+                                     int HW);
+dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
+                                 const float *running_mean, const float *running_var,
+                                 const float *gamma, const float *beta, float eps, int N, int C,
+                                 int HW);
+dt_status dt_cpu_batchnorm_bwd_reduce_ref(dt_backend_t *be, double *dstats, const float *dy,
+                                          const float *x, const float *mean, const float *invstd,
+                                          int N, int C, int HW);
+dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
+                                      const float *x, const float *mean, const float *invstd, int N,
+                                      int C, int HW);
+dt_status dt_cpu_batchnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                   const float *dy, const float *x, const float *mean,
+                                   const float *invstd, const float *gamma, const double *local,
+                                   const double *global, double count, int N, int C, int HW);
+dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                               const float *dy, const float *x, const float *mean,
+                               const float *invstd, const float *gamma, const double *local,
+                               const double *global, double count, int N, int C, int HW);
+dt_status dt_cpu_layernorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
+                                   const float *x, const float *gamma, const float *beta, float eps,
+                                   int rows, int D);
+dt_status dt_cpu_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
+                               const float *x, const float *gamma, const float *beta, float eps,
+                               int rows, int D);
+dt_status dt_cpu_layernorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                   const float *dy, const float *x, const float *mean,
+                                   const float *rstd, const float *gamma, int rows, int D);
+dt_status dt_cpu_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                               const float *dy, const float *x, const float *mean,
+                               const float *rstd, const float *gamma, int rows, int D);
+
 #endif

@@ -9,6 +9,11 @@
  * loops work on fixed blocks of DT_CPU_LANES columns so they vectorise at
  * -O2, and add in the same order as the reference (same bits).
  *
+ * The channel bias of a convolution, x(N,C,HW) += b(C), is here too: its
+ * forward is one broadcast add per (n, c) plane; its backward sums each
+ * plane (one float accumulator per lane in the fast version, one running
+ * sum in the reference) into a double per channel.
+ *
  * With train.precision bf16 or fp16 the matmul operands are first rounded
  * to that type (dt_cpu_operand), as tensor cores would see them; sums and
  * outputs stay fp32.
@@ -54,6 +59,17 @@ static dt_status check_bias(const char *op, const float *x, const float *b, int 
     if (B < 0 || C < 0)
         return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: sizes must be >= 0 (B=%d, C=%d)", op, B,
                             C);
+    return DT_OK;
+}
+
+static dt_status check_channel_bias(const char *op, const float *x, const float *b, int N, int C,
+                                    int HW)
+{
+    if (!x || !b)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: pointers must not be NULL", op);
+    if (N < 0 || C < 0 || HW < 0)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: sizes must be >= 0 (N=%d, C=%d, HW=%d)",
+                            op, N, C, HW);
     return DT_OK;
 }
 
@@ -164,6 +180,37 @@ dt_status dt_cpu_bias_bwd_ref(dt_backend_t *be, float *db, const float *dout, in
     return DT_OK;
 }
 
+/* x(N,C,HW) += b(C) */
+dt_status dt_cpu_channel_bias_fwd_ref(dt_backend_t *be, float *x, const float *b, int N, int C,
+                                      int HW)
+{
+    dt_status st = check_channel_bias("channel_bias_fwd", x, b, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < HW; i++)
+                x[((size_t)n * C + c) * HW + i] += b[c];
+    return DT_OK;
+}
+
+/* db(C) += sum over N and HW of dout(N,C,HW) */
+dt_status dt_cpu_channel_bias_bwd_ref(dt_backend_t *be, float *db, const float *dout, int N, int C,
+                                      int HW)
+{
+    dt_status st = check_channel_bias("channel_bias_bwd", db, dout, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++)
+                s += dout[((size_t)n * C + c) * HW + i];
+        db[c] += (float)s;
+    }
+    return DT_OK;
+}
+
 /* ---- fast ------------------------------------------------------------ */
 
 dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
@@ -253,6 +300,52 @@ dt_status dt_cpu_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B,
     for (int c0 = 0; c0 < C; c0 += BIAS_BWD_CHUNK) {
         int n = C - c0 < BIAS_BWD_CHUNK ? C - c0 : BIAS_BWD_CHUNK;
         bias_bwd_strip(db + c0, dout + c0, B, C, n);
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, int N, int C, int HW)
+{
+    dt_status st = check_channel_bias("channel_bias_fwd", x, b, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            float *xp = x + ((size_t)n * C + c) * HW; /* (HW) */
+            const float bc = b[c];
+            for (int i = 0; i < HW; i++)
+                xp[i] += bc;
+        }
+    return DT_OK;
+}
+
+/* Sum of one plane of n floats, one float accumulator per lane. */
+static float plane_sum(const float *v, int n)
+{
+    float acc[DT_CPU_LANES] = {0};
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            acc[k] += v[i + k];
+    float s = 0.0f;
+    for (; i < n; i++)
+        s += v[i];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+dt_status dt_cpu_channel_bias_bwd(dt_backend_t *be, float *db, const float *dout, int N, int C,
+                                  int HW)
+{
+    dt_status st = check_channel_bias("channel_bias_bwd", db, dout, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int n = 0; n < N; n++)
+            s += plane_sum(dout + ((size_t)n * C + c) * HW, HW);
+        db[c] += (float)s;
     }
     return DT_OK;
 }

@@ -1,0 +1,460 @@
+/*
+ * conv.c - 2-D convolution on the CPU (NCHW, cross-correlation, with
+ * stride, padding, dilation and groups), forward and both backward passes.
+ *
+ * The reference versions are the seven nested loops of the definition,
+ * one output (or one input/filter gradient) element at a time.
+ *
+ * The fast versions lower each (image, group) to one GEMM through im2col:
+ * the column matrix col(Cg*R*S, P*Q) holds, for each filter tap (c, r, s),
+ * the input pixels that tap meets at every output position (zero where the
+ * tap falls in the padding). Then
+ *   forward      y_g(Kg, PQ)      = w_g(Kg, CgRS) . col
+ *   backward-data  dcol(CgRS, PQ) = w_g^T . dy_g, scattered back by col2im
+ *   backward-filter dw_g(Kg, CgRS) += dy_g . col^T   (sgemm with beta = 1)
+ * The column matrix of one image lives in the caller's workspace
+ * (conv2d_workspace says how big), so no call allocates. A 1x1 filter with
+ * stride 1 and no padding needs no columns: the image itself is col.
+ * im2col and col2im copy whole output rows, with the padded ends filled
+ * or skipped once per row rather than tested per element.
+ *
+ * With train.precision bf16 or fp16 the GEMM operands (x or dy, and w)
+ * are rounded to that type first (dt_cpu_operand), as linear.c does; the
+ * reference rounds the same operands, so both see the same numbers.
+ *
+ * The filter gradient (dw) ACCUMULATES (+=); the input gradient (dx) and
+ * the output (y) are WRITTEN (=).
+ */
+#include <limits.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+/* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
+ * clashes with ops.h. */
+#include <cblas.h>
+#undef I
+
+/* Scratch slots of the rounded operands (shared with linear.c's use). */
+enum { OPERAND_X, OPERAND_W, OPERAND_DY };
+
+static dt_status check_shape(const char *op, const struct dt_conv2d_shape *s)
+{
+    if (!s)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: shape must not be NULL", op);
+    if (s->N < 1 || s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: sizes must be >= 1 (N=%d C=%d H=%d W=%d K=%d R=%d S=%d)", op,
+                            s->N, s->C, s->H, s->W, s->K, s->R, s->S);
+    if (s->stride_h < 1 || s->stride_w < 1 || s->dil_h < 1 || s->dil_w < 1 || s->pad_h < 0 ||
+        s->pad_w < 0 || s->groups < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: stride, dilation and groups must be >= 1 and padding >= 0 "
+                            "(stride %dx%d, dilation %dx%d, padding %dx%d, groups %d)",
+                            op, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->pad_h, s->pad_w,
+                            s->groups);
+    if (s->C % s->groups || s->K % s->groups)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: C=%d and K=%d must both be divisible by groups=%d", op, s->C,
+                            s->K, s->groups);
+    int P = dt_conv_out_dim(s->H, s->pad_h, s->dil_h, s->R, s->stride_h);
+    int Q = dt_conv_out_dim(s->W, s->pad_w, s->dil_w, s->S, s->stride_w);
+    if (P < 1 || Q < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: a %dx%d filter (dilation %dx%d) does not fit the %dx%d input "
+                            "padded by %dx%d",
+                            op, s->R, s->S, s->dil_h, s->dil_w, s->H, s->W, s->pad_h, s->pad_w);
+    if (s->P != P || s->Q != Q)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: output is %dx%d but the shape says %dx%d (use "
+                            "dt_conv_out_dim)",
+                            op, P, Q, s->P, s->Q);
+    long long cols = (long long)(s->C / s->groups) * s->R * s->S * P * Q;
+    if (cols > INT_MAX || (long long)s->H * s->W > INT_MAX)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: one image's column matrix (%lld values) is too large", op,
+                            cols);
+    return DT_OK;
+}
+
+static dt_status check_ptrs(const char *op, const void *a, const void *b, const void *c)
+{
+    if (!a || !b || !c)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: tensors must not be NULL", op);
+    return DT_OK;
+}
+
+static size_t x_size(const struct dt_conv2d_shape *s) { return (size_t)s->N * s->C * s->H * s->W; }
+static size_t y_size(const struct dt_conv2d_shape *s) { return (size_t)s->N * s->K * s->P * s->Q; }
+static size_t w_size(const struct dt_conv2d_shape *s)
+{
+    return (size_t)s->K * (s->C / s->groups) * s->R * s->S;
+}
+
+/* The fast path needs no column matrix: a 1x1 filter, stride 1, no padding. */
+static int is_pointwise(const struct dt_conv2d_shape *s)
+{
+    return s->R == 1 && s->S == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 &&
+           s->pad_w == 0;
+}
+
+/* Bytes of one image's column matrix, 0 for the pointwise case. */
+static size_t fast_ws_bytes(const struct dt_conv2d_shape *s)
+{
+    if (is_pointwise(s))
+        return 0;
+    return (size_t)(s->C / s->groups) * s->R * s->S * s->P * s->Q * sizeof(float);
+}
+
+/* ---- reference ------------------------------------------------------- */
+
+dt_status dt_cpu_conv2d_workspace_ref(dt_backend_t *be, const struct dt_conv2d_shape *s,
+                                      size_t *bytes)
+{
+    dt_status st = check_shape("conv2d_workspace", s);
+    if (st == DT_OK && !bytes)
+        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu conv2d_workspace: bytes must not be NULL");
+    if (st == DT_OK)
+        *bytes = 0; /* the reference loops need no scratch */
+    return st;
+}
+
+/* y(n,k,p,q) = sum over c in k's group, r, s of
+ *   x(n, c, p*sh - ph + r*dh, q*sw - pw + s*dw) * w(k, c - group start, r, s) */
+dt_status dt_cpu_conv2d_fwd_ref(dt_backend_t *be, float *y, const float *x, const float *w,
+                                const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_shape("conv2d_fwd", s);
+    if (st == DT_OK)
+        st = check_ptrs("conv2d_fwd", y, x, w);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
+    if (st != DT_OK)
+        return st;
+    int Cg = s->C / s->groups, Kg = s->K / s->groups;
+    for (int n = 0; n < s->N; n++)
+        for (int k = 0; k < s->K; k++) {
+            int c0 = k / Kg * Cg;
+            for (int p = 0; p < s->P; p++)
+                for (int q = 0; q < s->Q; q++) {
+                    float acc = 0.0f;
+                    for (int c = 0; c < Cg; c++)
+                        for (int r = 0; r < s->R; r++)
+                            for (int t = 0; t < s->S; t++) {
+                                int h = p * s->stride_h - s->pad_h + r * s->dil_h;
+                                int v = q * s->stride_w - s->pad_w + t * s->dil_w;
+                                if (h < 0 || h >= s->H || v < 0 || v >= s->W)
+                                    continue;
+                                acc += x[(((size_t)n * s->C + c0 + c) * s->H + h) * s->W + v] *
+                                       w[(((size_t)k * Cg + c) * s->R + r) * s->S + t];
+                            }
+                    y[(((size_t)n * s->K + k) * s->P + p) * s->Q + q] = acc;
+                }
+        }
+    return DT_OK;
+}
+
+/* dx(n,c,h,v) = sum over k in c's group, r, s, and the (p, q) whose tap
+ * (r, s) lands on (h, v), of dy(n,k,p,q) * w(k, c - group start, r, s) */
+dt_status dt_cpu_conv2d_bwd_data_ref(dt_backend_t *be, float *dx, const float *dy, const float *w,
+                                     const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_shape("conv2d_bwd_data", s);
+    if (st == DT_OK)
+        st = check_ptrs("conv2d_bwd_data", dx, dy, w);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
+    if (st != DT_OK)
+        return st;
+    int Cg = s->C / s->groups, Kg = s->K / s->groups;
+    for (int n = 0; n < s->N; n++)
+        for (int c = 0; c < s->C; c++) {
+            int g = c / Cg, cg = c % Cg;
+            for (int h = 0; h < s->H; h++)
+                for (int v = 0; v < s->W; v++) {
+                    float acc = 0.0f;
+                    for (int k = g * Kg; k < (g + 1) * Kg; k++)
+                        for (int r = 0; r < s->R; r++)
+                            for (int t = 0; t < s->S; t++) {
+                                int ph = h + s->pad_h - r * s->dil_h; /* = p * stride_h */
+                                int pw = v + s->pad_w - t * s->dil_w;
+                                if (ph < 0 || pw < 0 || ph % s->stride_h || pw % s->stride_w)
+                                    continue;
+                                int p = ph / s->stride_h, q = pw / s->stride_w;
+                                if (p >= s->P || q >= s->Q)
+                                    continue;
+                                acc += dy[(((size_t)n * s->K + k) * s->P + p) * s->Q + q] *
+                                       w[(((size_t)k * Cg + cg) * s->R + r) * s->S + t];
+                            }
+                    dx[(((size_t)n * s->C + c) * s->H + h) * s->W + v] = acc;
+                }
+        }
+    return DT_OK;
+}
+
+/* dw(k,c,r,s) += sum over n, p, q of dy(n,k,p,q) * x(n, group start + c,
+ * p*sh - ph + r*dh, q*sw - pw + s*dw) */
+dt_status dt_cpu_conv2d_bwd_filter_ref(dt_backend_t *be, float *dw, const float *dy, const float *x,
+                                       const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_shape("conv2d_bwd_filter", s);
+    if (st == DT_OK)
+        st = check_ptrs("conv2d_bwd_filter", dw, dy, x);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
+    if (st != DT_OK)
+        return st;
+    int Cg = s->C / s->groups, Kg = s->K / s->groups;
+    for (int k = 0; k < s->K; k++) {
+        int c0 = k / Kg * Cg;
+        for (int c = 0; c < Cg; c++)
+            for (int r = 0; r < s->R; r++)
+                for (int t = 0; t < s->S; t++) {
+                    float acc = 0.0f;
+                    for (int n = 0; n < s->N; n++)
+                        for (int p = 0; p < s->P; p++)
+                            for (int q = 0; q < s->Q; q++) {
+                                int h = p * s->stride_h - s->pad_h + r * s->dil_h;
+                                int v = q * s->stride_w - s->pad_w + t * s->dil_w;
+                                if (h < 0 || h >= s->H || v < 0 || v >= s->W)
+                                    continue;
+                                acc += dy[(((size_t)n * s->K + k) * s->P + p) * s->Q + q] *
+                                       x[(((size_t)n * s->C + c0 + c) * s->H + h) * s->W + v];
+                            }
+                    dw[(((size_t)k * Cg + c) * s->R + r) * s->S + t] += acc;
+                }
+    }
+    return DT_OK;
+}
+
+/* ---- fast ------------------------------------------------------------ */
+
+/* The output columns [*lo, *hi) whose tap at input offset `off`
+ * (= tap * dil - pad) lands inside [0, W), for outputs 0..Q-1 at `stride`. */
+static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
+{
+    int a = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int b = W - off <= 0 ? 0 : (W - off + stride - 1) / stride;
+    if (b > Q)
+        b = Q;
+    if (a > b)
+        a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* d(n) = a(n): rows are short (an output row), so an inline loop in
+ * blocks beats a call to memcpy. */
+static void copy_row(float *d, const float *a, int n)
+{
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = a[i + k];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            d[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        d[i] = a[i];
+}
+
+/* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W). */
+static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
+{
+    const int H = s->H, W = s->W, P = s->P, Q = s->Q, sh = s->stride_h, sw = s->stride_w;
+    for (int c = 0; c < Cg; c++)
+        for (int r = 0; r < s->R; r++)
+            for (int t = 0; t < s->S; t++) {
+                int ow = t * s->dil_w - s->pad_w, qlo, qhi;
+                tap_range(ow, sw, W, Q, &qlo, &qhi);
+                float *row = col + ((size_t)(c * s->R + r) * s->S + t) * P * Q;
+                for (int p = 0; p < P; p++) {
+                    float *dst = row + (size_t)p * Q; /* (Q) */
+                    int h = p * sh - s->pad_h + r * s->dil_h;
+                    if (h < 0 || h >= H || qlo == qhi) {
+                        memset(dst, 0, (size_t)Q * sizeof *dst);
+                        continue;
+                    }
+                    const float *src = xg + ((size_t)c * H + h) * W; /* (W) */
+                    for (int q = 0; q < qlo; q++)
+                        dst[q] = 0.0f;
+                    if (sw == 1)
+                        copy_row(dst + qlo, src + qlo + ow, qhi - qlo);
+                    else
+                        for (int q = qlo; q < qhi; q++)
+                            dst[q] = src[q * sw + ow];
+                    for (int q = qhi; q < Q; q++)
+                        dst[q] = 0.0f;
+                }
+            }
+}
+
+/* d(n) += a(n), in blocks of DT_CPU_LANES through a stack block, so the
+ * compiler vectorises it without proving that d and a do not overlap. */
+static void add_row(float *d, const float *a, int n)
+{
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = d[i + k] + a[i + k];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            d[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        d[i] += a[i];
+}
+
+/* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
+ * im2col read it (dxg is zeroed first). */
+static void col2im(float *dxg, const float *col, int Cg, const struct dt_conv2d_shape *s)
+{
+    const int H = s->H, W = s->W, P = s->P, Q = s->Q, sh = s->stride_h, sw = s->stride_w;
+    memset(dxg, 0, (size_t)Cg * H * W * sizeof *dxg);
+    for (int c = 0; c < Cg; c++)
+        for (int r = 0; r < s->R; r++)
+            for (int t = 0; t < s->S; t++) {
+                int ow = t * s->dil_w - s->pad_w, qlo, qhi;
+                tap_range(ow, sw, W, Q, &qlo, &qhi);
+                const float *row = col + ((size_t)(c * s->R + r) * s->S + t) * P * Q;
+                for (int p = 0; p < P; p++) {
+                    int h = p * sh - s->pad_h + r * s->dil_h;
+                    if (h < 0 || h >= H)
+                        continue;
+                    const float *src = row + (size_t)p * Q;     /* (Q) */
+                    float *dst = dxg + ((size_t)c * H + h) * W; /* (W) */
+                    if (sw == 1) {
+                        add_row(dst + qlo + ow, src + qlo, qhi - qlo);
+                    } else {
+                        for (int q = qlo; q < qhi; q++)
+                            dst[q * sw + ow] += src[q];
+                    }
+                }
+            }
+}
+
+static dt_status check_ws(const char *op, const struct dt_conv2d_shape *s, const void *ws,
+                          size_t ws_bytes)
+{
+    size_t need = fast_ws_bytes(s);
+    if (need > 0 && (!ws || ws_bytes < need))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: workspace of %zu bytes%s, this shape needs %zu (ask "
+                            "conv2d_workspace)",
+                            op, ws_bytes, ws ? "" : " (NULL)", need);
+    return DT_OK;
+}
+
+dt_status dt_cpu_conv2d_workspace(dt_backend_t *be, const struct dt_conv2d_shape *s, size_t *bytes)
+{
+    dt_status st = check_shape("conv2d_workspace", s);
+    if (st == DT_OK && !bytes)
+        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu conv2d_workspace: bytes must not be NULL");
+    if (st == DT_OK)
+        *bytes = fast_ws_bytes(s);
+    return st;
+}
+
+dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const float *w,
+                            const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_shape("conv2d_fwd", s);
+    if (st == DT_OK)
+        st = check_ptrs("conv2d_fwd", y, x, w);
+    if (st == DT_OK)
+        st = check_ws("conv2d_fwd", s, ws, ws_bytes);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
+    if (st != DT_OK)
+        return st;
+    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
+    const int HW = s->H * s->W, PQ = s->P * s->Q;
+    const int direct = is_pointwise(s);
+    for (int n = 0; n < s->N; n++)
+        for (int g = 0; g < G; g++) {
+            const float *xg = x + ((size_t)n * s->C + (size_t)g * Cg) * HW; /* (Cg, H, W) */
+            const float *col = xg;
+            if (!direct) {
+                im2col(ws, xg, Cg, s);
+                col = ws;
+            }
+            float *yg = y + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+            /* yg(Kg, PQ) = wg(Kg, CRS) . col(CRS, PQ) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Kg, PQ, CRS, 1.0f,
+                        w + (size_t)g * Kg * CRS, CRS, col, PQ, 0.0f, yg, PQ);
+        }
+    return DT_OK;
+}
+
+dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, const float *w,
+                                 const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_shape("conv2d_bwd_data", s);
+    if (st == DT_OK)
+        st = check_ptrs("conv2d_bwd_data", dx, dy, w);
+    if (st == DT_OK)
+        st = check_ws("conv2d_bwd_data", s, ws, ws_bytes);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
+    if (st != DT_OK)
+        return st;
+    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
+    const int HW = s->H * s->W, PQ = s->P * s->Q;
+    const int direct = is_pointwise(s);
+    for (int n = 0; n < s->N; n++)
+        for (int g = 0; g < G; g++) {
+            float *dxg = dx + ((size_t)n * s->C + (size_t)g * Cg) * HW;       /* (Cg, H, W) */
+            const float *dyg = dy + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+            float *dcol = direct ? dxg : ws;
+            /* dcol(CRS, PQ) = wg(Kg, CRS)^T . dyg(Kg, PQ) */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CRS, PQ, Kg, 1.0f,
+                        w + (size_t)g * Kg * CRS, CRS, dyg, PQ, 0.0f, dcol, PQ);
+            if (!direct)
+                col2im(dxg, dcol, Cg, s);
+        }
+    return DT_OK;
+}
+
+dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
+                                   const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_shape("conv2d_bwd_filter", s);
+    if (st == DT_OK)
+        st = check_ptrs("conv2d_bwd_filter", dw, dy, x);
+    if (st == DT_OK)
+        st = check_ws("conv2d_bwd_filter", s, ws, ws_bytes);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
+    if (st == DT_OK)
+        st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
+    if (st != DT_OK)
+        return st;
+    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
+    const int HW = s->H * s->W, PQ = s->P * s->Q;
+    const int direct = is_pointwise(s);
+    for (int n = 0; n < s->N; n++)
+        for (int g = 0; g < G; g++) {
+            const float *xg = x + ((size_t)n * s->C + (size_t)g * Cg) * HW;   /* (Cg, H, W) */
+            const float *dyg = dy + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+            const float *col = xg;
+            if (!direct) {
+                im2col(ws, xg, Cg, s);
+                col = ws;
+            }
+            /* dwg(Kg, CRS) += dyg(Kg, PQ) . col(CRS, PQ)^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Kg, CRS, PQ, 1.0f, dyg, PQ, col,
+                        PQ, 1.0f, dw + (size_t)g * Kg * CRS, CRS);
+        }
+    return DT_OK;
+}

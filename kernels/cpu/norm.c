@@ -1,0 +1,575 @@
+/*
+ * norm.c - batch normalisation over (N, HW) per channel of x(N, C, HW),
+ * and layer normalisation over the last dimension of x(rows, D), on the
+ * CPU, forward and backward.
+ *
+ * Batch norm is split as kernels/ops.h documents so that the model can sum
+ * the per-channel sums over ranks between the steps (model.sync_bn):
+ * batchnorm_stats (sum, sum of squares) -> batchnorm_fwd, and
+ * batchnorm_bwd_reduce (sum dy, sum dy*xhat) -> batchnorm_bwd, the sums in
+ * double. Without sync the caller passes its own sums straight through.
+ *
+ * The reference versions follow the formulas term by term, in double. The
+ * fast versions fold the normalisation into one subtract and one
+ * multiply-add per element (y = (x - mean)*a + beta, a per channel) and
+ * sum each (n, c) plane with one double accumulator per lane of
+ * DT_CPU_LANES, so the loops vectorise at -O2 without reassociating sums.
+ *
+ * Parameter gradients (dgamma, dbeta) ACCUMULATE (+=); the input gradient
+ * (dx) and the outputs are WRITTEN (=). Sums (stats, dstats) are written.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+static dt_status check_nchw(const char *op, int N, int C, int HW)
+{
+    if (N < 1 || C < 1 || HW < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: sizes must be >= 1 (N=%d, C=%d, HW=%d)",
+                            op, N, C, HW);
+    return DT_OK;
+}
+
+static dt_status check_count(const char *op, double count, int N, int HW)
+{
+    if (!(count >= (double)N * HW))
+        return dt_set_error(
+            DT_ERR_INVALID_ARG,
+            "cpu %s: count %g is less than this rank's N*HW = %lld values (count is "
+            "the number of values the statistics summed)",
+            op, count, (long long)N * HW);
+    return DT_OK;
+}
+
+static dt_status check_stats(double *stats, const float *x, int N, int C, int HW)
+{
+    DT_CPU_REQUIRE(stats && x, "batchnorm_stats", "stats and x must not be NULL");
+    return check_nchw("batchnorm_stats", N, C, HW);
+}
+
+static dt_status check_fwd(float *y, float *mean_out, float *invstd_out, float *rm, float *rv,
+                           const float *x, const double *stats, double count, const float *gamma,
+                           const float *beta, float eps, int N, int C, int HW)
+{
+    DT_CPU_REQUIRE(y && mean_out && invstd_out && x && stats && gamma && beta, "batchnorm_fwd",
+                   "y, mean_out, invstd_out, x, stats, gamma and beta must not be NULL");
+    DT_CPU_REQUIRE(!rm == !rv, "batchnorm_fwd",
+                   "running_mean and running_var must both be given or both be NULL");
+    DT_CPU_REQUIRE(eps >= 0.0f, "batchnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    DT_CPU_REQUIRE(!rm || count > 1.0, "batchnorm_fwd",
+                   "the running variance needs more than one value per channel (count %g)", count);
+    dt_status st = check_nchw("batchnorm_fwd", N, C, HW);
+    return st != DT_OK ? st : check_count("batchnorm_fwd", count, N, HW);
+}
+
+static dt_status check_infer(float *y, const float *x, const float *rm, const float *rv,
+                             const float *gamma, const float *beta, float eps, int N, int C, int HW)
+{
+    DT_CPU_REQUIRE(y && x && rm && rv && gamma && beta, "batchnorm_infer",
+                   "y, x, running_mean, running_var, gamma and beta must not be NULL");
+    DT_CPU_REQUIRE(eps >= 0.0f, "batchnorm_infer", "eps must be >= 0 (got %g)", (double)eps);
+    return check_nchw("batchnorm_infer", N, C, HW);
+}
+
+static dt_status check_bwd_reduce(double *dstats, const float *dy, const float *x,
+                                  const float *mean, const float *invstd, int N, int C, int HW)
+{
+    DT_CPU_REQUIRE(dstats && dy && x && mean && invstd, "batchnorm_bwd_reduce",
+                   "dstats, dy, x, mean and invstd must not be NULL");
+    return check_nchw("batchnorm_bwd_reduce", N, C, HW);
+}
+
+static dt_status check_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                           const float *mean, const float *invstd, const float *gamma,
+                           const double *local, const double *global, double count, int N, int C,
+                           int HW)
+{
+    DT_CPU_REQUIRE(dx && dgamma && dbeta && dy && x && mean && invstd && gamma && local && global,
+                   "batchnorm_bwd", "tensors must not be NULL");
+    dt_status st = check_nchw("batchnorm_bwd", N, C, HW);
+    return st != DT_OK ? st : check_count("batchnorm_bwd", count, N, HW);
+}
+
+static dt_status check_ln(const char *op, int rows, int D)
+{
+    if (rows < 1 || D < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: sizes must be >= 1 (rows=%d, D=%d)", op,
+                            rows, D);
+    return DT_OK;
+}
+
+static dt_status check_ln_fwd(float *y, float *mean_out, float *rstd_out, const float *x,
+                              const float *gamma, const float *beta, float eps, int rows, int D)
+{
+    DT_CPU_REQUIRE(y && mean_out && rstd_out && x && gamma && beta, "layernorm_fwd",
+                   "y, mean_out, rstd_out, x, gamma and beta must not be NULL");
+    DT_CPU_REQUIRE(eps >= 0.0f, "layernorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    return check_ln("layernorm_fwd", rows, D);
+}
+
+static dt_status check_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const float *x, const float *mean, const float *rstd,
+                              const float *gamma, int rows, int D)
+{
+    DT_CPU_REQUIRE(dx && dgamma && dbeta && dy && x && mean && rstd && gamma, "layernorm_bwd",
+                   "tensors must not be NULL");
+    return check_ln("layernorm_bwd", rows, D);
+}
+
+/* Batch mean and 1/sqrt(biased var + eps) of channel c from the sums
+ * (a variance below 0 from cancellation counts as 0). */
+static void bn_moments(const double *stats, int C, int c, double count, float eps, double *mean,
+                       double *var, double *invstd)
+{
+    *mean = stats[c] / count;
+    *var = stats[C + c] / count - *mean * *mean;
+    if (*var < 0.0)
+        *var = 0.0;
+    *invstd = 1.0 / sqrt(*var + eps);
+}
+
+/* The running statistics update, the same in both versions. */
+static void bn_running(float *rm, float *rv, int c, double mean, double var, double count,
+                       float momentum)
+{
+    rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mean);
+    rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * var * count / (count - 1.0));
+}
+
+/* ---- reference ------------------------------------------------------- */
+
+/* stats[c] = sum_{n,i} x(n,c,i);  stats[C+c] = sum_{n,i} x(n,c,i)^2 */
+dt_status dt_cpu_batchnorm_stats_ref(dt_backend_t *be, double *stats, const float *x, int N, int C,
+                                     int HW)
+{
+    dt_status st = check_stats(stats, x, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double s = 0.0, s2 = 0.0;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                double v = x[((size_t)n * C + c) * HW + i];
+                s += v;
+                s2 += v * v;
+            }
+        stats[c] = s;
+        stats[C + c] = s2;
+    }
+    return DT_OK;
+}
+
+/* y(n,c,i) = (x - mean_c) * invstd_c * gamma_c + beta_c */
+dt_status dt_cpu_batchnorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
+                                   float *running_mean, float *running_var, const float *x,
+                                   const double *stats, double count, const float *gamma,
+                                   const float *beta, float eps, float momentum, int N, int C,
+                                   int HW)
+{
+    dt_status st = check_fwd(y, mean_out, invstd_out, running_mean, running_var, x, stats, count,
+                             gamma, beta, eps, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double mean, var, invstd;
+        bn_moments(stats, C, c, count, eps, &mean, &var, &invstd);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t e = ((size_t)n * C + c) * HW + i;
+                y[e] = (float)((x[e] - mean) * invstd * gamma[c] + beta[c]);
+            }
+        mean_out[c] = (float)mean;
+        invstd_out[c] = (float)invstd;
+        if (running_mean)
+            bn_running(running_mean, running_var, c, mean, var, count, momentum);
+    }
+    return DT_OK;
+}
+
+/* y(n,c,i) = (x - running_mean_c) / sqrt(running_var_c + eps) * gamma_c + beta_c */
+dt_status dt_cpu_batchnorm_infer_ref(dt_backend_t *be, float *y, const float *x,
+                                     const float *running_mean, const float *running_var,
+                                     const float *gamma, const float *beta, float eps, int N, int C,
+                                     int HW)
+{
+    dt_status st = check_infer(y, x, running_mean, running_var, gamma, beta, eps, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double invstd = 1.0 / sqrt((double)running_var[c] + eps);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t e = ((size_t)n * C + c) * HW + i;
+                y[e] = (float)(((double)x[e] - running_mean[c]) * invstd * gamma[c] + beta[c]);
+            }
+    }
+    return DT_OK;
+}
+
+/* dstats[c] = sum dy(n,c,i);  dstats[C+c] = sum dy * (x - mean_c) * invstd_c */
+dt_status dt_cpu_batchnorm_bwd_reduce_ref(dt_backend_t *be, double *dstats, const float *dy,
+                                          const float *x, const float *mean, const float *invstd,
+                                          int N, int C, int HW)
+{
+    dt_status st = check_bwd_reduce(dstats, dy, x, mean, invstd, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double s = 0.0, sx = 0.0;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t e = ((size_t)n * C + c) * HW + i;
+                s += dy[e];
+                sx += (double)dy[e] * (((double)x[e] - mean[c]) * invstd[c]);
+            }
+        dstats[c] = s;
+        dstats[C + c] = sx;
+    }
+    return DT_OK;
+}
+
+/* dgamma_c += local[C+c];  dbeta_c += local[c];
+ * dx = gamma_c * invstd_c * (dy - global[c]/count - xhat * global[C+c]/count) */
+dt_status dt_cpu_batchnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                   const float *dy, const float *x, const float *mean,
+                                   const float *invstd, const float *gamma, const double *local,
+                                   const double *global, double count, int N, int C, int HW)
+{
+    dt_status st =
+        check_bwd(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, local, global, count, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double mdy = global[c] / count, mdyx = global[C + c] / count;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t e = ((size_t)n * C + c) * HW + i;
+                double xhat = ((double)x[e] - mean[c]) * invstd[c];
+                dx[e] = (float)((double)gamma[c] * invstd[c] * (dy[e] - mdy - xhat * mdyx));
+            }
+        dgamma[c] += (float)local[C + c];
+        dbeta[c] += (float)local[c];
+    }
+    return DT_OK;
+}
+
+/* Per row r of x(rows, D): mean_r, rstd_r = 1/sqrt(mean of (x - mean_r)^2 + eps);
+ * y = (x - mean_r) * rstd_r * gamma + beta */
+dt_status dt_cpu_layernorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
+                                   const float *x, const float *gamma, const float *beta, float eps,
+                                   int rows, int D)
+{
+    dt_status st = check_ln_fwd(y, mean_out, rstd_out, x, gamma, beta, eps, rows, D);
+    if (st != DT_OK)
+        return st;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D;
+        double mean = 0.0, var = 0.0;
+        for (int d = 0; d < D; d++)
+            mean += xr[d];
+        mean /= D;
+        for (int d = 0; d < D; d++)
+            var += (xr[d] - mean) * (xr[d] - mean);
+        var /= D;
+        double rstd = 1.0 / sqrt(var + eps);
+        for (int d = 0; d < D; d++)
+            y[(size_t)r * D + d] = (float)((xr[d] - mean) * rstd * gamma[d] + beta[d]);
+        mean_out[r] = (float)mean;
+        rstd_out[r] = (float)rstd;
+    }
+    return DT_OK;
+}
+
+/* With xhat = (x - mean) * rstd and g = dy * gamma, per row:
+ *   dx = rstd * (g - mean_d(g) - xhat * mean_d(g * xhat));
+ *   dgamma += sum over rows of dy * xhat;  dbeta += sum over rows of dy */
+dt_status dt_cpu_layernorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                   const float *dy, const float *x, const float *mean,
+                                   const float *rstd, const float *gamma, int rows, int D)
+{
+    dt_status st = check_ln_bwd(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, D);
+    if (st != DT_OK)
+        return st;
+    for (int d = 0; d < D; d++) {
+        double sg = 0.0, sb = 0.0;
+        for (int r = 0; r < rows; r++) {
+            size_t e = (size_t)r * D + d;
+            sg += (double)dy[e] * (((double)x[e] - mean[r]) * rstd[r]);
+            sb += dy[e];
+        }
+        dgamma[d] += (float)sg;
+        dbeta[d] += (float)sb;
+    }
+    for (int r = 0; r < rows; r++) {
+        double mg = 0.0, mgx = 0.0;
+        for (int d = 0; d < D; d++) {
+            size_t e = (size_t)r * D + d;
+            double xhat = ((double)x[e] - mean[r]) * rstd[r];
+            mg += (double)dy[e] * gamma[d];
+            mgx += (double)dy[e] * gamma[d] * xhat;
+        }
+        mg /= D;
+        mgx /= D;
+        for (int d = 0; d < D; d++) {
+            size_t e = (size_t)r * D + d;
+            double xhat = ((double)x[e] - mean[r]) * rstd[r];
+            dx[e] = (float)(rstd[r] * ((double)dy[e] * gamma[d] - mg - xhat * mgx));
+        }
+    }
+    return DT_OK;
+}
+
+/* ---- fast ------------------------------------------------------------ */
+
+/* Sums of v and v*v over n floats, one double accumulator per lane. */
+static void sum_sq(const float *v, size_t n, double *sum, double *sumsq)
+{
+    double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++) {
+            double t = v[i + k];
+            a[k] += t;
+            b[k] += t * t;
+        }
+    double s = 0.0, s2 = 0.0;
+    for (; i < n; i++) {
+        s += v[i];
+        s2 += (double)v[i] * v[i];
+    }
+    for (int k = 0; k < DT_CPU_LANES; k++) {
+        s += a[k];
+        s2 += b[k];
+    }
+    *sum += s;
+    *sumsq += s2;
+}
+
+/* Sums of g and g*(v - m) over n floats, one double accumulator per lane. */
+static void sum_dot_centered(const float *g, const float *v, float m, size_t n, double *sum,
+                             double *dot)
+{
+    double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++) {
+            double t = g[i + k];
+            a[k] += t;
+            b[k] += t * (double)(v[i + k] - m);
+        }
+    double s = 0.0, d = 0.0;
+    for (; i < n; i++) {
+        s += g[i];
+        d += (double)g[i] * (double)(v[i] - m);
+    }
+    for (int k = 0; k < DT_CPU_LANES; k++) {
+        s += a[k];
+        d += b[k];
+    }
+    *sum += s;
+    *dot += d;
+}
+
+/* Sum of (v - m)^2 over n floats, one double accumulator per lane. */
+static void sum_sq_centered(const float *v, float m, size_t n, double *out)
+{
+    double a[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++) {
+            double t = v[i + k] - m;
+            a[k] += t * t;
+        }
+    double s = 0.0;
+    for (; i < n; i++)
+        s += (double)(v[i] - m) * (v[i] - m);
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += a[k];
+    *out += s;
+}
+
+/* out(n) = (in - m) * a + b, in blocks of DT_CPU_LANES (a stack block
+ * lets the compiler vectorise without proving that out and in do not
+ * overlap). Centring first keeps a large mean from cancelling. */
+static void affine(float *out, const float *in, float m, float a, float b, size_t n)
+{
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = (in[i + k] - m) * a + b;
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            out[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        out[i] = (in[i] - m) * a + b;
+}
+
+/* out(n) = dy * a + (x - m) * b + c, in blocks as affine */
+static void affine2(float *out, const float *dy, const float *x, float m, float a, float b, float c,
+                    size_t n)
+{
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = dy[i + k] * a + (x[i + k] - m) * b + c;
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            out[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        out[i] = dy[i] * a + (x[i] - m) * b + c;
+}
+
+dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
+                                 int HW)
+{
+    dt_status st = check_stats(stats, x, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    memset(stats, 0, 2 * (size_t)C * sizeof *stats);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            sum_sq(x + ((size_t)n * C + c) * HW, (size_t)HW, &stats[c], &stats[C + c]);
+    return DT_OK;
+}
+
+dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
+                               float *running_mean, float *running_var, const float *x,
+                               const double *stats, double count, const float *gamma,
+                               const float *beta, float eps, float momentum, int N, int C, int HW)
+{
+    dt_status st = check_fwd(y, mean_out, invstd_out, running_mean, running_var, x, stats, count,
+                             gamma, beta, eps, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        double mean, var, invstd;
+        bn_moments(stats, C, c, count, eps, &mean, &var, &invstd);
+        mean_out[c] = (float)mean;
+        invstd_out[c] = (float)invstd;
+        if (running_mean)
+            bn_running(running_mean, running_var, c, mean, var, count, momentum);
+    }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t e = ((size_t)n * C + c) * HW;
+            affine(y + e, x + e, mean_out[c], gamma[c] * invstd_out[c], beta[c], (size_t)HW);
+        }
+    return DT_OK;
+}
+
+dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
+                                 const float *running_mean, const float *running_var,
+                                 const float *gamma, const float *beta, float eps, int N, int C,
+                                 int HW)
+{
+    dt_status st = check_infer(y, x, running_mean, running_var, gamma, beta, eps, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            float a = (float)(gamma[c] / sqrt((double)running_var[c] + eps));
+            size_t e = ((size_t)n * C + c) * HW;
+            affine(y + e, x + e, running_mean[c], a, beta[c], (size_t)HW);
+        }
+    return DT_OK;
+}
+
+dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
+                                      const float *x, const float *mean, const float *invstd, int N,
+                                      int C, int HW)
+{
+    dt_status st = check_bwd_reduce(dstats, dy, x, mean, invstd, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    memset(dstats, 0, 2 * (size_t)C * sizeof *dstats);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t e = ((size_t)n * C + c) * HW;
+            sum_dot_centered(dy + e, x + e, mean[c], (size_t)HW, &dstats[c], &dstats[C + c]);
+        }
+    for (int c = 0; c < C; c++) /* sum dy * (x - mean) * invstd */
+        dstats[C + c] *= invstd[c];
+    return DT_OK;
+}
+
+dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                               const float *dy, const float *x, const float *mean,
+                               const float *invstd, const float *gamma, const double *local,
+                               const double *global, double count, int N, int C, int HW)
+{
+    dt_status st =
+        check_bwd(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, local, global, count, N, C, HW);
+    if (st != DT_OK)
+        return st;
+    for (int c = 0; c < C; c++) {
+        dgamma[c] += (float)local[C + c];
+        dbeta[c] += (float)local[c];
+    }
+    /* dx = k*dy + kx*(x - mean) + k0 with, per channel, k = gamma*invstd,
+     * kx = -k*invstd*mdyx, k0 = -k*mdy */
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double k = (double)gamma[c] * invstd[c], mdy = global[c] / count,
+                   mdyx = global[C + c] / count;
+            float kd = (float)k, kx = (float)(-k * invstd[c] * mdyx), k0 = (float)(-k * mdy);
+            size_t e = ((size_t)n * C + c) * HW;
+            affine2(dx + e, dy + e, x + e, mean[c], kd, kx, k0, (size_t)HW);
+        }
+    return DT_OK;
+}
+
+dt_status dt_cpu_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
+                               const float *x, const float *gamma, const float *beta, float eps,
+                               int rows, int D)
+{
+    dt_status st = check_ln_fwd(y, mean_out, rstd_out, x, gamma, beta, eps, rows, D);
+    if (st != DT_OK)
+        return st;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D;
+        float *yr = y + (size_t)r * D;
+        double s = 0.0, var = 0.0;
+        for (int d = 0; d < D; d++)
+            s += xr[d];
+        float m = (float)(s / D);
+        sum_sq_centered(xr, m, (size_t)D, &var); /* second pass: no cancellation */
+        var /= D;
+        float rstd = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
+        for (int d = 0; d < D; d++)
+            yr[d] = (xr[d] - m) * rstd * gamma[d] + beta[d];
+        mean_out[r] = m;
+        rstd_out[r] = rstd;
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                               const float *dy, const float *x, const float *mean,
+                               const float *rstd, const float *gamma, int rows, int D)
+{
+    dt_status st = check_ln_bwd(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, D);
+    if (st != DT_OK)
+        return st;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D, *dyr = dy + (size_t)r * D;
+        float *dxr = dx + (size_t)r * D;
+        const float m = mean[r], rs = rstd[r];
+        /* dgamma, dbeta and the two row means, in one pass over the row */
+        float mg = 0.0f, mgx = 0.0f;
+        for (int d = 0; d < D; d++) {
+            float xhat = (xr[d] - m) * rs, g = dyr[d] * gamma[d];
+            dgamma[d] += dyr[d] * xhat;
+            dbeta[d] += dyr[d];
+            mg += g;
+            mgx += g * xhat;
+        }
+        mg /= D;
+        mgx /= D;
+        for (int d = 0; d < D; d++)
+            dxr[d] = rs * (dyr[d] * gamma[d] - mg - (xr[d] - m) * rs * mgx);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,399 @@
+/*
+ * pool.c - 2-D max and average pooling on the CPU (NCHW), forward and
+ * backward. Global average pooling is average pooling with R = H, S = W.
+ *
+ * Padded positions never win a max and count as zeros in an average
+ * (PyTorch's count_include_pad=True, divisor R*S). The max backward routes
+ * each window's gradient to the first element in row-major window order
+ * that equals the window's maximum y (so ties are deterministic), and sums
+ * where windows overlap.
+ *
+ * The reference versions visit every window tap and test it against the
+ * padding. The fast versions work one output row at a time: for each
+ * window row and column tap they work out once which outputs the tap
+ * meets inside the image, then run a plain loop over those outputs, which
+ * the compiler vectorises for stride 1 and keeps branch-free otherwise.
+ * The common 2x2 window at stride 2 has its own loops: four compares per
+ * output, and a backward that writes every dx element once.
+ *
+ * These ops have no parameters; outputs and input gradients (dx) are
+ * WRITTEN (=).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+static dt_status check_pool(const char *op, const struct dt_pool2d_shape *s, const void *a,
+                            const void *b)
+{
+    if (!s || !a || !b)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: shape and tensors must not be NULL", op);
+    if (s->N < 1 || s->C < 1 || s->H < 1 || s->W < 1 || s->R < 1 || s->S < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: sizes must be >= 1 (N=%d C=%d H=%d W=%d R=%d S=%d)", op, s->N,
+                            s->C, s->H, s->W, s->R, s->S);
+    if (s->stride_h < 1 || s->stride_w < 1 || s->pad_h < 0 || s->pad_w < 0 || s->pad_h >= s->R ||
+        s->pad_w >= s->S)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: stride must be >= 1 and padding in [0, window) (stride %dx%d, "
+                            "padding %dx%d, window %dx%d)",
+                            op, s->stride_h, s->stride_w, s->pad_h, s->pad_w, s->R, s->S);
+    int P = dt_conv_out_dim(s->H, s->pad_h, 1, s->R, s->stride_h);
+    int Q = dt_conv_out_dim(s->W, s->pad_w, 1, s->S, s->stride_w);
+    if (P < 1 || Q < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: a %dx%d window does not fit the %dx%d input padded by %dx%d",
+                            op, s->R, s->S, s->H, s->W, s->pad_h, s->pad_w);
+    if (s->P != P || s->Q != Q)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: output is %dx%d but the shape says %dx%d (use "
+                            "dt_conv_out_dim)",
+                            op, P, Q, s->P, s->Q);
+    return DT_OK;
+}
+
+/* The window of output (p, q): rows [h0, h1), columns [v0, v1) clipped
+ * to the image. */
+static void window(const struct dt_pool2d_shape *s, int p, int q, int *h0, int *h1, int *v0,
+                   int *v1)
+{
+    int h = p * s->stride_h - s->pad_h, v = q * s->stride_w - s->pad_w;
+    *h0 = h < 0 ? 0 : h;
+    *h1 = h + s->R > s->H ? s->H : h + s->R;
+    *v0 = v < 0 ? 0 : v;
+    *v1 = v + s->S > s->W ? s->W : v + s->S;
+}
+
+/* Index within the (H, W) plane of the first element of output (p, q)'s
+ * window, in row-major window order, that equals the window's maximum m;
+ * -1 when none does (a window of NaNs). */
+static long first_max(const float *xp, const struct dt_pool2d_shape *s, int p, int q, float m)
+{
+    int h0, h1, v0, v1;
+    window(s, p, q, &h0, &h1, &v0, &v1);
+    for (int h = h0; h < h1; h++)
+        for (int v = v0; v < v1; v++)
+            if (xp[(size_t)h * s->W + v] == m)
+                return (long)h * s->W + v;
+    return -1;
+}
+
+/* ---- reference ------------------------------------------------------- */
+
+/* y(n,c,p,q) = max over the window's taps inside the image of x(n,c,h,v) */
+dt_status dt_cpu_maxpool2d_fwd_ref(dt_backend_t *be, float *y, const float *x,
+                                   const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("maxpool2d_fwd", s, y, x);
+    if (st != DT_OK)
+        return st;
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++)
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++) {
+                float m = -INFINITY;
+                for (int r = 0; r < s->R; r++)
+                    for (int t = 0; t < s->S; t++) {
+                        int h = p * s->stride_h - s->pad_h + r, v = q * s->stride_w - s->pad_w + t;
+                        if (h >= 0 && h < s->H && v >= 0 && v < s->W &&
+                            x[(nc * s->H + h) * s->W + v] > m)
+                            m = x[(nc * s->H + h) * s->W + v];
+                    }
+                y[(nc * s->P + p) * s->Q + q] = m;
+            }
+    return DT_OK;
+}
+
+/* dx(n,c,h,v) = sum of dy(n,c,p,q) over the windows whose first maximum
+ * is (h, v) */
+dt_status dt_cpu_maxpool2d_bwd_ref(dt_backend_t *be, float *dx, const float *dy, const float *x,
+                                   const float *y, const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("maxpool2d_bwd", s, dx, dy);
+    if (st == DT_OK && (!x || !y))
+        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu maxpool2d_bwd: x and y must not be NULL");
+    if (st != DT_OK)
+        return st;
+    size_t HW = (size_t)s->H * s->W;
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+        for (size_t i = 0; i < HW; i++)
+            dx[nc * HW + i] = 0.0f;
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++) {
+                size_t o = (nc * s->P + p) * s->Q + q;
+                long i = first_max(x + nc * HW, s, p, q, y[o]);
+                if (i >= 0)
+                    dx[nc * HW + (size_t)i] += dy[o];
+            }
+    }
+    return DT_OK;
+}
+
+/* y(n,c,p,q) = sum over the window's taps inside the image of x / (R*S) */
+dt_status dt_cpu_avgpool2d_fwd_ref(dt_backend_t *be, float *y, const float *x,
+                                   const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("avgpool2d_fwd", s, y, x);
+    if (st != DT_OK)
+        return st;
+    float inv = 1.0f / ((float)s->R * s->S);
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++)
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++) {
+                float sum = 0.0f;
+                for (int r = 0; r < s->R; r++)
+                    for (int t = 0; t < s->S; t++) {
+                        int h = p * s->stride_h - s->pad_h + r, v = q * s->stride_w - s->pad_w + t;
+                        if (h >= 0 && h < s->H && v >= 0 && v < s->W)
+                            sum += x[(nc * s->H + h) * s->W + v];
+                    }
+                y[(nc * s->P + p) * s->Q + q] = sum * inv;
+            }
+    return DT_OK;
+}
+
+/* dx(n,c,h,v) = sum over the windows holding (h, v) of dy(n,c,p,q) / (R*S) */
+dt_status dt_cpu_avgpool2d_bwd_ref(dt_backend_t *be, float *dx, const float *dy,
+                                   const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("avgpool2d_bwd", s, dx, dy);
+    if (st != DT_OK)
+        return st;
+    float inv = 1.0f / ((float)s->R * s->S);
+    size_t HW = (size_t)s->H * s->W;
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+        for (size_t i = 0; i < HW; i++)
+            dx[nc * HW + i] = 0.0f;
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++) {
+                int h0, h1, v0, v1;
+                window(s, p, q, &h0, &h1, &v0, &v1);
+                for (int h = h0; h < h1; h++)
+                    for (int v = v0; v < v1; v++)
+                        dx[nc * HW + (size_t)h * s->W + v] += dy[(nc * s->P + p) * s->Q + q] * inv;
+            }
+    }
+    return DT_OK;
+}
+
+/* ---- fast ------------------------------------------------------------ */
+
+/* The outputs [*lo, *hi) of a row whose column tap t lands inside the
+ * image, reading input column q*stride + off (off = t - pad). */
+static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
+{
+    int a = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int b = W - off <= 0 ? 0 : (W - off + stride - 1) / stride;
+    if (b > Q)
+        b = Q;
+    if (a > b)
+        a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* Window rows [*r0, *r1) of output row p that fall inside the image. */
+static void row_taps(const struct dt_pool2d_shape *s, int p, int *r0, int *r1)
+{
+    int h = p * s->stride_h - s->pad_h;
+    *r0 = h < 0 ? -h : 0;
+    *r1 = h + s->R > s->H ? s->H - h : s->R;
+}
+
+/* 2x2 windows at stride 2 without padding, one output row: each input
+ * is in one window, so every dx element is written once, branch-free. */
+static void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int Q)
+{
+    for (int q = 0; q < Q; q++) {
+        float a = x0[2 * q], b = x0[2 * q + 1], c = x1[2 * q], d = x1[2 * q + 1];
+        float m = a > -INFINITY ? a : -INFINITY; /* NaN never wins, as in the reference */
+        m = b > m ? b : m;
+        m = c > m ? c : m;
+        yr[q] = d > m ? d : m;
+    }
+}
+
+static void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
+                               const float *yr, const float *dyr, int Q)
+{
+    for (int q = 0; q < Q; q++) {
+        float m = yr[q], g = dyr[q];
+        int ta = x0[2 * q] == m;
+        int tb = !ta & (x0[2 * q + 1] == m);
+        int tc = !ta & !tb & (x1[2 * q] == m);
+        int td = !ta & !tb & !tc & (x1[2 * q + 1] == m);
+        d0[2 * q] = ta ? g : 0.0f;
+        d0[2 * q + 1] = tb ? g : 0.0f;
+        d1[2 * q] = tc ? g : 0.0f;
+        d1[2 * q + 1] = td ? g : 0.0f;
+    }
+}
+
+/* A window that is the whole image: global average pooling. */
+static int is_global(const struct dt_pool2d_shape *s)
+{
+    return s->R == s->H && s->S == s->W && s->pad_h == 0 && s->pad_w == 0;
+}
+
+/* Sum of n floats, one float accumulator per lane. */
+static float plane_sum(const float *v, size_t n)
+{
+    float acc[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            acc[k] += v[i + k];
+    float s = 0.0f;
+    for (; i < n; i++)
+        s += v[i];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+static int is_2x2_stride2(const struct dt_pool2d_shape *s)
+{
+    return s->R == 2 && s->S == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
+           s->pad_w == 0;
+}
+
+dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                               const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("maxpool2d_fwd", s, y, x);
+    if (st != DT_OK)
+        return st;
+    const int W = s->W, Q = s->Q, sw = s->stride_w;
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+        const float *xp = x + nc * s->H * W; /* (H, W) */
+        if (is_2x2_stride2(s)) {
+            for (int p = 0; p < s->P; p++)
+                maxpool2x2_fwd_row(y + (nc * s->P + p) * Q, xp + (size_t)2 * p * W,
+                                   xp + (size_t)(2 * p + 1) * W, Q);
+            continue;
+        }
+        for (int p = 0; p < s->P; p++) {
+            float *yr = y + (nc * s->P + p) * Q; /* (Q) */
+            for (int q = 0; q < Q; q++)
+                yr[q] = -INFINITY;
+            int r0, r1;
+            row_taps(s, p, &r0, &r1);
+            for (int r = r0; r < r1; r++) {
+                const float *xr = xp + (size_t)(p * s->stride_h - s->pad_h + r) * W; /* (W) */
+                for (int t = 0; t < s->S; t++) {
+                    int off = t - s->pad_w, lo, hi;
+                    tap_range(off, sw, W, Q, &lo, &hi);
+                    for (int q = lo; q < hi; q++) {
+                        float v = xr[q * sw + off];
+                        yr[q] = v > yr[q] ? v : yr[q];
+                    }
+                }
+            }
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, const float *x,
+                               const float *y, const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("maxpool2d_bwd", s, dx, dy);
+    if (st == DT_OK && (!x || !y))
+        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu maxpool2d_bwd: x and y must not be NULL");
+    if (st != DT_OK)
+        return st;
+    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q;
+    const int W = s->W;
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+        float *dxp = dx + nc * HW;
+        const float *xp = x + nc * HW, *yp = y + nc * PQ, *dyp = dy + nc * PQ;
+        if (is_2x2_stride2(s)) {
+            if (2 * s->P < s->H || 2 * s->Q < W) /* an odd edge that no window covers */
+                memset(dxp, 0, HW * sizeof *dxp);
+            for (int p = 0; p < s->P; p++)
+                maxpool2x2_bwd_row(dxp + (size_t)2 * p * W, dxp + (size_t)(2 * p + 1) * W,
+                                   xp + (size_t)2 * p * W, xp + (size_t)(2 * p + 1) * W,
+                                   yp + (size_t)p * s->Q, dyp + (size_t)p * s->Q, s->Q);
+            continue;
+        }
+        memset(dxp, 0, HW * sizeof *dxp);
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++) {
+                long i = first_max(xp, s, p, q, yp[p * s->Q + q]);
+                if (i >= 0)
+                    dxp[i] += dyp[p * s->Q + q];
+            }
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                               const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("avgpool2d_fwd", s, y, x);
+    if (st != DT_OK)
+        return st;
+    const int W = s->W, Q = s->Q, sw = s->stride_w;
+    const float inv = 1.0f / ((float)s->R * s->S);
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+        const float *xp = x + nc * s->H * W; /* (H, W) */
+        if (is_global(s)) {
+            y[nc] = plane_sum(xp, (size_t)s->H * W) * inv;
+            continue;
+        }
+        for (int p = 0; p < s->P; p++) {
+            float *yr = y + (nc * s->P + p) * Q; /* (Q) */
+            for (int q = 0; q < Q; q++)
+                yr[q] = 0.0f;
+            int r0, r1;
+            row_taps(s, p, &r0, &r1);
+            for (int r = r0; r < r1; r++) {
+                const float *xr = xp + (size_t)(p * s->stride_h - s->pad_h + r) * W; /* (W) */
+                for (int t = 0; t < s->S; t++) {
+                    int off = t - s->pad_w, lo, hi;
+                    tap_range(off, sw, W, Q, &lo, &hi);
+                    for (int q = lo; q < hi; q++)
+                        yr[q] += xr[q * sw + off];
+                }
+            }
+            for (int q = 0; q < Q; q++)
+                yr[q] *= inv;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
+                               const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("avgpool2d_bwd", s, dx, dy);
+    if (st != DT_OK)
+        return st;
+    const int W = s->W, Q = s->Q, sw = s->stride_w;
+    const float inv = 1.0f / ((float)s->R * s->S);
+    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+        float *dxp = dx + nc * s->H * W; /* (H, W) */
+        if (is_global(s)) {
+            float g = dy[nc] * inv;
+            for (size_t i = 0; i < (size_t)s->H * W; i++)
+                dxp[i] = g;
+            continue;
+        }
+        memset(dxp, 0, (size_t)s->H * W * sizeof *dxp);
+        for (int p = 0; p < s->P; p++) {
+            const float *dyr = dy + (nc * s->P + p) * Q; /* (Q) */
+            int r0, r1;
+            row_taps(s, p, &r0, &r1);
+            for (int r = r0; r < r1; r++) {
+                float *dxr = dxp + (size_t)(p * s->stride_h - s->pad_h + r) * W; /* (W) */
+                for (int t = 0; t < s->S; t++) {
+                    int off = t - s->pad_w, lo, hi;
+                    tap_range(off, sw, W, Q, &lo, &hi);
+                    for (int q = lo; q < hi; q++)
+                        dxr[q * sw + off] += dyr[q] * inv;
+                }
+            }
+        }
+    }
+    return DT_OK;
+}

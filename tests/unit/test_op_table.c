@@ -1,0 +1,399 @@
+/*
+ * test_op_table.c - every row of the op table (tests/common/op_table.c)
+ * on the CPU backend: the finite-difference gradient check on the
+ * reference table and on the fast table, fast against reference on the
+ * same inputs, and the +=/= conventions of ops.h on both. Beside the
+ * table: the convolution's workspace contract, its reduced-precision
+ * operands (the same as linear's), and invalid arguments of every op that
+ * the table brought in, on both tables.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../../kernels/backend.h"
+#include "../../kernels/cpu/cpu_ops.h"
+#include "../../kernels/ops.h"
+#include "../common/op_table.h"
+#include "cu_util.h"
+
+enum { REF = 0, FAST = 1, NBACKENDS = 2 };
+static dt_backend_t *backends[NBACKENDS];
+
+static int suite_init(void)
+{
+    for (int k = 0; k < NBACKENDS; k++) {
+        struct dt_backend_opts o = {.threads = 1, .reference_kernels = k == REF};
+        if (dt_backend_create("cpu", &o, &backends[k]) != DT_OK)
+            return -1;
+    }
+    return 0;
+}
+
+static int suite_cleanup(void)
+{
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_destroy(backends[k]);
+        backends[k] = NULL;
+    }
+    return 0;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+/* Every op new in the table has a row (through the row of its forward). */
+static void test_table_covers_ops(void)
+{
+    const enum dt_op_id want[] = {
+        DT_OP_channel_bias_fwd, DT_OP_add,           DT_OP_accumulate,      DT_OP_conv2d_fwd,
+        DT_OP_maxpool2d_fwd,    DT_OP_avgpool2d_fwd, DT_OP_batchnorm_fwd,   DT_OP_batchnorm_infer,
+        DT_OP_layernorm_fwd,    DT_OP_linear_fwd,    DT_OP_softmax_xent_fwd};
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        int rows = 0;
+        for (int i = 0; i < dt_op_ncases; i++)
+            rows += dt_op_cases[i].op == want[w];
+        if (!rows)
+            printf("\n  no op table row for %s\n", dt_op_name(want[w]));
+        CU_ASSERT(rows > 0);
+    }
+    for (int k = 0; k < NBACKENDS; k++)
+        for (int op = 0; op < DT_OP_COUNT; op++) {
+            if (!dt_backend_supports(backends[k], (enum dt_op_id)op, DT_F32))
+                printf("\n  cpu lacks %s\n", dt_op_name((enum dt_op_id)op));
+            CU_ASSERT(dt_backend_supports(backends[k], (enum dt_op_id)op, DT_F32));
+        }
+}
+
+static void gradcheck_all(int k)
+{
+    int checked = 0;
+    for (int i = 0; i < dt_op_ncases; i++) {
+        int bad = dt_op_case_gradcheck(&dt_op_cases[i], backends[k]);
+        CU_ASSERT_EQUAL(bad, 0);
+        checked += dt_op_case_has_backward(&dt_op_cases[i]) && bad == 0;
+    }
+    CU_ASSERT(checked >= dt_op_ncases - 5); /* add, accumulate, batchnorm_infer: no backward */
+}
+
+static void test_gradcheck_ref(void) { gradcheck_all(REF); }
+static void test_gradcheck_fast(void) { gradcheck_all(FAST); }
+
+static void test_fast_vs_ref(void)
+{
+    for (int i = 0; i < dt_op_ncases; i++)
+        CU_ASSERT_EQUAL(dt_op_case_compare(&dt_op_cases[i], backends[FAST], backends[REF]), 0);
+}
+
+static void test_conventions(void)
+{
+    for (int k = 0; k < NBACKENDS; k++)
+        for (int i = 0; i < dt_op_ncases; i++)
+            CU_ASSERT_EQUAL(dt_op_case_conventions(&dt_op_cases[i], backends[k]), 0);
+}
+
+/* The machinery reports what it should: a row the op rejects fails, and
+ * a comparison at a tolerance the numbers cannot meet (bf16 operands
+ * against fp32) counts mismatches instead of passing. */
+static void test_compare_detects(void)
+{
+    struct dt_op_case bad = {"conv whose filter does not fit",
+                             DT_OP_conv2d_fwd,
+                             {1, 1, 4, 4, 1, 5, 5, 1, 1, 0, 0, 1, 1, 1},
+                             1e-5};
+    printf("\n  (expected failures follow)\n");
+    CU_ASSERT(dt_op_case_compare(&bad, backends[FAST], backends[REF]) > 0);
+    CU_ASSERT(dt_op_case_gradcheck(&bad, backends[FAST]) > 0);
+
+    struct dt_backend_opts o = {.threads = 1, .precision = DT_BF16};
+    dt_backend_t *bf16 = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_backend_create("cpu", &o, &bf16), DT_OK);
+    for (int i = 0; i < dt_op_ncases; i++)
+        if (dt_op_cases[i].op == DT_OP_conv2d_fwd) {
+            struct dt_op_case c = dt_op_cases[i];
+            c.tol = 1e-6;
+            CU_ASSERT(dt_op_case_compare(&c, bf16, backends[REF]) > 0);
+            break;
+        }
+    dt_backend_destroy(bf16);
+}
+
+/* ---- convolution extras ------------------------------------------------ */
+
+static struct dt_conv2d_shape conv_shape(int N, int C, int H, int W, int K, int R, int S, int st,
+                                         int pad, int dil, int groups)
+{
+    struct dt_conv2d_shape s = {N, C, H, W, K, R, S, st, st, pad, pad, dil, dil, groups, 0, 0};
+    s.P = dt_conv_out_dim(H, pad, dil, R, st);
+    s.Q = dt_conv_out_dim(W, pad, dil, S, st);
+    return s;
+}
+
+static void test_conv_workspace(void)
+{
+    const struct dt_ops *o = dt_backend_ops(backends[FAST]);
+    struct dt_conv2d_shape s = conv_shape(2, 4, 9, 9, 6, 3, 3, 2, 1, 1, 2);
+    size_t bytes = 1;
+    CU_ASSERT_EQUAL(o->conv2d_workspace(backends[FAST], &s, &bytes), DT_OK);
+    CU_ASSERT_EQUAL(bytes, (size_t)2 * 3 * 3 * s.P * s.Q * sizeof(float)); /* (C/g)RS PQ */
+    struct dt_conv2d_shape pw = conv_shape(2, 4, 9, 9, 6, 1, 1, 1, 0, 1, 1);
+    CU_ASSERT_EQUAL(o->conv2d_workspace(backends[FAST], &pw, &bytes), DT_OK);
+    CU_ASSERT_EQUAL(bytes, 0); /* 1x1, stride 1, no padding: no columns */
+
+    size_t nx = (size_t)2 * 4 * 81, nw = (size_t)6 * 2 * 9, ny = (size_t)2 * 6 * s.P * s.Q;
+    float *x = calloc(nx, sizeof *x), *w = calloc(nw, sizeof *w), *y = calloc(ny, sizeof *y);
+    size_t need = bytes = (size_t)2 * 9 * s.P * s.Q * sizeof(float);
+    float *ws = malloc(need);
+    CU_ASSERT_FATAL(x && w && y && ws);
+    dt_clear_error();
+    CU_ASSERT_EQUAL(o->conv2d_fwd(backends[FAST], y, x, w, &s, ws, need - 4), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "workspace"));
+    CU_ASSERT_EQUAL(o->conv2d_fwd(backends[FAST], y, x, w, &s, NULL, need), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(o->conv2d_bwd_data(backends[FAST], x, y, w, &s, ws, 0), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(o->conv2d_bwd_filter(backends[FAST], w, y, x, &s, ws, 8), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(o->conv2d_fwd(backends[FAST], y, x, w, &s, ws, need), DT_OK);
+    /* the reference needs none */
+    const struct dt_ops *r = dt_backend_ops(backends[REF]);
+    CU_ASSERT_EQUAL(r->conv2d_workspace(backends[REF], &s, &bytes), DT_OK);
+    CU_ASSERT_EQUAL(bytes, 0);
+    CU_ASSERT_EQUAL(r->conv2d_fwd(backends[REF], y, x, w, &s, NULL, 0), DT_OK);
+    free(x), free(w), free(y), free(ws);
+}
+
+/* bf16/fp16: the conv's operands are rounded like linear's: a bf16
+ * backend gives, bit for bit, what the fp32 backend gives on operands
+ * rounded first, and differs from fp32 on unrounded ones. */
+static void test_conv_precision(void)
+{
+    const enum dt_dtype prec[] = {DT_BF16, DT_F16};
+    struct dt_conv2d_shape s = conv_shape(2, 3, 8, 7, 4, 3, 3, 1, 1, 1, 1);
+    size_t nx = (size_t)2 * 3 * 56, nw = (size_t)4 * 3 * 9, ny = (size_t)2 * 4 * s.P * s.Q;
+    size_t nws = (size_t)3 * 9 * s.P * s.Q;
+    float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4), *xr = malloc(nx * 4);
+    float *wr = malloc(nw * 4), *dyr = malloc(ny * 4), *ws = malloc(nws * 4);
+    float *y[3], *dx[3], *dw[3];
+    for (int i = 0; i < 3; i++) {
+        y[i] = malloc(ny * 4), dx[i] = malloc(nx * 4), dw[i] = calloc(nw, 4);
+        CU_ASSERT_FATAL(y[i] && dx[i] && dw[i]);
+    }
+    CU_ASSERT_FATAL(x && w && dy && xr && wr && dyr && ws);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = sinf(0.37f * (float)i) * 1.7f;
+    for (size_t i = 0; i < nw; i++)
+        w[i] = cosf(0.91f * (float)i) * 0.9f;
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = sinf(1.3f * (float)i + 0.2f);
+    for (int p = 0; p < 2; p++) {
+        for (int k = 0; k < NBACKENDS; k++) {
+            struct dt_backend_opts o = {
+                .threads = 1, .reference_kernels = k == REF, .precision = prec[p]};
+            dt_backend_t *be = NULL;
+            CU_ASSERT_EQUAL_FATAL(dt_backend_create("cpu", &o, &be), DT_OK);
+            float (*rnd)(float) = prec[p] == DT_BF16 ? dt_cpu_round_bf16 : dt_cpu_round_fp16;
+            for (size_t i = 0; i < nx; i++)
+                xr[i] = rnd(x[i]);
+            for (size_t i = 0; i < nw; i++)
+                wr[i] = rnd(w[i]);
+            for (size_t i = 0; i < ny; i++)
+                dyr[i] = rnd(dy[i]);
+            const struct dt_ops *lo = dt_backend_ops(be), *f32 = dt_backend_ops(backends[k]);
+            size_t wsb = nws * 4;
+            memset(dw[0], 0, nw * 4), memset(dw[1], 0, nw * 4), memset(dw[2], 0, nw * 4);
+            CU_ASSERT_EQUAL(lo->conv2d_fwd(be, y[0], x, w, &s, ws, wsb), DT_OK);
+            CU_ASSERT_EQUAL(lo->conv2d_bwd_data(be, dx[0], dy, w, &s, ws, wsb), DT_OK);
+            CU_ASSERT_EQUAL(lo->conv2d_bwd_filter(be, dw[0], dy, x, &s, ws, wsb), DT_OK);
+            CU_ASSERT_EQUAL(f32->conv2d_fwd(backends[k], y[1], xr, wr, &s, ws, wsb), DT_OK);
+            CU_ASSERT_EQUAL(f32->conv2d_bwd_data(backends[k], dx[1], dyr, wr, &s, ws, wsb), DT_OK);
+            CU_ASSERT_EQUAL(f32->conv2d_bwd_filter(backends[k], dw[1], dyr, xr, &s, ws, wsb),
+                            DT_OK);
+            CU_ASSERT_EQUAL(f32->conv2d_fwd(backends[k], y[2], x, w, &s, ws, wsb), DT_OK);
+            CU_ASSERT(memcmp(y[0], y[1], ny * 4) == 0);
+            CU_ASSERT(memcmp(dx[0], dx[1], nx * 4) == 0);
+            CU_ASSERT(memcmp(dw[0], dw[1], nw * 4) == 0);
+            CU_ASSERT(memcmp(y[0], y[2], ny * 4) != 0);
+            dt_backend_destroy(be);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        free(y[i]), free(dx[i]), free(dw[i]);
+    free(x), free(w), free(dy), free(xr), free(wr), free(dyr), free(ws);
+}
+
+/* ---- invalid arguments ----------------------------------------------- */
+
+#define CHECK_INVALID(expr, opname)                                                                \
+    do {                                                                                           \
+        dt_clear_error();                                                                          \
+        dt_status st_ = (expr);                                                                    \
+        CU_ASSERT_EQUAL(st_, DT_ERR_INVALID_ARG);                                                  \
+        if (st_ == DT_ERR_INVALID_ARG)                                                             \
+            CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), opname));                               \
+    } while (0)
+
+static void test_invalid_conv(void)
+{
+    float buf[4096];
+    double dbl[64];
+    (void)dbl;
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_t *be = backends[k];
+        const struct dt_ops *o = dt_backend_ops(be);
+        struct dt_conv2d_shape good = conv_shape(1, 4, 6, 6, 4, 3, 3, 1, 1, 1, 2), s;
+        size_t wsb = sizeof buf;
+        CU_ASSERT_EQUAL(o->conv2d_fwd(be, buf, buf, buf, &good, buf, wsb), DT_OK);
+        CHECK_INVALID(o->conv2d_fwd(be, NULL, buf, buf, &good, buf, wsb), "conv2d_fwd");
+        CHECK_INVALID(o->conv2d_fwd(be, buf, buf, buf, NULL, buf, wsb), "conv2d_fwd");
+        s = good, s.P = 5;
+        CHECK_INVALID(o->conv2d_fwd(be, buf, buf, buf, &s, buf, wsb), "conv2d_fwd");
+        s = good, s.groups = 3; /* 4 % 3 */
+        CHECK_INVALID(o->conv2d_bwd_data(be, buf, buf, buf, &s, buf, wsb), "conv2d_bwd_data");
+        s = good, s.K = 0;
+        CHECK_INVALID(o->conv2d_bwd_filter(be, buf, buf, buf, &s, buf, wsb), "conv2d_bwd_filter");
+        s = good, s.stride_h = 0;
+        CHECK_INVALID(o->conv2d_fwd(be, buf, buf, buf, &s, buf, wsb), "conv2d_fwd");
+        s = good, s.dil_w = 0;
+        CHECK_INVALID(o->conv2d_fwd(be, buf, buf, buf, &s, buf, wsb), "conv2d_fwd");
+        s = good, s.pad_h = -1;
+        CHECK_INVALID(o->conv2d_fwd(be, buf, buf, buf, &s, buf, wsb), "conv2d_fwd");
+        s = conv_shape(1, 1, 3, 3, 1, 5, 5, 1, 0, 1, 1); /* the filter does not fit */
+        CHECK_INVALID(o->conv2d_workspace(be, &s, &wsb), "conv2d_workspace");
+        CHECK_INVALID(o->conv2d_workspace(be, &good, NULL), "conv2d_workspace");
+        CHECK_INVALID(o->conv2d_bwd_data(be, buf, NULL, buf, &good, buf, wsb), "conv2d_bwd_data");
+        CHECK_INVALID(o->conv2d_bwd_filter(be, buf, buf, NULL, &good, buf, wsb),
+                      "conv2d_bwd_filter");
+    }
+}
+
+/* Ties: the gradient goes to the first maximum of each window in
+ * row-major order, and overlapping windows add. */
+static void test_maxpool_ties(void)
+{
+    float x[16], y[9], dy[9], dx[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = 1.0f;
+    for (int i = 0; i < 9; i++)
+        dy[i] = (float)(i + 1);
+    struct dt_pool2d_shape s = {1, 1, 4, 4, 2, 2, 2, 2, 0, 0, 2, 2};
+    struct dt_pool2d_shape o3 = {1, 1, 4, 4, 2, 2, 1, 1, 0, 0, 3, 3};
+    for (int k = 0; k < NBACKENDS; k++) {
+        const struct dt_ops *o = dt_backend_ops(backends[k]);
+        CU_ASSERT_EQUAL(o->maxpool2d_fwd(backends[k], y, x, &s), DT_OK);
+        CU_ASSERT_EQUAL(o->maxpool2d_bwd(backends[k], dx, dy, x, y, &s), DT_OK);
+        const float want[16] = {1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
+        CU_ASSERT(memcmp(dx, want, sizeof want) == 0);
+        /* stride 1: window (p, q) starts at (p, q), its own first element */
+        CU_ASSERT_EQUAL(o->maxpool2d_fwd(backends[k], y, x, &o3), DT_OK);
+        CU_ASSERT_EQUAL(o->maxpool2d_bwd(backends[k], dx, dy, x, y, &o3), DT_OK);
+        const float want3[16] = {1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, 0, 0, 0, 0};
+        CU_ASSERT(memcmp(dx, want3, sizeof want3) == 0);
+    }
+}
+
+static void test_invalid_pool(void)
+{
+    float buf[1024];
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_t *be = backends[k];
+        const struct dt_ops *o = dt_backend_ops(be);
+        struct dt_pool2d_shape good = {2, 2, 6, 6, 2, 2, 2, 2, 0, 0, 3, 3}, s;
+        CU_ASSERT_EQUAL(o->maxpool2d_fwd(be, buf, buf + 512, &good), DT_OK);
+        CHECK_INVALID(o->maxpool2d_fwd(be, NULL, buf, &good), "maxpool2d_fwd");
+        CHECK_INVALID(o->maxpool2d_bwd(be, buf, buf, NULL, buf, &good), "maxpool2d_bwd");
+        CHECK_INVALID(o->maxpool2d_bwd(be, buf, buf, buf, NULL, &good), "maxpool2d_bwd");
+        s = good, s.Q = 2;
+        CHECK_INVALID(o->avgpool2d_fwd(be, buf, buf, &s), "avgpool2d_fwd");
+        s = good, s.pad_h = 2; /* padding as large as the window */
+        CHECK_INVALID(o->maxpool2d_fwd(be, buf, buf, &s), "maxpool2d_fwd");
+        s = good, s.stride_w = 0;
+        CHECK_INVALID(o->avgpool2d_bwd(be, buf, buf, &s), "avgpool2d_bwd");
+        s = good, s.C = 0;
+        CHECK_INVALID(o->avgpool2d_fwd(be, buf, buf, &s), "avgpool2d_fwd");
+        CHECK_INVALID(o->avgpool2d_bwd(be, buf, buf, NULL), "avgpool2d_bwd");
+    }
+}
+
+static void test_invalid_norm(void)
+{
+    float f[256];
+    double d[64];
+    for (int i = 0; i < 256; i++)
+        f[i] = 1.0f;
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_t *be = backends[k];
+        const struct dt_ops *o = dt_backend_ops(be);
+        CU_ASSERT_EQUAL(o->batchnorm_stats(be, d, f, 2, 3, 4), DT_OK);
+        CHECK_INVALID(o->batchnorm_stats(be, NULL, f, 2, 3, 4), "batchnorm_stats");
+        CHECK_INVALID(o->batchnorm_stats(be, d, f, 2, 0, 4), "batchnorm_stats");
+        CU_ASSERT_EQUAL(o->batchnorm_fwd(be, f, f + 100, f + 110, f + 120, f + 130, f + 140, d, 8,
+                                         f, f, 1e-5f, 0.1f, 2, 3, 4),
+                        DT_OK);
+        /* count below this rank's N*HW */
+        CHECK_INVALID(o->batchnorm_fwd(be, f, f + 100, f + 110, NULL, NULL, f + 140, d, 7, f, f,
+                                       1e-5f, 0.1f, 2, 3, 4),
+                      "batchnorm_fwd");
+        /* one running buffer without the other */
+        CHECK_INVALID(o->batchnorm_fwd(be, f, f + 100, f + 110, f + 120, NULL, f + 140, d, 8, f, f,
+                                       1e-5f, 0.1f, 2, 3, 4),
+                      "batchnorm_fwd");
+        CHECK_INVALID(o->batchnorm_fwd(be, f, NULL, f + 110, NULL, NULL, f + 140, d, 8, f, f, 1e-5f,
+                                       0.1f, 2, 3, 4),
+                      "batchnorm_fwd");
+        CHECK_INVALID(o->batchnorm_fwd(be, f, f + 100, f + 110, NULL, NULL, f + 140, d, 8, f, f,
+                                       -1.0f, 0.1f, 2, 3, 4),
+                      "batchnorm_fwd");
+        CHECK_INVALID(o->batchnorm_infer(be, f, f, NULL, f, f, f, 1e-5f, 2, 3, 4),
+                      "batchnorm_infer");
+        CHECK_INVALID(o->batchnorm_infer(be, f, f, f, f, f, f, 1e-5f, 2, 3, -4), "batchnorm_infer");
+        CHECK_INVALID(o->batchnorm_bwd_reduce(be, d, f, f, NULL, f, 2, 3, 4),
+                      "batchnorm_bwd_reduce");
+        CHECK_INVALID(o->batchnorm_bwd_reduce(be, d, f, f, f, f, 0, 3, 4), "batchnorm_bwd_reduce");
+        CHECK_INVALID(o->batchnorm_bwd(be, f, f, f, f, f, f, f, f, d, NULL, 8, 2, 3, 4),
+                      "batchnorm_bwd");
+        CHECK_INVALID(o->batchnorm_bwd(be, f, f, f, f, f, f, f, f, d, d, 0, 2, 3, 4),
+                      "batchnorm_bwd");
+        CHECK_INVALID(o->layernorm_fwd(be, f, f, f, f, NULL, f, 1e-5f, 2, 3), "layernorm_fwd");
+        CHECK_INVALID(o->layernorm_fwd(be, f, f, f, f, f, f, 1e-5f, 2, 0), "layernorm_fwd");
+        CHECK_INVALID(o->layernorm_bwd(be, f, NULL, f, f, f, f, f, f, 2, 3), "layernorm_bwd");
+        CHECK_INVALID(o->layernorm_bwd(be, f, f, f, f, f, f, f, f, -2, 3), "layernorm_bwd");
+    }
+}
+
+static void test_invalid_elementwise(void)
+{
+    float f[64];
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_t *be = backends[k];
+        const struct dt_ops *o = dt_backend_ops(be);
+        CHECK_INVALID(o->add(be, NULL, f, f, 3), "add");
+        CHECK_INVALID(o->add(be, f, f, NULL, 3), "add");
+        CHECK_INVALID(o->accumulate(be, f, NULL, 3), "accumulate");
+        CHECK_INVALID(o->channel_bias_fwd(be, f, NULL, 1, 2, 3), "channel_bias_fwd");
+        CHECK_INVALID(o->channel_bias_fwd(be, f, f, 1, -2, 3), "channel_bias_fwd");
+        CHECK_INVALID(o->channel_bias_bwd(be, NULL, f, 1, 2, 3), "channel_bias_bwd");
+        CHECK_INVALID(o->channel_bias_bwd(be, f, f, 1, 2, -3), "channel_bias_bwd");
+        /* in place is allowed */
+        for (int i = 0; i < 64; i++)
+            f[i] = (float)i;
+        CU_ASSERT_EQUAL(o->add(be, f, f, f, 64), DT_OK);
+        CU_ASSERT_EQUAL(f[63], 126.0f);
+    }
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("op_table", suite_init, suite_cleanup);
+    CU_ADD(s, test_table_covers_ops);
+    CU_ADD(s, test_gradcheck_ref);
+    CU_ADD(s, test_gradcheck_fast);
+    CU_ADD(s, test_fast_vs_ref);
+    CU_ADD(s, test_conventions);
+    CU_ADD(s, test_compare_detects);
+    CU_ADD(s, test_conv_workspace);
+    CU_ADD(s, test_conv_precision);
+    CU_ADD(s, test_invalid_conv);
+    CU_ADD(s, test_maxpool_ties);
+    CU_ADD(s, test_invalid_pool);
+    CU_ADD(s, test_invalid_norm);
+    CU_ADD(s, test_invalid_elementwise);
+    return cu_run_all();
+}
