@@ -798,14 +798,18 @@ static dt_status check_channels(struct dsfile *ds)
     for (int i = 0; i < in->nsplits; i++) {
         const struct dt_split_info *si = &in->splits[i];
         int64_t c = 0, h, w;
-        if (!dt_split_image_shape(si, &c, &h, &w) || c != in->norm_channels)
+        if (!dt_split_image_shape(si, &c, &h, &w))
             return dt_set_error(DT_ERR_BAD_DATA,
                                 "dataset %s: attributes 'norm_channel_mean' and "
-                                "'norm_channel_std' have %d values, but split '%s' has %s%lld "
-                                "channel(s); per-channel normalisation needs image samples "
-                                "(H, W) or (C, H, W) with one value per channel",
-                                in->path, in->norm_channels, si->name,
-                                c ? "" : "vector samples, not images, so ", (long long)c);
+                                "'norm_channel_std' need image samples (H, W) or (C, H, W), but "
+                                "split '%s' has vector samples, not images",
+                                in->path, si->name);
+        if (c != in->norm_channels)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: attributes 'norm_channel_mean' and "
+                                "'norm_channel_std' have %d values, but split '%s' has %lld "
+                                "channel(s); they need one value per channel",
+                                in->path, in->norm_channels, si->name, (long long)c);
     }
     ds->nch = in->norm_channels;
     ds->mean = in->norm_channel_mean;
