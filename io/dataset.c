@@ -78,10 +78,10 @@ struct dsfile {
     hid_t file;
     struct dt_dataset_info info;
     struct split splits[DT_DATASET_MAX_SPLITS];
-    int nch;            /* normalisation channels: 1 (scalar) or norm_channels */
-    const float *mean;  /* nch means: &info.norm_mean or info.norm_channel_mean */
-    const float *sd;    /* nch stds, likewise */
-    float *lut;         /* nch x 256: normalised value of each uint8 in each channel */
+    int nch;           /* normalisation channels: 1 (scalar) or norm_channels */
+    const float *mean; /* nch means: &info.norm_mean or info.norm_channel_mean */
+    const float *sd;   /* nch stds, likewise */
+    float *lut;        /* nch x 256: normalised value of each uint8 in each channel */
 };
 
 static void copy_name(char *dst, size_t cap, const char *src)
@@ -1516,8 +1516,8 @@ static dt_status read_rows(dt_dataset_t *ds, const char *split, const uint64_t *
     for (int f = 0; f < nf; f++) {
         size_t b = f ? cnt[f - 1] : 0;
         if (cnt[f] > b)
-            DT_CHECK(file_read(ds->files[f], split, local + b, cnt[f] - b, pad,
-                               cf ? tcf + b : NULL, tx + b * elems, ty + b, bytes_read));
+            DT_CHECK(file_read(ds->files[f], split, local + b, cnt[f] - b, pad, cf ? tcf + b : NULL,
+                               tx + b * elems, ty + b, bytes_read));
     }
     for (size_t i = 0; i < n; i++) {
         memcpy(x + i * elems, tx + pos[i] * elems, elems * sizeof *x);
@@ -1542,12 +1542,13 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
 }
 
 dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const uint64_t *idx,
-                                    size_t n, int32_t pad, const struct dt_crop_flip *cf,
-                                    float *x, int32_t *y, uint64_t *bytes_read)
+                                    size_t n, int32_t pad, const struct dt_crop_flip *cf, float *x,
+                                    int32_t *y, uint64_t *bytes_read)
 {
     if (!cf || pad < 0)
-        return dt_set_error(DT_ERR_INVALID_ARG, "dataset %s: a crop-and-flip read needs its "
-                                                "crops and a padding >= 0",
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dataset %s: a crop-and-flip read needs its "
+                            "crops and a padding >= 0",
                             ds->info.path);
     for (size_t i = 0; i < n; i++)
         if (cf[i].top < 0 || cf[i].top > 2 * pad || cf[i].left < 0 || cf[i].left > 2 * pad)

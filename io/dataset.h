@@ -141,8 +141,8 @@ struct dt_crop_flip {
  * DT_ERR_INVALID_ARG. Stored non-finite floats are refused wherever they
  * are in the sample; a normalisation overflow only where the crop uses it. */
 dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const uint64_t *idx,
-                                    size_t n, int32_t pad, const struct dt_crop_flip *cf,
-                                    float *x, int32_t *y, uint64_t *bytes_read);
+                                    size_t n, int32_t pad, const struct dt_crop_flip *cf, float *x,
+                                    int32_t *y, uint64_t *bytes_read);
 
 /* Prints a human summary (splits, shapes, dtypes, classes, sizes) of an
  * opened dataset to out. */

@@ -309,8 +309,7 @@ static void channel_stats(const struct dt_import_split *s, float scale, float *m
         double cnt = (double)s->n * (double)plane;
         double m = cnt > 0 ? sum / cnt : 0.0, var = cnt > 0 ? sumsq / cnt - m * m : 0.0;
         double d = var > 0 ? sqrt(var) : 0.0;
-        if (!(d > 0) || !isfinite(d) || !isfinite(m) || !isfinite((float)d) ||
-            !((float)d > 0)) {
+        if (!(d > 0) || !isfinite(d) || !isfinite(m) || !isfinite((float)d) || !((float)d > 0)) {
             if (progress)
                 fprintf(progress, "  train channel %lld is all the same value: its std set to 1\n",
                         (long long)c);
@@ -325,8 +324,8 @@ static dt_status write_channel_attrs(hid_t file, const char *path, int nch, cons
                                      const float *sd)
 {
     dt_status st;
-    DT_CHECK(write_attr(file, "norm_channel_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                        (hsize_t)nch, mean, path));
+    DT_CHECK(write_attr(file, "norm_channel_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (hsize_t)nch,
+                        mean, path));
     DT_CHECK(write_attr(file, "norm_channel_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (hsize_t)nch,
                         sd, path));
 out:

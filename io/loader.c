@@ -276,7 +276,8 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
                             "%s asks for augmentation of split '%s', whose samples are vectors "
                             "of %lld values, not images (H, W) or (C, H, W); set it off for "
                             "this dataset",
-                            o->crop_padding > 0 ? "data.augment.crop_padding" : "data.augment.hflip",
+                            o->crop_padding > 0 ? "data.augment.crop_padding"
+                                                : "data.augment.hflip",
                             si->name, (long long)si->sample_elems);
     if (si->n < 1)
         return dt_set_error(DT_ERR_BAD_DATA, "loader: split '%s' is empty", si->name);

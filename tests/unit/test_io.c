@@ -2291,8 +2291,8 @@ static void test_ds_image_shapes(void)
                  {"img-vec.h5", 1, d, 0, 0, 0, 0}};
     for (int k = 0; k < 3; k++) {
         dt_dataset_t *ds = NULL;
-        make_image_ds(cases[k].name, H5T_IEEE_F32LE, 4, cases[k].nd, cases[k].dims, x, 1, 0,
-                      NULL, 0, NULL);
+        make_image_ds(cases[k].name, H5T_IEEE_F32LE, 4, cases[k].nd, cases[k].dims, x, 1, 0, NULL,
+                      0, NULL);
         ASSERT_STATUS(open_named(cases[k].name, &ds), DT_OK);
         if (!ds)
             continue;
@@ -2386,8 +2386,9 @@ static void test_ds_channel_norm_refused(void)
         const char *needle;
     } cases[] = {
         {"chb-len.h5", 3, chw, 3, m3, 3, s3, "has 2 channel(s)"},
-        {"chb-mis.h5", 3, chw, 2, m2, 3, s3, "'norm_channel_mean' has 2 values but "
-                                             "'norm_channel_std' has 3"},
+        {"chb-mis.h5", 3, chw, 2, m2, 3, s3,
+         "'norm_channel_mean' has 2 values but "
+         "'norm_channel_std' has 3"},
         {"chb-zero.h5", 3, chw, 2, m2, 2, bad_sd, "'norm_channel_std' holds 0 for channel 1"},
         {"chb-neg.h5", 3, chw, 2, m2, 2, neg_sd, "'norm_channel_std' holds -1 for channel 0"},
         {"chb-inf.h5", 3, chw, 2, inf_mean, 2, s2, "'norm_channel_mean' holds 1e+300"},
@@ -2538,8 +2539,7 @@ static int64_t aug_epoch(const struct dt_loader_opts *o, int64_t epoch, int *bad
         for (int64_t r = 0; r < b.rows; r++) {
             struct dt_crop_flip cf;
             float want[AUG_ELEMS];
-            dt_loader_augment_draw(o->seed, epoch, b.sample_ids[r], o->crop_padding, o->hflip,
-                                   &cf);
+            dt_loader_augment_draw(o->seed, epoch, b.sample_ids[r], o->crop_padding, o->hflip, &cf);
             aug_expect(b.sample_ids[r], &cf, o->crop_padding, want);
             *bad += memcmp(want, b.x + r * AUG_ELEMS, sizeof want) != 0;
         }
@@ -2568,13 +2568,19 @@ static void test_loader_augment_any_world(void)
             int64_t rows = 0;
             int bad = 0;
             for (int rank = 0; rank < cfgs[k].world; rank++) {
-                struct dt_loader_opts o = {.ds = ds, .split = "train", .global_batch = 12,
-                                           .micro_batch = cfgs[k].micro, .rank = rank,
-                                           .world = cfgs[k].world, .seed = AUG_SEED,
-                                           .shuffle = 1, .drop_last = 0,
+                struct dt_loader_opts o = {.ds = ds,
+                                           .split = "train",
+                                           .global_batch = 12,
+                                           .micro_batch = cfgs[k].micro,
+                                           .rank = rank,
+                                           .world = cfgs[k].world,
+                                           .seed = AUG_SEED,
+                                           .shuffle = 1,
+                                           .drop_last = 0,
                                            .workers = cfgs[k].workers,
                                            .prefetch = cfgs[k].prefetch,
-                                           .crop_padding = AUG_PAD, .hflip = 1};
+                                           .crop_padding = AUG_PAD,
+                                           .hflip = 1};
                 rows += aug_epoch(&o, epoch, &bad);
             }
             CU_ASSERT_EQUAL(rows, AUG_N);
@@ -2616,9 +2622,16 @@ static void test_loader_augment_draws(void)
     dt_dataset_t *ds = open_aug();
     if (!ds)
         return;
-    struct dt_loader_opts o = {.ds = ds, .split = "test", .global_batch = 8, .micro_batch = 8,
-                               .rank = 0, .world = 1, .seed = AUG_SEED, .shuffle = 0,
-                               .workers = 1, .prefetch = 1};
+    struct dt_loader_opts o = {.ds = ds,
+                               .split = "test",
+                               .global_batch = 8,
+                               .micro_batch = 8,
+                               .rank = 0,
+                               .world = 1,
+                               .seed = AUG_SEED,
+                               .shuffle = 0,
+                               .workers = 1,
+                               .prefetch = 1};
     int bad = 0;
     CU_ASSERT_EQUAL(aug_epoch(&o, 0, &bad), AUG_N / 2);
     CU_ASSERT_EQUAL(bad, 0);
