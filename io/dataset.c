@@ -1011,17 +1011,49 @@ struct geom {
     int32_t pad;
 };
 
+/* One output row of a crop: dst[x] for x in [x0, x1) from source row
+ * `row` at column x + dx, or (flipped) w - 1 - x + dx; zero elsewhere. */
+static void crop_row_u8(const unsigned char *row, const float *lut, float *dst, int64_t w,
+                        int64_t x0, int64_t x1, int64_t dx, int flip)
+{
+    memset(dst, 0, (size_t)x0 * sizeof *dst);
+    if (flip)
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = lut[row[w - 1 - x + dx]];
+    else
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = lut[row[x + dx]];
+    memset(dst + x1, 0, (size_t)(w - x1) * sizeof *dst);
+}
+
+static void crop_row_f32(const float *row, float scale, float mean, float sd, float *dst,
+                         int64_t w, int64_t x0, int64_t x1, int64_t dx, int flip)
+{
+    memset(dst, 0, (size_t)x0 * sizeof *dst);
+    if (flip)
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = (row[w - 1 - x + dx] * scale - mean) / sd;
+    else
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = (row[x + dx] * scale - mean) / sd;
+    memset(dst + x1, 0, (size_t)(w - x1) * sizeof *dst);
+}
+
 /* normalise_row through a crop and flip: output (c, y, x) is stored
  * (c, y + top - pad, x' + left - pad) with x' = w - 1 - x when flipped,
- * else x; outside the stored image it is 0. One pass over the output. */
+ * else x; outside the stored image it is 0. One pass over the output:
+ * the columns that fall inside are worked out once per image, so the
+ * inner loops have no bounds tests. */
 static void normalise_crop_flip(const struct dsfile *ds, const struct split *sp, const void *src,
                                 float *dst, const struct geom *g, const struct dt_crop_flip *cf)
 {
     int64_t h = g->h, w = g->w, dy = cf->top - g->pad, dx = cf->left - g->pad;
+    /* inside: 0 <= x + dx < w, or 0 <= w - 1 - x + dx < w when flipped */
+    int64_t x0 = cf->flip ? dx : -dx, x1 = cf->flip ? w + dx : w - dx;
+    x0 = x0 < 0 ? 0 : x0 > w ? w : x0;
+    x1 = x1 > w ? w : x1 < x0 ? x0 : x1;
     for (int64_t c = 0; c < g->c; c++) {
         int nc = ds->nch > 1 ? (int)c : 0;
-        const float *lut = ds->lut + nc * 256;
-        float scale = ds->info.norm_scale, mean = ds->mean[nc], sd = ds->sd[nc];
         for (int64_t y = 0; y < h; y++, dst += w) {
             int64_t sy = y + dy;
             if (sy < 0 || sy >= h) {
@@ -1029,15 +1061,12 @@ static void normalise_crop_flip(const struct dsfile *ds, const struct split *sp,
                 continue;
             }
             int64_t at = (c * h + sy) * w;
-            for (int64_t x = 0; x < w; x++) {
-                int64_t sx = (cf->flip ? w - 1 - x : x) + dx;
-                if (sx < 0 || sx >= w)
-                    dst[x] = 0.0f;
-                else if (sp->x_mem_size == 1)
-                    dst[x] = lut[((const unsigned char *)src)[at + sx]];
-                else
-                    dst[x] = (((const float *)src)[at + sx] * scale - mean) / sd;
-            }
+            if (sp->x_mem_size == 1)
+                crop_row_u8((const unsigned char *)src + at, ds->lut + nc * 256, dst, w, x0, x1,
+                            dx, cf->flip);
+            else
+                crop_row_f32((const float *)src + at, ds->info.norm_scale, ds->mean[nc],
+                             ds->sd[nc], dst, w, x0, x1, dx, cf->flip);
         }
     }
 }

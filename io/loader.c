@@ -395,23 +395,37 @@ void dt_loader_destroy(dt_loader_t *ld)
 
 int64_t dt_loader_batches_per_epoch(const dt_loader_t *ld) { return ld->batches; }
 
-enum { AUG_TOP = 0, AUG_LEFT = 1, AUG_FLIP = 2 }; /* rng streams of the three draws */
+/* Uniform in [0, n) from word `word` of the sample's block, without
+ * modulo bias: a word in the last partial range of n (probability below
+ * n / 2^32) is replaced by the same word of the next sub-counter's block. */
+static uint32_t draw_below(const struct dt_rng_key *key, uint64_t sample, const uint32_t first[4],
+                           int word, uint32_t n)
+{
+    uint64_t accept = (UINT64_C(1) << 32) - (UINT64_C(1) << 32) % n;
+    uint32_t w = first[word];
+    for (uint32_t sub = 1; w >= accept; sub++) {
+        uint32_t r[4];
+        dt_rng_block(key, sample, sub, r);
+        w = r[word];
+    }
+    return w % n;
+}
 
 void dt_loader_augment_draw(uint64_t seed, int64_t epoch, uint64_t sample, int pad, int hflip,
                             struct dt_crop_flip *out)
 {
     struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_AUGMENT, .step = (uint64_t)epoch};
+    uint32_t r[4];
     *out = (struct dt_crop_flip){0, 0, 0};
+    if (pad <= 0 && !hflip)
+        return;
+    dt_rng_block(&key, sample, 0, r);
     if (pad > 0) {
-        key.stream = AUG_TOP;
-        out->top = (int32_t)dt_rng_below(&key, sample, 2 * (uint64_t)pad + 1);
-        key.stream = AUG_LEFT;
-        out->left = (int32_t)dt_rng_below(&key, sample, 2 * (uint64_t)pad + 1);
+        out->top = (int32_t)draw_below(&key, sample, r, 0, 2 * (uint32_t)pad + 1);
+        out->left = (int32_t)draw_below(&key, sample, r, 1, 2 * (uint32_t)pad + 1);
     }
-    if (hflip) {
-        key.stream = AUG_FLIP;
-        out->flip = (int32_t)dt_rng_below(&key, sample, 2);
-    }
+    if (hflip)
+        out->flip = (int32_t)(r[2] >> 31);
 }
 
 uint64_t dt_loader_bytes_read(const dt_loader_t *ld)

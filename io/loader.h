@@ -94,8 +94,9 @@ void dt_loader_release(dt_loader_t *ld, struct dt_batch *b);
 
 /* The crop and flip of dataset row `sample` in `epoch`: top and left
  * uniform in [0, 2 * pad] (0 when pad is 0), flip with probability 1/2
- * when hflip (else 0). Draws of (seed, DT_RNG_AUGMENT, stream 0/1/2 for
- * top/left/flip, step epoch) at index sample. */
+ * when hflip (else 0). One block of (seed, DT_RNG_AUGMENT, stream 0, step
+ * epoch) at index sample: word 0 gives top, word 1 left (without modulo
+ * bias), the top bit of word 2 the flip. */
 void dt_loader_augment_draw(uint64_t seed, int64_t epoch, uint64_t sample, int pad, int hflip,
                             struct dt_crop_flip *out);
 
