@@ -1026,8 +1026,8 @@ static void crop_row_u8(const unsigned char *row, const float *lut, float *dst, 
     memset(dst + x1, 0, (size_t)(w - x1) * sizeof *dst);
 }
 
-static void crop_row_f32(const float *row, float scale, float mean, float sd, float *dst,
-                         int64_t w, int64_t x0, int64_t x1, int64_t dx, int flip)
+static void crop_row_f32(const float *row, float scale, float mean, float sd, float *dst, int64_t w,
+                         int64_t x0, int64_t x1, int64_t dx, int flip)
 {
     memset(dst, 0, (size_t)x0 * sizeof *dst);
     if (flip)
@@ -1062,11 +1062,11 @@ static void normalise_crop_flip(const struct dsfile *ds, const struct split *sp,
             }
             int64_t at = (c * h + sy) * w;
             if (sp->x_mem_size == 1)
-                crop_row_u8((const unsigned char *)src + at, ds->lut + nc * 256, dst, w, x0, x1,
-                            dx, cf->flip);
+                crop_row_u8((const unsigned char *)src + at, ds->lut + nc * 256, dst, w, x0, x1, dx,
+                            cf->flip);
             else
-                crop_row_f32((const float *)src + at, ds->info.norm_scale, ds->mean[nc],
-                             ds->sd[nc], dst, w, x0, x1, dx, cf->flip);
+                crop_row_f32((const float *)src + at, ds->info.norm_scale, ds->mean[nc], ds->sd[nc],
+                             dst, w, x0, x1, dx, cf->flip);
         }
     }
 }
