@@ -2519,16 +2519,17 @@ static dt_dataset_t *open_aug(void)
     return ds;
 }
 
-/* Runs a whole epoch of one rank and checks every row against aug_expect
- * for the draw of (seed, epoch, sample); returns the rows seen. */
-static int64_t aug_epoch(const struct dt_loader_opts *o, int64_t epoch, int *bad)
+/* Runs one rank from global batch `first` to the end of the epoch and
+ * checks every row against aug_expect for the draw of (seed, epoch,
+ * sample); returns the rows seen. */
+static int64_t aug_epoch(const struct dt_loader_opts *o, int64_t epoch, int64_t first, int *bad)
 {
     dt_loader_t *ld = NULL;
     int64_t rows = 0;
     ASSERT_STATUS(dt_loader_create(o, &ld), DT_OK);
     if (!ld)
         return 0;
-    ASSERT_STATUS(dt_loader_start_epoch(ld, epoch, 0), DT_OK);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, epoch, first), DT_OK);
     for (;;) {
         struct dt_batch b;
         int end = 0;
@@ -2581,9 +2582,22 @@ static void test_loader_augment_any_world(void)
                                            .prefetch = cfgs[k].prefetch,
                                            .crop_padding = AUG_PAD,
                                            .hflip = 1};
-                rows += aug_epoch(&o, epoch, &bad);
+                rows += aug_epoch(&o, epoch, 0, &bad);
             }
             CU_ASSERT_EQUAL(rows, AUG_N);
+            CU_ASSERT_EQUAL(bad, 0);
+            /* resumed at global batch 2 of 4: the same crops for the rest */
+            rows = 0;
+            for (int rank = 0; rank < cfgs[k].world; rank++) {
+                struct dt_loader_opts o = {.ds = ds, .split = "train", .global_batch = 12,
+                                           .micro_batch = cfgs[k].micro, .rank = rank,
+                                           .world = cfgs[k].world, .seed = AUG_SEED,
+                                           .shuffle = 1, .workers = cfgs[k].workers,
+                                           .prefetch = cfgs[k].prefetch,
+                                           .crop_padding = AUG_PAD, .hflip = 1};
+                rows += aug_epoch(&o, epoch, 2, &bad);
+            }
+            CU_ASSERT_EQUAL(rows, AUG_N - 24);
             CU_ASSERT_EQUAL(bad, 0);
         }
     dt_dataset_close(ds);
@@ -2633,7 +2647,7 @@ static void test_loader_augment_draws(void)
                                .workers = 1,
                                .prefetch = 1};
     int bad = 0;
-    CU_ASSERT_EQUAL(aug_epoch(&o, 0, &bad), AUG_N / 2);
+    CU_ASSERT_EQUAL(aug_epoch(&o, 0, 0, &bad), AUG_N / 2);
     CU_ASSERT_EQUAL(bad, 0);
     dt_dataset_close(ds);
 }
