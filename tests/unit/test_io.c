@@ -2589,12 +2589,18 @@ static void test_loader_augment_any_world(void)
             /* resumed at global batch 2 of 4: the same crops for the rest */
             rows = 0;
             for (int rank = 0; rank < cfgs[k].world; rank++) {
-                struct dt_loader_opts o = {.ds = ds, .split = "train", .global_batch = 12,
-                                           .micro_batch = cfgs[k].micro, .rank = rank,
-                                           .world = cfgs[k].world, .seed = AUG_SEED,
-                                           .shuffle = 1, .workers = cfgs[k].workers,
+                struct dt_loader_opts o = {.ds = ds,
+                                           .split = "train",
+                                           .global_batch = 12,
+                                           .micro_batch = cfgs[k].micro,
+                                           .rank = rank,
+                                           .world = cfgs[k].world,
+                                           .seed = AUG_SEED,
+                                           .shuffle = 1,
+                                           .workers = cfgs[k].workers,
                                            .prefetch = cfgs[k].prefetch,
-                                           .crop_padding = AUG_PAD, .hflip = 1};
+                                           .crop_padding = AUG_PAD,
+                                           .hflip = 1};
                 rows += aug_epoch(&o, epoch, 2, &bad);
             }
             CU_ASSERT_EQUAL(rows, AUG_N - 24);
