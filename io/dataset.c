@@ -802,7 +802,7 @@ static dt_status check_channels(struct dsfile *ds)
             return dt_set_error(DT_ERR_BAD_DATA,
                                 "dataset %s: attributes 'norm_channel_mean' and "
                                 "'norm_channel_std' need image samples (H, W) or (C, H, W), but "
-                                "split '%s' has vector samples, not images",
+                                "the samples of split '%s' are not images",
                                 in->path, si->name);
         if (c != in->norm_channels)
             return dt_set_error(DT_ERR_BAD_DATA,

@@ -271,14 +271,19 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
         return dt_set_error(DT_ERR_USAGE, "data.augment.crop_padding=%d: it must be 0 to %d",
                             o->crop_padding, DT_LOADER_MAX_CROP_PADDING);
     int64_t c, h, w;
-    if ((o->crop_padding > 0 || o->hflip) && !dt_split_image_shape(si, &c, &h, &w))
+    if ((o->crop_padding > 0 || o->hflip) && !dt_split_image_shape(si, &c, &h, &w)) {
+        char shape[96] = "";
+        size_t k = 0;
+        for (int d = 0; d < si->ndim && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", d ? " x " : "",
+                                  (long long)si->shape[d]);
         return dt_set_error(DT_ERR_USAGE,
-                            "%s asks for augmentation of split '%s', whose samples are vectors "
-                            "of %lld values, not images (H, W) or (C, H, W); set it off for "
-                            "this dataset",
+                            "%s asks for augmentation of split '%s', whose samples (%s) are not "
+                            "images (H, W) or (C, H, W); set it off for this dataset",
                             o->crop_padding > 0 ? "data.augment.crop_padding"
                                                 : "data.augment.hflip",
-                            si->name, (long long)si->sample_elems);
+                            si->name, shape);
+    }
     if (si->n < 1)
         return dt_set_error(DT_ERR_BAD_DATA, "loader: split '%s' is empty", si->name);
     if (o->drop_last && si->n < o->global_batch)

@@ -142,7 +142,7 @@ fi
 # images of one channel (N, H, W) train as (1, H, W)
 expect 0 "done: 36 steps" -- "$DTRAIN" train job.yaml --set data.path=gray.h5 --set output.dir=gray
 # vectors refuse augmentation, naming the key
-expect 64 "data.augment.hflip asks for augmentation of split 'train', whose samples are vectors of 16 values" \
+expect 64 "data.augment.hflip asks for augmentation of split 'train', whose samples \\(16\\) are not images" \
   -- "$DTRAIN" train job.yaml --set data.path=vec.h5 --set data.augment.crop_padding=0 --set output.dir=vec1
 expect 64 "data.augment.crop_padding asks for augmentation" \
   -- "$DTRAIN" train job.yaml --set data.path=vec.h5 --set output.dir=vec2

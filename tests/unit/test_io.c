@@ -2393,7 +2393,7 @@ static void test_ds_channel_norm_refused(void)
         {"chb-neg.h5", 3, chw, 2, m2, 2, neg_sd, "'norm_channel_std' holds -1 for channel 0"},
         {"chb-inf.h5", 3, chw, 2, inf_mean, 2, s2, "'norm_channel_mean' holds 1e+300"},
         {"chb-one.h5", 3, chw, 2, m2, 0, NULL, "'norm_channel_mean' without 'norm_channel_std'"},
-        {"chb-vec.h5", 1, vec, 1, m2, 1, s2, "vector samples, not images"},
+        {"chb-vec.h5", 1, vec, 1, m2, 1, s2, "the samples of split 'test' are not images"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dt_dataset_t *ds = NULL;
@@ -2670,7 +2670,7 @@ static void test_loader_augment_refused(void)
     o.hflip = 1;
     ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
     ASSERT_MSG("data.augment.hflip asks for augmentation of split 'train'");
-    ASSERT_MSG("vectors of 2 values");
+    ASSERT_MSG("whose samples (2) are not images");
     o.hflip = 0;
     o.crop_padding = 2;
     ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
