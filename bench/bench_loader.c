@@ -7,7 +7,10 @@
  * epoch and as a ratio to "off" measured in the same run. Wall-clock
  * rates swing on a shared machine, so the process's CPU time per batch
  * (all threads; the consumer only waits) is reported too: it is the
- * loader's work, and what augmentation adds to it.
+ * loader's work, and what augmentation adds to it. A second table times
+ * the reads alone on this thread (the same random rows read plainly and
+ * through the draws and crop-and-flip), the steadiest measure of the
+ * augmentation's own cost.
  *
  *   bench_loader DATASET SPLIT BATCH WORKERS PAD ROUNDS
  * prints one line per setting: batches/s, ratio to off, CPU us per batch,
@@ -19,6 +22,8 @@
 
 #include "../io/loader.h"
 #include "../runtime/core/util.h"
+
+#define READ_ITERS 200
 
 struct setting {
     const char *name;
@@ -62,6 +67,47 @@ out:
     return rate;
 }
 
+/* CPU seconds per read of `batch` random rows (the same rows for each
+ * setting), over `iters` reads; -1 on an error (printed). */
+static double read_cost(dt_dataset_t *ds, const char *split, int64_t batch, int iters,
+                        const struct setting *set)
+{
+    const struct dt_split_info *si = NULL;
+    uint64_t *idx = calloc((size_t)batch, sizeof *idx);
+    struct dt_crop_flip *cf = calloc((size_t)batch, sizeof *cf);
+    float *x = NULL;
+    double cost = -1;
+    if (!idx || !cf || dt_dataset_split(ds, split, &si) != DT_OK)
+        goto out;
+    x = calloc((size_t)(batch * si->sample_elems), sizeof *x);
+    if (!x)
+        goto out;
+    double c0 = cpu_seconds();
+    for (int it = 0; it < iters; it++) {
+        for (int64_t i = 0; i < batch; i++)
+            idx[i] = ((uint64_t)it * 7919u + (uint64_t)i * 104729u) % (uint64_t)si->n;
+        dt_status st;
+        if (set->pad == 0 && !set->hflip) {
+            st = dt_dataset_read(ds, split, idx, (size_t)batch, x, NULL, NULL);
+        } else {
+            for (int64_t i = 0; i < batch; i++)
+                dt_loader_augment_draw(1, it, idx[i], set->pad, set->hflip, &cf[i]);
+            st = dt_dataset_read_crop_flip(ds, split, idx, (size_t)batch, set->pad, cf, x, NULL,
+                                           NULL);
+        }
+        if (st != DT_OK)
+            goto out;
+    }
+    cost = (cpu_seconds() - c0) / iters;
+out:
+    if (cost < 0)
+        fprintf(stderr, "bench_loader: %s\n", dt_last_error());
+    free(x);
+    free(cf);
+    free(idx);
+    return cost;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 7) {
@@ -103,9 +149,26 @@ int main(int argc, char **argv)
             if (r == 0 || c < cpu[s])
                 cpu[s] = c;
         }
+    printf("loader, %d worker(s), batch %lld, best of %d epochs:\n", workers, (long long)batch,
+           rounds);
     for (int s = 0; s < NSET; s++)
         printf("%-10s %9.1f batches/s  %.3f x off  %7.1f us CPU/batch  %.3f x off\n", set[s].name,
                best[s], best[s] / best[0], 1e6 * cpu[s], cpu[s] / cpu[0]);
+    double rc[NSET] = {0};
+    for (int r = 0; r < rounds; r++)
+        for (int s = 0; s < NSET; s++) {
+            double c = read_cost(ds, argv[2], batch, READ_ITERS, &set[s]);
+            if (c < 0) {
+                dt_dataset_close(ds);
+                return 70;
+            }
+            if (r == 0 || c < rc[s])
+                rc[s] = c;
+        }
+    printf("reads alone on one thread, batch %lld, best of %d x %d reads:\n", (long long)batch,
+           rounds, READ_ITERS);
+    for (int s = 0; s < NSET; s++)
+        printf("%-10s %7.1f us CPU/batch  %.3f x off\n", set[s].name, 1e6 * rc[s], rc[s] / rc[0]);
     dt_dataset_close(ds);
     return 0;
 }
