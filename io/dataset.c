@@ -24,6 +24,14 @@
  * a whole 800 KB chunk into the cache to return one 784-byte row (3.0 ms).
  * Filtered (compressed) x needs the cache, so it gets a large one instead.
  *
+ * Normalisation is per channel when the file says so (norm_channel_mean,
+ * norm_channel_std): a sample is then C planes of H x W values, each with
+ * its own mean and std (a 256-entry table per channel for uint8). Without
+ * those attributes it is one plane with the scalar mean and std, which is
+ * the same arithmetic as before they existed. A crop-and-flip read
+ * (augmentation) is the same normalising copy with the source index
+ * moved, so it costs no extra pass over the data.
+ *
  * Every HDF5 call is made with the io/ HDF5 lock held (hdf5_lock.h);
  * normalisation happens outside it so loader threads overlap.
  *
@@ -70,7 +78,10 @@ struct dsfile {
     hid_t file;
     struct dt_dataset_info info;
     struct split splits[DT_DATASET_MAX_SPLITS];
-    float lut[256]; /* normalised value of each uint8 */
+    int nch;           /* normalisation channels: 1 (scalar) or norm_channels */
+    const float *mean; /* nch means: &info.norm_mean or info.norm_channel_mean */
+    const float *sd;   /* nch stds, likewise */
+    float *lut;        /* nch x 256: normalised value of each uint8 in each channel */
 };
 
 static void copy_name(char *dst, size_t cap, const char *src)
@@ -230,6 +241,85 @@ static dt_status read_opt_num(const char *path, hid_t obj, const char *name, dou
     return st;
 }
 
+/* Reads a 1-D numeric attribute of 1 to max values into out[0..*count),
+ * each finite as float32 and, when positive, > 0. */
+static dt_status read_channel_attr(const char *path, hid_t obj, const char *name, int max,
+                                   int positive, float *out, int *count)
+{
+    dt_status st = DT_OK;
+    hid_t a = -1, t = -1, s = -1;
+    double *v = NULL;
+    a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0 || (t = H5Aget_type(a)) < 0 || (s = H5Aget_space(a)) < 0) {
+        st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open attribute '%s'", path, name);
+        goto out;
+    }
+    H5T_class_t cls = H5Tget_class(t);
+    hssize_t n = H5Sget_simple_extent_npoints(s);
+    if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || H5Sget_simple_extent_ndims(s) > 1 || n < 1 ||
+        n > max) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "dataset %s: attribute '%s' must be an array of 1 to %d numbers, one "
+                          "per channel",
+                          path, name, max);
+        goto out;
+    }
+    DT_CHECK(dt_calloc((size_t)n, sizeof *v, "channel attribute", (void **)&v));
+    if (H5Aread(a, H5T_NATIVE_DOUBLE, v) < 0) {
+        st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot read attribute '%s'", path, name);
+        goto out;
+    }
+    for (hssize_t c = 0; c < n; c++) {
+        float f = (float)v[c]; /* checked as the float32 it becomes */
+        if (!isfinite(f) || (positive && !(f > 0))) {
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "dataset %s: attribute '%s' holds %g for channel %lld; each value "
+                              "must be finite%s as float32",
+                              path, name, v[c], (long long)c, positive ? " and > 0" : "");
+            goto out;
+        }
+        out[c] = f;
+    }
+    *count = (int)n;
+out:
+    free(v);
+    close_id(s, H5Sclose);
+    close_id(t, H5Tclose);
+    close_id(a, H5Aclose);
+    return st;
+}
+
+/* The optional per-channel normalisation: both attributes or neither, of
+ * the same length (matched against the splits once they are open). */
+static dt_status read_channel_norm(struct dt_dataset_info *in, hid_t root)
+{
+    const char *path = in->path;
+    int has_mean = 0, has_std = 0, nm = 0, ns = 0;
+    dt_status st;
+    DT_CHECK(attr_exists(path, root, "norm_channel_mean", &has_mean));
+    DT_CHECK(attr_exists(path, root, "norm_channel_std", &has_std));
+    if (!has_mean && !has_std)
+        return DT_OK;
+    if (!has_mean || !has_std)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: attribute '%s' without '%s'; per-channel normalisation "
+                            "needs both",
+                            path, has_mean ? "norm_channel_mean" : "norm_channel_std",
+                            has_mean ? "norm_channel_std" : "norm_channel_mean");
+    DT_CHECK(read_channel_attr(path, root, "norm_channel_mean", DT_DATASET_MAX_CHANNELS, 0,
+                               in->norm_channel_mean, &nm));
+    DT_CHECK(read_channel_attr(path, root, "norm_channel_std", DT_DATASET_MAX_CHANNELS, 1,
+                               in->norm_channel_std, &ns));
+    if (nm != ns)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: attribute 'norm_channel_mean' has %d values but "
+                            "'norm_channel_std' has %d; both need one per channel",
+                            path, nm, ns);
+    in->norm_channels = nm;
+out:
+    return st;
+}
+
 static dt_status read_root_attrs(struct dsfile *ds)
 {
     struct dt_dataset_info *in = &ds->info;
@@ -310,7 +400,7 @@ static dt_status read_root_attrs(struct dsfile *ds)
     in->norm_scale = (float)scale;
     in->norm_mean = (float)mean;
     in->norm_std = (float)sd;
-    st = DT_OK;
+    DT_CHECK(read_channel_norm(in, root));
 out:
     return st;
 }
@@ -684,24 +774,77 @@ out:
     return st;
 }
 
-/* The normalised value of every uint8; all must be finite where a split
- * stores uint8 (v * 1e30 / 1e-10 is not). */
+int dt_split_image_shape(const struct dt_split_info *si, int64_t *c, int64_t *h, int64_t *w)
+{
+    if (si->ndim != 2 && si->ndim != 3)
+        return 0;
+    int o = si->ndim - 2;
+    *c = o ? si->shape[0] : 1;
+    *h = si->shape[o];
+    *w = si->shape[o + 1];
+    return 1;
+}
+
+/* Per-channel normalisation: every split's samples are images of exactly
+ * norm_channels channels. Sets the channel means and stds reads use. */
+static dt_status check_channels(struct dsfile *ds)
+{
+    const struct dt_dataset_info *in = &ds->info;
+    ds->nch = 1;
+    ds->mean = &in->norm_mean;
+    ds->sd = &in->norm_std;
+    if (in->norm_channels == 0)
+        return DT_OK;
+    for (int i = 0; i < in->nsplits; i++) {
+        const struct dt_split_info *si = &in->splits[i];
+        int64_t c = 0, h, w;
+        if (!dt_split_image_shape(si, &c, &h, &w))
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: attributes 'norm_channel_mean' and "
+                                "'norm_channel_std' need image samples (H, W) or (C, H, W), but "
+                                "the samples of split '%s' are not images",
+                                in->path, si->name);
+        if (c != in->norm_channels)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: attributes 'norm_channel_mean' and "
+                                "'norm_channel_std' have %d values, but split '%s' has %lld "
+                                "channel(s); they need one value per channel",
+                                in->path, in->norm_channels, si->name, (long long)c);
+    }
+    ds->nch = in->norm_channels;
+    ds->mean = in->norm_channel_mean;
+    ds->sd = in->norm_channel_std;
+    return DT_OK;
+}
+
+/* The normalised value of every uint8 in every channel; all must be
+ * finite where a split stores uint8 (v * 1e30 / 1e-10 is not). */
 static dt_status make_lut(struct dsfile *ds)
 {
     const struct dt_dataset_info *in = &ds->info;
     int u8 = 0;
+    dt_status st;
     for (int i = 0; i < in->nsplits; i++)
         u8 |= in->splits[i].x_dtype == DT_U8;
-    for (int v = 0; v < 256; v++) {
-        ds->lut[v] = ((float)v * in->norm_scale - in->norm_mean) / in->norm_std;
-        if (u8 && !isfinite(ds->lut[v]))
-            return dt_set_error(DT_ERR_BAD_DATA,
-                                "dataset %s: normalisation turns the uint8 value %d into %g "
-                                "((v * %g - %g) / %g overflows float32)",
-                                in->path, v, (double)ds->lut[v], (double)in->norm_scale,
-                                (double)in->norm_mean, (double)in->norm_std);
-    }
-    return DT_OK;
+    DT_CHECK(dt_calloc((size_t)ds->nch * 256, sizeof *ds->lut, "normalisation table",
+                       (void **)&ds->lut));
+    for (int c = 0; c < ds->nch; c++)
+        for (int v = 0; v < 256; v++) {
+            float *l = &ds->lut[c * 256 + v];
+            *l = ((float)v * in->norm_scale - ds->mean[c]) / ds->sd[c];
+            if (u8 && !isfinite(*l)) {
+                char chan[32] = "";
+                if (in->norm_channels)
+                    snprintf(chan, sizeof chan, " in channel %d", c);
+                return dt_set_error(DT_ERR_BAD_DATA,
+                                    "dataset %s: normalisation turns the uint8 value %d%s into %g "
+                                    "((v * %g - %g) / %g overflows float32)",
+                                    in->path, v, chan, (double)*l, (double)in->norm_scale,
+                                    (double)ds->mean[c], (double)ds->sd[c]);
+            }
+        }
+out:
+    return st;
 }
 
 static void file_close(struct dsfile *ds);
@@ -731,6 +874,7 @@ static dt_status file_open(const char *path, struct dsfile **out)
     if (st != DT_OK)
         goto out;
 
+    DT_CHECK(check_channels(ds));
     DT_CHECK(make_lut(ds));
     *out = ds;
     ds = NULL;
@@ -750,6 +894,7 @@ static void file_close(struct dsfile *ds)
     dt_h5_unlock();
     for (int i = 0; i < DT_DATASET_MAX_SPLITS; i++)
         free(ds->splits[i].labels);
+    free(ds->lut);
     free(ds);
 }
 
@@ -839,20 +984,91 @@ out:
     return st;
 }
 
-/* Normalises one row of n stored values into dst. */
+/* Normalises one row of n stored values into dst: nch channel planes of
+ * n / nch values each (one plane of n without per-channel attributes). */
 static void normalise_row(const struct dsfile *ds, const struct split *sp, const void *src,
                           float *dst, int64_t n)
 {
-    if (sp->x_mem_size == 1) {
-        const unsigned char *s = src;
-        for (int64_t k = 0; k < n; k++)
-            dst[k] = ds->lut[s[k]];
-        return;
+    int64_t plane = n / ds->nch;
+    for (int c = 0; c < ds->nch; c++, dst += plane) {
+        if (sp->x_mem_size == 1) {
+            const unsigned char *s = (const unsigned char *)src + c * plane;
+            const float *lut = ds->lut + c * 256;
+            for (int64_t k = 0; k < plane; k++)
+                dst[k] = lut[s[k]];
+            continue;
+        }
+        const float *s = (const float *)src + c * plane;
+        float scale = ds->info.norm_scale, mean = ds->mean[c], sd = ds->sd[c];
+        for (int64_t k = 0; k < plane; k++)
+            dst[k] = (s[k] * scale - mean) / sd;
     }
-    const float *s = src;
-    float scale = ds->info.norm_scale, mean = ds->info.norm_mean, sd = ds->info.norm_std;
-    for (int64_t k = 0; k < n; k++)
-        dst[k] = (s[k] * scale - mean) / sd;
+}
+
+/* The image geometry of a crop-and-flip read. */
+struct geom {
+    int64_t c, h, w;
+    int32_t pad;
+};
+
+/* One output row of a crop: dst[x] for x in [x0, x1) from source row
+ * `row` at column x + dx, or (flipped) w - 1 - x + dx; zero elsewhere. */
+static void crop_row_u8(const unsigned char *row, const float *lut, float *dst, int64_t w,
+                        int64_t x0, int64_t x1, int64_t dx, int flip)
+{
+    memset(dst, 0, (size_t)x0 * sizeof *dst);
+    if (flip)
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = lut[row[w - 1 - x + dx]];
+    else
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = lut[row[x + dx]];
+    memset(dst + x1, 0, (size_t)(w - x1) * sizeof *dst);
+}
+
+static void crop_row_f32(const float *row, float scale, float mean, float sd, float *dst, int64_t w,
+                         int64_t x0, int64_t x1, int64_t dx, int flip)
+{
+    memset(dst, 0, (size_t)x0 * sizeof *dst);
+    if (flip)
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = (row[w - 1 - x + dx] * scale - mean) / sd;
+    else
+        for (int64_t x = x0; x < x1; x++)
+            dst[x] = (row[x + dx] * scale - mean) / sd;
+    memset(dst + x1, 0, (size_t)(w - x1) * sizeof *dst);
+}
+
+/* normalise_row through a crop and flip: output (c, y, x) is stored
+ * (c, y + top - pad, x' + left - pad) with x' = w - 1 - x when flipped,
+ * else x; outside the stored image it is 0. One pass over the output:
+ * the columns that fall inside are worked out once per image, so the
+ * inner loops have no bounds tests. */
+static void normalise_crop_flip(const struct dsfile *ds, const struct split *sp, const void *src,
+                                float *dst, const struct geom *g, const struct dt_crop_flip *cf)
+{
+    int64_t h = g->h, w = g->w, dy = cf->top - g->pad, dx = cf->left - g->pad;
+    /* inside: 0 <= x + dx < w, or 0 <= w - 1 - x + dx < w when flipped */
+    int64_t x0 = cf->flip ? dx : -dx, x1 = cf->flip ? w + dx : w - dx;
+    x0 = x0 < 0 ? 0 : x0 > w ? w : x0;
+    x1 = x1 > w ? w : x1 < x0 ? x0 : x1;
+    for (int64_t c = 0; c < g->c; c++) {
+        int nc = ds->nch > 1 ? (int)c : 0;
+        for (int64_t y = 0; y < h; y++, dst += w) {
+            int64_t sy = y + dy;
+            if (sy < 0 || sy >= h) {
+                memset(dst, 0, (size_t)w * sizeof *dst);
+                continue;
+            }
+            int64_t at = (c * h + sy) * w;
+            if (sp->x_mem_size == 1)
+                crop_row_u8((const unsigned char *)src + at, ds->lut + nc * 256, dst, w, x0, x1, dx,
+                            cf->flip);
+            else
+                crop_row_f32((const float *)src + at, ds->info.norm_scale, ds->mean[nc], ds->sd[nc],
+                             dst, w, x0, x1, dx, cf->flip);
+        }
+    }
 }
 
 /* Position of the first value of x[0..n) that is not finite, or -1. The
@@ -893,8 +1109,37 @@ static dt_status nonfinite_error(const struct dsfile *ds, const char *split, con
                         (double)x[k]);
 }
 
+/* A crop-and-flip read of float x: a non-finite stored value anywhere in
+ * the rows read (m rows of `per_row`, rows[] their numbers) is refused as
+ * without the crop; an overflow of normalisation only where the crop
+ * takes the value (k: position in the output). */
+static dt_status crop_nonfinite(const struct dsfile *ds, const char *split, const uint64_t *rows,
+                                size_t m, const uint64_t *idx, const unsigned char *buf,
+                                int64_t per_row, const float *x, size_t n)
+{
+    const struct dt_dataset_info *in = &ds->info;
+    int64_t k = first_nonfinite((const float *)buf, (int64_t)m * per_row);
+    if (k >= 0)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: split '%s', row %llu: x holds %g at element %lld; "
+                            "inputs must be finite",
+                            in->path, split, (unsigned long long)rows[k / per_row],
+                            (double)((const float *)buf)[k], (long long)(k % per_row));
+    k = first_nonfinite(x, (int64_t)n * per_row);
+    if (k >= 0)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: split '%s', row %llu: normalisation ((v * %g - mean) / "
+                            "std) turns a value of x into %g (element %lld after the crop)",
+                            in->path, split, (unsigned long long)idx[k / per_row],
+                            (double)in->norm_scale, (double)x[k], (long long)(k % per_row));
+    return DT_OK;
+}
+
+/* Reads rows idx[0..n) of one file, each through cf[i] when cf is given
+ * (pad: the crop's padding). */
 static dt_status file_read(struct dsfile *ds, const char *split, const uint64_t *idx, size_t n,
-                           float *x, int32_t *y, uint64_t *bytes_read)
+                           int32_t pad, const struct dt_crop_flip *cf, float *x, int32_t *y,
+                           uint64_t *bytes_read)
 {
     dt_status st = DT_OK;
     struct req *reqs = NULL;
@@ -917,6 +1162,14 @@ static dt_status file_read(struct dsfile *ds, const char *split, const uint64_t 
                                 ds->info.path, (unsigned long long)idx[i], split,
                                 (long long)si->n);
 
+    struct geom g = {.pad = pad};
+    if (cf && !dt_split_image_shape(si, &g.c, &g.h, &g.w)) {
+        st = dt_set_error(DT_ERR_INVALID_ARG,
+                          "dataset %s: split '%s' holds vectors, not images; they cannot be "
+                          "cropped or flipped",
+                          ds->info.path, split);
+        goto out;
+    }
     DT_CHECK(dt_calloc(n, sizeof *reqs, "read request", (void **)&reqs));
     DT_CHECK(dt_calloc(n, sizeof *rows, "read request", (void **)&rows));
     DT_CHECK(dt_calloc(n, sizeof *uidx, "read request", (void **)&uidx));
@@ -947,14 +1200,20 @@ static dt_status file_read(struct dsfile *ds, const char *split, const uint64_t 
         goto out;
 
     for (size_t i = 0; i < n; i++) {
-        normalise_row(ds, sp, buf + uidx[i] * row_bytes, x + i * (size_t)si->sample_elems,
-                      si->sample_elems);
+        float *dst = x + i * (size_t)si->sample_elems;
+        if (cf)
+            normalise_crop_flip(ds, sp, buf + uidx[i] * row_bytes, dst, &g, &cf[i]);
+        else
+            normalise_row(ds, sp, buf + uidx[i] * row_bytes, dst, si->sample_elems);
         if (y)
             y[i] = sp->labels[idx[i]];
     }
     /* uint8 inputs map through a table checked at open; floats are checked
      * here, after normalisation, which catches what it overflows too */
-    int64_t bad = sp->x_mem_size == 1 ? -1 : first_nonfinite(x, (int64_t)n * si->sample_elems);
+    if (cf && sp->x_mem_size != 1)
+        DT_CHECK(crop_nonfinite(ds, split, rows, m, idx, buf, si->sample_elems, x, n));
+    int64_t bad =
+        sp->x_mem_size == 1 || cf ? -1 : first_nonfinite(x, (int64_t)n * si->sample_elems);
     if (bad >= 0) {
         st = nonfinite_error(ds, split, idx, uidx, buf, row_bytes, x, bad, si->sample_elems);
         goto out;
@@ -1074,6 +1333,12 @@ static dt_status same_kind(const struct dsfile *a, const struct dsfile *b)
     if (x->norm_scale != y->norm_scale || x->norm_mean != y->norm_mean ||
         x->norm_std != y->norm_std)
         return differ(a, b, "the normalisation attributes (norm_scale, norm_mean, norm_std)");
+    int same_ch = x->norm_channels == y->norm_channels;
+    for (int c = 0; same_ch && c < x->norm_channels; c++)
+        same_ch = x->norm_channel_mean[c] == y->norm_channel_mean[c] &&
+                  x->norm_channel_std[c] == y->norm_channel_std[c];
+    if (!same_ch)
+        return differ(a, b, "the per-channel normalisation (norm_channel_mean, norm_channel_std)");
     if (x->nsplits != y->nsplits)
         return differ(a, b, "their splits (how many there are)");
     for (int i = 0; i < x->nsplits; i++) {
@@ -1222,12 +1487,13 @@ static int file_of(const int64_t *first, int nf, uint64_t row)
 /* Several files: the request is split by file (each file gets only its
  * own rows, so the bytes read stay the rows asked for), each part read as
  * one file read, and the rows put back in request order. */
-dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
-                          float *x, int32_t *y, uint64_t *bytes_read)
+static dt_status read_rows(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
+                           int32_t pad, const struct dt_crop_flip *cf, float *x, int32_t *y,
+                           uint64_t *bytes_read)
 {
     dt_status st = DT_OK;
     if (ds->nfiles == 1)
-        return file_read(ds->files[0], split, idx, n, x, y, bytes_read);
+        return file_read(ds->files[0], split, idx, n, pad, cf, x, y, bytes_read);
     const struct dt_split_info *si;
     if ((st = dt_dataset_split(ds, split, &si)) != DT_OK)
         return st;
@@ -1239,6 +1505,7 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
     float *tx = NULL;
     int32_t *ty = NULL;
     int *fof = NULL;
+    struct dt_crop_flip *tcf = NULL;
     if (n == 0)
         return DT_OK;
     for (size_t i = 0; i < n; i++)
@@ -1259,6 +1526,8 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
     DT_CHECK(dt_calloc(n, sizeof *fof, "read request", (void **)&fof));
     DT_CHECK(dt_calloc(n, sizeof *ty, "read request", (void **)&ty));
     DT_CHECK(dt_calloc(xn, sizeof *tx, "rows read from the dataset", (void **)&tx));
+    if (cf)
+        DT_CHECK(dt_calloc(n, sizeof *tcf, "read request", (void **)&tcf));
     for (size_t i = 0; i < n; i++) {
         fof[i] = file_of(first, nf, idx[i]);
         cnt[fof[i] + 1]++;
@@ -1269,13 +1538,15 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
         size_t p = cnt[fof[i]]++;
         pos[i] = p;
         local[p] = idx[i] - (uint64_t)first[fof[i]];
+        if (cf)
+            tcf[p] = cf[i];
     }
     /* cnt[f] is now where file f's rows end */
     for (int f = 0; f < nf; f++) {
         size_t b = f ? cnt[f - 1] : 0;
         if (cnt[f] > b)
-            DT_CHECK(file_read(ds->files[f], split, local + b, cnt[f] - b, tx + b * elems, ty + b,
-                               bytes_read));
+            DT_CHECK(file_read(ds->files[f], split, local + b, cnt[f] - b, pad, cf ? tcf + b : NULL,
+                               tx + b * elems, ty + b, bytes_read));
     }
     for (size_t i = 0; i < n; i++) {
         memcpy(x + i * elems, tx + pos[i] * elems, elems * sizeof *x);
@@ -1283,6 +1554,7 @@ dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *i
             y[i] = ty[pos[i]];
     }
 out:
+    free(tcf);
     free(tx);
     free(ty);
     free(fof);
@@ -1290,6 +1562,31 @@ out:
     free(pos);
     free(cnt);
     return st;
+}
+
+dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
+                          float *x, int32_t *y, uint64_t *bytes_read)
+{
+    return read_rows(ds, split, idx, n, 0, NULL, x, y, bytes_read);
+}
+
+dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const uint64_t *idx,
+                                    size_t n, int32_t pad, const struct dt_crop_flip *cf, float *x,
+                                    int32_t *y, uint64_t *bytes_read)
+{
+    if (!cf || pad < 0)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dataset %s: a crop-and-flip read needs its "
+                            "crops and a padding >= 0",
+                            ds->info.path);
+    for (size_t i = 0; i < n; i++)
+        if (cf[i].top < 0 || cf[i].top > 2 * pad || cf[i].left < 0 || cf[i].left > 2 * pad)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: crop %zu at (%d, %d) is outside [0, %d] for "
+                                "padding %d",
+                                ds->info.path, i, (int)cf[i].top, (int)cf[i].left, 2 * (int)pad,
+                                (int)pad);
+    return read_rows(ds, split, idx, n, pad, cf, x, y, bytes_read);
 }
 
 /* ---- summary ----------------------------------------------------------- */
@@ -1350,8 +1647,19 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
         }
         fprintf(out, "%s %d=%s", c ? "," : "", c, in->class_names[c]);
     }
-    fprintf(out, "\n  normalisation: (v * %g - %g) / %g\n", in->norm_scale, in->norm_mean,
-            in->norm_std);
+    if (in->norm_channels) {
+        fprintf(out, "\n  normalisation per channel c: (v * %g - mean[c]) / std[c], mean",
+                in->norm_scale);
+        for (int c = 0; c < in->norm_channels && c < 16; c++)
+            fprintf(out, "%s%g", c ? ", " : " ", in->norm_channel_mean[c]);
+        fprintf(out, "%s; std", in->norm_channels > 16 ? ", ..." : "");
+        for (int c = 0; c < in->norm_channels && c < 16; c++)
+            fprintf(out, "%s%g", c ? ", " : " ", in->norm_channel_std[c]);
+        fprintf(out, "%s\n", in->norm_channels > 16 ? ", ..." : "");
+    } else {
+        fprintf(out, "\n  normalisation: (v * %g - %g) / %g\n", in->norm_scale, in->norm_mean,
+                in->norm_std);
+    }
     for (int i = 0; i < in->nsplits; i++) {
         const struct dt_split_info *si = &in->splits[i];
         dt_format_bytes((uint64_t)si->x_bytes, size, sizeof size);
@@ -1360,6 +1668,10 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
             fprintf(out, "%s%lld", d ? "x" : "", (long long)si->shape[d]);
         fprintf(out, ", x %s, y %s, x stored in %s\n", dt_dtype_name(si->x_dtype),
                 dt_dtype_name(si->y_dtype), size);
+        int64_t c, h, w;
+        if (dt_split_image_shape(si, &c, &h, &w))
+            fprintf(out, "    images, channels first: C x H x W = %lldx%lldx%lld\n", (long long)c,
+                    (long long)h, (long long)w);
         print_counts(in, si, out);
     }
 }

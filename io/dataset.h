@@ -6,8 +6,16 @@
  *                      format_version = 1 (int), task = "classification",
  *                      num_classes (int), class_names (string array),
  *                      norm_scale, norm_mean, norm_std (float):
- *                      an input value v becomes (v * norm_scale - norm_mean) / norm_std
- *   /<split>/x         N x sample shape (e.g. N x 28 x 28), uint8, float16 or float32
+ *                      an input value v becomes (v * norm_scale - norm_mean) / norm_std;
+ *                      optional norm_channel_mean, norm_channel_std (arrays of C
+ *                      floats): a value v of channel c becomes
+ *                      (v * norm_scale - norm_channel_mean[c]) / norm_channel_std[c],
+ *                      replacing norm_mean and norm_std (which a file may still
+ *                      carry, for readers that know only those)
+ *   /<split>/x         N x sample shape, uint8, float16 or float32. A sample of
+ *                      shape (D) is a vector; (H, W) is an image of one channel,
+ *                      read as (1, H, W); (C, H, W) is an image of C channels,
+ *                      channels first
  *   /<split>/y         N labels, integer type, each in [0, num_classes)
  * Splits are groups at the root ("train", "test", ...). A dataset may be
  * several such files (see dt_dataset_open).
@@ -30,6 +38,7 @@
 #define DT_DATASET_MAX_DIMS 4
 #define DT_DATASET_MAX_CLASSES 1024
 #define DT_NAME_MAX 64
+#define DT_DATASET_MAX_CHANNELS 1024 /* length of the per-channel normalisation */
 
 typedef struct dt_dataset dt_dataset_t;
 
@@ -52,6 +61,12 @@ struct dt_dataset_info {
     int num_classes;
     char class_names[DT_DATASET_MAX_CLASSES][DT_NAME_MAX];
     float norm_scale, norm_mean, norm_std;
+    /* 0: norm_mean and norm_std apply to every value; C: per-channel mean
+     * and std of the C channels of every split's (C, H, W) or (1, H, W)
+     * samples, in place of norm_mean and norm_std */
+    int norm_channels;
+    float norm_channel_mean[DT_DATASET_MAX_CHANNELS];
+    float norm_channel_std[DT_DATASET_MAX_CHANNELS];
     int nsplits;
     struct dt_split_info splits[DT_DATASET_MAX_SPLITS];
     int64_t file_bytes;
@@ -63,7 +78,10 @@ struct dt_dataset_info {
  * really in the file (contiguous data inside it, every chunk written,
  * external raw files regular files; links out of the file and virtual
  * datasets refused). A split may have 0 rows (it is listed, never read).
- * With uint8 x, every normalised value must be finite.
+ * With uint8 x, every normalised value must be finite. Per-channel
+ * normalisation attributes must come together, hold one finite float per
+ * channel (std > 0), and every split must have image samples of that many
+ * channels.
  * Errors: DT_ERR_NOT_FOUND (no such file, not readable, not a regular
  * file), DT_ERR_BAD_DATA (not HDF5, not a dtrain dataset, wrong version,
  * bad shapes, data the file does not hold, labels out of range), DT_ERR_IO
@@ -102,6 +120,29 @@ dt_status dt_dataset_split(const dt_dataset_t *ds, const char *name,
  * file, split, row and value. Thread-safe. */
 dt_status dt_dataset_read(dt_dataset_t *ds, const char *split, const uint64_t *idx, size_t n,
                           float *x, int32_t *y, uint64_t *bytes_read);
+
+/* The channels-first image reading of a split's samples: (H, W) is
+ * (1, H, W), (C, H, W) stays; returns 0 for other samples (vectors). */
+int dt_split_image_shape(const struct dt_split_info *si, int64_t *c, int64_t *h, int64_t *w);
+
+/* Where a random crop and flip takes one image sample from: the crop is
+ * the sample's H x W window at (top, left) of the sample zero-padded by
+ * `pad` pixels on each side (top, left in [0, 2 * pad]), and flip mirrors
+ * it left-right. The padding is 0 after normalisation (the mean, where
+ * the normalisation is the data's mean and std). */
+struct dt_crop_flip {
+    int32_t top, left;
+    int32_t flip;
+};
+
+/* dt_dataset_read with sample i of the output taken as cf[i] says from
+ * stored sample idx[i], in the same single pass that normalises it.
+ * The split's samples must be images (dt_split_image_shape), else
+ * DT_ERR_INVALID_ARG. Stored non-finite floats are refused wherever they
+ * are in the sample; a normalisation overflow only where the crop uses it. */
+dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const uint64_t *idx,
+                                    size_t n, int32_t pad, const struct dt_crop_flip *cf, float *x,
+                                    int32_t *y, uint64_t *bytes_read);
 
 /* Prints a human summary (splits, shapes, dtypes, classes, sizes) of an
  * opened dataset to out. */

@@ -273,12 +273,71 @@ static void train_stats(const struct dt_import_split *s, float *scale, double *m
     *sd = var > 0 ? sqrt(var) : 0.0;
 }
 
+/* Value i of a split's x as a double, after scaling. */
+static double value_at(const struct dt_import_split *s, size_t i, float scale)
+{
+    return s->dtype == DT_U8    ? ((const uint8_t *)s->x)[i] * (double)scale
+           : s->dtype == DT_F16 ? dt_import_half_to_float(((const uint16_t *)s->x)[i])
+                                : ((const float *)s->x)[i];
+}
+
+/* Whether the splits are (C, H, W) images of the same C (C = shape[0]),
+ * the case that gets per-channel normalisation. */
+static int channel_images(const struct dt_import_split *s, int nsplits)
+{
+    for (int i = 0; i < nsplits; i++)
+        if (s[i].ndim != 3 || s[i].shape[0] != s[0].shape[0] ||
+            s[0].shape[0] > DT_DATASET_MAX_CHANNELS)
+            return 0;
+    return 1;
+}
+
+/* Mean and standard deviation of each channel of the training images,
+ * after scaling; a constant channel gets std 1. */
+static void channel_stats(const struct dt_import_split *s, float scale, float *mean, float *sd,
+                          FILE *progress)
+{
+    int64_t nch = s->shape[0], plane = s->shape[1] * s->shape[2];
+    for (int64_t c = 0; c < nch; c++) {
+        double sum = 0, sumsq = 0;
+        for (int64_t r = 0; r < s->n; r++)
+            for (int64_t k = 0; k < plane; k++) {
+                double v = value_at(s, (size_t)((r * nch + c) * plane + k), scale);
+                sum += v;
+                sumsq += v * v;
+            }
+        double cnt = (double)s->n * (double)plane;
+        double m = cnt > 0 ? sum / cnt : 0.0, var = cnt > 0 ? sumsq / cnt - m * m : 0.0;
+        double d = var > 0 ? sqrt(var) : 0.0;
+        if (!(d > 0) || !isfinite(d) || !isfinite(m) || !isfinite((float)d) || !((float)d > 0)) {
+            if (progress)
+                fprintf(progress, "  train channel %lld is all the same value: its std set to 1\n",
+                        (long long)c);
+            d = 1.0;
+        }
+        mean[c] = isfinite((float)m) ? (float)m : 0.0f;
+        sd[c] = (float)d;
+    }
+}
+
+static dt_status write_channel_attrs(hid_t file, const char *path, int nch, const float *mean,
+                                     const float *sd)
+{
+    dt_status st;
+    DT_CHECK(write_attr(file, "norm_channel_mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (hsize_t)nch,
+                        mean, path));
+    DT_CHECK(write_attr(file, "norm_channel_std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, (hsize_t)nch,
+                        sd, path));
+out:
+    return st;
+}
+
 static dt_status write_file(const char *tmp, const char *out_path, const struct dt_import_split *s,
                             int nsplits, int num_classes, const struct dt_class_list *cl,
                             FILE *progress, int *made)
 {
     dt_status st = DT_OK;
-    float scale;
+    float scale, *cmean = NULL; /* per-channel means, then stds */
     double mean, sd;
     train_stats(&s[0], &scale, &mean, &sd);
     if (!(sd > 0) || !isfinite(sd) || !isfinite(mean)) {
@@ -311,12 +370,26 @@ static dt_status write_file(const char *tmp, const char *out_path, const struct 
                     shape, dt_dtype_name(s[i].dtype), s[i].source);
         }
     }
+    int nch = channel_images(s, nsplits) ? (int)s[0].shape[0] : 0;
+    if (nch) {
+        DT_CHECK(dt_calloc((size_t)nch * 2, sizeof *cmean, "channel statistics", (void **)&cmean));
+        channel_stats(&s[0], scale, cmean, cmean + nch, progress);
+    }
     dt_h5_lock();
     st = dt_import_write_root_attrs(file, out_path, num_classes, cl, scale, mean, sd);
+    if (st == DT_OK && nch)
+        st = write_channel_attrs(file, out_path, nch, cmean, cmean + nch);
     dt_h5_unlock();
     if (st == DT_OK && progress)
         fprintf(progress, "  %d classes, normalisation mean %.6f std %.6f%s\n", num_classes, mean,
                 sd, s[0].dtype == DT_U8 ? " (after scaling by 1/255)" : "");
+    if (st == DT_OK && progress && nch) {
+        fprintf(progress, "  per-channel normalisation of %d channels (replaces the above):", nch);
+        for (int c = 0; c < nch && c < 16; c++)
+            fprintf(progress, " %d: mean %.6f std %.6f%s", c, cmean[c], cmean[nch + c],
+                    c + 1 < nch ? "," : "");
+        fprintf(progress, "%s\n", nch > 16 ? " ..." : "");
+    }
 out:
     dt_h5_lock();
     if (H5Fclose(file) < 0 && st == DT_OK)
@@ -324,6 +397,7 @@ out:
     dt_h5_unlock();
     if (st == DT_OK)
         dt_outfile_release(tmp, estimate(s, nsplits, num_classes));
+    free(cmean);
     return st;
 }
 

@@ -56,7 +56,10 @@ struct dt_import_split {
 /* Writes splits[0..nsplits) to out_path as "<out>.tmp.<pid>", renamed into
  * place when complete and removed on failure. Normalisation comes from
  * splits[0] (the training split): uint8 inputs are scaled by 1/255 first,
- * float inputs are not scaled. */
+ * float inputs are not scaled. When every split holds (C, H, W) images of
+ * the same C, the file also gets per-channel norm_channel_mean and
+ * norm_channel_std over the training split (which then replace the
+ * scalar mean and std, kept for readers that know only those). */
 dt_status dt_import_write(const char *out_path, const struct dt_import_split *splits, int nsplits,
                           int num_classes, const struct dt_class_list *cl, FILE *progress);
 

@@ -21,6 +21,10 @@
  *    rank whose slice is empty still gets one micro-batch with rows = 0,
  *    so every rank takes part in every global batch.
  *
+ * Augmentation draws each row's crop and flip from (seed, epoch, row) in
+ * the worker, after the rows are known, and hands them to the dataset
+ * read, which applies them while it normalises: no pass of its own.
+ *
  * A read error is kept in its slot with the worker's message and returned
  * by the dt_loader_next that reaches it; the loader then keeps returning
  * it until the next dt_loader_start_epoch. start_epoch waits for reads in
@@ -62,6 +66,7 @@ struct slot {
     float *x;
     int32_t *y;
     uint64_t *ids;
+    struct dt_crop_flip *cf; /* rows crops and flips when augmenting, else NULL */
     dt_status st;
     char err[LOADER_ERRMSG_MAX];
 };
@@ -186,6 +191,7 @@ static void *worker_main(void *arg)
         s->k = k;
         s->it = item_at(ld, ld->first_batch, k);
         memcpy(s->ids, ld->perm + s->it.pos0, (size_t)s->it.rows * sizeof *s->ids);
+        int64_t epoch = ld->epoch;
         ld->busy++;
         pthread_mutex_unlock(&ld->mu);
 
@@ -196,8 +202,17 @@ static void *worker_main(void *arg)
                 ;
         }
         uint64_t bytes = 0;
-        dt_status st = dt_dataset_read(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows, s->x,
-                                       s->y, &bytes);
+        dt_status st;
+        if (s->cf) {
+            for (int64_t i = 0; i < s->it.rows; i++)
+                dt_loader_augment_draw(ld->o.seed, epoch, s->ids[i], ld->o.crop_padding,
+                                       ld->o.hflip, &s->cf[i]);
+            st = dt_dataset_read_crop_flip(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows,
+                                           ld->o.crop_padding, s->cf, s->x, s->y, &bytes);
+        } else {
+            st = dt_dataset_read(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows, s->x, s->y,
+                                 &bytes);
+        }
         atomic_fetch_add(&ld->bytes, bytes);
 
         pthread_mutex_lock(&ld->mu);
@@ -252,6 +267,23 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
                             (long long)o->micro_batch, (long long)mine, o->rank,
                             (long long)o->global_batch, o->world, fits);
     }
+    if (o->crop_padding < 0 || o->crop_padding > DT_LOADER_MAX_CROP_PADDING)
+        return dt_set_error(DT_ERR_USAGE, "data.augment.crop_padding=%d: it must be 0 to %d",
+                            o->crop_padding, DT_LOADER_MAX_CROP_PADDING);
+    int64_t c, h, w;
+    if ((o->crop_padding > 0 || o->hflip) && !dt_split_image_shape(si, &c, &h, &w)) {
+        char shape[96] = "";
+        size_t k = 0;
+        for (int d = 0; d < si->ndim && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", d ? " x " : "",
+                                  (long long)si->shape[d]);
+        return dt_set_error(DT_ERR_USAGE,
+                            "%s asks for augmentation of split '%s', whose samples (%s) are not "
+                            "images (H, W) or (C, H, W); set it off for this dataset",
+                            o->crop_padding > 0 ? "data.augment.crop_padding"
+                                                : "data.augment.hflip",
+                            si->name, shape);
+    }
     if (si->n < 1)
         return dt_set_error(DT_ERR_BAD_DATA, "loader: split '%s' is empty", si->name);
     if (o->drop_last && si->n < o->global_batch)
@@ -280,6 +312,8 @@ static dt_status alloc_slots(struct dt_loader *ld)
         DT_CHECK(dt_calloc(xs, sizeof(float), "loader batch inputs", (void **)&s->x));
         DT_CHECK(dt_calloc(m, sizeof *s->y, "loader batch labels", (void **)&s->y));
         DT_CHECK(dt_calloc(m, sizeof *s->ids, "loader batch ids", (void **)&s->ids));
+        if (ld->o.crop_padding > 0 || ld->o.hflip)
+            DT_CHECK(dt_calloc(m, sizeof *s->cf, "loader batch crops", (void **)&s->cf));
     }
     DT_CHECK(dt_calloc((size_t)ld->n, sizeof *ld->perm, "epoch permutation", (void **)&ld->perm));
 out:
@@ -293,6 +327,7 @@ static void free_loader(struct dt_loader *ld)
             free(ld->slots[i].x);
             free(ld->slots[i].y);
             free(ld->slots[i].ids);
+            free(ld->slots[i].cf);
         }
     free(ld->slots);
     free(ld->perm);
@@ -364,6 +399,39 @@ void dt_loader_destroy(dt_loader_t *ld)
 }
 
 int64_t dt_loader_batches_per_epoch(const dt_loader_t *ld) { return ld->batches; }
+
+/* Uniform in [0, n) from word `word` of the sample's block, without
+ * modulo bias: a word in the last partial range of n (probability below
+ * n / 2^32) is replaced by the same word of the next sub-counter's block. */
+static uint32_t draw_below(const struct dt_rng_key *key, uint64_t sample, const uint32_t first[4],
+                           int word, uint32_t n)
+{
+    uint64_t accept = (UINT64_C(1) << 32) - (UINT64_C(1) << 32) % n;
+    uint32_t w = first[word];
+    for (uint32_t sub = 1; w >= accept; sub++) {
+        uint32_t r[4];
+        dt_rng_block(key, sample, sub, r);
+        w = r[word];
+    }
+    return w % n;
+}
+
+void dt_loader_augment_draw(uint64_t seed, int64_t epoch, uint64_t sample, int pad, int hflip,
+                            struct dt_crop_flip *out)
+{
+    struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_AUGMENT, .step = (uint64_t)epoch};
+    uint32_t r[4];
+    *out = (struct dt_crop_flip){0, 0, 0};
+    if (pad <= 0 && !hflip)
+        return;
+    dt_rng_block(&key, sample, 0, r);
+    if (pad > 0) {
+        out->top = (int32_t)draw_below(&key, sample, r, 0, 2 * (uint32_t)pad + 1);
+        out->left = (int32_t)draw_below(&key, sample, r, 1, 2 * (uint32_t)pad + 1);
+    }
+    if (hflip)
+        out->flip = (int32_t)(r[2] >> 31);
+}
 
 uint64_t dt_loader_bytes_read(const dt_loader_t *ld)
 {

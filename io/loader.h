@@ -22,6 +22,12 @@
  * rank takes part in every global batch. Use global_rows, not G, to
  * average.
  *
+ * Augmentation (crop_padding > 0 or hflip; for image samples only): every
+ * sample is read through a random crop and/or left-right flip
+ * (dt_dataset_read_crop_flip) drawn by dt_loader_augment_draw from (seed,
+ * epoch, dataset row), so a sample gets the same crop and flip in the same
+ * epoch whichever rank, micro-batch or worker reads it, and on resume.
+ *
  * Errors: a read error is returned by the dt_loader_next that reaches the
  * failed micro-batch, with the reader's message, and again by every later
  * call until dt_loader_start_epoch. start_epoch drops what was read ahead
@@ -50,7 +56,12 @@ struct dt_loader_opts {
     int drop_last;
     int workers;  /* reader threads, >= 1 */
     int prefetch; /* micro-batches read ahead, >= 1 */
+    int crop_padding; /* data.augment.crop_padding: random crop from the image zero-padded by
+                         this many pixels (0 after normalisation); 0 = off */
+    int hflip;        /* data.augment.hflip: flip left-right with probability 0.5 */
 };
+
+#define DT_LOADER_MAX_CROP_PADDING 1024
 
 struct dt_batch {
     const float *x;     /* rows * sample_elems normalised inputs */
@@ -80,6 +91,14 @@ dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_ba
  * until dt_loader_release. */
 dt_status dt_loader_next(dt_loader_t *ld, struct dt_batch *b, int *end);
 void dt_loader_release(dt_loader_t *ld, struct dt_batch *b);
+
+/* The crop and flip of dataset row `sample` in `epoch`: top and left
+ * uniform in [0, 2 * pad] (0 when pad is 0), flip with probability 1/2
+ * when hflip (else 0). One block of (seed, DT_RNG_AUGMENT, stream 0, step
+ * epoch) at index sample: word 0 gives top, word 1 left (without modulo
+ * bias), the top bit of word 2 the flip. */
+void dt_loader_augment_draw(uint64_t seed, int64_t epoch, uint64_t sample, int pad, int hflip,
+                            struct dt_crop_flip *out);
 
 /* Bytes this loader has read from the dataset file so far. */
 uint64_t dt_loader_bytes_read(const dt_loader_t *ld);

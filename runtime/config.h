@@ -77,6 +77,10 @@ struct dt_job {
         int drop_last;
         int64_t workers;             /* loader threads */
         int64_t prefetch;            /* micro-batches read ahead */
+        struct {
+            int64_t crop_padding;    /* random crop of the padded image; 0 = off */
+            int hflip;               /* random left-right flip */
+        } augment;                   /* training split only, image samples only */
     } data;
     struct {
         int64_t epochs;              /* used when steps == 0 */

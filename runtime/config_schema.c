@@ -108,6 +108,13 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("data.workers", I, data.workers, "2", "loader threads per rank", FROM_TO(1, 64)),
     ROW("data.prefetch", I, data.prefetch, "4", "micro-batches each rank reads ahead",
         FROM_TO(1, 1024)),
+    ROW("data.augment.crop_padding", I, data.augment.crop_padding, "0",
+        "training images only: a random crop of the original H x W from the image padded by "
+        "this many pixels on each side with 0 (after normalisation), drawn per sample from "
+        "train.seed and the epoch; 0 = off", FROM_TO(0, 1024)),
+    ROW("data.augment.hflip", B, data.augment.hflip, "false",
+        "training images only: flip left-right with probability 0.5, drawn per sample from "
+        "train.seed and the epoch", ANY),
 
     ROW("train.epochs", I, train.epochs, "10",
         "passes over the training split; used when train.steps is 0",
@@ -252,6 +259,9 @@ const size_t dt_cfg_nkeys = sizeof dt_cfg_keys / sizeof dt_cfg_keys[0];
 const struct dt_cfg_section dt_cfg_sections[] = {
     {"model", "The network."},
     {"data", "The dataset and how each rank reads it."},
+    {"data.augment", "Random changes to the training images, drawn per sample from train.seed "
+                     "and the epoch (the same on any number of ranks, and on resume). The test "
+                     "split is never augmented; a dataset of vectors refuses these keys."},
     {"train", "Length of the run, batch sizes and the seed."},
     {"train.optimizer", "The optimizer. Keys marked sgd or adamw apply to that optimizer only."},
     {"train.schedule", "The learning-rate schedule. Keys marked step or cosine apply to that "

@@ -442,7 +442,9 @@ static dt_status create_loaders(struct run *r)
                                 .shuffle = job->data.shuffle,
                                 .drop_last = job->data.drop_last,
                                 .workers = (int)job->data.workers,
-                                .prefetch = (int)job->data.prefetch};
+                                .prefetch = (int)job->data.prefetch,
+                                .crop_padding = (int)job->data.augment.crop_padding,
+                                .hflip = job->data.augment.hflip};
     if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */
@@ -452,6 +454,8 @@ static dt_status create_loaders(struct run *r)
     lo.micro_batch = eg / r->world;
     lo.shuffle = 0;
     lo.drop_last = 0;
+    lo.crop_padding = 0; /* the test split is never augmented */
+    lo.hflip = 0;
     if ((st = dt_loader_create(&lo, &r->test_ld)) != DT_OK || r->eval_only)
         return st;
     r->bpe = dt_loader_batches_per_epoch(r->train_ld);
@@ -609,6 +613,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     struct dt_model_io io = {.ndim = r->train->ndim, .num_classes = info->num_classes};
     for (int i = 0; i < r->train->ndim && i < 4; i++)
         io.shape[i] = r->train->shape[i];
+    if (dt_split_image_shape(r->train, &io.shape[0], &io.shape[1], &io.shape[2]))
+        io.ndim = 3; /* images channels first: (H, W) is (1, H, W) */
     if (r->eval_only)
         r->micro = r->per_rank = 1;
     else

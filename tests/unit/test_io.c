@@ -2139,6 +2139,49 @@ static void test_npy_values(void)
     check_values(out, "train", 3, 4, want, labels); /* the old file is untouched */
 }
 
+/* .npy of (N, C, H, W): per-channel mean and std over the training split;
+ * (N, H, W) keeps the scalar normalisation. */
+static void test_npy_channels(void)
+{
+    char xp[4096], yp[4096], out[4096];
+    /* 2 samples of (2, 1, 2): channel 0 holds 1, 3 (mean 2, std 1),
+     * channel 1 holds 0, 4 (mean 2, std 2) */
+    float x[8] = {1, 3, 0, 4, 1, 3, 0, 4};
+    int32_t y[2] = {0, 1};
+    tpath(xp, sizeof xp, "ch-x.npy");
+    tpath(yp, sizeof yp, "ch-y.npy");
+    tpath(out, sizeof out, "ch-npy.h5");
+    write_npy(xp, 1, "<f4", "(2, 2, 1, 2)", x, sizeof x);
+    write_npy(yp, 1, "<i4", "(2,)", y, sizeof y);
+    struct dt_npy_import_opts o = {.train_x = xp, .train_y = yp, .out_path = out};
+    ASSERT_STATUS(dt_npy_import(&o, NULL), DT_OK);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_OK);
+    if (!ds)
+        return;
+    const struct dt_dataset_info *in = dt_dataset_get_info(ds);
+    CU_ASSERT_EQUAL(in->norm_channels, 2);
+    CU_ASSERT_EQUAL(in->norm_channel_mean[0], 2.0f);
+    CU_ASSERT_EQUAL(in->norm_channel_mean[1], 2.0f);
+    CU_ASSERT_EQUAL(in->norm_channel_std[0], 1.0f);
+    CU_ASSERT_EQUAL(in->norm_channel_std[1], 2.0f);
+    float got[8];
+    const uint64_t idx[2] = {0, 1};
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 2, got, NULL, NULL), DT_OK);
+    for (int i = 0; i < 8; i++)
+        CU_ASSERT_EQUAL(got[i], i % 2 ? 1.0f : -1.0f);
+    dt_dataset_close(ds);
+
+    /* (N, H, W): one channel, scalar attributes only */
+    write_npy(xp, 1, "<f4", "(2, 2, 2)", x, sizeof x);
+    o.overwrite = 1;
+    ASSERT_STATUS(dt_npy_import(&o, NULL), DT_OK);
+    ASSERT_STATUS(dt_dataset_open(out, &ds), DT_OK);
+    if (ds)
+        CU_ASSERT_EQUAL(dt_dataset_get_info(ds)->norm_channels, 0);
+    dt_dataset_close(ds);
+}
+
 static void test_csv_values(void)
 {
     char in[4096], out[4096];
@@ -2162,6 +2205,481 @@ static void test_csv_values(void)
     o.header = DT_CSV_HEADER_NO;
     ASSERT_STATUS(dt_csv_import(&o, NULL), DT_ERR_BAD_DATA);
     ASSERT_MSG("line 1, column 1: 'f1' is not a number");
+}
+
+/* ---- images, per-channel normalisation, augmentation ---------------------- */
+
+/* Writes /<split>/x of n samples of shape dims[0..nd) (stored as ftype,
+ * given as floats) and /<split>/y (labels i % 2) into an open file. */
+static void put_image_split(hid_t f, const char *split, hid_t ftype, hsize_t n, int nd,
+                            const hsize_t *dims, const float *x)
+{
+    hsize_t all[5] = {n}, per = 1;
+    for (int d = 0; d < nd; d++) {
+        all[d + 1] = dims[d];
+        per *= dims[d];
+    }
+    int32_t *y = calloc(n ? n : 1, sizeof *y);
+    for (hsize_t i = 0; i < n; i++)
+        y[i] = (int32_t)(i % 2);
+    hid_t g = H5Gcreate2(f, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sx = H5Screate_simple(nd + 1, all, NULL), sy = H5Screate_simple(1, &n, NULL);
+    hid_t dx = H5Dcreate2(g, "x", ftype, sx, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dy = H5Dcreate2(g, "y", H5T_STD_I32LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Dwrite(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+    CU_ASSERT(H5Dwrite(dy, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) >= 0);
+    H5Dclose(dx);
+    H5Dclose(dy);
+    H5Sclose(sx);
+    H5Sclose(sy);
+    H5Gclose(g);
+    free(y);
+    (void)per;
+}
+
+static void put_float_array_attr(hid_t obj, const char *name, hsize_t n, const double *v)
+{
+    hid_t s = H5Screate_simple(1, &n, NULL);
+    hid_t a = H5Acreate2(obj, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Awrite(a, H5T_NATIVE_DOUBLE, v) >= 0);
+    H5Aclose(a);
+    H5Sclose(s);
+}
+
+/* An image dataset: splits train and test of n samples of dims (x[i] =
+ * given values, the test split the first n/2 of them), scalar norm
+ * (scale, 0, 1), and per-channel attributes when nmean/nstd > 0. */
+static void make_image_ds(const char *name, hid_t ftype, hsize_t n, int nd, const hsize_t *dims,
+                          const float *x, double scale, int nmean, const double *mean, int nstd,
+                          const double *sd)
+{
+    char p[4096];
+    tpath(p, sizeof p, name);
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    put_root_attrs(f, 1, 2, scale, 0, 1);
+    if (nmean > 0)
+        put_float_array_attr(f, "norm_channel_mean", (hsize_t)nmean, mean);
+    if (nstd > 0)
+        put_float_array_attr(f, "norm_channel_std", (hsize_t)nstd, sd);
+    put_image_split(f, "train", ftype, n, nd, dims, x);
+    put_image_split(f, "test", ftype, n / 2, nd, dims, x);
+    H5Fclose(f);
+}
+
+static dt_status open_named(const char *name, dt_dataset_t **ds)
+{
+    char p[4096];
+    tpath(p, sizeof p, name);
+    return dt_dataset_open(p, ds);
+}
+
+/* (N, H, W) is read as (1, H, W) images, (N, C, H, W) as (C, H, W), (N, D)
+ * stays a vector; data info says so. */
+static void test_ds_image_shapes(void)
+{
+    float x[4 * 2 * 3 * 5] = {0};
+    hsize_t hw[2] = {3, 5}, chw[3] = {2, 3, 5}, d[1] = {7};
+    struct {
+        const char *name;
+        int nd;
+        const hsize_t *dims;
+        int image;
+        int64_t c, h, w;
+    } cases[] = {{"img-hw.h5", 2, hw, 1, 1, 3, 5},
+                 {"img-chw.h5", 3, chw, 1, 2, 3, 5},
+                 {"img-vec.h5", 1, d, 0, 0, 0, 0}};
+    for (int k = 0; k < 3; k++) {
+        dt_dataset_t *ds = NULL;
+        make_image_ds(cases[k].name, H5T_IEEE_F32LE, 4, cases[k].nd, cases[k].dims, x, 1, 0, NULL,
+                      0, NULL);
+        ASSERT_STATUS(open_named(cases[k].name, &ds), DT_OK);
+        if (!ds)
+            continue;
+        const struct dt_split_info *si = NULL;
+        ASSERT_STATUS(dt_dataset_split(ds, "train", &si), DT_OK);
+        int64_t c = 0, h = 0, w = 0;
+        CU_ASSERT_EQUAL(dt_split_image_shape(si, &c, &h, &w), cases[k].image);
+        if (cases[k].image) {
+            CU_ASSERT_EQUAL(c, cases[k].c);
+            CU_ASSERT_EQUAL(h, cases[k].h);
+            CU_ASSERT_EQUAL(w, cases[k].w);
+        }
+        char out[4096], text[8192] = "";
+        tpath(out, sizeof out, "img-print.txt");
+        FILE *f = fopen(out, "w");
+        dt_dataset_print(ds, f);
+        fclose(f);
+        slurp(out, text, sizeof text);
+        char want[64];
+        snprintf(want, sizeof want, "C x H x W = %lldx%lldx%lld", (long long)cases[k].c,
+                 (long long)cases[k].h, (long long)cases[k].w);
+        CU_ASSERT_EQUAL(strstr(text, want) != NULL, cases[k].image);
+        dt_dataset_close(ds);
+    }
+}
+
+/* Per-channel normalisation, exact: 2 samples of (2, 1, 2), scale 0.5,
+ * channel means (1, -2), stds (2, 4): v -> (v * 0.5 - mean[c]) / std[c]. */
+static void channel_values(hid_t ftype, const char *name)
+{
+    float x[8] = {2, 4, 8, 16, 0, 6, 10, 255};
+    double mean[2] = {1, -2}, sd[2] = {2, 4};
+    hsize_t dims[3] = {2, 1, 2};
+    make_image_ds(name, ftype, 2, 3, dims, x, 0.5, 2, mean, 2, sd);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(open_named(name, &ds), DT_OK);
+    if (!ds)
+        return;
+    const struct dt_dataset_info *in = dt_dataset_get_info(ds);
+    CU_ASSERT_EQUAL(in->norm_channels, 2);
+    float got[8];
+    const uint64_t idx[2] = {1, 0};
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 2, got, NULL, NULL), DT_OK);
+    /* row 1 first: (0, 6 | 10, 255), then row 0: (2, 4 | 8, 16) */
+    const float want[8] = {-0.5f, 1.0f, 1.75f, 32.375f, 0.0f, 0.5f, 1.5f, 2.5f};
+    for (int i = 0; i < 8; i++)
+        CU_ASSERT_EQUAL(got[i], want[i]);
+    dt_dataset_close(ds);
+}
+
+static void test_ds_channel_norm_u8(void) { channel_values(H5T_STD_U8LE, "ch-u8.h5"); }
+static void test_ds_channel_norm_f32(void) { channel_values(H5T_IEEE_F32LE, "ch-f32.h5"); }
+
+/* Without per-channel attributes the scalar arithmetic is unchanged. */
+static void test_ds_scalar_norm_unchanged(void)
+{
+    float x[8] = {2, 4, 8, 16, 0, 6, 10, 255};
+    hsize_t dims[3] = {2, 1, 2};
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "sc-f32.h5" : "sc-u8.h5";
+        make_image_ds(name, k ? H5T_IEEE_F32LE : H5T_STD_U8LE, 2, 3, dims, x, 0.5, 0, NULL, 0,
+                      NULL);
+        dt_dataset_t *ds = NULL;
+        ASSERT_STATUS(open_named(name, &ds), DT_OK);
+        if (!ds)
+            continue;
+        CU_ASSERT_EQUAL(dt_dataset_get_info(ds)->norm_channels, 0);
+        float got[8];
+        const uint64_t idx[2] = {0, 1};
+        ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 2, got, NULL, NULL), DT_OK);
+        for (int i = 0; i < 8; i++)
+            CU_ASSERT_EQUAL(got[i], (x[i] * 0.5f - 0.0f) / 1.0f);
+        dt_dataset_close(ds);
+    }
+}
+
+static void test_ds_channel_norm_refused(void)
+{
+    float x[8] = {0};
+    hsize_t chw[3] = {2, 1, 2}, vec[1] = {4};
+    double m2[2] = {0, 0}, s2[2] = {1, 1}, m3[3] = {0, 0, 0}, s3[3] = {1, 1, 1};
+    double bad_sd[2] = {1, 0}, inf_mean[2] = {0, 1e300}, neg_sd[2] = {-1, 1};
+    struct {
+        const char *name;
+        int nd;
+        const hsize_t *dims;
+        int nm;
+        const double *m;
+        int ns;
+        const double *s;
+        const char *needle;
+    } cases[] = {
+        {"chb-len.h5", 3, chw, 3, m3, 3, s3, "has 2 channel(s)"},
+        {"chb-mis.h5", 3, chw, 2, m2, 3, s3,
+         "'norm_channel_mean' has 2 values but "
+         "'norm_channel_std' has 3"},
+        {"chb-zero.h5", 3, chw, 2, m2, 2, bad_sd, "'norm_channel_std' holds 0 for channel 1"},
+        {"chb-neg.h5", 3, chw, 2, m2, 2, neg_sd, "'norm_channel_std' holds -1 for channel 0"},
+        {"chb-inf.h5", 3, chw, 2, inf_mean, 2, s2, "'norm_channel_mean' holds 1e+300"},
+        {"chb-one.h5", 3, chw, 2, m2, 0, NULL, "'norm_channel_mean' without 'norm_channel_std'"},
+        {"chb-vec.h5", 1, vec, 1, m2, 1, s2, "the samples of split 'test' are not images"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dt_dataset_t *ds = NULL;
+        make_image_ds(cases[k].name, H5T_IEEE_F32LE, 2, cases[k].nd, cases[k].dims, x, 1,
+                      cases[k].nm, cases[k].m, cases[k].ns, cases[k].s);
+        ASSERT_STATUS(open_named(cases[k].name, &ds), DT_ERR_BAD_DATA);
+        ASSERT_MSG(cases[k].name);
+        ASSERT_MSG(cases[k].needle);
+        CU_ASSERT_PTR_NULL(ds);
+    }
+    /* several files must agree on the per-channel attributes */
+    double other[2] = {0, 0.5};
+    make_image_ds("chm-a.h5", H5T_IEEE_F32LE, 2, 3, chw, x, 1, 2, m2, 2, s2);
+    make_image_ds("chm-b.h5", H5T_IEEE_F32LE, 2, 3, chw, x, 1, 2, other, 2, s2);
+    make_image_ds("chm-c.h5", H5T_IEEE_F32LE, 2, 3, chw, x, 1, 0, NULL, 0, NULL);
+    char a[4096], b[4096], c[4096], list[3 * 4096 + 4];
+    tpath(a, sizeof a, "chm-a.h5");
+    tpath(b, sizeof b, "chm-b.h5");
+    tpath(c, sizeof c, "chm-c.h5");
+    dt_dataset_t *ds = NULL;
+    snprintf(list, sizeof list, "%s\n%s", a, b);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("differ in the per-channel normalisation");
+    snprintf(list, sizeof list, "%s\n%s", a, c);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("differ in the per-channel normalisation");
+    snprintf(list, sizeof list, "%s\n%s", a, a);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_OK);
+    dt_dataset_close(ds);
+}
+
+/* A crop and flip against hand-computed results: one 1 x 3 x 3 image
+ * 1..9, padding 1 (zeros outside). */
+static void test_ds_crop_flip_by_hand(void)
+{
+    float x[2 * 9];
+    for (int i = 0; i < 18; i++)
+        x[i] = (float)(i % 9 + 1);
+    hsize_t hw[2] = {3, 3};
+    make_image_ds("crop.h5", H5T_STD_U8LE, 2, 2, hw, x, 1, 0, NULL, 0, NULL);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(open_named("crop.h5", &ds), DT_OK);
+    if (!ds)
+        return;
+    const uint64_t idx[4] = {0, 1, 0, 1};
+    struct dt_crop_flip cf[4] = {{0, 0, 0}, {0, 0, 1}, {2, 1, 0}, {1, 2, 1}};
+    const float want[4][9] = {
+        {0, 0, 0, 0, 1, 2, 0, 4, 5}, /* top-left window of the padded image */
+        {0, 0, 0, 2, 1, 0, 5, 4, 0}, /* the same, flipped */
+        {4, 5, 6, 7, 8, 9, 0, 0, 0}, /* one row down, centred */
+        {0, 3, 2, 0, 6, 5, 0, 9, 8}, /* rows centred, one right ([[2,3,0],..]), flipped */
+    };
+    float got[4 * 9];
+    int32_t y[4];
+    ASSERT_STATUS(dt_dataset_read_crop_flip(ds, "train", idx, 4, 1, cf, got, y, NULL), DT_OK);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 9; i++)
+            CU_ASSERT_EQUAL(got[r * 9 + i], want[r][i]);
+    CU_ASSERT_EQUAL(y[1], 1);
+    /* no padding, no flip: the plain read */
+    struct dt_crop_flip none[2] = {{0, 0, 0}, {0, 0, 0}};
+    float plain[18];
+    ASSERT_STATUS(dt_dataset_read_crop_flip(ds, "train", idx, 2, 0, none, got, NULL, NULL), DT_OK);
+    ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 2, plain, NULL, NULL), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(got, plain, sizeof plain), 0);
+    /* a crop outside [0, 2 * pad] is refused */
+    struct dt_crop_flip far = {3, 0, 0};
+    ASSERT_STATUS(dt_dataset_read_crop_flip(ds, "train", idx, 1, 1, &far, got, NULL, NULL),
+                  DT_ERR_INVALID_ARG);
+    ASSERT_MSG("outside [0, 2]");
+    dt_dataset_close(ds);
+
+    /* two files: each row keeps its own crop through the split by file */
+    char one[4096], list[2 * 4096 + 2];
+    tpath(one, sizeof one, "crop.h5");
+    snprintf(list, sizeof list, "%s\n%s", one, one);
+    ASSERT_STATUS(dt_dataset_open(list, &ds), DT_OK);
+    if (!ds)
+        return;
+    const uint64_t rows[4] = {2, 1, 0, 3}; /* file 2 row 0, file 1 row 1, file 1 row 0, ... */
+    ASSERT_STATUS(dt_dataset_read_crop_flip(ds, "train", rows, 4, 1, cf, got, NULL, NULL), DT_OK);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 9; i++)
+            CU_ASSERT_EQUAL(got[r * 9 + i], want[r][i]);
+    dt_dataset_close(ds);
+}
+
+#define AUG_N 48
+#define AUG_C 2
+#define AUG_H 3
+#define AUG_W 4
+#define AUG_ELEMS (AUG_C * AUG_H * AUG_W)
+#define AUG_PAD 1
+#define AUG_SEED 777
+
+/* Sample i of the augmentation dataset holds i * 100 + k at element k. */
+static float aug_value(uint64_t i, int64_t k) { return (float)(i * 100 + (uint64_t)k); }
+
+/* What the crop cf of sample i must be, computed here independently. */
+static void aug_expect(uint64_t i, const struct dt_crop_flip *cf, int pad, float *out)
+{
+    for (int c = 0; c < AUG_C; c++)
+        for (int y = 0; y < AUG_H; y++)
+            for (int x = 0; x < AUG_W; x++) {
+                int py = y + cf->top, px = (cf->flip ? AUG_W - 1 - x : x) + cf->left;
+                int sy = py - pad, sx = px - pad; /* padded -> stored */
+                int inside = sy >= 0 && sy < AUG_H && sx >= 0 && sx < AUG_W;
+                out[(c * AUG_H + y) * AUG_W + x] =
+                    inside ? aug_value(i, (c * AUG_H + sy) * AUG_W + sx) : 0.0f;
+            }
+}
+
+static dt_dataset_t *open_aug(void)
+{
+    static float x[AUG_N * AUG_ELEMS];
+    for (uint64_t i = 0; i < AUG_N; i++)
+        for (int k = 0; k < AUG_ELEMS; k++)
+            x[i * AUG_ELEMS + (uint64_t)k] = aug_value(i, k);
+    hsize_t dims[3] = {AUG_C, AUG_H, AUG_W};
+    make_image_ds("aug.h5", H5T_IEEE_F32LE, AUG_N, 3, dims, x, 1, 0, NULL, 0, NULL);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(open_named("aug.h5", &ds), DT_OK);
+    return ds;
+}
+
+/* Runs one rank from global batch `first` to the end of the epoch and
+ * checks every row against aug_expect for the draw of (seed, epoch,
+ * sample); returns the rows seen. */
+static int64_t aug_epoch(const struct dt_loader_opts *o, int64_t epoch, int64_t first, int *bad)
+{
+    dt_loader_t *ld = NULL;
+    int64_t rows = 0;
+    ASSERT_STATUS(dt_loader_create(o, &ld), DT_OK);
+    if (!ld)
+        return 0;
+    ASSERT_STATUS(dt_loader_start_epoch(ld, epoch, first), DT_OK);
+    for (;;) {
+        struct dt_batch b;
+        int end = 0;
+        dt_status st = dt_loader_next(ld, &b, &end);
+        ASSERT_STATUS(st, DT_OK);
+        if (st != DT_OK || end)
+            break;
+        for (int64_t r = 0; r < b.rows; r++) {
+            struct dt_crop_flip cf;
+            float want[AUG_ELEMS];
+            dt_loader_augment_draw(o->seed, epoch, b.sample_ids[r], o->crop_padding, o->hflip, &cf);
+            aug_expect(b.sample_ids[r], &cf, o->crop_padding, want);
+            *bad += memcmp(want, b.x + r * AUG_ELEMS, sizeof want) != 0;
+        }
+        rows += b.rows;
+        dt_loader_release(ld, &b);
+    }
+    dt_loader_destroy(ld);
+    return rows;
+}
+
+/* The same sample in the same epoch gets the same crop and flip whatever
+ * the world size, rank, micro-batch or number of workers; each row is
+ * the hand-computed crop of its draw. */
+static void test_loader_augment_any_world(void)
+{
+    dt_dataset_t *ds = open_aug();
+    if (!ds)
+        return;
+    struct {
+        int world;
+        int64_t micro;
+        int workers, prefetch;
+    } cfgs[] = {{1, 12, 1, 1}, {2, 3, 1, 2}, {3, 4, 2, 3}, {4, 1, 3, 4}};
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++)
+        for (int64_t epoch = 0; epoch < 2; epoch++) {
+            int64_t rows = 0;
+            int bad = 0;
+            for (int rank = 0; rank < cfgs[k].world; rank++) {
+                struct dt_loader_opts o = {.ds = ds,
+                                           .split = "train",
+                                           .global_batch = 12,
+                                           .micro_batch = cfgs[k].micro,
+                                           .rank = rank,
+                                           .world = cfgs[k].world,
+                                           .seed = AUG_SEED,
+                                           .shuffle = 1,
+                                           .drop_last = 0,
+                                           .workers = cfgs[k].workers,
+                                           .prefetch = cfgs[k].prefetch,
+                                           .crop_padding = AUG_PAD,
+                                           .hflip = 1};
+                rows += aug_epoch(&o, epoch, 0, &bad);
+            }
+            CU_ASSERT_EQUAL(rows, AUG_N);
+            CU_ASSERT_EQUAL(bad, 0);
+            /* resumed at global batch 2 of 4: the same crops for the rest */
+            rows = 0;
+            for (int rank = 0; rank < cfgs[k].world; rank++) {
+                struct dt_loader_opts o = {.ds = ds,
+                                           .split = "train",
+                                           .global_batch = 12,
+                                           .micro_batch = cfgs[k].micro,
+                                           .rank = rank,
+                                           .world = cfgs[k].world,
+                                           .seed = AUG_SEED,
+                                           .shuffle = 1,
+                                           .workers = cfgs[k].workers,
+                                           .prefetch = cfgs[k].prefetch,
+                                           .crop_padding = AUG_PAD,
+                                           .hflip = 1};
+                rows += aug_epoch(&o, epoch, 2, &bad);
+            }
+            CU_ASSERT_EQUAL(rows, AUG_N - 24);
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+    dt_dataset_close(ds);
+}
+
+/* The draws vary: across samples (every crop offset and both flips
+ * occur), and across epochs for the same sample. */
+static void test_loader_augment_draws(void)
+{
+    int tops[2 * AUG_PAD + 1] = {0}, lefts[2 * AUG_PAD + 1] = {0}, flips = 0, changed = 0;
+    const int n = 1000;
+    for (int i = 0; i < n; i++) {
+        struct dt_crop_flip a, b, again;
+        dt_loader_augment_draw(AUG_SEED, 0, (uint64_t)i, AUG_PAD, 1, &a);
+        dt_loader_augment_draw(AUG_SEED, 1, (uint64_t)i, AUG_PAD, 1, &b);
+        dt_loader_augment_draw(AUG_SEED, 0, (uint64_t)i, AUG_PAD, 1, &again);
+        CU_ASSERT(a.top >= 0 && a.top <= 2 * AUG_PAD && a.left >= 0 && a.left <= 2 * AUG_PAD);
+        CU_ASSERT(a.flip == 0 || a.flip == 1);
+        CU_ASSERT(memcmp(&a, &again, sizeof a) == 0);
+        tops[a.top]++;
+        lefts[a.left]++;
+        flips += a.flip;
+        changed += memcmp(&a, &b, sizeof a) != 0;
+    }
+    for (int v = 0; v <= 2 * AUG_PAD; v++) {
+        CU_ASSERT(tops[v] > n / 5);
+        CU_ASSERT(lefts[v] > n / 5);
+    }
+    CU_ASSERT(flips > n / 3 && flips < 2 * n / 3);
+    CU_ASSERT(changed > n / 2);
+    /* off: no crop, no flip */
+    struct dt_crop_flip off;
+    dt_loader_augment_draw(AUG_SEED, 0, 5, 0, 0, &off);
+    CU_ASSERT(off.top == 0 && off.left == 0 && off.flip == 0);
+    /* the loader with augmentation off hands out the stored samples */
+    dt_dataset_t *ds = open_aug();
+    if (!ds)
+        return;
+    struct dt_loader_opts o = {.ds = ds,
+                               .split = "test",
+                               .global_batch = 8,
+                               .micro_batch = 8,
+                               .rank = 0,
+                               .world = 1,
+                               .seed = AUG_SEED,
+                               .shuffle = 0,
+                               .workers = 1,
+                               .prefetch = 1};
+    int bad = 0;
+    CU_ASSERT_EQUAL(aug_epoch(&o, 0, 0, &bad), AUG_N / 2);
+    CU_ASSERT_EQUAL(bad, 0);
+    dt_dataset_close(ds);
+}
+
+/* Augmentation of vector samples, or a negative padding, is refused
+ * naming the key. */
+static void test_loader_augment_refused(void)
+{
+    dt_dataset_t *ds = open_seq("aug-vec.h5", 16);
+    if (!ds)
+        return;
+    dt_loader_t *ld = NULL;
+    struct dt_loader_opts o = seq_opts(ds, 4, 4, 0, 1);
+    o.hflip = 1;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
+    ASSERT_MSG("data.augment.hflip asks for augmentation of split 'train'");
+    ASSERT_MSG("whose samples (2) are not images");
+    o.hflip = 0;
+    o.crop_padding = 2;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
+    ASSERT_MSG("data.augment.crop_padding");
+    o.crop_padding = -1;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
+    ASSERT_MSG("data.augment.crop_padding=-1");
+    CU_ASSERT_PTR_NULL(ld);
+    dt_dataset_close(ds);
 }
 
 /* ---- main ------------------------------------------------------------------- */
@@ -2216,6 +2734,7 @@ int main(void)
     CU_pSuite imp = CU_add_suite("io_import", NULL, NULL);
     CU_ADD(imp, test_npy_values);
     CU_ADD(imp, test_csv_values);
+    CU_ADD(imp, test_npy_channels);
     CU_pSuite dsu = CU_add_suite("io_dataset", NULL, NULL);
     CU_ADD(dsu, test_ds_missing_file);
     CU_ADD(dsu, test_ds_not_hdf5);
@@ -2241,7 +2760,16 @@ int main(void)
     CU_ADD(dsu, test_ds_empty_split);
     CU_ADD(dsu, test_ds_huge_chunks);
     CU_ADD(dsu, test_ds_class_names_printable);
+    CU_ADD(dsu, test_ds_image_shapes);
+    CU_ADD(dsu, test_ds_channel_norm_u8);
+    CU_ADD(dsu, test_ds_channel_norm_f32);
+    CU_ADD(dsu, test_ds_scalar_norm_unchanged);
+    CU_ADD(dsu, test_ds_channel_norm_refused);
+    CU_ADD(dsu, test_ds_crop_flip_by_hand);
     CU_pSuite ldr = CU_add_suite("io_loader", NULL, NULL);
+    CU_ADD(ldr, test_loader_augment_any_world);
+    CU_ADD(ldr, test_loader_augment_draws);
+    CU_ADD(ldr, test_loader_augment_refused);
     CU_ADD(ldr, test_loader_epoch_all_samples);
     CU_ADD(ldr, test_loader_drop_last);
     CU_ADD(ldr, test_loader_deterministic);
