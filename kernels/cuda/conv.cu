@@ -11,12 +11,14 @@
  * timing runs (cudnnFind*): the heuristics are a pure function of shape
  * and device, so every run and every rank picks the same algorithms, a
  * shape that falls out of the table and comes back gets the same ones,
- * and the workspace conv2d_workspace reported stays right. The first
- * candidate in cuDNN's order that works, whose workspace is within
- * WS_LIMIT (and a 1/WS_MEM_SHARE of device memory), and that cuDNN calls
- * deterministic is taken; only where none is deterministic does a
- * non-deterministic one serve, with a warning, because backward-filter
- * results then differ in the last bits from run to run.
+ * and the workspace conv2d_workspace reported stays right. Of the
+ * candidates, in cuDNN's order, that work with a workspace within WS_LIMIT
+ * (and 1/WS_MEM_SHARE of device memory), the first that cuDNN calls
+ * deterministic and that is not an FFT or Winograd algorithm is taken
+ * (those round further from the direct sum); failing that the first
+ * deterministic one; only where none is deterministic does another serve,
+ * with a warning, because its results (backward ALGO_0 and ALGO_3 add with
+ * atomics) differ in the last bits from run to run.
  *
  * conv2d_workspace reports the largest workspace the three algorithms of a
  * shape need, so the model can carve it from its activation memory; the
@@ -218,6 +220,29 @@ static cudnnStatus_t workspace_of(cudnnHandle_t h, const struct conv_plan *p, en
         h, p->x, p->y, p->conv, p->w, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
 }
 
+/* 1 for the FFT and Winograd algorithms: they compute through a
+ * transform, whose rounding strays further from the direct sum than the
+ * GEMM-like algorithms do. */
+static int transform_algo(enum conv_dir d, int algo)
+{
+    switch (d) {
+    case FWD:
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    case BWD_DATA:
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    default:
+        return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+    }
+}
+
 /* Picks the algorithm of direction d (see the top of the file). */
 static dt_status choose(struct cuda_backend *cb, cudnnHandle_t h, const char *op,
                         struct conv_plan *p, enum conv_dir d)
@@ -236,10 +261,13 @@ static dt_status choose(struct cuda_backend *cb, cudnnHandle_t h, const char *op
     size_t limit = cb->total_mem / WS_MEM_SHARE;
     if (limit > WS_LIMIT)
         limit = WS_LIMIT;
-    for (int pass = 0; pass < 2; pass++) {
+    /* pass 0: deterministic direct algorithms; 1: deterministic ones with
+     * transforms too; 2: any that works */
+    for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i < count; i++) {
             if (c[i].status != CUDNN_STATUS_SUCCESS ||
-                (pass == 0 && c[i].det != CUDNN_DETERMINISTIC))
+                (pass < 2 && c[i].det != CUDNN_DETERMINISTIC) ||
+                (pass == 0 && transform_algo(d, c[i].algo)))
                 continue;
             /* Without TF32 every algorithm runs in FMA math (full fp32). */
             const cudnnMathType_t math = cb->allow_tf32 ? c[i].math : CUDNN_FMA_MATH;
@@ -250,7 +278,7 @@ static dt_status choose(struct cuda_backend *cb, cudnnHandle_t h, const char *op
             p->algo[d] = c[i].algo;
             p->math[d] = math;
             p->ws[d] = bytes;
-            if (pass == 1)
+            if (pass == 2)
                 DT_LOG_WARN("cuda",
                             "cuDNN has no deterministic %s convolution algorithm within %zu bytes "
                             "of workspace for " SHAPE_FMT
