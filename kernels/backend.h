@@ -102,6 +102,9 @@ struct dt_gpu_info {
      * from; binary 0 with has_kernels 0 means no kernel image fits. */
     int kernel_binary, kernel_ptx, has_kernels;
     char cublas[32]; /* cuBLAS version, "" when unknown */
+    /* cuDNN version loaded ("9.19.0"), or why there is none ("" without
+     * CUDA) */
+    char cudnn[96];
 };
 
 /* Fills *info for visible device `device` (the versions alone when it is

@@ -142,10 +142,12 @@ static void print_libraries(const struct doctor_run *r, FILE *out)
     fprintf(out, "  %-7s %s\n", "", par ? "parallel (MPI-IO): yes" : "parallel (MPI-IO): NO");
     print_library(r, out, "BLAS", offsetof(struct facts, blas));
     print_library(r, out, "NCCL", offsetof(struct facts, nccl));
-    if (r->facts[0].cuda_built)
+    if (r->facts[0].cuda_built) {
         print_library(r, out, "cuBLAS", offsetof(struct facts, gpu.cublas));
-    fprintf(out, "  %-7s not used by this dtrain (its GPU kernels are its own and cuBLAS's)\n",
-            "cuDNN");
+        print_library(r, out, "cuDNN", offsetof(struct facts, gpu.cudnn));
+    } else {
+        fprintf(out, "  %-7s not used (this dtrain has no CUDA backend)\n", "cuDNN");
+    }
 }
 
 /* ---- GPU problems -------------------------------------------------------------- */

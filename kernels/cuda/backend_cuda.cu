@@ -1,7 +1,9 @@
 /*
  * backend_cuda.cu - the CUDA compute backend: one GPU, one stream, one
  * cuBLAS handle, device memory, copies, and the op table whose kernels live
- * in the op files beside this one (linear.cu, activation.cu, ...).
+ * in the op files beside this one (linear.cu, activation.cu, ...), and,
+ * where cuDNN was found at build time, a cuDNN handle (dnn.cu) for the
+ * convolution and pooling ops.
  *
  * Everything is queued on the backend's single non-blocking stream, so ops
  * and copies run in the order they are called and the host only waits where
@@ -412,11 +414,16 @@ static dt_status cuda_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
 
 /* ---- op table ---------------------------------------------------------- */
 
+/* In DT_OP_LIST order (C++ takes designated initializers in order only).
+ * Without cuDNN the convolution and pooling ops stay NULL and
+ * dt_backend_supports says so. */
 static const struct dt_ops cuda_ops = {
     .linear_fwd = dt_cuda_linear_fwd,
     .linear_bwd = dt_cuda_linear_bwd,
     .bias_fwd = dt_cuda_bias_fwd,
     .bias_bwd = dt_cuda_bias_bwd,
+    .channel_bias_fwd = dt_cuda_channel_bias_fwd,
+    .channel_bias_bwd = dt_cuda_channel_bias_bwd,
     .relu_fwd = dt_cuda_relu_fwd,
     .relu_bwd = dt_cuda_relu_bwd,
     .gelu_fwd = dt_cuda_gelu_fwd,
@@ -427,8 +434,27 @@ static const struct dt_ops cuda_ops = {
     .dropout_bwd = dt_cuda_dropout_bwd,
     .flatten_fwd = dt_cuda_flatten_fwd,
     .flatten_bwd = dt_cuda_flatten_bwd,
+    .add = dt_cuda_add,
+    .accumulate = dt_cuda_accumulate,
     .softmax_xent_fwd = dt_cuda_softmax_xent_fwd,
     .softmax_xent_bwd = dt_cuda_softmax_xent_bwd,
+#ifdef DT_HAVE_CUDNN
+    .conv2d_workspace = dt_cuda_conv2d_workspace,
+    .conv2d_fwd = dt_cuda_conv2d_fwd,
+    .conv2d_bwd_data = dt_cuda_conv2d_bwd_data,
+    .conv2d_bwd_filter = dt_cuda_conv2d_bwd_filter,
+    .maxpool2d_fwd = dt_cuda_maxpool2d_fwd,
+    .maxpool2d_bwd = dt_cuda_maxpool2d_bwd,
+    .avgpool2d_fwd = dt_cuda_avgpool2d_fwd,
+    .avgpool2d_bwd = dt_cuda_avgpool2d_bwd,
+#endif
+    .batchnorm_stats = dt_cuda_batchnorm_stats,
+    .batchnorm_fwd = dt_cuda_batchnorm_fwd,
+    .batchnorm_infer = dt_cuda_batchnorm_infer,
+    .batchnorm_bwd_reduce = dt_cuda_batchnorm_bwd_reduce,
+    .batchnorm_bwd = dt_cuda_batchnorm_bwd,
+    .layernorm_fwd = dt_cuda_layernorm_fwd,
+    .layernorm_bwd = dt_cuda_layernorm_bwd,
     .sgd_update = dt_cuda_sgd_update,
     .adamw_update = dt_cuda_adamw_update,
     .sumsq = dt_cuda_sumsq,
@@ -451,6 +477,9 @@ static void release(struct cuda_backend *cb)
         (void)cudaStreamSynchronize(cb->stream);
     if (cb->blas)
         (void)cublasDestroy(cb->blas);
+#ifdef DT_HAVE_CUDNN
+    dt_cuda_dnn_release(cb);
+#endif
     for (int k = 0; k < DT_CUDA_STAGING; k++) {
         if (cb->staging_done[k])
             (void)cudaEventDestroy(cb->staging_done[k]);

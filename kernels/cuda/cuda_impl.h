@@ -8,12 +8,20 @@
  * waiting, except those that hand a scalar back to the host (softmax_xent
  * forward, sumsq, all_finite), which synchronise that stream. Argument
  * checks match the CPU ops: DT_ERR_INVALID_ARG naming the op.
+ *
+ * With DT_HAVE_CUDNN (cuDNN found at configure time) the backend also holds
+ * a cuDNN handle and the convolution algorithms chosen per shape, and has
+ * the convolution and pooling ops; without it those stay out of the op
+ * table.
  */
 #ifndef DT_CUDA_IMPL_H
 #define DT_CUDA_IMPL_H
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#ifdef DT_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +65,13 @@ struct cuda_backend {
     size_t xent_rows_bytes;
     /* Device memory in use, the most seen (dt_cuda_note_usage). */
     size_t peak_used;
+#ifdef DT_HAVE_CUDNN
+    /* cuDNN, bound to stream; created by the first convolution or pooling
+     * op (dt_cuda_dnn), so jobs without them never load it. */
+    cudnnHandle_t dnn;
+    /* The convolution algorithms chosen per shape (owned by conv.cu). */
+    struct dt_cuda_conv_plans *conv_plans;
+#endif
 };
 #define DT_CUDA_SCALAR_BYTES 256 /* size of dscalars and hscalars */
 
@@ -150,6 +165,70 @@ dt_status dt_cuda_all_finite(dt_backend_t *be, const float *x, size_t n, int *ou
 /* cast.cu */
 dt_status dt_cuda_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
 dt_status dt_cuda_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
+/* elementwise.cu */
+dt_status dt_cuda_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, int N, int C,
+                                   int HW);
+dt_status dt_cuda_channel_bias_bwd(dt_backend_t *be, float *db, const float *dout, int N, int C,
+                                   int HW);
+dt_status dt_cuda_add(dt_backend_t *be, float *out, const float *a, const float *b, size_t n);
+dt_status dt_cuda_accumulate(dt_backend_t *be, float *dst, const float *src, size_t n);
+/* norm.cu */
+dt_status dt_cuda_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
+                                  int HW);
+dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
+                                float *running_mean, float *running_var, const float *x,
+                                const double *stats, double count, const float *gamma,
+                                const float *beta, float eps, float momentum, int N, int C, int HW);
+dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
+                                  const float *running_mean, const float *running_var,
+                                  const float *gamma, const float *beta, float eps, int N, int C,
+                                  int HW);
+dt_status dt_cuda_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
+                                       const float *x, const float *mean, const float *invstd,
+                                       int N, int C, int HW);
+dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *invstd, const float *gamma, const double *local,
+                                const double *global, double count, int N, int C, int HW);
+dt_status dt_cuda_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
+                                const float *x, const float *gamma, const float *beta, float eps,
+                                int rows, int D);
+dt_status dt_cuda_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *rstd, const float *gamma, int rows, int D);
+
+#ifdef DT_HAVE_CUDNN
+/* dnn.cu: the backend's cuDNN handle, created on first use and bound to
+ * the stream; `op` names the asking op in an error. */
+dt_status dt_cuda_dnn(struct cuda_backend *cb, const char *op, cudnnHandle_t *out);
+/* The same as dt_cuda_status for cuDNN (its own text and its last error
+ * message). */
+dt_status dt_cudnn_status(struct cuda_backend *cb, cudnnStatus_t st, const char *op,
+                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A 4-d NCHW fp32 tensor descriptor of (n, c, h, w). */
+cudnnStatus_t dt_cudnn_tensor4d(cudnnTensorDescriptor_t d, int n, int c, int h, int w);
+/* Frees the handle and everything conv.cu keeps (backend destroy). */
+void dt_cuda_dnn_release(struct cuda_backend *cb);
+/* conv.cu */
+void dt_cuda_conv_release(struct cuda_backend *cb);
+dt_status dt_cuda_conv2d_workspace(dt_backend_t *be, const struct dt_conv2d_shape *s,
+                                   size_t *bytes);
+dt_status dt_cuda_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const float *w,
+                             const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cuda_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, const float *w,
+                                  const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+dt_status dt_cuda_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
+                                    const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
+/* pool.cu */
+dt_status dt_cuda_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                                const struct dt_pool2d_shape *s);
+dt_status dt_cuda_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, const float *x,
+                                const float *y, const struct dt_pool2d_shape *s);
+dt_status dt_cuda_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                                const struct dt_pool2d_shape *s);
+dt_status dt_cuda_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
+                                const struct dt_pool2d_shape *s);
+#endif
 
 #ifdef __cplusplus
 }

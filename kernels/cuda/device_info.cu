@@ -1,8 +1,8 @@
 /*
  * device_info.cu - what `dtrain doctor` reports about a GPU and the CUDA
  * stack: the driver's and the runtime's CUDA versions, the device's name,
- * memory, compute capability, UUID and PCI address, cuBLAS's version, and
- * which kernel code the runtime picked for the device.
+ * memory, compute capability, UUID and PCI address, cuBLAS's and cuDNN's
+ * versions, and which kernel code the runtime picked for the device.
  *
  * The kernel code is read from a kernel of this file with
  * cudaFuncGetAttributes: its binaryVersion is the SASS architecture chosen
@@ -14,6 +14,9 @@
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#ifdef DT_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +26,25 @@ static __global__ void info_marker(int *out)
 {
     if (out)
         *out = 1;
+}
+
+/* cuDNN's version as loaded (9.x encodes it as 10000*major + 100*minor +
+ * patch), with the headers' when they differ; or why this build has none. */
+static void cudnn_version(struct dt_gpu_info *info)
+{
+#ifdef DT_HAVE_CUDNN
+    const size_t v = cudnnGetVersion();
+    const size_t built = CUDNN_VERSION;
+    char hdr[48] = "";
+    if (v != built)
+        snprintf(hdr, sizeof hdr, " (built against %zu.%zu.%zu)", built / 10000,
+                 built % 10000 / 100, built % 100);
+    snprintf(info->cudnn, sizeof info->cudnn, "%zu.%zu.%zu%s", v / 10000, v % 10000 / 100, v % 100,
+             hdr);
+#else
+    snprintf(info->cudnn, sizeof info->cudnn,
+             "not in this build (no convolution or pooling on the GPU)");
+#endif
 }
 
 static void versions(struct dt_gpu_info *info)
@@ -41,6 +63,7 @@ static void versions(struct dt_gpu_info *info)
         cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
         cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
         snprintf(info->cublas, sizeof info->cublas, "%d.%d.%d", major, minor, patch);
+    cudnn_version(info);
 }
 
 static void kernel_code(struct dt_gpu_info *info)

@@ -14,8 +14,13 @@
 #   bin/dtrain, tests/test_* (CPU unit suites), tests/compare_models,
 #   tests/gpu/test_* (GPU suites)
 #   lib/            every shared library they load that is neither glibc nor
-#                   CUDA (cuBLAS, NCCL and the driver come from the GPU
-#                   machine's toolkit, which matches the one built against)
+#                   CUDA (cuBLAS, cuDNN, NCCL and the driver come from the GPU
+#                   machine's toolkit or PyTorch's nvidia-* wheels)
+#   lib/cudnn/      libcudnn.so.9 alone (its 130 KiB front, without the
+#                   hundreds of MiB of sub-libraries it loads), used only
+#                   where the host has no cuDNN: dtrain then starts and
+#                   everything but convolution and pooling on the GPU works,
+#                   while those fail with cuDNN's own "sub-library" error
 #   lib/fallback/   libstdc++ and libgcc_s, used only where the host has none
 #   lib/hwloc/      empty: hwloc's optional plugins are left out
 #   mpi/            an Open MPI prefix (orterun, orted, plugins, help files,
@@ -142,7 +147,7 @@ cp -r "$PMIX_PREFIX/share/." "$B/pmix/share/"
 # ---- shared libraries ----------------------------------------------------------
 # glibc's own libraries come from the host; so do CUDA's (the toolkit there).
 GLIBC='^(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libanl\.so\.1|libnss_.*)$'
-CUDA='^(libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl\.so|libnvidia-|libnvrtc|libnvJitLink)'
+CUDA='^(libcuda\.so|libcudart\.so|libcublas|libcublasLt|libcudnn|libnccl\.so|libnvidia-|libnvrtc|libnvJitLink)'
 FALLBACK='^(libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
 elfs=("${progs[@]}" "$B"/mpi/bin/orterun "$B"/mpi/bin/orted "$B/mpi/$OMPI_LIBDIR_REL"/openmpi3/*.so
       "$B"/pmix/lib/pmix/*.so)
@@ -150,7 +155,10 @@ missing=$(ldd "${elfs[@]}" 2>/dev/null | grep 'not found' | grep -vE "$CUDA" | s
 [ -z "$missing" ] || die "unresolved libraries on this machine:"$'\n'"$missing"
 ldd "${elfs[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
   while read -r name path; do
-    if [[ $name =~ $GLIBC || $name =~ $CUDA ]]; then
+    if [ "$name" = libcudnn.so.9 ]; then
+      mkdir -p "$B/lib/cudnn"
+      cp -L "$path" "$B/lib/cudnn/$name"
+    elif [[ $name =~ $GLIBC || $name =~ $CUDA ]]; then
       continue
     elif [[ $name =~ $FALLBACK ]]; then
       cp -L "$path" "$B/lib/fallback/$name"
@@ -163,7 +171,7 @@ chmod -R u+w "$B"
 # ---- data, environment, manifest ----------------------------------------------
 cp -L data/fashion-mnist.h5 "$B/data/fashion-mnist.h5"
 
-elfs_all=("${elfs[@]}" "$B"/lib/*.so* "$B"/lib/fallback/*.so*)
+elfs_all=("${elfs[@]}" "$B"/lib/*.so* "$B"/lib/fallback/*.so* "$B"/lib/cudnn/*.so*)
 glibc_min=$(for f in "${elfs_all[@]}"; do objdump -T "$f" 2>/dev/null; done |
   grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1 | sed 's/GLIBC_//')
 
@@ -200,6 +208,19 @@ _dt_libdirs() {
 }
 _dt_extra=$(_dt_libdirs libcublas.so.13 libcublasLt.so.13 libnccl.so.2)
 _dt_path=$DTRAIN_BUNDLE/lib
+# cuDNN from the host (system loader, toolkit or PyTorch's wheels); where
+# there is none, the bundle's front library lets dtrain start and the
+# convolution and pooling ops report that cuDNN's sub-libraries are missing.
+if ! grep -q '^[[:space:]]libcudnn\.so\.9 ' <<<"$_dt_cache"; then
+  _dt_cudnn=$(_dt_libdirs libcudnn.so.9 2>/dev/null)
+  if [ -n "$_dt_cudnn" ]; then
+    _dt_extra=$_dt_extra${_dt_extra:+:}$_dt_cudnn
+  elif [ -f "$DTRAIN_BUNDLE/lib/cudnn/libcudnn.so.9" ]; then
+    echo "env: no cuDNN on this machine: convolution and pooling on the GPU will fail" >&2
+    _dt_path=$_dt_path:$DTRAIN_BUNDLE/lib/cudnn
+  fi
+  unset _dt_cudnn
+fi
 # The bundle's libstdc++ only where the host has none (the host's CUDA
 # libraries may need a newer one).
 grep -q '^[[:space:]]libstdc++\.so\.6 ' <<<"$_dt_cache" || _dt_path=$_dt_path:$DTRAIN_BUNDLE/lib/fallback

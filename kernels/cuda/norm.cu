@@ -1,0 +1,379 @@
+/*
+ * norm.cu - batch normalisation (NCHW, per channel) and layer
+ * normalisation (per row) on the GPU, with kernels of our own.
+ *
+ * Batch norm is split as kernels/ops.h says: batchnorm_stats sums x and x^2
+ * per channel, the model may add those sums over ranks (sync_bn), and
+ * batchnorm_fwd turns them into the mean and 1/std; backward likewise sums
+ * dy and dy*xhat (batchnorm_bwd_reduce) before batchnorm_bwd applies the
+ * (possibly global) sums. cuDNN's batch-norm calls fuse the statistics
+ * with the normalisation and cannot take sums from elsewhere, so they are
+ * not used.
+ *
+ * Every reduction is deterministic: the same input gives the same bits on
+ * every run. No atomics: a per-channel sum is one block per channel whose
+ * threads each add a fixed set of the channel's values in double and then
+ * meet in a fixed tree; a per-row sum of layer norm is one block per row,
+ * the same way; the column sums of layer norm's dgamma and dbeta are one
+ * thread per column adding the rows in order, in double. The sums differ
+ * from the CPU's, which add in another order, by far less than fp32
+ * resolution. Layer norm takes the variance in two passes (the mean
+ * first), so large offsets do not cancel.
+ *
+ * The variance from the sums, E[x^2] - mean^2, can come out a rounding
+ * error below zero for a constant channel; it is taken as 0 then.
+ *
+ * Gradients of parameters ACCUMULATE (+=: dgamma, dbeta); gradients of
+ * activations are WRITTEN (=: dx). Per-channel statistics and parameters
+ * are fp32 (C floats); the sums are double, as ops.h gives them.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "cuda_impl.h"
+
+static_assert((DT_CUDA_THREADS & (DT_CUDA_THREADS - 1)) == 0,
+              "the block tree sums need a power-of-two block size");
+
+/* What a per-channel reduction sums: (x, x^2) or (dy, dy*xhat). */
+enum channel_sums { SUMS_STATS, SUMS_BWD };
+
+/* Adds sa[] and sb[] of the block up in a fixed tree into sa[0], sb[0];
+ * every thread of the block calls it. */
+static __device__ void block_sum2(double *sa, double *sb)
+{
+    __syncthreads();
+    for (unsigned h = DT_CUDA_THREADS / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) {
+            sa[threadIdx.x] += sa[threadIdx.x + h];
+            sb[threadIdx.x] += sb[threadIdx.x + h];
+        }
+        __syncthreads();
+    }
+}
+
+/* out[c], out[C+c]: block c sums channel c of (N,C,HW) tensors. SUMS_STATS:
+ * x and x^2; SUMS_BWD: dy and dy*(x - mean)*invstd. */
+static __global__ void channel_sums(double *out, enum channel_sums kind, const float *x,
+                                    const float *dy, const float *mean, const float *invstd, int N,
+                                    int C, int HW)
+{
+    __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
+    const int c = blockIdx.x;
+    const size_t per = (size_t)N * HW;
+    const double m = kind == SUMS_BWD ? (double)mean[c] : 0.0;
+    const double is = kind == SUMS_BWD ? (double)invstd[c] : 0.0;
+    double a = 0.0, b = 0.0;
+    for (size_t j = threadIdx.x; j < per; j += DT_CUDA_THREADS) {
+        const size_t n = j / (size_t)HW, i = j % (size_t)HW;
+        const size_t e = (n * C + c) * (size_t)HW + i;
+        const double v = x[e];
+        if (kind == SUMS_STATS) {
+            a += v;
+            b += v * v;
+        } else {
+            const double g = dy[e];
+            a += g;
+            b += g * (v - m) * is;
+        }
+    }
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    block_sum2(sa, sb);
+    if (threadIdx.x == 0) {
+        out[c] = sa[0];
+        out[C + c] = sb[0];
+    }
+}
+
+/* Per channel: mean and 1/std from the sums; the running averages when
+ * running_mean is not NULL (unbiased variance there). */
+static __global__ void bn_params(float *mean_out, float *invstd_out, float *running_mean,
+                                 float *running_var, const double *stats, double count, float eps,
+                                 float momentum, int C)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        const double mean = stats[c] / count;
+        double var = stats[C + c] / count - mean * mean;
+        if (var < 0.0)
+            var = 0.0;
+        mean_out[c] = (float)mean;
+        invstd_out[c] = (float)(1.0 / sqrt(var + (double)eps));
+        if (running_mean) {
+            const double unbiased = count > 1.0 ? var * count / (count - 1.0) : var;
+            running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean;
+            running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)unbiased;
+        }
+    }
+}
+
+/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] */
+static __global__ void bn_apply(float *y, const float *x, const float *mean, const float *invstd,
+                                const float *gamma, const float *beta, size_t n, size_t C,
+                                size_t HW)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t c = (i / HW) % C;
+        y[i] = (x[i] - mean[c]) * invstd[c] * gamma[c] + beta[c];
+    }
+}
+
+/* y = (x - running_mean[c]) / sqrt(running_var[c] + eps) * gamma[c] + beta[c] */
+static __global__ void bn_infer(float *y, const float *x, const float *rmean, const float *rvar,
+                                const float *gamma, const float *beta, float eps, size_t n,
+                                size_t C, size_t HW)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t c = (i / HW) % C;
+        y[i] = (x[i] - rmean[c]) / sqrtf(rvar[c] + eps) * gamma[c] + beta[c];
+    }
+}
+
+/* dgamma[c] += local[C+c]; dbeta[c] += local[c] (either may be NULL) */
+static __global__ void bn_dparams(float *dgamma, float *dbeta, const double *local, int C)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        if (dgamma)
+            dgamma[c] += (float)local[C + c];
+        if (dbeta)
+            dbeta[c] += (float)local[c];
+    }
+}
+
+/* dx = gamma*invstd*(dy - global[c]/count - xhat*global[C+c]/count) */
+static __global__ void bn_dx(float *dx, const float *dy, const float *x, const float *mean,
+                             const float *invstd, const float *gamma, const double *global,
+                             double count, size_t n, size_t C, size_t HW)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t c = (i / HW) % C;
+        const float mdy = (float)(global[c] / count);
+        const float mdyx = (float)(global[C + c] / count);
+        const float xhat = (x[i] - mean[c]) * invstd[c];
+        dx[i] = gamma[c] * invstd[c] * (dy[i] - mdy - xhat * mdyx);
+    }
+}
+
+/* Block r normalises row r of x(rows, D): two passes (mean, then the
+ * biased variance around it), both in double. */
+static __global__ void ln_fwd(float *y, float *mean_out, float *rstd_out, const float *x,
+                              const float *gamma, const float *beta, float eps, int D)
+{
+    __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float *yr = y + (size_t)blockIdx.x * D;
+    double s = 0.0;
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS)
+        s += xr[d];
+    sa[threadIdx.x] = s;
+    sb[threadIdx.x] = 0.0;
+    block_sum2(sa, sb);
+    const double mean = sa[0] / D;
+    __syncthreads(); /* every thread has read sa[0] before it is reused */
+    double q = 0.0;
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS) {
+        const double t = xr[d] - mean;
+        q += t * t;
+    }
+    sa[threadIdx.x] = q;
+    sb[threadIdx.x] = 0.0;
+    block_sum2(sa, sb);
+    const double rstd = 1.0 / sqrt(sa[0] / D + (double)eps);
+    const float mf = (float)mean, rf = (float)rstd;
+    if (threadIdx.x == 0) {
+        mean_out[blockIdx.x] = mf;
+        rstd_out[blockIdx.x] = rf;
+    }
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS)
+        yr[d] = (xr[d] - mf) * rf * gamma[d] + beta[d];
+}
+
+/* Block r: dx of row r. With g = dy*gamma and xhat = (x - mean)*rstd,
+ * dx = rstd * (g - mean(g) - xhat * mean(g*xhat)). */
+static __global__ void ln_dx(float *dx, const float *dy, const float *x, const float *mean,
+                             const float *rstd, const float *gamma, int D)
+{
+    __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
+    const size_t off = (size_t)blockIdx.x * D;
+    const float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+    double a = 0.0, b = 0.0;
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS) {
+        const double g = (double)dy[off + d] * gamma[d];
+        a += g;
+        b += g * (double)((x[off + d] - m) * r);
+    }
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    block_sum2(sa, sb);
+    const float mg = (float)(sa[0] / D), mgx = (float)(sb[0] / D);
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS) {
+        const float xhat = (x[off + d] - m) * r;
+        dx[off + d] = r * (dy[off + d] * gamma[d] - mg - xhat * mgx);
+    }
+}
+
+/* Thread d: dgamma[d] += sum over rows of dy*xhat, dbeta[d] += sum of dy,
+ * rows in order, in double (either output may be NULL). */
+static __global__ void ln_dparams(float *dgamma, float *dbeta, const float *dy, const float *x,
+                                  const float *mean, const float *rstd, int rows, int D)
+{
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
+        double g = 0.0, b = 0.0;
+        for (int r = 0; r < rows; r++) {
+            const size_t e = (size_t)r * D + d;
+            b += dy[e];
+            g += (double)dy[e] * (double)((x[e] - mean[r]) * rstd[r]);
+        }
+        if (dgamma)
+            dgamma[d] += (float)g;
+        if (dbeta)
+            dbeta[d] += (float)b;
+    }
+}
+
+#define BN_FMT "N=%d C=%d HW=%d"
+#define REQUIRE_NCHW(op, N, C, HW)                                                                 \
+    DT_CUDA_REQUIRE((N) >= 0 && (C) >= 0 && (HW) >= 0, op, "negative size (" BN_FMT ")", N, C, HW)
+
+/* stats[c] = sum of x(N,c,HW), stats[C+c] = sum of x^2 (written) */
+dt_status dt_cuda_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
+                                  int HW)
+{
+    REQUIRE_NCHW("batchnorm_stats", N, C, HW);
+    if (C == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(stats && (x || (size_t)N * HW == 0), "batchnorm_stats",
+                    "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    channel_sums<<<(unsigned)C, DT_CUDA_THREADS, 0, cb->stream>>>(stats, SUMS_STATS, x, NULL, NULL,
+                                                                  NULL, N, C, HW);
+    return DT_CUDA_LAUNCHED(cb, "batchnorm_stats", BN_FMT, N, C, HW);
+}
+
+dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
+                                float *running_mean, float *running_var, const float *x,
+                                const double *stats, double count, const float *gamma,
+                                const float *beta, float eps, float momentum, int N, int C, int HW)
+{
+    REQUIRE_NCHW("batchnorm_fwd", N, C, HW);
+    if (C == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(count > 0.0, "batchnorm_fwd", "count must be > 0 (got %g)", count);
+    DT_CUDA_REQUIRE(eps >= 0.0f, "batchnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    DT_CUDA_REQUIRE(!running_mean == !running_var, "batchnorm_fwd",
+                    "running_mean and running_var must both be given or both be NULL");
+    const size_t n = (size_t)N * C * HW;
+    DT_CUDA_REQUIRE(mean_out && invstd_out && stats && gamma && beta && (n == 0 || (x && y)),
+                    "batchnorm_fwd", "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    bn_params<<<dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream>>>(
+        mean_out, invstd_out, running_mean, running_var, stats, count, eps, momentum, C);
+    dt_status st = DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT ", statistics", N, C, HW);
+    if (st != DT_OK || n == 0)
+        return st;
+    bn_apply<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(
+        y, x, mean_out, invstd_out, gamma, beta, n, (size_t)C, (size_t)HW);
+    return DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT, N, C, HW);
+}
+
+dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
+                                  const float *running_mean, const float *running_var,
+                                  const float *gamma, const float *beta, float eps, int N, int C,
+                                  int HW)
+{
+    REQUIRE_NCHW("batchnorm_infer", N, C, HW);
+    const size_t n = (size_t)N * C * HW;
+    if (n == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(y && x && running_mean && running_var && gamma && beta, "batchnorm_infer",
+                    "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    bn_infer<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(
+        y, x, running_mean, running_var, gamma, beta, eps, n, (size_t)C, (size_t)HW);
+    return DT_CUDA_LAUNCHED(cb, "batchnorm_infer", BN_FMT, N, C, HW);
+}
+
+/* dstats[c] = sum of dy, dstats[C+c] = sum of dy*xhat (written) */
+dt_status dt_cuda_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
+                                       const float *x, const float *mean, const float *invstd,
+                                       int N, int C, int HW)
+{
+    REQUIRE_NCHW("batchnorm_bwd_reduce", N, C, HW);
+    if (C == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(dstats && mean && invstd && ((x && dy) || (size_t)N * HW == 0),
+                    "batchnorm_bwd_reduce", "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    channel_sums<<<(unsigned)C, DT_CUDA_THREADS, 0, cb->stream>>>(dstats, SUMS_BWD, x, dy, mean,
+                                                                  invstd, N, C, HW);
+    return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd_reduce", BN_FMT, N, C, HW);
+}
+
+dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *invstd, const float *gamma, const double *local,
+                                const double *global, double count, int N, int C, int HW)
+{
+    REQUIRE_NCHW("batchnorm_bwd", N, C, HW);
+    if (C == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(count > 0.0, "batchnorm_bwd", "count must be > 0 (got %g)", count);
+    const size_t n = (size_t)N * C * HW;
+    DT_CUDA_REQUIRE(local && global && mean && invstd && gamma && (n == 0 || (dx && dy && x)),
+                    "batchnorm_bwd", "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    if (dgamma || dbeta) {
+        bn_dparams<<<dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream>>>(dgamma, dbeta,
+                                                                                  local, C);
+        dt_status st = DT_CUDA_LAUNCHED(cb, "batchnorm_bwd", BN_FMT ", dgamma and dbeta", N, C, HW);
+        if (st != DT_OK)
+            return st;
+    }
+    if (n == 0)
+        return DT_OK;
+    bn_dx<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(
+        dx, dy, x, mean, invstd, gamma, global, count, n, (size_t)C, (size_t)HW);
+    return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd", BN_FMT, N, C, HW);
+}
+
+dt_status dt_cuda_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
+                                const float *x, const float *gamma, const float *beta, float eps,
+                                int rows, int D)
+{
+    DT_CUDA_REQUIRE(rows >= 0 && D >= 0, "layernorm_fwd", "negative size (rows=%d D=%d)", rows, D);
+    DT_CUDA_REQUIRE(eps >= 0.0f, "layernorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    if (rows == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(D > 0, "layernorm_fwd", "rows of D=0 values have no mean (rows=%d)", rows);
+    DT_CUDA_REQUIRE(y && mean_out && rstd_out && x && gamma && beta, "layernorm_fwd",
+                    "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    ln_fwd<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(y, mean_out, rstd_out, x, gamma,
+                                                               beta, eps, D);
+    return DT_CUDA_LAUNCHED(cb, "layernorm_fwd", "rows=%d D=%d", rows, D);
+}
+
+dt_status dt_cuda_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *rstd, const float *gamma, int rows, int D)
+{
+    DT_CUDA_REQUIRE(rows >= 0 && D >= 0, "layernorm_bwd", "negative size (rows=%d D=%d)", rows, D);
+    if (rows == 0 || D == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(dx && dy && x && mean && rstd && gamma, "layernorm_bwd",
+                    "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    if (dgamma || dbeta) {
+        ln_dparams<<<dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream>>>(
+            dgamma, dbeta, dy, x, mean, rstd, rows, D);
+        dt_status st =
+            DT_CUDA_LAUNCHED(cb, "layernorm_bwd", "rows=%d D=%d, dgamma and dbeta", rows, D);
+        if (st != DT_OK)
+            return st;
+    }
+    ln_dx<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(dx, dy, x, mean, rstd, gamma, D);
+    return DT_CUDA_LAUNCHED(cb, "layernorm_bwd", "rows=%d D=%d", rows, D);
+}
