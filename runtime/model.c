@@ -976,6 +976,8 @@ dt_status dt_model_zero_grads(dt_model_t *m)
 }
 
 size_t dt_model_num_params(const dt_model_t *m) { return m->total; }
+int64_t dt_model_max_rows(const dt_model_t *m) { return m->max_rows; }
+int64_t dt_model_input_numel(const dt_model_t *m) { return m->in_numel; }
 int dt_model_param_count(const dt_model_t *m) { return m->nparams; }
 const struct dt_param_info *dt_model_param(const dt_model_t *m, int i) { return &m->params[i]; }
 float *dt_model_params(dt_model_t *m) { return m->param_buf; }

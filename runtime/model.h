@@ -103,6 +103,8 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
 dt_status dt_model_zero_grads(dt_model_t *m);
 
 size_t dt_model_num_params(const dt_model_t *m);   /* elements */
+int64_t dt_model_max_rows(const dt_model_t *m);    /* rows one forward takes */
+int64_t dt_model_input_numel(const dt_model_t *m); /* floats per input sample */
 int dt_model_param_count(const dt_model_t *m);     /* tensors */
 const struct dt_param_info *dt_model_param(const dt_model_t *m, int i);
 /* Device pointers to the flat parameter and gradient buffers. */

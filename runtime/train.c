@@ -179,9 +179,15 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
         DT_CHECK(dt_loader_next(r->test_ld, &b, &end));
         if (end)
             break;
-        if (b.rows > 0)
-            st = dt_model_forward(r->model, b.x, b.y, b.rows, 0, (uint64_t)r->job->train.seed,
-                                  step, b.row0, &v[OUT_LOSS], &correct);
+        /* in pieces of the rows the model was sized for (the training
+         * micro-batch): the evaluation batch sets no memory floor */
+        int64_t chunk = dt_model_max_rows(r->model), numel = dt_model_input_numel(r->model);
+        for (int64_t off = 0; off < b.rows && st == DT_OK; off += chunk) {
+            int64_t n = b.rows - off < chunk ? b.rows - off : chunk;
+            st = dt_model_forward(r->model, b.x + off * numel, b.y + off, n, 0,
+                                  (uint64_t)r->job->train.seed, step, b.row0 + off,
+                                  &v[OUT_LOSS], &correct);
+        }
         v[OUT_ROWS] += (double)b.rows;
         dt_loader_release(r->test_ld, &b);
         if (st != DT_OK)

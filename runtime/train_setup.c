@@ -553,12 +553,15 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     return dt_mem_check(&need, &avail, job->runtime.memory_limit, r->rank);
 }
 
-/* Rows of the activation arena: the micro-batch or the evaluation batch
- * per rank, whichever is larger. */
+/* Rows of the activation arena: the micro-batch (evaluation runs its
+ * batches in pieces of that size), or for an evaluation-only run its
+ * batch per rank. */
 static int64_t arena_rows(const struct run *r)
 {
     int64_t eval_rows = eval_global_batch(r) / r->world;
-    return r->micro > eval_rows ? r->micro : eval_rows;
+    if (!r->eval_only)
+        return r->micro; /* evaluation runs its batches in pieces of this size */
+    return eval_rows > 0 ? eval_rows : 1;
 }
 
 /* The memory check, where a refusal that a micro-batch of one row would
