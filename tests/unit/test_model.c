@@ -13,6 +13,7 @@
 #include "../../runtime/model.h"
 #include "../../runtime/optim.h"
 #include "../../runtime/core/rng.h"
+#include "../../runtime/core/tensor.h"
 #include "cu_util.h"
 
 #define IN_H 6
@@ -352,6 +353,40 @@ static void test_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'a' names layer 0 already"));
 }
 
+/* The one dtype enum and shape descriptor (runtime/core/tensor.h). */
+static void test_tensor_core(void)
+{
+    static const char *const names[] = {"f32", "bf16", "f16", "f64", "i32", "i64", "u16", "u8"};
+    static const size_t sizes[] = {4, 2, 2, 8, 4, 8, 2, 1};
+    for (int t = 0; t < DT_DTYPE_COUNT; t++) {
+        CU_ASSERT_STRING_EQUAL(dt_dtype_name((enum dt_dtype)t), names[t]);
+        CU_ASSERT_EQUAL(dt_dtype_parse(names[t]), t);
+        CU_ASSERT_EQUAL(dt_dtype_size((enum dt_dtype)t), sizes[t]);
+        CU_ASSERT_EQUAL(dt_dtype_is_float((enum dt_dtype)t), t <= DT_F64);
+    }
+    CU_ASSERT_EQUAL(dt_dtype_parse("float32"), -1);
+    CU_ASSERT_EQUAL(dt_dtype_size((enum dt_dtype)99), 0);
+    CU_ASSERT_STRING_EQUAL(dt_dtype_name((enum dt_dtype)-1), "unknown");
+    char buf[64];
+    struct dt_shape s = dt_shape_make(4, 64, 1, 3, 3), t = s;
+    CU_ASSERT_EQUAL(dt_shape_numel(&s), 576);
+    CU_ASSERT_STRING_EQUAL(dt_shape_format(&s, buf, sizeof buf), "64x1x3x3");
+    CU_ASSERT(dt_shape_equal(&s, &t));
+    t.dim[3] = 4;
+    CU_ASSERT(!dt_shape_equal(&s, &t));
+    struct dt_shape scalar = dt_shape_make(0, 0, 0, 0, 0);
+    CU_ASSERT_EQUAL(dt_shape_numel(&scalar), 1);
+    CU_ASSERT_STRING_EQUAL(dt_shape_format(&scalar, buf, sizeof buf), "scalar");
+    struct dt_shape big = {.ndim = 8};
+    for (int i = 0; i < 8; i++)
+        big.dim[i] = 1 << 20; /* 2^160 elements */
+    CU_ASSERT_EQUAL(dt_shape_numel(&big), -1);
+    big.ndim = 9;
+    CU_ASSERT_EQUAL(dt_shape_numel(&big), -1);
+    s.dim[1] = -1;
+    CU_ASSERT_EQUAL(dt_shape_numel(&s), -1);
+}
+
 /* docs/layers.md is what `dtrain config layers` prints. */
 static void test_reference_page(void)
 {
@@ -393,6 +428,7 @@ int main(void)
     CU_ADD(s, test_families);
     CU_ADD(s, test_errors);
     CU_ADD(s, test_reference_page);
+    CU_ADD(s, test_tensor_core);
     int rc = cu_run_all();
     dt_backend_destroy(be);
     return rc;
