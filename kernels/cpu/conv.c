@@ -249,8 +249,13 @@ static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
     *hi = b;
 }
 
-/* d(n) = a(n): rows are short (an output row), so an inline loop in
- * blocks beats a call to memcpy. */
+/* Short copies in blocks of this many floats (one SSE register). */
+#define SHORT_BLOCK 4
+
+/* d(n) = a(n). Rows are short (one output row), so an inline loop beats a
+ * call to memcpy: blocks of DT_CPU_LANES, then of SHORT_BLOCK, and the
+ * last SHORT_BLOCK again (overlapping) instead of a scalar tail. d and a
+ * do not overlap. */
 static void copy_row(float *d, const float *a, int n)
 {
     int i = 0;
@@ -260,6 +265,21 @@ static void copy_row(float *d, const float *a, int n)
             t[k] = a[i + k];
         for (int k = 0; k < DT_CPU_LANES; k++)
             d[i + k] = t[k];
+    }
+    for (; i + SHORT_BLOCK <= n; i += SHORT_BLOCK) {
+        float t[SHORT_BLOCK];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            t[k] = a[i + k];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            d[i + k] = t[k];
+    }
+    if (i < n && n >= SHORT_BLOCK) {
+        float t[SHORT_BLOCK];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            t[k] = a[n - SHORT_BLOCK + k];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            d[n - SHORT_BLOCK + k] = t[k];
+        return;
     }
     for (; i < n; i++)
         d[i] = a[i];
@@ -296,8 +316,9 @@ static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_s
             }
 }
 
-/* d(n) += a(n), in blocks of DT_CPU_LANES through a stack block, so the
- * compiler vectorises it without proving that d and a do not overlap. */
+/* d(n) += a(n), in blocks of DT_CPU_LANES and then of SHORT_BLOCK through
+ * a stack block, so the compiler vectorises it without proving that d and
+ * a do not overlap. */
 static void add_row(float *d, const float *a, int n)
 {
     int i = 0;
@@ -306,6 +327,13 @@ static void add_row(float *d, const float *a, int n)
         for (int k = 0; k < DT_CPU_LANES; k++)
             t[k] = d[i + k] + a[i + k];
         for (int k = 0; k < DT_CPU_LANES; k++)
+            d[i + k] = t[k];
+    }
+    for (; i + SHORT_BLOCK <= n; i += SHORT_BLOCK) {
+        float t[SHORT_BLOCK];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            t[k] = d[i + k] + a[i + k];
+        for (int k = 0; k < SHORT_BLOCK; k++)
             d[i + k] = t[k];
     }
     for (; i < n; i++)
