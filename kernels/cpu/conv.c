@@ -319,28 +319,29 @@ static int flat_tap(const struct dt_conv2d_shape *s, int r, int t, int *plo, int
 }
 
 /* Zeroes the columns outside [qlo, qhi) of rows [plo, phi) of a tap's
- * column row (P, Q). */
+ * column row (P, Q): a column or two, so column by column (a loop along a
+ * row would become a call to memset per row). */
 static void zero_edges(float *row, int Q, int plo, int phi, int qlo, int qhi)
 {
-    for (int p = plo; p < phi; p++) {
-        float *d = row + (size_t)p * Q;
-        for (int q = 0; q < qlo; q++)
-            d[q] = 0.0f;
-        for (int q = qhi; q < Q; q++)
-            d[q] = 0.0f;
-    }
+    for (int q = 0; q < qlo; q++)
+        for (int p = plo; p < phi; p++)
+            row[(size_t)p * Q + q] = 0.0f;
+    for (int q = qhi; q < Q; q++)
+        for (int p = plo; p < phi; p++)
+            row[(size_t)p * Q + q] = 0.0f;
 }
 
 static void im2col_flat(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
-    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q;
-    for (int c = 0; c < Cg; c++)
-        for (int r = 0; r < s->R; r++)
-            for (int t = 0; t < s->S; t++) {
-                float *row = col + ((size_t)(c * s->R + r) * s->S + t) * PQ; /* (P, Q) */
-                int plo, phi, qlo, qhi;
-                long i0, i1, delta;
-                if (!flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta)) {
+    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            int plo, phi, qlo, qhi;
+            long i0, i1, delta;
+            int meets = flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta);
+            for (int c = 0; c < Cg; c++) {
+                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
+                if (!meets) {
                     memset(row, 0, PQ * sizeof *row);
                     continue;
                 }
@@ -349,6 +350,7 @@ static void im2col_flat(float *col, const float *xg, int Cg, const struct dt_con
                 memset(row + i1, 0, (PQ - (size_t)i1) * sizeof *row);
                 zero_edges(row, s->Q, plo, phi, qlo, qhi);
             }
+        }
 }
 
 /* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W). */
@@ -414,19 +416,20 @@ static void add_row(float *d, const float *a, int n)
  * one flat add per tap carries only real gradients. */
 static void col2im_flat(float *dxg, float *dcol, int Cg, const struct dt_conv2d_shape *s)
 {
-    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q;
+    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
     memset(dxg, 0, (size_t)Cg * HW * sizeof *dxg);
-    for (int c = 0; c < Cg; c++)
-        for (int r = 0; r < s->R; r++)
-            for (int t = 0; t < s->S; t++) {
-                float *row = dcol + ((size_t)(c * s->R + r) * s->S + t) * PQ; /* (P, Q) */
-                int plo, phi, qlo, qhi;
-                long i0, i1, delta;
-                if (!flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta))
-                    continue;
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            int plo, phi, qlo, qhi;
+            long i0, i1, delta;
+            if (!flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta))
+                continue;
+            for (int c = 0; c < Cg; c++) {
+                float *row = dcol + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
                 zero_edges(row, s->Q, plo, phi, qlo, qhi);
                 add_row(dxg + c * HW + i0 + delta, row + i0, (int)(i1 - i0));
             }
+        }
 }
 
 /* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
