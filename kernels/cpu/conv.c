@@ -249,8 +249,13 @@ static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
     *hi = b;
 }
 
-/* d(n) = a(n): rows are short (an output row), so an inline loop in
- * blocks beats a call to memcpy. */
+/* Short copies in blocks of this many floats (one SSE register). */
+#define SHORT_BLOCK 4
+
+/* d(n) = a(n). Rows are short (one output row), so an inline loop beats a
+ * call to memcpy: blocks of DT_CPU_LANES, then of SHORT_BLOCK, and the
+ * last SHORT_BLOCK again (overlapping) instead of a scalar tail. d and a
+ * do not overlap. */
 static void copy_row(float *d, const float *a, int n)
 {
     int i = 0;
@@ -261,13 +266,100 @@ static void copy_row(float *d, const float *a, int n)
         for (int k = 0; k < DT_CPU_LANES; k++)
             d[i + k] = t[k];
     }
+    for (; i + SHORT_BLOCK <= n; i += SHORT_BLOCK) {
+        float t[SHORT_BLOCK];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            t[k] = a[i + k];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            d[i + k] = t[k];
+    }
+    if (i < n && n >= SHORT_BLOCK) {
+        float t[SHORT_BLOCK];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            t[k] = a[n - SHORT_BLOCK + k];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            d[n - SHORT_BLOCK + k] = t[k];
+        return;
+    }
     for (; i < n; i++)
         d[i] = a[i];
+}
+
+/* The flat path of im2col and col2im: stride 1 and an output as wide as
+ * the input (Q == W, a "same" convolution). Then a tap's whole column row
+ * is the image shifted by one flat offset, so it is one long copy (or
+ * add), and only the columns the shift wraps across the image's edge, and
+ * the rows outside it, need fixing. */
+static int flat_ok(const struct dt_conv2d_shape *s)
+{
+    return s->stride_h == 1 && s->stride_w == 1 && s->Q == s->W;
+}
+
+/* Where tap (r, t) is valid: output rows [*plo, *phi), columns [*qlo,
+ * *qhi); the flat range [*i0, *i1) of the tap's column row that maps
+ * inside the image; *delta the flat offset from column row to image.
+ * Returns 0 when the tap never meets the image. */
+static int flat_tap(const struct dt_conv2d_shape *s, int r, int t, int *plo, int *phi, int *qlo,
+                    int *qhi, long *i0, long *i1, long *delta)
+{
+    const int H = s->H, W = s->W, P = s->P, Q = s->Q;
+    int oh = r * s->dil_h - s->pad_h, ow = t * s->dil_w - s->pad_w;
+    tap_range(ow, 1, W, Q, qlo, qhi);
+    tap_range(oh, 1, H, P, plo, phi);
+    if (*plo >= *phi || *qlo >= *qhi)
+        return 0;
+    *delta = (long)oh * W + ow;
+    *i0 = (long)*plo * Q;
+    *i1 = (long)*phi * Q;
+    if (*i0 + *delta < 0)
+        *i0 = -*delta;
+    if (*i1 + *delta > (long)H * W)
+        *i1 = (long)H * W - *delta;
+    return *i0 < *i1;
+}
+
+/* Zeroes the columns outside [qlo, qhi) of rows [plo, phi) of a tap's
+ * column row (P, Q): a column or two, so column by column (a loop along a
+ * row would become a call to memset per row). */
+static void zero_edges(float *row, int Q, int plo, int phi, int qlo, int qhi)
+{
+    for (int q = 0; q < qlo; q++)
+        for (int p = plo; p < phi; p++)
+            row[(size_t)p * Q + q] = 0.0f;
+    for (int q = qhi; q < Q; q++)
+        for (int p = plo; p < phi; p++)
+            row[(size_t)p * Q + q] = 0.0f;
+}
+
+static void im2col_flat(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
+{
+    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            int plo, phi, qlo, qhi;
+            long i0, i1, delta;
+            int meets = flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta);
+            for (int c = 0; c < Cg; c++) {
+                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
+                if (!meets) {
+                    memset(row, 0, PQ * sizeof *row);
+                    continue;
+                }
+                memset(row, 0, (size_t)i0 * sizeof *row);
+                memcpy(row + i0, xg + c * HW + i0 + delta, (size_t)(i1 - i0) * sizeof *row);
+                memset(row + i1, 0, (PQ - (size_t)i1) * sizeof *row);
+                zero_edges(row, s->Q, plo, phi, qlo, qhi);
+            }
+        }
 }
 
 /* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W). */
 static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
+    if (flat_ok(s)) {
+        im2col_flat(col, xg, Cg, s);
+        return;
+    }
     const int H = s->H, W = s->W, P = s->P, Q = s->Q, sh = s->stride_h, sw = s->stride_w;
     for (int c = 0; c < Cg; c++)
         for (int r = 0; r < s->R; r++)
@@ -296,8 +388,9 @@ static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_s
             }
 }
 
-/* d(n) += a(n), in blocks of DT_CPU_LANES through a stack block, so the
- * compiler vectorises it without proving that d and a do not overlap. */
+/* d(n) += a(n), in blocks of DT_CPU_LANES and then of SHORT_BLOCK through
+ * a stack block, so the compiler vectorises it without proving that d and
+ * a do not overlap. */
 static void add_row(float *d, const float *a, int n)
 {
     int i = 0;
@@ -308,14 +401,45 @@ static void add_row(float *d, const float *a, int n)
         for (int k = 0; k < DT_CPU_LANES; k++)
             d[i + k] = t[k];
     }
+    for (; i + SHORT_BLOCK <= n; i += SHORT_BLOCK) {
+        float t[SHORT_BLOCK];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            t[k] = d[i + k] + a[i + k];
+        for (int k = 0; k < SHORT_BLOCK; k++)
+            d[i + k] = t[k];
+    }
     for (; i < n; i++)
         d[i] += a[i];
 }
 
-/* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
- * im2col read it (dxg is zeroed first). */
-static void col2im(float *dxg, const float *col, int Cg, const struct dt_conv2d_shape *s)
+/* dcol's wrapped columns are zeroed in place (it is scratch), so that
+ * one flat add per tap carries only real gradients. */
+static void col2im_flat(float *dxg, float *dcol, int Cg, const struct dt_conv2d_shape *s)
 {
+    const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
+    memset(dxg, 0, (size_t)Cg * HW * sizeof *dxg);
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            int plo, phi, qlo, qhi;
+            long i0, i1, delta;
+            if (!flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta))
+                continue;
+            for (int c = 0; c < Cg; c++) {
+                float *row = dcol + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
+                zero_edges(row, s->Q, plo, phi, qlo, qhi);
+                add_row(dxg + c * HW + i0 + delta, row + i0, (int)(i1 - i0));
+            }
+        }
+}
+
+/* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
+ * im2col read it (dxg is zeroed first; col may be changed). */
+static void col2im(float *dxg, float *col, int Cg, const struct dt_conv2d_shape *s)
+{
+    if (flat_ok(s)) {
+        col2im_flat(dxg, col, Cg, s);
+        return;
+    }
     const int H = s->H, W = s->W, P = s->P, Q = s->Q, sh = s->stride_h, sw = s->stride_w;
     memset(dxg, 0, (size_t)Cg * H * W * sizeof *dxg);
     for (int c = 0; c < Cg; c++)

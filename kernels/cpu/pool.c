@@ -14,7 +14,8 @@
  * meets inside the image, then run a plain loop over those outputs, which
  * the compiler vectorises for stride 1 and keeps branch-free otherwise.
  * The common 2x2 window at stride 2 has its own loops: four compares per
- * output, and a backward that writes every dx element once.
+ * output, and a backward that zeroes the two rows and stores each
+ * window's gradient once, at a cell picked without branching on data.
  *
  * These ops have no parameters; outputs and input gradients (dx) are
  * WRITTEN (=).
@@ -200,8 +201,8 @@ static void row_taps(const struct dt_pool2d_shape *s, int p, int *r0, int *r1)
     *r1 = h + s->R > s->H ? s->H - h : s->R;
 }
 
-/* 2x2 windows at stride 2 without padding, one output row: each input
- * is in one window, so every dx element is written once, branch-free. */
+/* 2x2 windows at stride 2 without padding, one output row (input rows
+ * x0, x1): each input is in one window, so the backward needs no sums. */
 static void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int Q)
 {
     for (int q = 0; q < Q; q++) {
@@ -216,16 +217,22 @@ static void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int 
 static void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
                                const float *yr, const float *dyr, int Q)
 {
+    /* zero both rows (vectorised), then one store per window at the first
+     * cell equal to the max, picked by conditional moves from the last
+     * cell to the first (no branch on data) */
+    for (int v = 0; v < 2 * Q; v++)
+        d0[v] = 0.0f;
+    for (int v = 0; v < 2 * Q; v++)
+        d1[v] = 0.0f;
     for (int q = 0; q < Q; q++) {
-        float m = yr[q], g = dyr[q];
-        int ta = x0[2 * q] == m;
-        int tb = !ta & (x0[2 * q + 1] == m);
-        int tc = !ta & !tb & (x1[2 * q] == m);
-        int td = !ta & !tb & !tc & (x1[2 * q + 1] == m);
-        d0[2 * q] = ta ? g : 0.0f;
-        d0[2 * q + 1] = tb ? g : 0.0f;
-        d1[2 * q] = tc ? g : 0.0f;
-        d1[2 * q + 1] = td ? g : 0.0f;
+        float m = yr[q];
+        float *at = NULL;
+        at = x1[2 * q + 1] == m ? d1 + 2 * q + 1 : at;
+        at = x1[2 * q] == m ? d1 + 2 * q : at;
+        at = x0[2 * q + 1] == m ? d0 + 2 * q + 1 : at;
+        at = x0[2 * q] == m ? d0 + 2 * q : at;
+        if (at)
+            *at = dyr[q];
     }
 }
 
