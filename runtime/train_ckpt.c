@@ -34,6 +34,13 @@ struct staging {
     int n;
 };
 
+/* A parameter's shape as the file code takes it (dt_param_info still
+ * carries ndim and two dimensions). */
+static struct dt_shape param_shape(const struct dt_param_info *p)
+{
+    return dt_shape_make(p->ndim, p->shape[0], p->shape[1], 0, 0);
+}
+
 static void stage_names(struct run *r, struct staging *s)
 {
     size_t total = dt_model_num_params(r->model);
@@ -49,9 +56,7 @@ static void stage_names(struct run *r, struct staging *s)
                 snprintf(t->name, sizeof t->name, "params/%s", p->name);
             else
                 snprintf(t->name, sizeof t->name, "optim/%s/%s", state, p->name);
-            t->ndim = p->ndim;
-            t->shape[0] = p->shape[0];
-            t->shape[1] = p->shape[1];
+            t->shape = param_shape(p);
             t->data = s->host + (size_t)b * total + p->offset;
         }
     }

@@ -760,6 +760,13 @@ dt_status dt_train_build(struct run *r)
 
 #define TRAIN_MODEL "model.h5"
 
+/* A parameter's shape as the file code takes it (dt_param_info still
+ * carries ndim and two dimensions). */
+static struct dt_shape param_shape(const struct dt_param_info *p)
+{
+    return dt_shape_make(p->ndim, p->shape[0], p->shape[1], 0, 0);
+}
+
 static dt_status save_model_local(struct run *r)
 {
     size_t n = dt_model_num_params(r->model);
@@ -773,9 +780,7 @@ static dt_status save_model_local(struct run *r)
     for (int i = 0; i < count; i++) {
         const struct dt_param_info *p = dt_model_param(r->model, i);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
-        t[i].ndim = p->ndim;
-        t[i].shape[0] = p->shape[0];
-        t[i].shape[1] = p->shape[1];
+        t[i].shape = param_shape(p);
         t[i].data = host + p->offset;
     }
     char path[4096 + 64];

@@ -76,7 +76,8 @@ static void make_set(struct set *s, uint32_t seed, int with_data)
         s->data[i] = calloc(n, sizeof(float));
         CU_ASSERT_PTR_NOT_NULL_FATAL(s->data[i]);
         if (with_data) fill(s->data[i], n, seed + (uint32_t)i);
-        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].ndim, {spec[i].r, spec[i].c}, s->data[i]};
+        s->t[i] = (struct dt_ckpt_tensor){
+            "", dt_shape_make(spec[i].ndim, spec[i].r, spec[i].c, 0, 0), s->data[i]};
         snprintf(s->t[i].name, DT_CKPT_NAME, "%s", spec[i].name);
     }
 }
@@ -87,10 +88,7 @@ static void free_set(struct set *s)
         free(s->data[i]);
 }
 
-static size_t numel(const struct dt_ckpt_tensor *t)
-{
-    return (size_t)(t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]);
-}
+static size_t numel(const struct dt_ckpt_tensor *t) { return (size_t)dt_shape_numel(&t->shape); }
 
 /* Rank 0 makes (or empties) the directory, named by test and world size
  * so the np2 and np4 runs may overlap; everyone waits for it. */
@@ -273,8 +271,8 @@ static void test_different_tensor_lists(void)
     shared_dir("layout", dir, sizeof dir);
     make_set(&s, 6, 1);
     if (rank == 1) { /* same element count, other shape */
-        s.t[1].shape[0] = 13;
-        s.t[1].shape[1] = 7;
+        s.t[1].shape.dim[0] = 13;
+        s.t[1].shape.dim[1] = 7;
     }
     dt_status st = dt_ckpt_save(comm, dir, &m, s.t, NT, "", path, sizeof path);
     check_agreed(st, DT_ERR_INVALID_ARG, "ranks 0 and 1 pass different tensor lists");
@@ -298,7 +296,7 @@ static void failing_save(const char *dir, int limit_last_rank, const char *needl
     CU_ASSERT_PTR_NOT_NULL(big); /* never _FATAL around collectives */
     if (!big) MPI_Abort(MPI_COMM_WORLD, 1);
     fill(big, BIG, 70); /* not zeros: a hole left by a lost write must not verify */
-    struct dt_ckpt_tensor t = {"params/big", 1, {BIG, 0}, big};
+    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big};
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
     lim = old;

@@ -139,9 +139,9 @@ static void make_set(struct set *s, uint32_t seed)
     fill(s->w, ROWS * COLS, seed);
     fill(s->b, COLS, seed + 1);
     fill(s->m, ROWS * COLS, seed + 2);
-    s->t[0] = (struct dt_ckpt_tensor){"params/fc1.weight", 2, {ROWS, COLS}, s->w};
-    s->t[1] = (struct dt_ckpt_tensor){"params/fc1.bias", 1, {COLS, 0}, s->b};
-    s->t[2] = (struct dt_ckpt_tensor){"optim/m/fc1.weight", 2, {ROWS, COLS}, s->m};
+    s->t[0] = (struct dt_ckpt_tensor){"params/fc1.weight", {2, {ROWS, COLS}}, s->w};
+    s->t[1] = (struct dt_ckpt_tensor){"params/fc1.bias", {1, {COLS}}, s->b};
+    s->t[2] = (struct dt_ckpt_tensor){"optim/m/fc1.weight", {2, {ROWS, COLS}}, s->m};
 }
 
 /* Zeroed buffers of the same names and shapes, for loading into. */
@@ -241,10 +241,11 @@ static void check_info(const struct dt_ckpt_info *info, const struct set *s, con
     CU_ASSERT_STRING_EQUAL(info->names[2], "params/fc1.weight");
     CU_ASSERT_EQUAL(info->numel[0], ROWS * COLS);
     CU_ASSERT_EQUAL(info->numel[1], COLS);
-    CU_ASSERT_EQUAL(info->ndim[1], 1);
-    CU_ASSERT_EQUAL(info->ndim[2], 2);
-    CU_ASSERT_EQUAL(info->shape[2][0], ROWS);
-    CU_ASSERT_EQUAL(info->shape[2][1], COLS);
+    CU_ASSERT_EQUAL(info->shape[1].ndim, 1);
+    CU_ASSERT_EQUAL(info->shape[2].ndim, 2);
+    CU_ASSERT_EQUAL(info->shape[2].dim[0], ROWS);
+    CU_ASSERT_EQUAL(info->shape[2].dim[1], COLS);
+    CU_ASSERT_EQUAL(info->format_version, DT_CKPT_FORMAT_VERSION);
     CU_ASSERT(info->file_bytes > (int64_t)sizeof s->w * 2);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info->job_yaml);
     CU_ASSERT_STRING_EQUAL(info->job_yaml, yaml);
@@ -327,7 +328,7 @@ static void test_tiny_tensors(void)
 {
     char dir[4096], path[4400];
     float one = 3.5f, back = 0;
-    struct dt_ckpt_tensor t[2] = {{"empty", 1, {0, 0}, NULL}, {"a/b/c/one", 2, {1, 1}, &one}};
+    struct dt_ckpt_tensor t[2] = {{"empty", {1, {0}}, NULL}, {"a/b/c/one", {2, {1, 1}}, &one}};
     struct dt_ckpt_meta m = make_meta(8);
     fresh_dir("tiny", dir, sizeof dir);
     dt_status st = dt_ckpt_save(comm, dir, &m, t, 2, NULL, path, sizeof path);
@@ -356,16 +357,16 @@ static void test_load_errors(void)
     CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, NT), DT_ERR_BAD_DATA);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "params/fc2.bias"));
     empty_like(&back, &s);
-    back.t[0].shape[0] = COLS;
-    back.t[0].shape[1] = ROWS;
+    back.t[0].shape.dim[0] = COLS;
+    back.t[0].shape.dim[1] = ROWS;
     CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, NT), DT_ERR_BAD_DATA);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "params/fc1.weight"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "[37, 53]"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "[53, 37]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "params/fc1.weight has shape 37x53"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "the model expects 53x37"));
     empty_like(&back, &s);
-    back.t[1].ndim = 2;
-    back.t[1].shape[1] = 1;
+    back.t[1].shape.ndim = 2;
+    back.t[1].shape.dim[1] = 1;
     CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, NT), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "the model expects 53x1"));
     snprintf(p, sizeof p, "%s/ckpt-0000000099.h5", dir);
     CU_ASSERT_EQUAL(dt_ckpt_load(p, NULL, back.t, NT), DT_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_NOT_FOUND);
@@ -386,7 +387,7 @@ static void test_not_a_checkpoint(void)
 {
     char dir[4096], p[4400];
     float w[6] = {1, 2, 3, 4, 5, 6};
-    struct dt_named_tensor t = {"w", 2, {2, 3}, w};
+    struct dt_named_tensor t = {"w", {2, {2, 3}}, w};
     fresh_dir("notck", dir, sizeof dir);
     write_text(dir, "ckpt-0000000001.h5", "this is not HDF5\n");
     snprintf(p, sizeof p, "%s/ckpt-0000000001.h5", dir);
@@ -546,8 +547,8 @@ static int same_as_saved(const struct dt_ckpt_info *got, const struct dt_ckpt_in
         !strcmp(a->optimizer, b->optimizer) && got->ntensors == want->ntensors && got->job_yaml &&
         want->job_yaml && !strcmp(got->job_yaml, want->job_yaml);
     for (int i = 0; same && i < got->ntensors; i++)
-        same = !strcmp(got->names[i], want->names[i]) && got->ndim[i] == want->ndim[i] &&
-               got->shape[i][0] == want->shape[i][0] && got->shape[i][1] == want->shape[i][1];
+        same = !strcmp(got->names[i], want->names[i]) &&
+               dt_shape_equal(&got->shape[i], &want->shape[i]);
     return same;
 }
 
@@ -587,9 +588,7 @@ static void test_flip_everywhere(void)
         data[i] = data_offset(path, i < NT ? s.t[i].name : "job");
         CU_ASSERT_FATAL(data[i] != HADDR_UNDEF);
         data_end[i] =
-            data[i] +
-            (i < NT ? 4 * (haddr_t)(s.t[i].shape[0] * (s.t[i].ndim == 2 ? s.t[i].shape[1] : 1))
-                    : sizeof yaml - 1);
+            data[i] + (i < NT ? 4 * (haddr_t)dt_shape_numel(&s.t[i].shape) : sizeof yaml - 1);
     }
     snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
     copy_file(path, copy);
@@ -928,7 +927,7 @@ static void test_prune(void)
     char dir[4096], path[4400], names[16][256];
     int64_t steps[16];
     float v[4] = {1, 2, 3, 4};
-    struct dt_ckpt_tensor t = {"params/v", 1, {4, 0}, v};
+    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v};
     fresh_dir("prune", dir, sizeof dir);
     for (int64_t step = 10; step <= 100; step += 10) {
         struct dt_ckpt_meta m = make_meta(step);
@@ -966,7 +965,7 @@ static void test_prune_foreign(void)
 {
     char dir[4096], path[4400], p[4400], names[16][256];
     float v[4] = {1, 2, 3, 4};
-    struct dt_ckpt_tensor t = {"params/v", 1, {4, 0}, v};
+    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v};
     fresh_dir("prunef", dir, sizeof dir);
     for (int64_t step = 10; step <= 30; step += 10) {
         struct dt_ckpt_meta m = make_meta(step);
@@ -978,7 +977,7 @@ static void test_prune_foreign(void)
     snprintf(moved, sizeof moved, "%s/ckpt-0000000098.h5", dir); /* holds step 10 */
     copy_file(p, moved);
     snprintf(p, sizeof p, "%s/ckpt-0000000097.h5", dir); /* a model, not a checkpoint */
-    struct dt_named_tensor mt = {"w", 1, {4, 0}, v};
+    struct dt_named_tensor mt = {"w", {1, {4}}, v};
     CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, &mt, 1), DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 6);
     CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 2, 0), DT_OK);
@@ -1049,7 +1048,7 @@ static void failing_save(const char *dir, int fsize, const char *needle)
     if (!big) return;
     take_snapshot(dir, "ckpt-0000000001.h5", &sn);
     fill(big, BIG, 70); /* not zeros: a hole left by a lost write must not verify */
-    struct dt_ckpt_tensor t = {"params/big", 1, {BIG, 0}, big};
+    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big};
     struct dt_ckpt_meta m = make_meta(2);
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
@@ -1116,11 +1115,19 @@ static void test_save_bad_args(void)
     char dir[4096], path[4400];
     float v[4] = {0};
     struct dt_ckpt_meta m = make_meta(1);
-    struct dt_ckpt_tensor t[2] = {{"a", 1, {4, 0}, v}, {"b", 1, {4, 0}, v}};
+    struct dt_ckpt_tensor t[2] = {{"a", {1, {4}}, v}, {"b", {1, {4}}, v}};
     fresh_dir("args", dir, sizeof dir);
-    t[1].ndim = 3;
+    t[1].shape.ndim = DT_MAX_DIMS + 1;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
-    t[1].ndim = 1;
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b has 9 dimensions"));
+    t[1].shape.ndim = 0; /* a scalar: refused, with what to do instead */
+    CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b is a scalar"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "give it shape [1]"));
+    t[1].shape = (struct dt_shape){3, {2, 1 << 30, 1 << 30}}; /* 2^61 values */
+    CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b is too large"));
+    t[1].shape = (struct dt_shape){1, {4}};
     t[1].data = NULL;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b has no data"));
@@ -1128,9 +1135,10 @@ static void test_save_bad_args(void)
     snprintf(t[1].name, DT_CKPT_NAME, "a");
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
     snprintf(t[1].name, DT_CKPT_NAME, "b");
-    t[1].shape[0] = -1;
+    t[1].shape = (struct dt_shape){4, {1, 2, -1, 2}};
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
-    t[1].shape[0] = 4;
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "dimension 2 is -1"));
+    t[1].shape = (struct dt_shape){1, {4}};
     m.step = -1;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 0);
@@ -1198,7 +1206,7 @@ static void test_verify_in_slices(void)
     CU_ASSERT_FATAL(a && b);
     fill(a, N1, 7);
     fill(b, (size_t)R * C, 8);
-    struct dt_ckpt_tensor t[2] = {{"params/long", 1, {N1, 0}, a}, {"params/wide", 2, {R, C}, b}};
+    struct dt_ckpt_tensor t[2] = {{"params/long", {1, {N1}}, a}, {"params/wide", {2, {R, C}}, b}};
     struct dt_ckpt_meta m = make_meta(3);
     fresh_dir("slices", dir, sizeof dir);
     CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, t, 2, "model: mlp\n", path, sizeof path),
