@@ -812,6 +812,328 @@ static void test_reads_version_1(void)
     refused(copy, &s, "attribute 'meta_checksum' is missing");
 }
 
+/* ---- N-d tensors, format versions ---------------------------------------------- */
+
+#define ND_T 5
+
+/* Tensors of 2 to DT_MAX_DIMS dimensions, one of them empty. */
+struct nd_set {
+    float *data[ND_T];
+    struct dt_ckpt_tensor t[ND_T];
+};
+
+static void make_nd_set(struct nd_set *s, uint32_t seed, int with_data)
+{
+    static const struct {
+        const char *name;
+        struct dt_shape shape;
+    } spec[ND_T] = {
+        {"params/c3", {3, {3, 5, 7}}},
+        {"params/conv1.weight", {4, {4, 3, 3, 3}}}, /* K x C x R x S */
+        {"optim/m/eight", {DT_MAX_DIMS, {2, 1, 2, 1, 3, 1, 2, 2}}},
+        {"params/empty5", {5, {3, 0, 2, 1, 4}}},
+        {"params/fc.weight", {2, {6, 9}}},
+    };
+    for (int i = 0; i < ND_T; i++) {
+        size_t n = (size_t)dt_shape_numel(&spec[i].shape);
+        s->data[i] = calloc(n + 1, sizeof(float));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s->data[i]);
+        if (with_data)
+            fill(s->data[i], n, seed + (uint32_t)i);
+        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i]};
+        snprintf(s->t[i].name, DT_CKPT_NAME, "%s", spec[i].name);
+    }
+}
+
+static void free_nd_set(struct nd_set *s)
+{
+    for (int i = 0; i < ND_T; i++)
+        free(s->data[i]);
+}
+
+static int info_index(const struct dt_ckpt_info *info, const char *name)
+{
+    for (int i = 0; i < info->ntensors; i++)
+        if (!strcmp(info->names[i], name))
+            return i;
+    return -1;
+}
+
+/* 3-D, 4-D, 8-D and empty 5-D tensors: saved in their shapes (HDF5 sees
+ * them so), listed with them, loaded bit for bit; a tensor asked for in
+ * another shape of the same size is refused naming both. */
+static void test_nd_round_trip(void)
+{
+    char dir[4096], path[4400];
+    struct nd_set s, back;
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    struct dt_ckpt_meta m = make_meta(5);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    fresh_dir("nd", dir, sizeof dir);
+    make_nd_set(&s, 21, 1);
+    make_nd_set(&back, 0, 0);
+    dt_status st = dt_ckpt_save(comm, dir, &m, s.t, ND_T, "model: cnn\n", path, sizeof path);
+    if (st != DT_OK)
+        fprintf(stderr, "\n    save: %s", dt_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_verify(path, info), DT_OK);
+    CU_ASSERT_EQUAL(info->format_version, 3);
+    CU_ASSERT_EQUAL(info->ntensors, ND_T);
+    for (int i = 0; i < ND_T; i++) {
+        int k = info_index(info, s.t[i].name);
+        CU_ASSERT_FATAL(k >= 0);
+        CU_ASSERT(dt_shape_equal(&info->shape[k], &s.t[i].shape));
+        CU_ASSERT_EQUAL(info->numel[k], dt_shape_numel(&s.t[i].shape));
+    }
+    /* HDF5 itself sees the 4-D shape */
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "params/conv1.weight", H5P_DEFAULT);
+    hid_t sp = H5Dget_space(d);
+    hsize_t dims[4] = {0};
+    CU_ASSERT_EQUAL(H5Sget_simple_extent_ndims(sp), 4);
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    CU_ASSERT(dims[0] == 4 && dims[1] == 3 && dims[2] == 3 && dims[3] == 3);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_OK);
+    for (int i = 0; i < ND_T; i++)
+        CU_ASSERT_EQUAL(
+            memcmp(back.data[i], s.data[i], (size_t)dt_shape_numel(&s.t[i].shape) * sizeof(float)),
+            0);
+    back.t[1].shape = (struct dt_shape){2, {4, 27}};
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(dt_last_error(), "params/conv1.weight has shape 4x3x3x3, the model expects 4x27"));
+    back.t[1].shape = (struct dt_shape){4, {4, 3, 9, 1}};
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "the model expects 4x3x9x1"));
+    dt_ckpt_info_free(info);
+    free(info);
+    free_nd_set(&s);
+    free_nd_set(&back);
+}
+
+/* Replaces tensor `name` of the open file (of at most 1024 values) by a
+ * float32 dataset of shape dims (at most 1024 values), holding its first
+ * values, with the old checksum attribute's value. */
+static void reshape_tensor(hid_t f, const char *name, int nd, const hsize_t *dims)
+{
+    static float v[1024];
+    uint64_t sum = 0;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
+    CU_ASSERT(a >= 0 && H5Aread(a, H5T_NATIVE_UINT64, &sum) >= 0);
+    CU_ASSERT(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    H5Aclose(a);
+    H5Dclose(d);
+    CU_ASSERT(H5Ldelete(f, name, H5P_DEFAULT) >= 0);
+    hid_t sp = H5Screate_simple(nd, dims, NULL);
+    d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    hid_t asp = H5Screate(H5S_SCALAR);
+    a = H5Acreate2(d, "checksum", H5T_STD_U64LE, asp, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0);
+    H5Aclose(a);
+    H5Sclose(asp);
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+/* verify and load both refuse path as bad data with `needle`. */
+static void nd_refused(const char *path, const char *needle)
+{
+    struct nd_set back;
+    make_nd_set(&back, 0, 0);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_ERR_BAD_DATA);
+    if (!strstr(dt_last_error(), needle))
+        fprintf(stderr, "\n    verify %s: '%s' lacks '%s'", path, dt_last_error(), needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), needle));
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_ERR_BAD_DATA);
+    if (!strstr(dt_last_error(), needle))
+        fprintf(stderr, "\n    load %s: '%s' lacks '%s'", path, dt_last_error(), needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), needle));
+    free_nd_set(&back);
+}
+
+/* Damage to an N-d checkpoint is found: a flipped bit in a 4-D tensor's
+ * values (its checksum), a tensor given another shape of the same size
+ * (the meta checksum covers shapes), a 4-D tensor in a file that says
+ * version 2, a tensor of more than DT_MAX_DIMS dimensions. */
+static void test_nd_damaged(void)
+{
+    char dir[4096], path[4400], copy[4400];
+    struct nd_set s;
+    struct dt_ckpt_meta m = make_meta(6);
+    fresh_dir("nddmg", dir, sizeof dir);
+    make_nd_set(&s, 31, 1);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, s.t, ND_T, "model: cnn\n", path, sizeof path),
+                          DT_OK);
+    haddr_t off = data_offset(path, "params/conv1.weight");
+    CU_ASSERT_FATAL(off != HADDR_UNDEF);
+    snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
+    copy_file(path, copy);
+    flip_byte(copy, (off_t)off + 4 * 100 + 3); /* element (3, 2, 0, 1) */
+    nd_refused(copy, "tensor params/conv1.weight fails its checksum");
+
+    hsize_t flat[2] = {4, 27};
+    hid_t f = edit_copy(path, dir, "reshaped.h5", copy, sizeof copy);
+    reshape_tensor(f, "params/conv1.weight", 2, flat);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(dt_last_error(), "its attributes or its list of tensors fail their checksum"));
+
+    int two = 2;
+    f = edit_copy(path, dir, "v2-with-4d.h5", copy, sizeof copy);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &two);
+    H5Fclose(f);
+    nd_refused(copy, "tensor optim/m/eight has 8 dimensions; a checkpoint of format version 2 "
+                     "holds only 1-D and 2-D tensors");
+
+    hsize_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    f = edit_copy(path, dir, "nine.h5", copy, sizeof copy);
+    reshape_tensor(f, "params/fc.weight", 9, nine);
+    H5Fclose(f);
+    nd_refused(copy, "tensor params/fc.weight is not a float32 array of 1 to 8 dimensions");
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK); /* the original is untouched */
+    free_nd_set(&s);
+}
+
+/* A checkpoint of a newer format version is refused, naming the file, its
+ * version and the versions this dtrain reads; so is a newer model file. */
+static void test_refuses_newer_version(void)
+{
+    char dir[4096], path[4400], copy[4400], want[4600];
+    static struct set s, back;
+    fresh_dir("newer", dir, sizeof dir);
+    make_set(&s, 18);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 42, &s, path, sizeof path), DT_OK);
+    int four = DT_CKPT_FORMAT_VERSION + 1;
+    hid_t f = edit_copy(path, dir, "v4.h5", copy, sizeof copy);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &four);
+    H5Fclose(f);
+    snprintf(want, sizeof want,
+             "checkpoint %s has format version 4; this dtrain reads versions 1 to 3: use a "
+             "newer dtrain",
+             copy);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
+    empty_like(&back, &s);
+    CU_ASSERT_EQUAL(dt_ckpt_load(copy, NULL, back.t, NT), DT_ERR_BAD_DATA);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
+
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    struct dt_named_tensor t = {"w", {2, {2, 3}}, w}, *got = NULL;
+    int n = 0, two = 2;
+    snprintf(copy, sizeof copy, "%s/model.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(copy, &t, 1), DT_OK);
+    f = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &two);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_tensors_load(copy, &got, &n), DT_ERR_BAD_DATA);
+    snprintf(want, sizeof want,
+             "model %s has format version 2; this dtrain reads version 1: use a newer dtrain",
+             copy);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
+    CU_ASSERT_PTR_NULL(got);
+}
+
+/* A format-version-2 checkpoint written by an earlier dtrain (the fixture:
+ * step 3 of a 784-8-10 MLP with AdamW) verifies, meta checksum included,
+ * and loads; its parameters are those of the same run's model file, a
+ * format-version-1 model.h5, which loads too. A flipped value in it is
+ * still found. */
+static void test_reads_old_files(void)
+{
+    char dir[4096], copy[4400];
+    const char *ckpt = DT_TEST_FIXTURES "/ckpt-v2-mlp8.h5";
+    const char *model = DT_TEST_FIXTURES "/model-v1-mlp8.h5";
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    struct dt_ckpt_tensor t[DT_CKPT_MAX_TENSORS / 64];
+    struct dt_named_tensor *mt = NULL;
+    struct dt_ckpt_meta meta;
+    int n = 0;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    dt_status st = dt_ckpt_verify(ckpt, info);
+    if (st != DT_OK)
+        fprintf(stderr, "\n    %s", dt_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, DT_OK);
+    CU_ASSERT_EQUAL(info->format_version, 2);
+    CU_ASSERT_EQUAL(info->meta.step, 3);
+    CU_ASSERT_EQUAL(info->meta.samples, 384);
+    CU_ASSERT_STRING_EQUAL(info->meta.optimizer, "adamw");
+    CU_ASSERT_EQUAL_FATAL(info->ntensors, 12);
+    int k = info_index(info, "params/fc1.weight");
+    CU_ASSERT_FATAL(k >= 0);
+    CU_ASSERT(dt_shape_equal(&info->shape[k], &(struct dt_shape){2, {8, 784}}));
+    k = info_index(info, "optim/v/fc2.bias");
+    CU_ASSERT_FATAL(k >= 0);
+    CU_ASSERT(dt_shape_equal(&info->shape[k], &(struct dt_shape){1, {10}}));
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < info->ntensors; i++) {
+        snprintf(t[i].name, DT_CKPT_NAME, "%s", info->names[i]);
+        t[i].shape = info->shape[i];
+        t[i].data = calloc((size_t)info->numel[i], sizeof(float));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t[i].data);
+    }
+    CU_ASSERT_EQUAL(dt_ckpt_load(ckpt, &meta, t, info->ntensors), DT_OK);
+    CU_ASSERT_EQUAL(meta.step, 3);
+    CU_ASSERT_EQUAL(dt_tensors_load(model, &mt, &n), DT_OK);
+    CU_ASSERT_EQUAL(n, 4);
+    for (int j = 0; j < n && mt; j++) {
+        char name[DT_CKPT_NAME];
+        snprintf(name, sizeof name, "params/%s", mt[j].name);
+        k = info_index(info, name);
+        CU_ASSERT_FATAL(k >= 0);
+        CU_ASSERT(dt_shape_equal(&mt[j].shape, &t[k].shape));
+        CU_ASSERT_EQUAL(memcmp(mt[j].data, t[k].data, (size_t)info->numel[k] * sizeof(float)), 0);
+    }
+    dt_tensors_free(mt, n);
+    fresh_dir("oldfiles", dir, sizeof dir);
+    snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
+    copy_file(ckpt, copy);
+    haddr_t off = data_offset(copy, "optim/m/fc1.weight");
+    CU_ASSERT_FATAL(off != HADDR_UNDEF);
+    flip_byte(copy, (off_t)off + 4 * 777 + 2);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "optim/m/fc1.weight fails its checksum"));
+    for (int i = 0; i < info->ntensors; i++)
+        free(t[i].data);
+    dt_ckpt_info_free(info);
+    free(info);
+}
+
+/* Model files hold N-d tensors too; shapes outside 1 to DT_MAX_DIMS
+ * dimensions are refused. */
+static void test_model_nd(void)
+{
+    char dir[4096], p[4400];
+    float w[36], b[4];
+    fill(w, 36, 41);
+    fill(b, 4, 42);
+    struct dt_named_tensor t[2] = {{"conv1.weight", {4, {4, 1, 3, 3}}, w},
+                                   {"conv1.bias", {1, {4}}, b}},
+                           *got = NULL;
+    int n = 0;
+    fresh_dir("modelnd", dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/model.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, t, 2), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_load(p, &got, &n), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[1].name, "conv1.weight");
+    CU_ASSERT(dt_shape_equal(&got[1].shape, &t[0].shape));
+    CU_ASSERT_EQUAL(memcmp(got[1].data, w, sizeof w), 0);
+    CU_ASSERT(dt_shape_equal(&got[0].shape, &t[1].shape));
+    dt_tensors_free(got, n);
+    t[0].shape.ndim = 0;
+    CU_ASSERT_EQUAL(dt_tensors_save(p, t, 2), DT_ERR_INVALID_ARG);
+    t[0].shape.ndim = DT_MAX_DIMS + 1;
+    CU_ASSERT_EQUAL(dt_tensors_save(p, t, 2), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "conv1.weight"));
+}
+
 /* A checkpoint another process holds locked (HDF5 takes a lock on open)
  * is an I/O error, not a damaged file: nothing is wrong with it. */
 static void test_locked_not_damaged(void)
@@ -1288,6 +1610,11 @@ int main(int argc, char **argv)
     CU_ADD(s, test_hostile_checkpoints);
     CU_ADD(s, test_locked_not_damaged);
     CU_ADD(s, test_reads_version_1);
+    CU_ADD(s, test_nd_round_trip);
+    CU_ADD(s, test_nd_damaged);
+    CU_ADD(s, test_refuses_newer_version);
+    CU_ADD(s, test_reads_old_files);
+    CU_ADD(s, test_model_nd);
     CU_ADD(s, test_truncated);
     CU_ADD(s, test_bit_flip);
     CU_ADD(s, test_flip_everywhere);
