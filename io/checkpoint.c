@@ -9,10 +9,12 @@
  * hyperslab blocks (select_flat: at each dimension a partial first row,
  * whole rows, a partial last row, the partial rows split the same way one
  * dimension down), which HDF5 walks in row-major order, so the memory side
- * is a plain 1-D slice and no point list is ever built. Each rank hashes only the slice it writes:
- * the checksum is a sum of per-element terms, so the partial sums are gathered and added and every
- * rank writes the same attribute without hashing the whole tensor. Rank 0's meta and job YAML are
- * broadcast first, so attribute values are identical on every rank as parallel HDF5 requires.
+ * is a plain 1-D slice and no point list is ever built. Each rank hashes
+ * only the slice it writes: the checksum is a sum of per-element terms, so
+ * the partial sums are gathered and added and every rank writes the same
+ * attribute without hashing the whole tensor. Rank 0's meta and job YAML
+ * are broadcast first, so attribute values are identical on every rank as
+ * parallel HDF5 requires.
  *
  * Failures are agreed at each stage: one allreduce finds the lowest failing
  * rank, which broadcasts its status and message, so every rank returns the

@@ -1523,15 +1523,21 @@ static void test_same_step_again(void)
 static void test_verify_in_slices(void)
 {
     enum { N1 = (1 << 22) * 2 + 3, R = 3001, C = 2003 };
+    /* 3 x 7 x 11 x 13 x 1601 = 4807803 values: a slice ends inside a row
+     * at every depth */
+    const struct dt_shape five = {5, {3, 7, 11, 13, 1601}};
     char dir[4096], path[4400], copy[4400];
     float *a = malloc(N1 * sizeof *a), *b = malloc((size_t)R * C * sizeof *b);
-    CU_ASSERT_FATAL(a && b);
+    float *c = malloc((size_t)dt_shape_numel(&five) * sizeof *c);
+    CU_ASSERT_FATAL(a && b && c);
     fill(a, N1, 7);
     fill(b, (size_t)R * C, 8);
-    struct dt_ckpt_tensor t[2] = {{"params/long", {1, {N1}}, a}, {"params/wide", {2, {R, C}}, b}};
+    fill(c, (size_t)dt_shape_numel(&five), 9);
+    struct dt_ckpt_tensor t[3] = {
+        {"params/long", {1, {N1}}, a}, {"params/wide", {2, {R, C}}, b}, {"params/five", five, c}};
     struct dt_ckpt_meta m = make_meta(3);
     fresh_dir("slices", dir, sizeof dir);
-    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, t, 2, "model: mlp\n", path, sizeof path),
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, t, 3, "model: mlp\n", path, sizeof path),
                           DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
     const struct {
@@ -1539,7 +1545,9 @@ static void test_verify_in_slices(void)
         int64_t elem;
     } flips[] = {{"params/long", N1 - 1},
                  {"params/long", (1 << 22) + 5},
-                 {"params/wide", (int64_t)R * C - 7}};
+                 {"params/wide", (int64_t)R * C - 7},
+                 {"params/five", (1 << 22) + 1601 * 13 + 2},
+                 {"params/five", 4807803 - 2}};
     for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
         haddr_t off = data_offset(path, flips[k].name);
         CU_ASSERT_FATAL(off != HADDR_UNDEF);
@@ -1552,6 +1560,7 @@ static void test_verify_in_slices(void)
     }
     free(a);
     free(b);
+    free(c);
 }
 
 /* A tensor whose data is mostly holes of a sparse file (declared, never
