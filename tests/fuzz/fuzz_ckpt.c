@@ -480,6 +480,9 @@ static dt_status verify(const char *path, const struct ckpt_plan *p)
         FZ_REQUIRE(info->ntensors >= 0 && info->ntensors <= DT_CKPT_MAX_TENSORS, "%d tensors",
                    info->ntensors);
         FZ_REQUIRE(info->job_yaml, "a verified checkpoint has no job");
+        FZ_REQUIRE(info->format_version >= DT_CKPT_OLDEST_VERSION &&
+                       info->format_version <= DT_CKPT_FORMAT_VERSION,
+                   "a verified checkpoint of format version %d", info->format_version);
         dt_status js = dt_job_load_text(path, info->job_yaml, job);
         if (js != DT_OK) fz_check_error(js, "dt_job_load_text");
         load_verified(path, info);
