@@ -1473,7 +1473,18 @@ out:
 
 /* ---- verify ------------------------------------------------------------------- */
 
-/* Reads and checks every tensor listed in info. */
+/* Values per slice of a tensor of this shape read in slices of at most
+ * cap values: whole rows of the outermost dimension whose rows fit, so
+ * that a slice is one or two hyperslab blocks that HDF5 reads as long
+ * runs, not a partial row at every depth. */
+static int64_t slice_step(const struct dt_shape *shape, int64_t cap)
+{
+    int64_t row = 1;
+    for (int d = shape->ndim - 1; d > 0 && shape->dim[d] > 0 && row <= cap / shape->dim[d]; d--)
+        row *= shape->dim[d];
+    return cap / row * row;
+}
+
 /* Reads tensor h slice by slice into buf (cap values) and checks its
  * checksum; closes it. */
 static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, const char *name,
@@ -1481,11 +1492,12 @@ static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, con
 {
     dt_status st = DT_OK;
     uint64_t sum = 0;
+    int64_t step = slice_step(&h->shape, cap);
     hid_t fs = H5Dget_space(h->d);
     if (fs < 0)
         st = damaged_h5(r, "cannot read tensor %s", name);
-    for (int64_t lo = 0; st == DT_OK && lo < h->numel; lo += cap) {
-        int64_t hi = h->numel - lo < cap ? h->numel : lo + cap;
+    for (int64_t lo = 0; st == DT_OK && lo < h->numel; lo += step) {
+        int64_t hi = h->numel - lo < step ? h->numel : lo + step;
         hsize_t n = (hsize_t)(hi - lo);
         hid_t ms = H5Screate_simple(1, &n, NULL);
         if (ms < 0 || select_flat(fs, &h->shape, (uint64_t)lo, (uint64_t)hi) < 0 ||
@@ -1505,6 +1517,7 @@ static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, con
     return st;
 }
 
+/* Reads and checks every tensor listed in info. */
 static dt_status verify_tensors(const struct reader *r, struct dt_ckpt_info *info)
 {
     dt_status st = DT_OK;

@@ -1523,8 +1523,8 @@ static void test_same_step_again(void)
 static void test_verify_in_slices(void)
 {
     enum { N1 = (1 << 22) * 2 + 3, R = 3001, C = 2003 };
-    /* 3 x 7 x 11 x 13 x 1601 = 4807803 values: a slice ends inside a row
-     * at every depth */
+    /* 3 x 7 x 11 x 13 x 1601 = 4807803 values, more than one slice: read
+     * as two slices of whole rows of the first dimension */
     const struct dt_shape five = {5, {3, 7, 11, 13, 1601}};
     char dir[4096], path[4400], copy[4400];
     float *a = malloc(N1 * sizeof *a), *b = malloc((size_t)R * C * sizeof *b);
