@@ -129,18 +129,17 @@ struct dt_ckpt_info {
  * a FIFO cannot hang it). A file of a format version newer than
  * DT_CKPT_FORMAT_VERSION is DT_ERR_BAD_DATA: "checkpoint X has format
  * version 4; this dtrain reads versions 1 to 3: use a newer dtrain".
- * info may be NULL; its
- * tensors come in name order. On failure info->job_yaml is already freed
- * (NULL). */
+ * info may be NULL; its tensors come in name order. On failure
+ * info->job_yaml is already freed (NULL). */
 dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);
 void dt_ckpt_info_free(struct dt_ckpt_info *info);
 
 /* Reads meta and, for each of the n tensors, the tensor of that name into
  * t[i].data (any process; every rank reads all). A tensor missing or of
  * another shape (another number of dimensions included) is
- * DT_ERR_BAD_DATA naming it and both shapes. Checks the
- * header (meta_checksum) and each tensor's checksum as it reads; errors
- * as dt_ckpt_verify. */
+ * DT_ERR_BAD_DATA naming it and both shapes. Checks the header
+ * (meta_checksum) and each tensor's checksum as it reads; errors as
+ * dt_ckpt_verify. */
 dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ckpt_tensor *t,
                        int n);
 
