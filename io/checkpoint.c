@@ -2,16 +2,19 @@
  * checkpoint.c - checkpoint files (see checkpoint.h for the layout and the
  * commit protocol).
  *
- * Saving is collective. Every tensor is stored in its true shape; rank r of
- * W writes the flat (row-major) elements [r*n/W, (r+1)*n/W) of each tensor
- * with one collective H5Dwrite. For a 2-D tensor that range becomes a union
- * of at most three hyperslabs (a partial first row, whole rows, a partial
- * last row), which HDF5 walks in row-major order, so the memory side is a
- * plain 1-D slice. Each rank hashes only the slice it writes: the checksum
- * is a sum of per-element terms, so the partial sums are gathered and added
- * and every rank writes the same attribute without hashing the whole
- * tensor. Rank 0's meta and job YAML are broadcast first, so attribute
- * values are identical on every rank as parallel HDF5 requires.
+ * Saving is collective. Every tensor is stored in its true shape (1 to
+ * DT_MAX_DIMS dimensions); rank r of W writes the flat (row-major) elements
+ * [r*n/W, (r+1)*n/W) of each tensor with one collective H5Dwrite. In the
+ * tensor's N-d dataspace that range is a union of at most 2N - 1
+ * hyperslab blocks (select_flat: at each dimension a partial first row,
+ * whole rows, a partial last row, the partial rows split the same way one
+ * dimension down), which HDF5 walks in row-major order, so the memory side
+ * is a plain 1-D slice and no point list is ever built. Each rank hashes
+ * only the slice it writes: the checksum is a sum of per-element terms, so
+ * the partial sums are gathered and added and every rank writes the same
+ * attribute without hashing the whole tensor. Rank 0's meta and job YAML
+ * are broadcast first, so attribute values are identical on every rank as
+ * parallel HDF5 requires.
  *
  * Failures are agreed at each stage: one allreduce finds the lowest failing
  * rank, which broadcasts its status and message, so every rank returns the
@@ -155,10 +158,8 @@ static int is_temp_name(const char *name)
            !strcmp(name + len - tl, TMP_SUFFIX);
 }
 
-static int64_t numel_of(int ndim, const int64_t *shape)
-{
-    return ndim == 2 ? shape[0] * shape[1] : shape[0];
-}
+/* Elements of a tensor whose shape save_check (or open_tensor) accepted. */
+static int64_t numel_of(const struct dt_shape *shape) { return dt_shape_numel(shape); }
 
 /* ---- agreement between ranks ------------------------------------------- */
 
@@ -234,14 +235,27 @@ static dt_status check_tensor_arg(const struct dt_ckpt_tensor *t, int i)
     if (!strcmp(t->name, JOB_NAME))
         return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor name '%s' is reserved",
                             JOB_NAME);
-    if (t->ndim < 1 || t->ndim > 2 || t->shape[0] < 0 || (t->ndim == 2 && t->shape[1] < 0))
+    if (t->shape.ndim == 0)
         return dt_set_error(DT_ERR_INVALID_ARG,
-                            "checkpoint tensor %s: ndim %d / shape not 1-D or 2-D and non-negative",
-                            t->name, t->ndim);
-    int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-    if (cols && t->shape[0] > MAX_NUMEL / cols)
-        return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor %s is too large", t->name);
-    if (!t->data && numel_of(t->ndim, t->shape) > 0)
+                            "checkpoint tensor %s is a scalar (0 dimensions); a checkpoint holds "
+                            "tensors of 1 to %d dimensions: give it shape [1]",
+                            t->name, DT_MAX_DIMS);
+    if (t->shape.ndim < 0 || t->shape.ndim > DT_MAX_DIMS)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "checkpoint tensor %s has %d dimensions; a checkpoint holds tensors "
+                            "of 1 to %d",
+                            t->name, t->shape.ndim, DT_MAX_DIMS);
+    for (int d = 0; d < t->shape.ndim; d++)
+        if (t->shape.dim[d] < 0)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "checkpoint tensor %s: dimension %d is %lld (never negative)",
+                                t->name, d, (long long)t->shape.dim[d]);
+    int64_t numel = dt_shape_numel(&t->shape);
+    if (numel < 0 || numel > MAX_NUMEL)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "checkpoint tensor %s is too large (more than %lld values)", t->name,
+                            (long long)MAX_NUMEL);
+    if (!t->data && numel > 0)
         return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor %s has no data", t->name);
     return DT_OK;
 }
@@ -300,13 +314,16 @@ static uint64_t layout_hash(const struct save *s)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (int i = 0; i < s->n; i++) {
-        int64_t v[3] = {s->t[i].ndim, s->t[i].shape[0], s->t[i].ndim == 2 ? s->t[i].shape[1] : 0};
+        const struct dt_shape *sh = &s->t[i].shape;
         const unsigned char *p = (const unsigned char *)s->t[i].name;
         for (size_t k = 0; k <= strlen(s->t[i].name); k++)
             h = (h ^ p[k]) * UINT64_C(0x100000001b3);
-        p = (const unsigned char *)v;
-        for (size_t k = 0; k < sizeof v; k++)
-            h = (h ^ p[k]) * UINT64_C(0x100000001b3);
+        for (int d = -1; d < sh->ndim; d++) {
+            int64_t v = d < 0 ? sh->ndim : sh->dim[d];
+            p = (const unsigned char *)&v;
+            for (size_t k = 0; k < sizeof v; k++)
+                h = (h ^ p[k]) * UINT64_C(0x100000001b3);
+        }
     }
     return h;
 }
@@ -335,7 +352,7 @@ static uint64_t file_estimate(const struct save *s)
 {
     uint64_t data = 0;
     for (int i = 0; i < s->n; i++)
-        data += (uint64_t)numel_of(s->t[i].ndim, s->t[i].shape) * sizeof(float);
+        data += (uint64_t)numel_of(&s->t[i].shape) * sizeof(float);
     return dt_outfile_hdf5_estimate(data, (uint64_t)s->n, s->yaml ? strlen(s->yaml) : 0);
 }
 
@@ -363,7 +380,7 @@ static dt_status compute_checksums(struct save *s)
     DT_ASSERT(all);
     for (int i = 0; i < s->n; i++) {
         uint64_t lo, hi;
-        my_slice(s, numel_of(s->t[i].ndim, s->t[i].shape), &lo, &hi);
+        my_slice(s, numel_of(&s->t[i].shape), &lo, &hi);
         s->sums[i] = hi > lo ? checksum_part(s->t[i].data, lo, hi) : 0;
     }
     dt_status st = DT_OK;
@@ -375,7 +392,7 @@ static dt_status compute_checksums(struct save *s)
         uint64_t sum = 0;
         for (int r = 0; r < s->world; r++)
             sum += all[(size_t)r * cnt + (size_t)i];
-        s->sums[i] = checksum_finish(sum, (size_t)numel_of(s->t[i].ndim, s->t[i].shape));
+        s->sums[i] = checksum_finish(sum, (size_t)numel_of(&s->t[i].shape));
     }
     free(all);
     return st;
@@ -438,12 +455,17 @@ static uint64_t fnv_u64(uint64_t h, uint64_t v)
     return h;
 }
 
-static uint64_t tensor_term(const char *name, int ndim, const int64_t *shape, uint64_t sum)
+/* A tensor's term: its name, its number of dimensions, its dimensions
+ * (at least two: a 1-D tensor's second is 0) and its checksum. At least
+ * two because versions 1 and 2 hashed exactly that for their 1-D and 2-D
+ * tensors, so their files still verify; the leading ndim keeps shapes of
+ * different ranks apart. */
+static uint64_t tensor_term(const char *name, const struct dt_shape *shape, uint64_t sum)
 {
     uint64_t h = fnv_bytes(FNV_OFFSET, name, strlen(name) + 1);
-    h = fnv_u64(h, (uint64_t)ndim);
-    h = fnv_u64(h, (uint64_t)shape[0]);
-    h = fnv_u64(h, (uint64_t)(ndim == 2 ? shape[1] : 0));
+    h = fnv_u64(h, (uint64_t)shape->ndim);
+    for (int d = 0; d < shape->ndim || d < 2; d++)
+        h = fnv_u64(h, d < shape->ndim ? (uint64_t)shape->dim[d] : 0);
     return mix64(fnv_u64(h, sum));
 }
 
@@ -484,7 +506,7 @@ static void compute_meta_sum(struct save *s)
 {
     uint64_t tensors = 0;
     for (int i = 0; i < s->n; i++)
-        tensors += tensor_term(s->t[i].name, s->t[i].ndim, s->t[i].shape, s->sums[i]);
+        tensors += tensor_term(s->t[i].name, &s->t[i].shape, s->sums[i]);
     struct meta_text txt = {s->meta.version, s->meta.optimizer, s->yaml ? s->yaml : ""};
     s->meta_sum = meta_checksum(&s->meta, DT_CKPT_FORMAT_VERSION, &txt, tensors);
 }
@@ -588,8 +610,10 @@ static dt_status create_datasets(struct save *s)
     }
     for (int i = 0; i < s->n; i++) {
         const struct dt_ckpt_tensor *t = &s->t[i];
-        hsize_t dims[2] = {(hsize_t)t->shape[0], t->ndim == 2 ? (hsize_t)t->shape[1] : 1};
-        hid_t sp = H5Screate_simple(t->ndim, dims, NULL);
+        hsize_t dims[DT_MAX_DIMS];
+        for (int d = 0; d < t->shape.ndim; d++)
+            dims[d] = (hsize_t)t->shape.dim[d];
+        hid_t sp = H5Screate_simple(t->shape.ndim, dims, NULL);
         s->dsets[i] =
             sp < 0 ? -1 : H5Dcreate2(s->file, t->name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
         if (sp >= 0) H5Sclose(sp);
@@ -604,38 +628,79 @@ out:
     return st;
 }
 
-struct block {
-    hsize_t start[2], count[2]; /* (row, col), (rows, cols) */
+/* A selection being built from blocks: the dimensions of the space, the
+ * coordinates fixed so far (start[0..k) at depth k), and whether a block
+ * has been selected yet (the first one SETs, the others OR). */
+struct flat_sel {
+    hid_t space;
+    int ndim;
+    hsize_t dims[DT_MAX_DIMS];
+    hsize_t rows[DT_MAX_DIMS]; /* rows[k]: elements of one index of dimension k */
+    hsize_t start[DT_MAX_DIMS];
+    int any;
 };
 
-/* Selects the flat elements [lo, hi) of a row-major 1-D or 2-D space: for
- * 2-D, a partial first row, whole rows, and a partial last row. */
-static herr_t select_flat(hid_t space, const struct dt_ckpt_tensor *t, uint64_t lo, uint64_t hi)
+/* Adds the block that fixes start[0..k), spans `count` indices of
+ * dimension k from start[k], and all of the dimensions after k. */
+static herr_t add_block(struct flat_sel *f, int k, hsize_t count)
 {
-    if (hi <= lo) return H5Sselect_none(space);
-    if (t->ndim == 1) {
-        hsize_t start = lo, count = hi - lo;
-        return H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, NULL, &count, NULL);
+    hsize_t start[DT_MAX_DIMS], cnt[DT_MAX_DIMS];
+    for (int d = 0; d < f->ndim; d++) {
+        start[d] = d <= k ? f->start[d] : 0;
+        cnt[d] = d < k ? 1 : d == k ? count : f->dims[d];
     }
-    uint64_t cols = (uint64_t)t->shape[1];
-    uint64_t r0 = lo / cols, c0 = lo % cols, r1 = hi / cols, c1 = hi % cols;
-    struct block b[3];
-    int nb = 0;
-    if (r0 == r1) {
-        b[nb++] = (struct block){{r0, c0}, {1, c1 - c0}};
-    } else {
-        if (c0) {
-            b[nb++] = (struct block){{r0, c0}, {1, cols - c0}};
-            r0++;
-        }
-        if (r1 > r0) b[nb++] = (struct block){{r0, 0}, {r1 - r0, cols}};
-        if (c1) b[nb++] = (struct block){{r1, 0}, {1, c1}};
-    }
-    herr_t e = 0;
-    for (int k = 0; k < nb && e >= 0; k++)
-        e = H5Sselect_hyperslab(space, k ? H5S_SELECT_OR : H5S_SELECT_SET, b[k].start, NULL,
-                                b[k].count, NULL);
+    herr_t e = H5Sselect_hyperslab(f->space, f->any ? H5S_SELECT_OR : H5S_SELECT_SET, start, NULL,
+                                   cnt, NULL);
+    f->any = 1;
     return e;
+}
+
+/* Adds the flat elements [lo, hi) of the sub-array at depth k (the one
+ * whose first k coordinates are start[0..k)): a partial first index of
+ * dimension k (split one dimension down), whole indices, a partial last
+ * one. At most two partial pieces per depth and one block of whole rows:
+ * 2N - 1 blocks in all for an N-d space. */
+static herr_t add_flat(struct flat_sel *f, int k, hsize_t lo, hsize_t hi)
+{
+    if (hi <= lo)
+        return 0;
+    hsize_t row = f->rows[k]; /* 1 at the last dimension: c0 = c1 = 0 there */
+    hsize_t r0 = lo / row, c0 = lo % row, r1 = hi / row, c1 = hi % row;
+    herr_t e = 0;
+    if (r0 == r1) { /* within one index of dimension k (never the last) */
+        f->start[k] = r0;
+        return add_flat(f, k + 1, c0, c1);
+    }
+    if (c0) {
+        f->start[k] = r0;
+        e = add_flat(f, k + 1, c0, row);
+        r0++;
+    }
+    if (e >= 0 && r1 > r0) {
+        f->start[k] = r0;
+        e = add_block(f, k, r1 - r0);
+    }
+    if (e >= 0 && c1) {
+        f->start[k] = r1;
+        e = add_flat(f, k + 1, 0, c1);
+    }
+    return e;
+}
+
+/* Selects the flat (row-major) elements [lo, hi) of a space of the given
+ * shape as a union of hyperslab blocks (see add_flat). */
+static herr_t select_flat(hid_t space, const struct dt_shape *shape, uint64_t lo, uint64_t hi)
+{
+    if (hi <= lo)
+        return H5Sselect_none(space);
+    struct flat_sel f = {.space = space, .ndim = shape->ndim};
+    hsize_t row = 1;
+    for (int d = f.ndim - 1; d >= 0; d--) {
+        f.dims[d] = (hsize_t)shape->dim[d];
+        f.rows[d] = row;
+        row *= f.dims[d];
+    }
+    return add_flat(&f, 0, (hsize_t)lo, (hsize_t)hi);
 }
 
 /* One collective write of this rank's slice of tensor i. A rank whose
@@ -645,11 +710,11 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
     static const float nothing;
     const struct dt_ckpt_tensor *t = &s->t[i];
     uint64_t lo, hi;
-    my_slice(s, numel_of(t->ndim, t->shape), &lo, &hi);
+    my_slice(s, numel_of(&t->shape), &lo, &hi);
     hsize_t mdim = hi > lo ? hi - lo : 1;
     hid_t fs = H5Dget_space(s->dsets[i]);
     hid_t ms = H5Screate_simple(1, &mdim, NULL);
-    herr_t sel = fs < 0 || ms < 0 ? -1 : select_flat(fs, t, lo, hi);
+    herr_t sel = fs < 0 || ms < 0 ? -1 : select_flat(fs, &t->shape, lo, hi);
     if (sel >= 0 && hi <= lo) sel = H5Sselect_none(ms);
     if (sel < 0 && fs >= 0 && ms >= 0) {
         H5Sselect_none(fs);
@@ -701,7 +766,7 @@ static dt_status write_tensors(struct save *s)
     if (dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
         return dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot set up collective writes", s->tmp);
     for (int i = 0; i < s->n; i++) {
-        if (numel_of(s->t[i].ndim, s->t[i].shape) == 0)
+        if (numel_of(&s->t[i].shape) == 0)
             continue; /* no storage to write (the same on every rank) */
         dt_status w = write_slice(s, i, dxpl);
         if (st == DT_OK) st = w;
@@ -857,6 +922,7 @@ struct reader {
     hid_t f;
     int64_t file_bytes;
     int64_t stored_bytes; /* the blocks the file system holds; 0: not known */
+    int version;          /* format_version, once read_header has read it */
 };
 
 /* "checkpoint X is damaged: <what>", for a file that shows it was a
@@ -1123,7 +1189,7 @@ static void header_free(struct header *h)
     memset(h, 0, sizeof *h);
 }
 
-/* The job YAML of a version 2 file: /job, bytes the file must hold. */
+/* The job YAML of a version 2 or 3 file: /job, bytes the file must hold. */
 static dt_status read_job(const struct reader *r, char **out)
 {
     dt_status st = DT_OK;
@@ -1190,8 +1256,8 @@ out:
 }
 
 /* Format, version and every attribute of the root. Version 1 keeps the job
- * in an attribute and may lack meta_checksum; version 2 keeps the job in
- * /job and always has it. */
+ * in an attribute and may lack meta_checksum; versions 2 and 3 keep the job
+ * in /job and always have it. */
 static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struct header *h)
 {
     int version = 0;
@@ -1199,12 +1265,13 @@ static dt_status read_meta(const struct reader *r, struct dt_ckpt_meta *m, struc
     memset(h, 0, sizeof *h);
     DT_CHECK(check_format(r));
     DT_CHECK(get_num(r, r->f, NULL, "format_version", A_INT, &version));
-    if (version < 1) return damaged(r, "its format version is %d, which no dtrain writes", version);
+    if (version < DT_CKPT_OLDEST_VERSION)
+        return damaged(r, "its format version is %d, which no dtrain writes", version);
     if (version > DT_CKPT_FORMAT_VERSION)
         return dt_set_error(DT_ERR_BAD_DATA,
-                            "checkpoint %s has format version %d; this dtrain reads versions 1 "
-                            "to %d (a newer dtrain wrote it)",
-                            r->path, version, DT_CKPT_FORMAT_VERSION);
+                            "checkpoint %s has format version %d; this dtrain reads versions %d "
+                            "to %d: use a newer dtrain",
+                            r->path, version, DT_CKPT_OLDEST_VERSION, DT_CKPT_FORMAT_VERSION);
     h->version = version;
     struct num_attr a[NUM_META_ATTRS];
     memset(m, 0, sizeof *m);
@@ -1234,28 +1301,23 @@ out:
 /* An open tensor and what its header says. */
 struct tensor_hdr {
     hid_t d;
-    int ndim;
-    int64_t shape[2];
+    struct dt_shape shape;
     int64_t numel;
     uint64_t checksum;
 };
 
-static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
-{
-    if (ndim == 2)
-        snprintf(buf, len, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
-    else
-        snprintf(buf, len, "[%lld]", (long long)shape[0]);
-}
+/* The most dimensions a tensor of this file may have: versions 1 and 2
+ * were written only with 1-D and 2-D tensors. */
+static int max_dims(const struct reader *r) { return r->version >= 3 ? DT_MAX_DIMS : 2; }
 
 /* Type, shape and checksum of tensor `name`, and that its data can be in
  * the file, all before anything is allocated for it. */
 static dt_status open_tensor(const struct reader *r, const char *name, struct tensor_hdr *h)
 {
     dt_status st = DT_OK;
-    hsize_t dims[2] = {0, 1};
+    hsize_t dims[DT_MAX_DIMS] = {0};
     hid_t sp = -1, ty = -1;
-    char shape[64], declared[96], what[CKPT_PATH + 32];
+    char shape[DT_MAX_DIMS * 21 + 8], declared[sizeof shape + 32], what[CKPT_PATH + 32];
     memset(h, 0, sizeof *h);
     h->d = -1;
     enum dt_h5_path p = dt_h5_hard_path(r->f, name);
@@ -1272,19 +1334,30 @@ static dt_status open_tensor(const struct reader *r, const char *name, struct te
     }
     sp = H5Dget_space(h->d);
     ty = H5Dget_type(h->d);
-    h->ndim = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
-    if (ty < 0 || H5Tget_class(ty) != H5T_FLOAT || H5Tget_size(ty) != sizeof(float) ||
-        (h->ndim != 1 && h->ndim != 2) || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
-        dims[0] > INT64_MAX || dims[1] > INT64_MAX) {
-        st = damaged_h5(r, "tensor %s is not a 1-D or 2-D float32 array", name);
+    int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    /* the number of dimensions is checked before the dimensions are read
+     * into dims[DT_MAX_DIMS] */
+    if (ty < 0 || H5Tget_class(ty) != H5T_FLOAT || H5Tget_size(ty) != sizeof(float) || nd < 1 ||
+        nd > DT_MAX_DIMS || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
+        st = damaged_h5(r, "tensor %s is not a float32 array of 1 to %d dimensions", name,
+                        DT_MAX_DIMS);
         goto out;
     }
-    h->shape[0] = (int64_t)dims[0];
-    h->shape[1] = h->ndim == 2 ? (int64_t)dims[1] : 0;
+    if (nd > max_dims(r)) {
+        st = damaged(r,
+                     "tensor %s has %d dimensions; a checkpoint of format version %d holds "
+                     "only 1-D and 2-D tensors",
+                     name, nd, r->version);
+        goto out;
+    }
+    h->shape.ndim = nd;
+    for (int d = 0; d < nd; d++)
+        h->shape.dim[d] = dims[d] > INT64_MAX ? -1 : (int64_t)dims[d];
     int64_t bytes = 0;
-    shape_str(h->ndim, h->shape, shape, sizeof shape);
-    if (!dt_mul_i64(h->shape[0], h->ndim == 2 ? h->shape[1] : 1, &h->numel) ||
-        !dt_mul_i64(h->numel, (int64_t)sizeof(float), &bytes) || bytes > r->file_bytes) {
+    dt_shape_format(&h->shape, shape, sizeof shape);
+    h->numel = dt_shape_numel(&h->shape);
+    if (h->numel < 0 || !dt_mul_i64(h->numel, (int64_t)sizeof(float), &bytes) ||
+        bytes > r->file_bytes) {
         st = damaged(r,
                      "tensor %s declares shape %s, more float32 values than the file's %lld "
                      "bytes hold",
@@ -1371,11 +1444,12 @@ static herr_t visit_link(hid_t g, const char *name, const H5L_info_t *li, void *
 
 /* Meta, job YAML and every tensor's name and shape into info, checked
  * against meta_checksum when the file has one. No tensor data is read. */
-static dt_status read_header(const struct reader *r, struct dt_ckpt_info *info)
+static dt_status read_header(struct reader *r, struct dt_ckpt_info *info)
 {
     struct header h;
     dt_status st = read_meta(r, &info->meta, &h);
     if (st != DT_OK) return st;
+    r->version = info->format_version = h.version;
     struct visit v = {.r = r, .info = info};
     if (H5Lvisit(r->f, H5_INDEX_NAME, H5_ITER_INC, visit_link, &v) < 0)
         DT_CHECK(v.st != DT_OK ? v.st : damaged_h5(r, "cannot list its tensors"));
@@ -1384,11 +1458,9 @@ static dt_status read_header(const struct reader *r, struct dt_ckpt_info *info)
         struct tensor_hdr th;
         DT_CHECK(open_tensor(r, info->names[i], &th));
         H5Dclose(th.d);
-        info->ndim[i] = th.ndim;
-        info->shape[i][0] = th.shape[0];
-        info->shape[i][1] = th.shape[1];
+        info->shape[i] = th.shape;
         info->numel[i] = th.numel;
-        tensors += tensor_term(info->names[i], th.ndim, th.shape, th.checksum);
+        tensors += tensor_term(info->names[i], &th.shape, th.checksum);
     }
     if (h.has_sum && meta_checksum(&info->meta, h.version, &h.txt, tensors) != h.meta_sum)
         DT_CHECK(damaged(r, "its attributes or its list of tensors fail their checksum"));
@@ -1401,23 +1473,34 @@ out:
 
 /* ---- verify ------------------------------------------------------------------- */
 
-/* Reads and checks every tensor listed in info. */
+/* Values per slice of a tensor of this shape read in slices of at most
+ * cap values: whole rows of the outermost dimension whose rows fit, so
+ * that a slice is one or two hyperslab blocks that HDF5 reads as long
+ * runs, not a partial row at every depth. */
+static int64_t slice_step(const struct dt_shape *shape, int64_t cap)
+{
+    int64_t row = 1;
+    for (int d = shape->ndim - 1; d > 0 && shape->dim[d] > 0 && row <= cap / shape->dim[d]; d--)
+        row *= shape->dim[d];
+    return cap / row * row;
+}
+
 /* Reads tensor h slice by slice into buf (cap values) and checks its
  * checksum; closes it. */
 static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, const char *name,
                                float *buf, int64_t cap)
 {
-    struct dt_ckpt_tensor t = {.ndim = h->ndim, .shape = {h->shape[0], h->shape[1]}};
     dt_status st = DT_OK;
     uint64_t sum = 0;
+    int64_t step = slice_step(&h->shape, cap);
     hid_t fs = H5Dget_space(h->d);
     if (fs < 0)
         st = damaged_h5(r, "cannot read tensor %s", name);
-    for (int64_t lo = 0; st == DT_OK && lo < h->numel; lo += cap) {
-        int64_t hi = h->numel - lo < cap ? h->numel : lo + cap;
+    for (int64_t lo = 0; st == DT_OK && lo < h->numel; lo += step) {
+        int64_t hi = h->numel - lo < step ? h->numel : lo + step;
         hsize_t n = (hsize_t)(hi - lo);
         hid_t ms = H5Screate_simple(1, &n, NULL);
-        if (ms < 0 || select_flat(fs, &t, (uint64_t)lo, (uint64_t)hi) < 0 ||
+        if (ms < 0 || select_flat(fs, &h->shape, (uint64_t)lo, (uint64_t)hi) < 0 ||
             H5Dread(h->d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
             st = damaged_h5(r, "cannot read tensor %s", name);
         else
@@ -1434,6 +1517,7 @@ static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, con
     return st;
 }
 
+/* Reads and checks every tensor listed in info. */
 static dt_status verify_tensors(const struct reader *r, struct dt_ckpt_info *info)
 {
     dt_status st = DT_OK;
@@ -1503,12 +1587,10 @@ static dt_status load_tensor(const struct reader *r, struct dt_ckpt_tensor *t)
     struct tensor_hdr h;
     dt_status st = open_tensor(r, t->name, &h);
     if (st != DT_OK) return st;
-    int same = h.ndim == t->ndim && h.shape[0] == t->shape[0] &&
-               (h.ndim == 1 || h.shape[1] == t->shape[1]);
-    if (!same || (!t->data && h.numel > 0)) {
-        char want[64], got[64];
-        shape_str(t->ndim, t->shape, want, sizeof want);
-        shape_str(h.ndim, h.shape, got, sizeof got);
+    if (!dt_shape_equal(&h.shape, &t->shape) || (!t->data && h.numel > 0)) {
+        char want[DT_MAX_DIMS * 21 + 8], got[DT_MAX_DIMS * 21 + 8];
+        dt_shape_format(&t->shape, want, sizeof want);
+        dt_shape_format(&h.shape, got, sizeof got);
         H5Dclose(h.d);
         return dt_set_error(DT_ERR_BAD_DATA,
                             "checkpoint %s: tensor %s has shape %s, the model "

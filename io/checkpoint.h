@@ -4,7 +4,7 @@
  * parallel HDF5 (MPI-IO), each rank a disjoint slice of every tensor, so
  * saving time falls as ranks grow and any world size can load it.
  *
- * File layout (format version 2):
+ * File layout (format version 3):
  *   /                     attributes: dtrain_format = "checkpoint",
  *                         format_version, dtrain_version, step, epoch,
  *                         batch, samples, seed, world, loss_scale, optim_t,
@@ -14,12 +14,19 @@
  *                         meta_checksum (uint64: every attribute, the job
  *                         and every tensor's name, shape and checksum)
  *   /job                  uint8 bytes: the resolved job as YAML
- *   /<tensor name>        float32 of the tensor's shape, with attribute
- *                         checksum (uint64, dt_ckpt_checksum of its values)
+ *   /<tensor name>        float32 of the tensor's shape (1 to DT_MAX_DIMS
+ *                         dimensions, row-major), with attribute checksum
+ *                         (uint64, dt_ckpt_checksum of its values in
+ *                         row-major order)
  * Tensor names carry their group: "params/fc1.weight", "optim/m/fc1.weight";
- * "job" is reserved. Version 1 files (read as well) keep the job in a root
- * attribute "job" and may lack meta_checksum: a large attribute is stored
- * where HDF5 keeps no checksum of its own, so version 2 moved it.
+ * "job" is reserved. Versions 1 and 2 (read as well) hold only 1-D and 2-D
+ * tensors; version 3 added tensors of up to DT_MAX_DIMS dimensions (a
+ * convolution's K x C x R x S weights) and is otherwise the same: a file of
+ * 1-D and 2-D tensors has the same meta_checksum whatever its version says.
+ * Version 1 files keep the job in a root attribute "job" and may lack
+ * meta_checksum: a large attribute is stored where HDF5 keeps no checksum
+ * of its own, so version 2 moved it. A file of a newer version is refused
+ * with a message naming its version and the versions this dtrain reads.
  *
  * Commit is atomic: the file is written as <dir>/.ckpt-<step>.h5.tmp,
  * closed, fsynced and renamed by rank 0 to <dir>/ckpt-<step>.h5 (step
@@ -41,10 +48,12 @@
 
 #include "../collectives/comm.h"
 #include "../runtime/core/status.h"
+#include "../runtime/core/tensor.h"
 
-#define DT_CKPT_FORMAT_VERSION 2
+#define DT_CKPT_FORMAT_VERSION 3
+#define DT_CKPT_OLDEST_VERSION 1 /* the oldest format version read */
 #define DT_CKPT_NAME 128
-#define DT_CKPT_MAX_TENSORS 1024
+#define DT_CKPT_MAX_TENSORS 4096
 
 struct dt_ckpt_meta {
     int64_t step;       /* optimizer steps completed */
@@ -71,9 +80,9 @@ struct dt_ckpt_meta {
 
 struct dt_ckpt_tensor {
     char name[DT_CKPT_NAME];
-    int ndim;          /* 1 or 2 */
-    int64_t shape[2];
-    float *data;       /* host memory, the full tensor (the same on every rank) */
+    struct dt_shape shape; /* 1 to DT_MAX_DIMS dimensions (give a scalar shape [1]) */
+    float *data;           /* host memory, the full tensor in row-major order (the same
+                              on every rank) */
 };
 
 /* Position-keyed 64-bit checksum of n floats (a pure function of the
@@ -87,7 +96,9 @@ uint64_t dt_ckpt_checksum(const float *x, size_t n);
  * the job's YAML into dir (which must exist), commits it as above, and
  * puts the final path in path. On failure (disk full, quota, permission)
  * every rank gets the same error naming the file, the temporary file is
- * removed, and earlier checkpoints and latest are untouched. */
+ * removed, and earlier checkpoints and latest are untouched. A tensor of
+ * 0 dimensions (a scalar) or more than DT_MAX_DIMS, or with a negative
+ * dimension, is DT_ERR_INVALID_ARG naming it. */
 dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta *meta,
                        const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
                        size_t len);
@@ -99,9 +110,9 @@ struct dt_ckpt_info {
     char names[DT_CKPT_MAX_TENSORS][DT_CKPT_NAME];
     int64_t numel[DT_CKPT_MAX_TENSORS];
     int64_t file_bytes;
-    char *job_yaml; /* malloc'd; free with dt_ckpt_info_free */
-    int ndim[DT_CKPT_MAX_TENSORS];         /* 1 or 2 */
-    int64_t shape[DT_CKPT_MAX_TENSORS][2]; /* shape[i][1] is 0 for 1-D */
+    int format_version; /* DT_CKPT_OLDEST_VERSION to DT_CKPT_FORMAT_VERSION */
+    char *job_yaml;     /* malloc'd; free with dt_ckpt_info_free */
+    struct dt_shape shape[DT_CKPT_MAX_TENSORS]; /* 1 to DT_MAX_DIMS dimensions */
 };
 
 /* Reads a checkpoint file alone (any process, no MPI needed): checks the
@@ -115,17 +126,20 @@ struct dt_ckpt_info {
  * one HDF5 cannot open. DT_ERR_IO: a system call failed inside HDF5 (a
  * lock another process holds, EIO): nothing says the file is bad.
  * DT_ERR_NOT_FOUND: no such file, or not a regular file (never opened, so
- * a FIFO cannot hang it). info may be NULL; its
- * tensors come in name order. On failure info->job_yaml is already freed
- * (NULL). */
+ * a FIFO cannot hang it). A file of a format version newer than
+ * DT_CKPT_FORMAT_VERSION is DT_ERR_BAD_DATA: "checkpoint X has format
+ * version 4; this dtrain reads versions 1 to 3: use a newer dtrain".
+ * info may be NULL; its tensors come in name order. On failure
+ * info->job_yaml is already freed (NULL). */
 dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);
 void dt_ckpt_info_free(struct dt_ckpt_info *info);
 
 /* Reads meta and, for each of the n tensors, the tensor of that name into
  * t[i].data (any process; every rank reads all). A tensor missing or of
- * another shape is DT_ERR_BAD_DATA naming it and both shapes. Checks the
- * header (meta_checksum) and each tensor's checksum as it reads; errors
- * as dt_ckpt_verify. */
+ * another shape (another number of dimensions included) is
+ * DT_ERR_BAD_DATA naming it and both shapes. Checks the header
+ * (meta_checksum) and each tensor's checksum as it reads; errors as
+ * dt_ckpt_verify. */
 dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ckpt_tensor *t,
                        int n);
 

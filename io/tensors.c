@@ -57,8 +57,10 @@ static herr_t put_int_attr(hid_t loc, const char *name, int value)
 static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const char *path,
                               const char *tmp)
 {
-    hsize_t dims[2] = {(hsize_t)t->shape[0], t->ndim > 1 ? (hsize_t)t->shape[1] : 1};
-    hid_t sp = H5Screate_simple(t->ndim > 1 ? 2 : 1, dims, NULL);
+    hsize_t dims[DT_MAX_DIMS];
+    for (int d = 0; d < t->shape.ndim; d++)
+        dims[d] = (hsize_t)t->shape.dim[d];
+    hid_t sp = H5Screate_simple(t->shape.ndim, dims, NULL);
     hid_t d = H5Dcreate2(grp, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
     dt_status st = DT_OK;
@@ -74,8 +76,7 @@ static uint64_t model_data_bytes(const struct dt_named_tensor *t, int n)
 {
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++)
-        bytes +=
-            (uint64_t)t[i].shape[0] * (uint64_t)(t[i].ndim > 1 ? t[i].shape[1] : 1) * sizeof(float);
+        bytes += (uint64_t)dt_shape_numel(&t[i].shape) * sizeof(float);
     return bytes;
 }
 
@@ -120,11 +121,10 @@ static dt_status check_tensors(const struct dt_named_tensor *t, int n)
     if (n < 0 || n > MAX_TENSORS || (n > 0 && !t))
         return dt_set_error(DT_ERR_INVALID_ARG, "model: %d tensors (at most %d)", n, MAX_TENSORS);
     for (int i = 0; i < n; i++) {
-        int64_t numel = 0;
+        int64_t numel = dt_shape_numel(&t[i].shape), bytes = 0;
         if (!t[i].name[0] || !memchr(t[i].name, '\0', sizeof t[i].name) || strchr(t[i].name, '/') ||
-            t[i].ndim < 1 || t[i].ndim > 2 ||
-            !dt_mul_i64(t[i].shape[0], t[i].ndim > 1 ? t[i].shape[1] : 1, &numel) ||
-            (numel > 0 && !t[i].data))
+            t[i].shape.ndim < 1 || numel < 0 ||
+            !dt_mul_i64(numel, (int64_t)sizeof(float), &bytes) || (numel > 0 && !t[i].data))
             return dt_set_error(DT_ERR_INVALID_ARG,
                                 "model: tensor %d (%.*s) has no valid name, "
                                 "shape or data",
@@ -168,8 +168,8 @@ struct load_ctx {
 static dt_status open_one(struct load_ctx *c, hid_t grp, const char *name, const H5L_info_t *info,
                           hid_t *d, struct dt_named_tensor *t)
 {
-    hsize_t dims[2] = {0, 1};
-    char declared[96], what[MODEL_PATH + 32];
+    hsize_t dims[DT_MAX_DIMS] = {0};
+    char shape[DT_MAX_DIMS * 21 + 8], declared[sizeof shape + 32], what[MODEL_PATH + 32];
     int64_t numel = 0, bytes = 0;
     if (strlen(name) >= sizeof t->name)
         return dt_set_error(DT_ERR_BAD_DATA, "model %s: tensor name '%.64s...' is longer than %d",
@@ -186,26 +186,26 @@ static dt_status open_one(struct load_ctx *c, hid_t grp, const char *name, const
     hid_t sp = H5Dget_space(*d), ty = H5Dget_type(*d);
     int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
     H5T_class_t cls = ty < 0 ? H5T_NO_CLASS : H5Tget_class(ty);
-    int ok = (nd == 1 || nd == 2) && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0 &&
-             (cls == H5T_FLOAT || cls == H5T_INTEGER) && dims[0] <= INT64_MAX &&
-             dims[1] <= INT64_MAX;
+    /* the number of dimensions is checked before they are read into dims */
+    int ok = nd >= 1 && nd <= DT_MAX_DIMS && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0 &&
+             (cls == H5T_FLOAT || cls == H5T_INTEGER);
     if (ty >= 0) H5Tclose(ty);
     if (sp >= 0) H5Sclose(sp);
     if (!ok)
         return dt_set_error(DT_ERR_BAD_DATA,
-                            "model %s: /params/%s is not a 1-D or 2-D array of "
-                            "numbers",
-                            c->path, name);
-    t->ndim = nd;
-    t->shape[0] = (int64_t)dims[0];
-    t->shape[1] = nd == 2 ? (int64_t)dims[1] : 0;
-    if (!dt_mul_i64(t->shape[0], nd == 2 ? t->shape[1] : 1, &numel) ||
-        !dt_mul_i64(numel, (int64_t)sizeof(float), &bytes) || bytes > c->file_bytes)
+                            "model %s: /params/%s is not an array of numbers of 1 to %d "
+                            "dimensions",
+                            c->path, name, DT_MAX_DIMS);
+    t->shape.ndim = nd;
+    for (int k = 0; k < nd; k++)
+        t->shape.dim[k] = dims[k] > INT64_MAX ? -1 : (int64_t)dims[k];
+    dt_shape_format(&t->shape, shape, sizeof shape);
+    numel = dt_shape_numel(&t->shape);
+    if (numel < 0 || !dt_mul_i64(numel, (int64_t)sizeof(float), &bytes) || bytes > c->file_bytes)
         return dt_set_error(DT_ERR_BAD_DATA,
-                            "model %s: /params/%s declares %lld x %lld values, more than the "
+                            "model %s: /params/%s declares shape %s, more values than the "
                             "file's %lld bytes hold",
-                            c->path, name, (long long)dims[0], (long long)(nd == 2 ? dims[1] : 1),
-                            (long long)c->file_bytes);
+                            c->path, name, shape, (long long)c->file_bytes);
     snprintf(declared, sizeof declared, "%lld values", (long long)numel);
     snprintf(what, sizeof what, "model %s", c->path);
     char obj[DT_TENSOR_NAME + 16];
@@ -232,7 +232,7 @@ static herr_t load_one(hid_t grp, const char *name, const H5L_info_t *info, void
     memset(t, 0, sizeof *t);
     c->st = open_one(c, grp, name, info, &d, t);
     if (c->st == DT_OK) {
-        size_t numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        size_t numel = (size_t)dt_shape_numel(&t->shape);
         c->st = dt_malloc(numel * sizeof(float), "a model tensor", (void **)&t->data);
     }
     if (c->st == DT_OK && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
@@ -277,6 +277,39 @@ static dt_status check_format(hid_t f, const char *path)
     return st;
 }
 
+/* format_version, when the file has one, must be one this dtrain reads:
+ * a newer dtrain may have changed what the layout means. */
+static dt_status check_version(hid_t f, const char *path)
+{
+    htri_t e = H5Aexists(f, "format_version");
+    if (e <= 0)
+        return e < 0 ? dt_h5_error(DT_ERR_BAD_DATA, "model %s is damaged", path) : DT_OK;
+    long long version = 0;
+    hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    hid_t t = a < 0 ? -1 : H5Aget_type(a);
+    hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+    herr_t r = -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER &&
+        H5Sget_simple_extent_npoints(sp) == 1)
+        r = H5Aread(a, H5T_NATIVE_LLONG, &version);
+    dt_status st = DT_OK;
+    if (r < 0)
+        st = dt_h5_error(DT_ERR_BAD_DATA,
+                         "model %s: its format_version is not a single integer that can be read",
+                         path);
+    else if (version < 1 || version > MODEL_VERSION)
+        st = dt_set_error(
+            DT_ERR_BAD_DATA, "model %s has format version %lld; this dtrain reads version %d%s",
+            path, version, MODEL_VERSION, version > MODEL_VERSION ? ": use a newer dtrain" : "");
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    if (a >= 0)
+        H5Aclose(a);
+    return st;
+}
+
 static void load_locked(struct load_ctx *c)
 {
     hid_t f = H5Fopen(c->path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -286,6 +319,8 @@ static void load_locked(struct load_ctx *c)
         return;
     }
     c->st = check_format(f, c->path);
+    if (c->st == DT_OK)
+        c->st = check_version(f, c->path);
     if (c->st == DT_OK) {
         enum dt_h5_path p = dt_h5_hard_path(f, "params");
         if (p == DT_H5_PATH_HARD) g = H5Gopen2(f, "params", H5P_DEFAULT);

@@ -4,8 +4,11 @@
  *
  * Layout: root attributes dtrain_format = "model", format_version = 1;
  * one dataset per tensor at /params/<name> (e.g. /params/fc1.weight), of
- * its shape, float32. Written under a temporary name and renamed into
- * place when complete, so a reader never sees half a file.
+ * its shape (1 to DT_MAX_DIMS dimensions, row-major), float32. Written
+ * under a temporary name and renamed into place when complete, so a
+ * reader never sees half a file. Tensors of more than 2 dimensions (a
+ * convolution's K x C x R x S weights) did not change what the layout
+ * says, so the version stayed 1; a file of a newer version is refused.
  */
 #ifndef DT_TENSORS_H
 #define DT_TENSORS_H
@@ -14,14 +17,14 @@
 #include <stdint.h>
 
 #include "../runtime/core/status.h"
+#include "../runtime/core/tensor.h"
 
 #define DT_TENSOR_NAME 64
 
 struct dt_named_tensor {
     char name[DT_TENSOR_NAME];
-    int ndim;           /* 1 or 2 */
-    int64_t shape[2];
-    float *data;        /* host memory, shape[0] * shape[1] (or shape[0]) floats */
+    struct dt_shape shape; /* 1 to DT_MAX_DIMS dimensions */
+    float *data;           /* host memory, dt_shape_numel(&shape) floats, row-major */
 };
 
 /* Writes n tensors to path atomically: under a temporary name in the same
@@ -30,16 +33,17 @@ struct dt_named_tensor {
  * free space ("File too large (the file-size limit, ulimit -f, is ...)",
  * "No space left on device; 12 KiB free on its file system"); a failure
  * leaves an earlier file at path untouched. DT_ERR_INVALID_ARG for a
- * tensor without a valid name (at most 63 characters, no '/'), shape or
- * data. */
+ * tensor without a valid name (at most 63 characters, no '/'), shape (1 to
+ * DT_MAX_DIMS non-negative dimensions) or data. */
 dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int n);
 
 /* Reads the tensors of a model file: *out gets a malloc'd array of *n
  * tensors, each with malloc'd data; free with dt_tensors_free. Each
  * tensor's declared shape must fit in the file before it is allocated.
  * Errors: DT_ERR_NOT_FOUND (no such file, not a regular file),
- * DT_ERR_BAD_DATA (not HDF5, not a dtrain model, a tensor that is not a
- * 1-D or 2-D array of numbers, a name too long, a link out of the file),
+ * DT_ERR_BAD_DATA (not HDF5, not a dtrain model, a format version newer
+ * than this dtrain reads, a tensor that is not an array of numbers of 1 to
+ * DT_MAX_DIMS dimensions, a name too long, a link out of the file),
  * DT_ERR_IO (a system call failed inside HDF5). */
 dt_status dt_tensors_load(const char *path, struct dt_named_tensor **out, int *n);
 void dt_tensors_free(struct dt_named_tensor *t, int n);

@@ -177,6 +177,7 @@ static void print_meta(const char *path, const struct dt_ckpt_info *info)
     printf("  bad_steps   %lld\n  rollbacks   %lld\n", (long long)m->bad_steps,
            (long long)m->rollbacks);
     printf("  created     %s\n  version     %s\n", when, m->version);
+    printf("  format      %d\n", info->format_version);
 }
 
 static void print_tensors(const struct dt_ckpt_info *info)
@@ -186,11 +187,9 @@ static void print_tensors(const struct dt_ckpt_info *info)
         total += info->numel[i];
     printf("tensors (%d, %lld values):\n", info->ntensors, (long long)total);
     for (int i = 0; i < info->ntensors; i++) {
-        if (info->ndim[i] == 2)
-            printf("  %-40s [%lld, %lld]\n", info->names[i], (long long)info->shape[i][0],
-                   (long long)info->shape[i][1]);
-        else
-            printf("  %-40s [%lld]\n", info->names[i], (long long)info->shape[i][0]);
+        char shape[DT_MAX_DIMS * 21 + 8];
+        printf("  %-40s %s\n", info->names[i],
+               dt_shape_format(&info->shape[i], shape, sizeof shape));
     }
 }
 

@@ -22,7 +22,8 @@
 #include "core/util.h"
 #include "watchdog.h"
 
-#define MAX_CKPT_TENSORS (DT_MODEL_MAX_PARAMS * 3)
+/* parameters and two optimizer states each, and the buffers */
+#define MAX_CKPT_TENSORS (DT_MODEL_MAX_PARAMS * 4)
 #define MAX_LISTED 256
 
 /* Host staging for the checkpoint: one block per flat buffer (parameters,
@@ -32,9 +33,10 @@ struct staging {
     float *host;
     int nbuf;
     float *bufs; /* the model's buffers: after the nbuf blocks */
-    struct dt_ckpt_tensor t[MAX_CKPT_TENSORS];
+    struct dt_ckpt_tensor *t; /* MAX_CKPT_TENSORS entries */
     int n;
 };
+
 
 static void stage_names(struct run *r, struct staging *s)
 {
@@ -51,9 +53,7 @@ static void stage_names(struct run *r, struct staging *s)
                 snprintf(t->name, sizeof t->name, "params/%s", p->name);
             else
                 snprintf(t->name, sizeof t->name, "optim/%s/%s", state, p->name);
-            t->ndim = p->shape.ndim > 1 ? 2 : 1;
-            t->shape[0] = p->shape.dim[0];
-            t->shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
+            t->shape = p->shape;
             t->data = s->host + (size_t)b * total + p->offset;
         }
     }
@@ -62,9 +62,7 @@ static void stage_names(struct run *r, struct staging *s)
         const struct dt_param_info *p = dt_model_buffer(r->model, i);
         struct dt_ckpt_tensor *t = &s->t[s->n++];
         snprintf(t->name, sizeof t->name, "buffers/%s", p->name);
-        t->ndim = p->shape.ndim > 1 ? 2 : 1;
-        t->shape[0] = p->shape.dim[0];
-        t->shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
+        t->shape = p->shape;
         t->data = s->bufs + p->offset;
     }
 }
@@ -82,6 +80,8 @@ static dt_status staging_open(struct run *r, struct staging *s)
     dt_status st = dt_malloc(((size_t)s->nbuf * total + dt_model_num_buffer_elems(r->model)) *
                                  sizeof(float),
                              "checkpoint staging", (void **)&s->host);
+    if (st == DT_OK)
+        st = dt_calloc(MAX_CKPT_TENSORS, sizeof *s->t, "checkpoint staging", (void **)&s->t);
     if (st == DT_OK)
         stage_names(r, s);
     return st;
@@ -180,6 +180,7 @@ static dt_status save(struct run *r, char *path, size_t len)
         st = dt_ckpt_save(r->comm, r->ckpt_dir, &meta, s.t, s.n, yaml, path, len);
     }
     free(s.host);
+    free(s.t);
     free(yaml);
     return st;
 }
@@ -324,6 +325,7 @@ static dt_status load_local(struct run *r, const char *path)
     }
 out:
     free(s.host);
+    free(s.t);
     if (info)
         dt_ckpt_info_free(info);
     free(info);
@@ -338,6 +340,7 @@ static dt_status load_params_local(struct run *r, const char *path)
     DT_CHECK(dt_malloc((dt_model_num_params(r->model) + dt_model_num_buffer_elems(r->model)) *
                            sizeof(float),
                        "checkpoint staging", (void **)&s.host));
+    DT_CHECK(dt_calloc(MAX_CKPT_TENSORS, sizeof *s.t, "checkpoint staging", (void **)&s.t));
     s.nbuf = 1;
     stage_names(r, &s);
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
@@ -347,6 +350,7 @@ static dt_status load_params_local(struct run *r, const char *path)
                 (long long)meta.step, (long long)meta.epoch + 1, (long long)meta.samples);
 out:
     free(s.host);
+    free(s.t);
     return st;
 }
 

@@ -794,6 +794,7 @@ dt_status dt_train_build(struct run *r)
 
 #define TRAIN_MODEL "model.h5"
 
+
 static dt_status save_model_local(struct run *r)
 {
     size_t n = dt_model_num_params(r->model), nb = dt_model_num_buffer_elems(r->model);
@@ -809,10 +810,8 @@ static dt_status save_model_local(struct run *r)
         const struct dt_param_info *p =
             i < np ? dt_model_param(r->model, i) : dt_model_buffer(r->model, i - np);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
-        t[i].ndim = p->shape.ndim > 1 ? 2 : 1;
-        t[i].shape[0] = p->shape.dim[0];
-        t[i].shape[1] = p->shape.ndim > 1 ? (int64_t)p->numel / p->shape.dim[0] : 1;
-        t[i].data = host + (i < np ? 0 : n) + p->offset;
+        t[i].shape = p->shape;
+        t[i].data = host + p->offset;
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);

@@ -5,9 +5,10 @@
  * (dt_job_load_text, as resuming reads it).
  *
  * Structure-aware: the input drives fz_h5's builder, which writes a valid
- * HDF5 file shaped like a checkpoint of format version 2 or 1 (the meta
- * attributes, the job YAML as a byte dataset or an attribute, float32
- * tensors by name with a checksum each, the meta checksum) with hostile
+ * HDF5 file shaped like a checkpoint of format version 3, 2 or 1, or of a
+ * version newer than dtrain reads (the meta attributes, the job YAML as a
+ * byte dataset or an attribute, float32 tensors of 1 to 4 dimensions by
+ * name with a checksum each, the meta checksum) with hostile
  * content: attributes of other types, sizes and values, tensors of other
  * dtypes, ranks and dimensions (huge ones declared and never written
  * included), names, layouts and checksums, and stray groups, links and
@@ -41,23 +42,25 @@
 #define DIR_LEN 512
 #define PATH_LEN 1024
 
+#define PLAN_VALUES 16 /* values of the largest planned tensor */
+
 struct tensor_plan {
     char name[DT_CKPT_NAME + 64];
-    int ndim;
-    int64_t shape[2];
+    struct dt_shape shape;
     uint64_t checksum; /* of the values written */
 };
 
 static const struct tensor_plan default_tensors[MAX_TENSORS] = {
-    {"params/fc1.weight", 2, {4, 3}, 0},  {"params/fc1.bias", 1, {4}, 0},
-    {"optim/m/fc1.weight", 2, {4, 3}, 0}, {"optim/v/fc1.bias", 1, {4}, 0},
-    {"params/fc2.weight", 2, {2, 4}, 0},
+    {"params/fc1.weight", {2, {4, 3}}, 0},         {"params/fc1.bias", {1, {4}}, 0},
+    {"params/conv1.weight", {4, {2, 1, 2, 2}}, 0}, {"optim/v/seq.weight", {3, {2, 2, 3}}, 0},
+    {"params/fc2.weight", {2, {2, 4}}, 0},
 };
 
 /* What the builder meant the checkpoint to hold. */
 struct ckpt_plan {
     struct dt_ckpt_meta meta;
-    int version; /* 2; or 1: the job in an attribute, no meta checksum */
+    int version; /* 3 (N-d tensors); 2 (1-D and 2-D only); 1: the job in an
+                    attribute, no meta checksum; or newer than dtrain reads */
     char *job;   /* malloc'd */
     int n;
     struct tensor_plan t[MAX_TENSORS];
@@ -128,9 +131,9 @@ static uint64_t meta_checksum(const struct ckpt_plan *p)
     for (int i = 0; i < p->n; i++) {
         const struct tensor_plan *t = &p->t[i];
         uint64_t h = fnv_bytes(FNV_OFFSET, t->name, strlen(t->name) + 1);
-        h = fnv_u64(h, (uint64_t)t->ndim);
-        h = fnv_u64(h, (uint64_t)t->shape[0]);
-        h = fnv_u64(h, (uint64_t)(t->ndim == 2 ? t->shape[1] : 0));
+        h = fnv_u64(h, (uint64_t)t->shape.ndim);
+        for (int d = 0; d < t->shape.ndim || d < 2; d++) /* at least two, 0 past ndim */
+            h = fnv_u64(h, d < t->shape.ndim ? (uint64_t)t->shape.dim[d] : 0);
         tensors += mix64(fnv_u64(h, t->checksum));
     }
     uint64_t h = fnv_u64(FNV_OFFSET, (uint64_t)(int64_t)p->version);
@@ -241,7 +244,7 @@ static uint64_t stored_checksum(hid_t f, const char *name)
 /* One tensor: the plan's dataset (or a hostile one) and its checksum. */
 static void tensor(struct fz_in *in, hid_t f, struct tensor_plan *p)
 {
-    float v[16];
+    float v[PLAN_VALUES];
     switch (fz_u8(in) % 8) {
     case 1:
         fz_str(in, p->name, DT_CKPT_NAME);
@@ -254,14 +257,15 @@ static void tensor(struct fz_in *in, hid_t f, struct tensor_plan *p)
         break;
     }
     if (!p->name[0]) snprintf(p->name, sizeof p->name, "params/empty");
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < PLAN_VALUES; i++)
         v[i] = (float)i * 0.25f - 1.0f;
     struct fz_dset d = {.name = p->name,
                         .type = H5T_IEEE_F32LE,
-                        .ndims = p->ndim,
-                        .dims = {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
+                        .ndims = p->shape.ndim,
                         .mem_type = H5T_NATIVE_FLOAT,
                         .values = v};
+    for (int k = 0; k < p->shape.ndim && k < FZ_MAX_DIMS; k++)
+        d.dims[k] = (uint64_t)p->shape.dim[k];
     fz_h5_dataset(in, f, &d, NULL);
     p->checksum = stored_checksum(f, p->name);
     struct fz_attr sum = {
@@ -310,10 +314,18 @@ static void strays(struct fz_in *in, hid_t f, const char *first)
 static void build_ckpt(struct fz_in *in, const char *path, struct ckpt_plan *p)
 {
     unsigned code = fz_u8(in);
+    static const int versions[4] = {DT_CKPT_FORMAT_VERSION, 1, 2, DT_CKPT_FORMAT_VERSION + 1};
     p->n = code ? (int)(code % (MAX_TENSORS + 1)) : 3;
-    p->version = fz_pick(in, 2) ? 1 : DT_CKPT_FORMAT_VERSION;
+    p->version = versions[fz_pick(in, 4)];
     p->job = job_text(in);
     memcpy(p->t, default_tensors, sizeof default_tensors);
+    for (int i = 0; i < MAX_TENSORS && p->version < 3; i++) {
+        /* versions 1 and 2 hold 1-D and 2-D tensors: the same values as
+         * first dimension x the rest */
+        struct dt_shape *sh = &p->t[i].shape;
+        if (sh->ndim > 2)
+            *sh = dt_shape_make(2, sh->dim[0], dt_shape_numel(sh) / sh->dim[0], 0, 0);
+    }
     hid_t f = fz_h5_create(in, path);
     meta_attrs(in, f, p);
     for (int i = 0; i < p->n; i++)
@@ -402,22 +414,26 @@ static void load_verified(const char *path, const struct dt_ckpt_info *info)
     int n = 0;
     FZ_REQUIRE(t, "out of memory");
     for (int i = 0; i < info->ntensors; i++) {
-        const int64_t *sh = info->shape[i];
-        int64_t numel = sh[0];
-        FZ_REQUIRE(info->ndim[i] == 1 || info->ndim[i] == 2, "tensor %s: ndim %d", info->names[i],
-                   info->ndim[i]);
-        FZ_REQUIRE(sh[0] >= 0 && sh[1] >= 0, "tensor %s: shape %lld x %lld", info->names[i],
-                   (long long)sh[0], (long long)sh[1]);
-        FZ_REQUIRE(info->ndim[i] == 1 || !__builtin_mul_overflow(sh[0], sh[1], &numel),
-                   "tensor %s: shape %lld x %lld has more elements than an int64 counts",
-                   info->names[i], (long long)sh[0], (long long)sh[1]);
-        FZ_REQUIRE(numel == info->numel[i], "tensor %s: numel %lld of shape %lld x %lld",
-                   info->names[i], (long long)info->numel[i], (long long)sh[0], (long long)sh[1]);
+        const struct dt_shape *sh = &info->shape[i];
+        char text[DT_MAX_DIMS * 21 + 8];
+        int64_t numel = 1;
+        FZ_REQUIRE(sh->ndim >= 1 && sh->ndim <= DT_MAX_DIMS, "tensor %s: ndim %d", info->names[i],
+                   sh->ndim);
+        FZ_REQUIRE(sh->ndim <= 2 || info->format_version >= 3,
+                   "tensor %s: %d dimensions in a version %d checkpoint", info->names[i], sh->ndim,
+                   info->format_version);
+        dt_shape_format(sh, text, sizeof text);
+        for (int d = 0; d < sh->ndim; d++) {
+            FZ_REQUIRE(sh->dim[d] >= 0, "tensor %s: shape %s", info->names[i], text);
+            FZ_REQUIRE(!__builtin_mul_overflow(numel, sh->dim[d], &numel),
+                       "tensor %s: shape %s has more elements than an int64 counts", info->names[i],
+                       text);
+        }
+        FZ_REQUIRE(numel == info->numel[i], "tensor %s: numel %lld of shape %s", info->names[i],
+                   (long long)info->numel[i], text);
         if (numel > LOAD_CAP) continue;
         memcpy(t[n].name, info->names[i], DT_CKPT_NAME);
-        t[n].ndim = info->ndim[i];
-        t[n].shape[0] = info->shape[i][0];
-        t[n].shape[1] = info->shape[i][1];
+        t[n].shape = *sh;
         t[n].data = malloc((size_t)numel * sizeof(float) + 1);
         FZ_REQUIRE(t[n].data, "out of memory");
         n++;
@@ -426,7 +442,7 @@ static void load_verified(const char *path, const struct dt_ckpt_info *info)
     FZ_REQUIRE(st == DT_OK, "a checkpoint that verifies does not load: %s", dt_last_error());
     FZ_REQUIRE(same_meta(&meta, &info->meta), "load and verify read different meta");
     if (n > 0) { /* the wrong shape is refused */
-        t[0].shape[0] ^= 1;
+        t[0].shape.dim[0] ^= 1;
         st = dt_ckpt_load(path, NULL, t, 1);
         FZ_REQUIRE(st == DT_ERR_BAD_DATA, "a tensor of another shape loaded: %s",
                    dt_status_str(st));
@@ -441,13 +457,11 @@ static void load_verified(const char *path, const struct dt_ckpt_info *info)
 static void load_planned(const char *path, const struct tensor_plan *plans, int n)
 {
     struct dt_ckpt_tensor t[MAX_TENSORS];
-    float data[MAX_TENSORS][16];
+    float data[MAX_TENSORS][PLAN_VALUES];
     memset(t, 0, sizeof t);
     for (int i = 0; i < n; i++) {
         snprintf(t[i].name, sizeof t[i].name, "%.*s", DT_CKPT_NAME - 1, plans[i].name);
-        t[i].ndim = plans[i].ndim;
-        t[i].shape[0] = plans[i].shape[0];
-        t[i].shape[1] = plans[i].shape[1];
+        t[i].shape = plans[i].shape;
         t[i].data = data[i];
     }
     dt_status st = dt_ckpt_load(path, NULL, t, n);
@@ -466,6 +480,9 @@ static dt_status verify(const char *path, const struct ckpt_plan *p)
         FZ_REQUIRE(info->ntensors >= 0 && info->ntensors <= DT_CKPT_MAX_TENSORS, "%d tensors",
                    info->ntensors);
         FZ_REQUIRE(info->job_yaml, "a verified checkpoint has no job");
+        FZ_REQUIRE(info->format_version >= DT_CKPT_OLDEST_VERSION &&
+                       info->format_version <= DT_CKPT_FORMAT_VERSION,
+                   "a verified checkpoint of format version %d", info->format_version);
         dt_status js = dt_job_load_text(path, info->job_yaml, job);
         if (js != DT_OK) fz_check_error(js, "dt_job_load_text");
         load_verified(path, info);

@@ -12,10 +12,7 @@
 
 #include "../../io/tensors.h"
 
-static size_t numel(const struct dt_named_tensor *t)
-{
-    return (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1));
-}
+static size_t numel(const struct dt_named_tensor *t) { return (size_t)dt_shape_numel(&t->shape); }
 
 int main(int argc, char **argv)
 {
@@ -35,8 +32,11 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < na; i++) {
-        if (strcmp(a[i].name, b[i].name) != 0 || numel(&a[i]) != numel(&b[i])) {
-            fprintf(stderr, "compare_models: tensor %d is %s vs %s\n", i, a[i].name, b[i].name);
+        if (strcmp(a[i].name, b[i].name) != 0 || !dt_shape_equal(&a[i].shape, &b[i].shape)) {
+            char sa[DT_MAX_DIMS * 21 + 8], sb[DT_MAX_DIMS * 21 + 8];
+            fprintf(stderr, "compare_models: tensor %d is %s %s vs %s %s\n", i, a[i].name,
+                    dt_shape_format(&a[i].shape, sa, sizeof sa), b[i].name,
+                    dt_shape_format(&b[i].shape, sb, sizeof sb));
             return 1;
         }
         double scale = 0, diff = 0;

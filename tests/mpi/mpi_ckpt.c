@@ -5,7 +5,9 @@
  * Every rank holds the same full tensors (as training does); each writes
  * its own slice. Sizes are chosen so slices split rows (7 x 13 over 4
  * ranks), do not divide evenly (1001), and leave ranks with nothing (3
- * elements, a 1 x 1 tensor). After a save every rank loads the file and
+ * elements, a 1 x 1 tensor); tensors of 3 to 8 dimensions have their
+ * slices cut inside rows at every depth (3 x 7 x 11 x 13 x 17 over 3
+ * ranks), and one has no values at all. After a save every rank loads the file and
  * must get bit-identical tensors, and every rank verifies it serially.
  * Failures (a missing directory on all ranks; a bad argument, a different
  * tensor list or a file-size limit on one rank; a disk too small for the
@@ -43,7 +45,7 @@ const char *__asan_default_options(void)
 }
 #endif
 
-#define NT 6
+#define NT 13
 #define MSG 1024
 
 static dt_comm_t *comm;
@@ -67,16 +69,28 @@ static void make_set(struct set *s, uint32_t seed, int with_data)
 {
     static const struct {
         const char *name;
-        int ndim;
-        int64_t r, c;
-    } spec[NT] = {{"params/a", 1, 1001, 0}, {"params/b", 2, 7, 13}, {"optim/m/c", 1, 3, 0},
-                  {"optim/v/d", 2, 2, 3},   {"params/e", 2, 1, 1},  {"params/big", 2, 300, 257}};
+        struct dt_shape shape;
+    } spec[NT] = {
+        {"params/a", {1, {1001}}},
+        {"params/b", {2, {7, 13}}},
+        {"optim/m/c", {1, {3}}},
+        {"optim/v/d", {2, {2, 3}}},
+        {"params/e", {2, {1, 1}}},
+        {"params/big", {2, {300, 257}}},
+        {"params/c3", {3, {3, 5, 7}}},
+        {"params/conv.weight", {4, {4, 3, 3, 3}}},
+        {"optim/m/conv.weight", {4, {4, 3, 3, 3}}},
+        {"params/g5", {5, {3, 7, 11, 13, 17}}},
+        {"params/eight", {8, {7, 1, 1, 2, 1, 1, 1, 3}}},
+        {"params/cube", {3, {2, 2, 2}}},
+        {"params/empty", {3, {3, 0, 2}}},
+    };
     for (int i = 0; i < NT; i++) {
-        size_t n = (size_t)(spec[i].ndim == 2 ? spec[i].r * spec[i].c : spec[i].r);
-        s->data[i] = calloc(n, sizeof(float));
+        size_t n = (size_t)dt_shape_numel(&spec[i].shape);
+        s->data[i] = calloc(n + 1, sizeof(float));
         CU_ASSERT_PTR_NOT_NULL_FATAL(s->data[i]);
         if (with_data) fill(s->data[i], n, seed + (uint32_t)i);
-        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].ndim, {spec[i].r, spec[i].c}, s->data[i]};
+        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i]};
         snprintf(s->t[i].name, DT_CKPT_NAME, "%s", spec[i].name);
     }
 }
@@ -87,10 +101,7 @@ static void free_set(struct set *s)
         free(s->data[i]);
 }
 
-static size_t numel(const struct dt_ckpt_tensor *t)
-{
-    return (size_t)(t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]);
-}
+static size_t numel(const struct dt_ckpt_tensor *t) { return (size_t)dt_shape_numel(&t->shape); }
 
 /* Rank 0 makes (or empties) the directory, named by test and world size
  * so the np2 and np4 runs may overlap; everyone waits for it. */
@@ -198,6 +209,15 @@ static void test_verify_serial(void)
     CU_ASSERT_EQUAL(st, DT_OK);
     if (st != DT_OK) fprintf(stderr, "[rank %d] verify: %s\n", rank, dt_last_error());
     CU_ASSERT_EQUAL(info->ntensors, NT);
+    CU_ASSERT_EQUAL(info->format_version, DT_CKPT_FORMAT_VERSION);
+    for (int i = 0; i < NT; i++) { /* each listed once, in its shape */
+        int found = 0;
+        for (int k = 0; k < info->ntensors; k++)
+            found += !strcmp(info->names[k], s.t[i].name) &&
+                     dt_shape_equal(&info->shape[k], &s.t[i].shape) &&
+                     info->numel[k] == dt_shape_numel(&s.t[i].shape);
+        CU_ASSERT_EQUAL(found, 1);
+    }
     CU_ASSERT_EQUAL(info->meta.world, size);
     CU_ASSERT_PTR_NOT_NULL(info->job_yaml);
     if (info->job_yaml) CU_ASSERT_STRING_EQUAL(info->job_yaml, "job: y\n");
@@ -273,10 +293,19 @@ static void test_different_tensor_lists(void)
     shared_dir("layout", dir, sizeof dir);
     make_set(&s, 6, 1);
     if (rank == 1) { /* same element count, other shape */
-        s.t[1].shape[0] = 13;
-        s.t[1].shape[1] = 7;
+        s.t[1].shape.dim[0] = 13;
+        s.t[1].shape.dim[1] = 7;
     }
     dt_status st = dt_ckpt_save(comm, dir, &m, s.t, NT, "", path, sizeof path);
+    check_agreed(st, DT_ERR_INVALID_ARG, "ranks 0 and 1 pass different tensor lists");
+    MPI_Barrier(MPI_COMM_WORLD);
+    CU_ASSERT_TRUE(only_files(dir, NULL));
+    free_set(&s);
+    /* same element count, another number of dimensions: 4 x 27, not 4 x 3 x 3 x 3 */
+    make_set(&s, 6, 1);
+    if (rank == 1)
+        s.t[7].shape = (struct dt_shape){2, {4, 27}};
+    st = dt_ckpt_save(comm, dir, &m, s.t, NT, "", path, sizeof path);
     check_agreed(st, DT_ERR_INVALID_ARG, "ranks 0 and 1 pass different tensor lists");
     MPI_Barrier(MPI_COMM_WORLD);
     CU_ASSERT_TRUE(only_files(dir, NULL));
@@ -298,7 +327,7 @@ static void failing_save(const char *dir, int limit_last_rank, const char *needl
     CU_ASSERT_PTR_NOT_NULL(big); /* never _FATAL around collectives */
     if (!big) MPI_Abort(MPI_COMM_WORLD, 1);
     fill(big, BIG, 70); /* not zeros: a hole left by a lost write must not verify */
-    struct dt_ckpt_tensor t = {"params/big", 1, {BIG, 0}, big};
+    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big};
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
     lim = old;

@@ -139,9 +139,9 @@ static void make_set(struct set *s, uint32_t seed)
     fill(s->w, ROWS * COLS, seed);
     fill(s->b, COLS, seed + 1);
     fill(s->m, ROWS * COLS, seed + 2);
-    s->t[0] = (struct dt_ckpt_tensor){"params/fc1.weight", 2, {ROWS, COLS}, s->w};
-    s->t[1] = (struct dt_ckpt_tensor){"params/fc1.bias", 1, {COLS, 0}, s->b};
-    s->t[2] = (struct dt_ckpt_tensor){"optim/m/fc1.weight", 2, {ROWS, COLS}, s->m};
+    s->t[0] = (struct dt_ckpt_tensor){"params/fc1.weight", {2, {ROWS, COLS}}, s->w};
+    s->t[1] = (struct dt_ckpt_tensor){"params/fc1.bias", {1, {COLS}}, s->b};
+    s->t[2] = (struct dt_ckpt_tensor){"optim/m/fc1.weight", {2, {ROWS, COLS}}, s->m};
 }
 
 /* Zeroed buffers of the same names and shapes, for loading into. */
@@ -241,10 +241,11 @@ static void check_info(const struct dt_ckpt_info *info, const struct set *s, con
     CU_ASSERT_STRING_EQUAL(info->names[2], "params/fc1.weight");
     CU_ASSERT_EQUAL(info->numel[0], ROWS * COLS);
     CU_ASSERT_EQUAL(info->numel[1], COLS);
-    CU_ASSERT_EQUAL(info->ndim[1], 1);
-    CU_ASSERT_EQUAL(info->ndim[2], 2);
-    CU_ASSERT_EQUAL(info->shape[2][0], ROWS);
-    CU_ASSERT_EQUAL(info->shape[2][1], COLS);
+    CU_ASSERT_EQUAL(info->shape[1].ndim, 1);
+    CU_ASSERT_EQUAL(info->shape[2].ndim, 2);
+    CU_ASSERT_EQUAL(info->shape[2].dim[0], ROWS);
+    CU_ASSERT_EQUAL(info->shape[2].dim[1], COLS);
+    CU_ASSERT_EQUAL(info->format_version, DT_CKPT_FORMAT_VERSION);
     CU_ASSERT(info->file_bytes > (int64_t)sizeof s->w * 2);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info->job_yaml);
     CU_ASSERT_STRING_EQUAL(info->job_yaml, yaml);
@@ -327,7 +328,7 @@ static void test_tiny_tensors(void)
 {
     char dir[4096], path[4400];
     float one = 3.5f, back = 0;
-    struct dt_ckpt_tensor t[2] = {{"empty", 1, {0, 0}, NULL}, {"a/b/c/one", 2, {1, 1}, &one}};
+    struct dt_ckpt_tensor t[2] = {{"empty", {1, {0}}, NULL}, {"a/b/c/one", {2, {1, 1}}, &one}};
     struct dt_ckpt_meta m = make_meta(8);
     fresh_dir("tiny", dir, sizeof dir);
     dt_status st = dt_ckpt_save(comm, dir, &m, t, 2, NULL, path, sizeof path);
@@ -356,16 +357,16 @@ static void test_load_errors(void)
     CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, NT), DT_ERR_BAD_DATA);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "params/fc2.bias"));
     empty_like(&back, &s);
-    back.t[0].shape[0] = COLS;
-    back.t[0].shape[1] = ROWS;
+    back.t[0].shape.dim[0] = COLS;
+    back.t[0].shape.dim[1] = ROWS;
     CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, NT), DT_ERR_BAD_DATA);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "params/fc1.weight"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "[37, 53]"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "[53, 37]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "params/fc1.weight has shape 37x53"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "the model expects 53x37"));
     empty_like(&back, &s);
-    back.t[1].ndim = 2;
-    back.t[1].shape[1] = 1;
+    back.t[1].shape.ndim = 2;
+    back.t[1].shape.dim[1] = 1;
     CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, NT), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "the model expects 53x1"));
     snprintf(p, sizeof p, "%s/ckpt-0000000099.h5", dir);
     CU_ASSERT_EQUAL(dt_ckpt_load(p, NULL, back.t, NT), DT_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_NOT_FOUND);
@@ -386,7 +387,7 @@ static void test_not_a_checkpoint(void)
 {
     char dir[4096], p[4400];
     float w[6] = {1, 2, 3, 4, 5, 6};
-    struct dt_named_tensor t = {"w", 2, {2, 3}, w};
+    struct dt_named_tensor t = {"w", {2, {2, 3}}, w};
     fresh_dir("notck", dir, sizeof dir);
     write_text(dir, "ckpt-0000000001.h5", "this is not HDF5\n");
     snprintf(p, sizeof p, "%s/ckpt-0000000001.h5", dir);
@@ -546,8 +547,8 @@ static int same_as_saved(const struct dt_ckpt_info *got, const struct dt_ckpt_in
         !strcmp(a->optimizer, b->optimizer) && got->ntensors == want->ntensors && got->job_yaml &&
         want->job_yaml && !strcmp(got->job_yaml, want->job_yaml);
     for (int i = 0; same && i < got->ntensors; i++)
-        same = !strcmp(got->names[i], want->names[i]) && got->ndim[i] == want->ndim[i] &&
-               got->shape[i][0] == want->shape[i][0] && got->shape[i][1] == want->shape[i][1];
+        same = !strcmp(got->names[i], want->names[i]) &&
+               dt_shape_equal(&got->shape[i], &want->shape[i]);
     return same;
 }
 
@@ -587,9 +588,7 @@ static void test_flip_everywhere(void)
         data[i] = data_offset(path, i < NT ? s.t[i].name : "job");
         CU_ASSERT_FATAL(data[i] != HADDR_UNDEF);
         data_end[i] =
-            data[i] +
-            (i < NT ? 4 * (haddr_t)(s.t[i].shape[0] * (s.t[i].ndim == 2 ? s.t[i].shape[1] : 1))
-                    : sizeof yaml - 1);
+            data[i] + (i < NT ? 4 * (haddr_t)dt_shape_numel(&s.t[i].shape) : sizeof yaml - 1);
     }
     snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
     copy_file(path, copy);
@@ -813,6 +812,328 @@ static void test_reads_version_1(void)
     refused(copy, &s, "attribute 'meta_checksum' is missing");
 }
 
+/* ---- N-d tensors, format versions ---------------------------------------------- */
+
+#define ND_T 5
+
+/* Tensors of 2 to DT_MAX_DIMS dimensions, one of them empty. */
+struct nd_set {
+    float *data[ND_T];
+    struct dt_ckpt_tensor t[ND_T];
+};
+
+static void make_nd_set(struct nd_set *s, uint32_t seed, int with_data)
+{
+    static const struct {
+        const char *name;
+        struct dt_shape shape;
+    } spec[ND_T] = {
+        {"params/c3", {3, {3, 5, 7}}},
+        {"params/conv1.weight", {4, {4, 3, 3, 3}}}, /* K x C x R x S */
+        {"optim/m/eight", {DT_MAX_DIMS, {2, 1, 2, 1, 3, 1, 2, 2}}},
+        {"params/empty5", {5, {3, 0, 2, 1, 4}}},
+        {"params/fc.weight", {2, {6, 9}}},
+    };
+    for (int i = 0; i < ND_T; i++) {
+        size_t n = (size_t)dt_shape_numel(&spec[i].shape);
+        s->data[i] = calloc(n + 1, sizeof(float));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s->data[i]);
+        if (with_data)
+            fill(s->data[i], n, seed + (uint32_t)i);
+        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i]};
+        snprintf(s->t[i].name, DT_CKPT_NAME, "%s", spec[i].name);
+    }
+}
+
+static void free_nd_set(struct nd_set *s)
+{
+    for (int i = 0; i < ND_T; i++)
+        free(s->data[i]);
+}
+
+static int info_index(const struct dt_ckpt_info *info, const char *name)
+{
+    for (int i = 0; i < info->ntensors; i++)
+        if (!strcmp(info->names[i], name))
+            return i;
+    return -1;
+}
+
+/* 3-D, 4-D, 8-D and empty 5-D tensors: saved in their shapes (HDF5 sees
+ * them so), listed with them, loaded bit for bit; a tensor asked for in
+ * another shape of the same size is refused naming both. */
+static void test_nd_round_trip(void)
+{
+    char dir[4096], path[4400];
+    struct nd_set s, back;
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    struct dt_ckpt_meta m = make_meta(5);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    fresh_dir("nd", dir, sizeof dir);
+    make_nd_set(&s, 21, 1);
+    make_nd_set(&back, 0, 0);
+    dt_status st = dt_ckpt_save(comm, dir, &m, s.t, ND_T, "model: cnn\n", path, sizeof path);
+    if (st != DT_OK)
+        fprintf(stderr, "\n    save: %s", dt_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_verify(path, info), DT_OK);
+    CU_ASSERT_EQUAL(info->format_version, 3);
+    CU_ASSERT_EQUAL(info->ntensors, ND_T);
+    for (int i = 0; i < ND_T; i++) {
+        int k = info_index(info, s.t[i].name);
+        CU_ASSERT_FATAL(k >= 0);
+        CU_ASSERT(dt_shape_equal(&info->shape[k], &s.t[i].shape));
+        CU_ASSERT_EQUAL(info->numel[k], dt_shape_numel(&s.t[i].shape));
+    }
+    /* HDF5 itself sees the 4-D shape */
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "params/conv1.weight", H5P_DEFAULT);
+    hid_t sp = H5Dget_space(d);
+    hsize_t dims[4] = {0};
+    CU_ASSERT_EQUAL(H5Sget_simple_extent_ndims(sp), 4);
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    CU_ASSERT(dims[0] == 4 && dims[1] == 3 && dims[2] == 3 && dims[3] == 3);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_OK);
+    for (int i = 0; i < ND_T; i++)
+        CU_ASSERT_EQUAL(
+            memcmp(back.data[i], s.data[i], (size_t)dt_shape_numel(&s.t[i].shape) * sizeof(float)),
+            0);
+    back.t[1].shape = (struct dt_shape){2, {4, 27}};
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(dt_last_error(), "params/conv1.weight has shape 4x3x3x3, the model expects 4x27"));
+    back.t[1].shape = (struct dt_shape){4, {4, 3, 9, 1}};
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "the model expects 4x3x9x1"));
+    dt_ckpt_info_free(info);
+    free(info);
+    free_nd_set(&s);
+    free_nd_set(&back);
+}
+
+/* Replaces tensor `name` of the open file (of at most 1024 values) by a
+ * float32 dataset of shape dims (at most 1024 values), holding its first
+ * values, with the old checksum attribute's value. */
+static void reshape_tensor(hid_t f, const char *name, int nd, const hsize_t *dims)
+{
+    static float v[1024];
+    uint64_t sum = 0;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
+    CU_ASSERT(a >= 0 && H5Aread(a, H5T_NATIVE_UINT64, &sum) >= 0);
+    CU_ASSERT(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    H5Aclose(a);
+    H5Dclose(d);
+    CU_ASSERT(H5Ldelete(f, name, H5P_DEFAULT) >= 0);
+    hid_t sp = H5Screate_simple(nd, dims, NULL);
+    d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    hid_t asp = H5Screate(H5S_SCALAR);
+    a = H5Acreate2(d, "checksum", H5T_STD_U64LE, asp, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0);
+    H5Aclose(a);
+    H5Sclose(asp);
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+/* verify and load both refuse path as bad data with `needle`. */
+static void nd_refused(const char *path, const char *needle)
+{
+    struct nd_set back;
+    make_nd_set(&back, 0, 0);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_ERR_BAD_DATA);
+    if (!strstr(dt_last_error(), needle))
+        fprintf(stderr, "\n    verify %s: '%s' lacks '%s'", path, dt_last_error(), needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), needle));
+    CU_ASSERT_EQUAL(dt_ckpt_load(path, NULL, back.t, ND_T), DT_ERR_BAD_DATA);
+    if (!strstr(dt_last_error(), needle))
+        fprintf(stderr, "\n    load %s: '%s' lacks '%s'", path, dt_last_error(), needle);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), needle));
+    free_nd_set(&back);
+}
+
+/* Damage to an N-d checkpoint is found: a flipped bit in a 4-D tensor's
+ * values (its checksum), a tensor given another shape of the same size
+ * (the meta checksum covers shapes), a 4-D tensor in a file that says
+ * version 2, a tensor of more than DT_MAX_DIMS dimensions. */
+static void test_nd_damaged(void)
+{
+    char dir[4096], path[4400], copy[4400];
+    struct nd_set s;
+    struct dt_ckpt_meta m = make_meta(6);
+    fresh_dir("nddmg", dir, sizeof dir);
+    make_nd_set(&s, 31, 1);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, s.t, ND_T, "model: cnn\n", path, sizeof path),
+                          DT_OK);
+    haddr_t off = data_offset(path, "params/conv1.weight");
+    CU_ASSERT_FATAL(off != HADDR_UNDEF);
+    snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
+    copy_file(path, copy);
+    flip_byte(copy, (off_t)off + 4 * 100 + 3); /* element (3, 2, 0, 1) */
+    nd_refused(copy, "tensor params/conv1.weight fails its checksum");
+
+    hsize_t flat[2] = {4, 27};
+    hid_t f = edit_copy(path, dir, "reshaped.h5", copy, sizeof copy);
+    reshape_tensor(f, "params/conv1.weight", 2, flat);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(dt_last_error(), "its attributes or its list of tensors fail their checksum"));
+
+    int two = 2;
+    f = edit_copy(path, dir, "v2-with-4d.h5", copy, sizeof copy);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &two);
+    H5Fclose(f);
+    nd_refused(copy, "tensor optim/m/eight has 8 dimensions; a checkpoint of format version 2 "
+                     "holds only 1-D and 2-D tensors");
+
+    hsize_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    f = edit_copy(path, dir, "nine.h5", copy, sizeof copy);
+    reshape_tensor(f, "params/fc.weight", 9, nine);
+    H5Fclose(f);
+    nd_refused(copy, "tensor params/fc.weight is not a float32 array of 1 to 8 dimensions");
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK); /* the original is untouched */
+    free_nd_set(&s);
+}
+
+/* A checkpoint of a newer format version is refused, naming the file, its
+ * version and the versions this dtrain reads; so is a newer model file. */
+static void test_refuses_newer_version(void)
+{
+    char dir[4096], path[4400], copy[4400], want[4600];
+    static struct set s, back;
+    fresh_dir("newer", dir, sizeof dir);
+    make_set(&s, 18);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 42, &s, path, sizeof path), DT_OK);
+    int four = DT_CKPT_FORMAT_VERSION + 1;
+    hid_t f = edit_copy(path, dir, "v4.h5", copy, sizeof copy);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &four);
+    H5Fclose(f);
+    snprintf(want, sizeof want,
+             "checkpoint %s has format version 4; this dtrain reads versions 1 to 3: use a "
+             "newer dtrain",
+             copy);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
+    empty_like(&back, &s);
+    CU_ASSERT_EQUAL(dt_ckpt_load(copy, NULL, back.t, NT), DT_ERR_BAD_DATA);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
+
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    struct dt_named_tensor t = {"w", {2, {2, 3}}, w}, *got = NULL;
+    int n = 0, two = 2;
+    snprintf(copy, sizeof copy, "%s/model.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(copy, &t, 1), DT_OK);
+    f = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &two);
+    H5Fclose(f);
+    CU_ASSERT_EQUAL(dt_tensors_load(copy, &got, &n), DT_ERR_BAD_DATA);
+    snprintf(want, sizeof want,
+             "model %s has format version 2; this dtrain reads version 1: use a newer dtrain",
+             copy);
+    CU_ASSERT_STRING_EQUAL(dt_last_error(), want);
+    CU_ASSERT_PTR_NULL(got);
+}
+
+/* A format-version-2 checkpoint written by an earlier dtrain (the fixture:
+ * step 3 of a 784-8-10 MLP with AdamW) verifies, meta checksum included,
+ * and loads; its parameters are those of the same run's model file, a
+ * format-version-1 model.h5, which loads too. A flipped value in it is
+ * still found. */
+static void test_reads_old_files(void)
+{
+    char dir[4096], copy[4400];
+    const char *ckpt = DT_TEST_FIXTURES "/ckpt-v2-mlp8.h5";
+    const char *model = DT_TEST_FIXTURES "/model-v1-mlp8.h5";
+    struct dt_ckpt_info *info = calloc(1, sizeof *info);
+    struct dt_ckpt_tensor t[DT_CKPT_MAX_TENSORS / 64];
+    struct dt_named_tensor *mt = NULL;
+    struct dt_ckpt_meta meta;
+    int n = 0;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    dt_status st = dt_ckpt_verify(ckpt, info);
+    if (st != DT_OK)
+        fprintf(stderr, "\n    %s", dt_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, DT_OK);
+    CU_ASSERT_EQUAL(info->format_version, 2);
+    CU_ASSERT_EQUAL(info->meta.step, 3);
+    CU_ASSERT_EQUAL(info->meta.samples, 384);
+    CU_ASSERT_STRING_EQUAL(info->meta.optimizer, "adamw");
+    CU_ASSERT_EQUAL_FATAL(info->ntensors, 12);
+    int k = info_index(info, "params/fc1.weight");
+    CU_ASSERT_FATAL(k >= 0);
+    CU_ASSERT(dt_shape_equal(&info->shape[k], &(struct dt_shape){2, {8, 784}}));
+    k = info_index(info, "optim/v/fc2.bias");
+    CU_ASSERT_FATAL(k >= 0);
+    CU_ASSERT(dt_shape_equal(&info->shape[k], &(struct dt_shape){1, {10}}));
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < info->ntensors; i++) {
+        snprintf(t[i].name, DT_CKPT_NAME, "%s", info->names[i]);
+        t[i].shape = info->shape[i];
+        t[i].data = calloc((size_t)info->numel[i], sizeof(float));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t[i].data);
+    }
+    CU_ASSERT_EQUAL(dt_ckpt_load(ckpt, &meta, t, info->ntensors), DT_OK);
+    CU_ASSERT_EQUAL(meta.step, 3);
+    CU_ASSERT_EQUAL(dt_tensors_load(model, &mt, &n), DT_OK);
+    CU_ASSERT_EQUAL(n, 4);
+    for (int j = 0; j < n && mt; j++) {
+        char name[DT_CKPT_NAME];
+        snprintf(name, sizeof name, "params/%s", mt[j].name);
+        k = info_index(info, name);
+        CU_ASSERT_FATAL(k >= 0);
+        CU_ASSERT(dt_shape_equal(&mt[j].shape, &t[k].shape));
+        CU_ASSERT_EQUAL(memcmp(mt[j].data, t[k].data, (size_t)info->numel[k] * sizeof(float)), 0);
+    }
+    dt_tensors_free(mt, n);
+    fresh_dir("oldfiles", dir, sizeof dir);
+    snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
+    copy_file(ckpt, copy);
+    haddr_t off = data_offset(copy, "optim/m/fc1.weight");
+    CU_ASSERT_FATAL(off != HADDR_UNDEF);
+    flip_byte(copy, (off_t)off + 4 * 777 + 2);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(copy, NULL), DT_ERR_BAD_DATA);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "optim/m/fc1.weight fails its checksum"));
+    for (int i = 0; i < info->ntensors; i++)
+        free(t[i].data);
+    dt_ckpt_info_free(info);
+    free(info);
+}
+
+/* Model files hold N-d tensors too; shapes outside 1 to DT_MAX_DIMS
+ * dimensions are refused. */
+static void test_model_nd(void)
+{
+    char dir[4096], p[4400];
+    float w[36], b[4];
+    fill(w, 36, 41);
+    fill(b, 4, 42);
+    struct dt_named_tensor t[2] = {{"conv1.weight", {4, {4, 1, 3, 3}}, w},
+                                   {"conv1.bias", {1, {4}}, b}},
+                           *got = NULL;
+    int n = 0;
+    fresh_dir("modelnd", dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/model.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, t, 2), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_tensors_load(p, &got, &n), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[1].name, "conv1.weight");
+    CU_ASSERT(dt_shape_equal(&got[1].shape, &t[0].shape));
+    CU_ASSERT_EQUAL(memcmp(got[1].data, w, sizeof w), 0);
+    CU_ASSERT(dt_shape_equal(&got[0].shape, &t[1].shape));
+    dt_tensors_free(got, n);
+    t[0].shape.ndim = 0;
+    CU_ASSERT_EQUAL(dt_tensors_save(p, t, 2), DT_ERR_INVALID_ARG);
+    t[0].shape.ndim = DT_MAX_DIMS + 1;
+    CU_ASSERT_EQUAL(dt_tensors_save(p, t, 2), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "conv1.weight"));
+}
+
 /* A checkpoint another process holds locked (HDF5 takes a lock on open)
  * is an I/O error, not a damaged file: nothing is wrong with it. */
 static void test_locked_not_damaged(void)
@@ -928,7 +1249,7 @@ static void test_prune(void)
     char dir[4096], path[4400], names[16][256];
     int64_t steps[16];
     float v[4] = {1, 2, 3, 4};
-    struct dt_ckpt_tensor t = {"params/v", 1, {4, 0}, v};
+    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v};
     fresh_dir("prune", dir, sizeof dir);
     for (int64_t step = 10; step <= 100; step += 10) {
         struct dt_ckpt_meta m = make_meta(step);
@@ -966,7 +1287,7 @@ static void test_prune_foreign(void)
 {
     char dir[4096], path[4400], p[4400], names[16][256];
     float v[4] = {1, 2, 3, 4};
-    struct dt_ckpt_tensor t = {"params/v", 1, {4, 0}, v};
+    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v};
     fresh_dir("prunef", dir, sizeof dir);
     for (int64_t step = 10; step <= 30; step += 10) {
         struct dt_ckpt_meta m = make_meta(step);
@@ -978,7 +1299,7 @@ static void test_prune_foreign(void)
     snprintf(moved, sizeof moved, "%s/ckpt-0000000098.h5", dir); /* holds step 10 */
     copy_file(p, moved);
     snprintf(p, sizeof p, "%s/ckpt-0000000097.h5", dir); /* a model, not a checkpoint */
-    struct dt_named_tensor mt = {"w", 1, {4, 0}, v};
+    struct dt_named_tensor mt = {"w", {1, {4}}, v};
     CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, &mt, 1), DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 6);
     CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 2, 0), DT_OK);
@@ -1049,7 +1370,7 @@ static void failing_save(const char *dir, int fsize, const char *needle)
     if (!big) return;
     take_snapshot(dir, "ckpt-0000000001.h5", &sn);
     fill(big, BIG, 70); /* not zeros: a hole left by a lost write must not verify */
-    struct dt_ckpt_tensor t = {"params/big", 1, {BIG, 0}, big};
+    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big};
     struct dt_ckpt_meta m = make_meta(2);
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
@@ -1116,11 +1437,19 @@ static void test_save_bad_args(void)
     char dir[4096], path[4400];
     float v[4] = {0};
     struct dt_ckpt_meta m = make_meta(1);
-    struct dt_ckpt_tensor t[2] = {{"a", 1, {4, 0}, v}, {"b", 1, {4, 0}, v}};
+    struct dt_ckpt_tensor t[2] = {{"a", {1, {4}}, v}, {"b", {1, {4}}, v}};
     fresh_dir("args", dir, sizeof dir);
-    t[1].ndim = 3;
+    t[1].shape.ndim = DT_MAX_DIMS + 1;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
-    t[1].ndim = 1;
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b has 9 dimensions"));
+    t[1].shape.ndim = 0; /* a scalar: refused, with what to do instead */
+    CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b is a scalar"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "give it shape [1]"));
+    t[1].shape = (struct dt_shape){3, {2, 1 << 30, 1 << 30}}; /* 2^61 values */
+    CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b is too large"));
+    t[1].shape = (struct dt_shape){1, {4}};
     t[1].data = NULL;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "b has no data"));
@@ -1128,9 +1457,10 @@ static void test_save_bad_args(void)
     snprintf(t[1].name, DT_CKPT_NAME, "a");
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
     snprintf(t[1].name, DT_CKPT_NAME, "b");
-    t[1].shape[0] = -1;
+    t[1].shape = (struct dt_shape){4, {1, 2, -1, 2}};
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
-    t[1].shape[0] = 4;
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "dimension 2 is -1"));
+    t[1].shape = (struct dt_shape){1, {4}};
     m.step = -1;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 0);
@@ -1193,15 +1523,21 @@ static void test_same_step_again(void)
 static void test_verify_in_slices(void)
 {
     enum { N1 = (1 << 22) * 2 + 3, R = 3001, C = 2003 };
+    /* 3 x 7 x 11 x 13 x 1601 = 4807803 values, more than one slice: read
+     * as two slices of whole rows of the first dimension */
+    const struct dt_shape five = {5, {3, 7, 11, 13, 1601}};
     char dir[4096], path[4400], copy[4400];
     float *a = malloc(N1 * sizeof *a), *b = malloc((size_t)R * C * sizeof *b);
-    CU_ASSERT_FATAL(a && b);
+    float *c = malloc((size_t)dt_shape_numel(&five) * sizeof *c);
+    CU_ASSERT_FATAL(a && b && c);
     fill(a, N1, 7);
     fill(b, (size_t)R * C, 8);
-    struct dt_ckpt_tensor t[2] = {{"params/long", 1, {N1, 0}, a}, {"params/wide", 2, {R, C}, b}};
+    fill(c, (size_t)dt_shape_numel(&five), 9);
+    struct dt_ckpt_tensor t[3] = {
+        {"params/long", {1, {N1}}, a}, {"params/wide", {2, {R, C}}, b}, {"params/five", five, c}};
     struct dt_ckpt_meta m = make_meta(3);
     fresh_dir("slices", dir, sizeof dir);
-    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, t, 2, "model: mlp\n", path, sizeof path),
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, t, 3, "model: mlp\n", path, sizeof path),
                           DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
     const struct {
@@ -1209,7 +1545,9 @@ static void test_verify_in_slices(void)
         int64_t elem;
     } flips[] = {{"params/long", N1 - 1},
                  {"params/long", (1 << 22) + 5},
-                 {"params/wide", (int64_t)R * C - 7}};
+                 {"params/wide", (int64_t)R * C - 7},
+                 {"params/five", (1 << 22) + 1601 * 13 + 2},
+                 {"params/five", 4807803 - 2}};
     for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
         haddr_t off = data_offset(path, flips[k].name);
         CU_ASSERT_FATAL(off != HADDR_UNDEF);
@@ -1222,6 +1560,7 @@ static void test_verify_in_slices(void)
     }
     free(a);
     free(b);
+    free(c);
 }
 
 /* A tensor whose data is mostly holes of a sparse file (declared, never
@@ -1280,6 +1619,11 @@ int main(int argc, char **argv)
     CU_ADD(s, test_hostile_checkpoints);
     CU_ADD(s, test_locked_not_damaged);
     CU_ADD(s, test_reads_version_1);
+    CU_ADD(s, test_nd_round_trip);
+    CU_ADD(s, test_nd_damaged);
+    CU_ADD(s, test_refuses_newer_version);
+    CU_ADD(s, test_reads_old_files);
+    CU_ADD(s, test_model_nd);
     CU_ADD(s, test_truncated);
     CU_ADD(s, test_bit_flip);
     CU_ADD(s, test_flip_everywhere);

@@ -1919,7 +1919,7 @@ static void test_model_round_trip(void)
 {
     char dir[4096], p[4200];
     float w[6] = {1, -2, 3.5f, 4, 5, 6}, b[3] = {0.25f, 0, -1};
-    struct dt_named_tensor t[2] = {{"fc1.weight", 2, {2, 3}, w}, {"fc1.bias", 1, {3, 0}, b}};
+    struct dt_named_tensor t[2] = {{"fc1.weight", {2, {2, 3}}, w}, {"fc1.bias", {1, {3}}, b}};
     tpath(dir, sizeof dir, "model-rt");
     mkdir(dir, 0777);
     snprintf(p, sizeof p, "%s/model.h5", dir);
@@ -1930,8 +1930,9 @@ static void test_model_round_trip(void)
     ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_OK);
     CU_ASSERT_EQUAL_FATAL(n, 2);
     CU_ASSERT_STRING_EQUAL(got[0].name, "fc1.bias"); /* name order */
-    CU_ASSERT(got[0].ndim == 1 && got[0].shape[0] == 3 && !memcmp(got[0].data, b, sizeof b));
-    CU_ASSERT(got[1].ndim == 2 && got[1].shape[0] == 2 && got[1].shape[1] == 3 &&
+    CU_ASSERT(got[0].shape.ndim == 1 && got[0].shape.dim[0] == 3 &&
+              !memcmp(got[0].data, b, sizeof b));
+    CU_ASSERT(got[1].shape.ndim == 2 && got[1].shape.dim[0] == 2 && got[1].shape.dim[1] == 3 &&
               !memcmp(got[1].data, w, sizeof w));
     dt_tensors_free(got, n);
 }
@@ -1945,7 +1946,7 @@ static void failing_model_save(const char *dir, int fsize, const char *reason)
     enum { BIG = 1 << 20 };
     char p[4200];
     float small[4] = {1, 2, 3, 4};
-    struct dt_named_tensor t = {"fc1.weight", 1, {4, 0}, small};
+    struct dt_named_tensor t = {"fc1.weight", {1, {4}}, small};
     snprintf(p, sizeof p, "%s/model.h5", dir);
     ASSERT_STATUS(dt_tensors_save(p, &t, 1), DT_OK);
     size_t before_len = 0, after_len = 0;
@@ -1954,7 +1955,7 @@ static void failing_model_save(const char *dir, int fsize, const char *reason)
     CU_ASSERT_FATAL(before && big);
     for (size_t i = 0; i < BIG; i++)
         big[i] = (float)i;
-    struct dt_named_tensor bt = {"fc1.weight", 2, {1024, 1024}, big};
+    struct dt_named_tensor bt = {"fc1.weight", {2, {1024, 1024}}, big};
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
     lim = old;
@@ -2026,7 +2027,7 @@ static void test_model_bad_files(void)
     /* a tensor declaring 2^60 floats it never wrote, a name longer than a
      * tensor's name buffer, a link */
     float w[2] = {1, 2};
-    struct dt_named_tensor t = {"w", 1, {2, 0}, w};
+    struct dt_named_tensor t = {"w", {1, {2}}, w};
     const char *edits[] = {"huge", "long", "link"};
     for (int k = 0; k < 3; k++) {
         snprintf(p, sizeof p, "%s/%s.h5", dir, edits[k]);
