@@ -121,81 +121,13 @@ dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op);
 void dt_cuda_note_usage(struct cuda_backend *cb);
 
 /* ---- ops (kernels/ops.h has the contract of each) ------------------- */
-/* linear.cu */
-dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                             int In, int Out);
-dt_status dt_cuda_linear_bwd(dt_backend_t *be, float *din, float *dw, const float *dout,
-                             const float *in, const float *w, int B, int In, int Out);
-dt_status dt_cuda_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C);
-dt_status dt_cuda_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B, int C);
-/* activation.cu */
-dt_status dt_cuda_relu_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
-dt_status dt_cuda_relu_bwd(dt_backend_t *be, float *din, const float *dout, const float *in,
-                           size_t n);
-dt_status dt_cuda_gelu_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
-dt_status dt_cuda_gelu_bwd(dt_backend_t *be, float *din, const float *dout, const float *in,
-                           size_t n);
-dt_status dt_cuda_tanh_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
-dt_status dt_cuda_tanh_bwd(dt_backend_t *be, float *din, const float *dout, const float *out,
-                           size_t n);
-/* dropout.cu */
-dt_status dt_cuda_dropout_fwd(dt_backend_t *be, float *out, const float *in, int rows, int cols,
-                              float p, const struct dt_rng_key *key, uint64_t row0);
-dt_status dt_cuda_dropout_bwd(dt_backend_t *be, float *din, const float *dout, int rows,
-                              int cols, float p, const struct dt_rng_key *key, uint64_t row0);
-/* flatten.cu */
-dt_status dt_cuda_flatten_fwd(dt_backend_t *be, float *out, const float *in, size_t n);
-dt_status dt_cuda_flatten_bwd(dt_backend_t *be, float *din, const float *dout, size_t n);
-/* softmax_xent.cu */
-dt_status dt_cuda_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *logits,
-                                   const int32_t *labels, int B, int C, double *loss_sum,
-                                   int64_t *correct);
-dt_status dt_cuda_softmax_xent_bwd(dt_backend_t *be, float *dlogits, const float *probs,
-                                   const int32_t *labels, int B, int C, float scale);
-/* optim.cu */
-dt_status dt_cuda_sgd_update(dt_backend_t *be, float *p, const float *g, float *buf, size_t n,
-                             const struct dt_sgd_args *a);
-dt_status dt_cuda_adamw_update(dt_backend_t *be, float *p, const float *g, float *m, float *v,
-                               size_t n, const struct dt_adamw_args *a);
-/* reduce.cu */
-dt_status dt_cuda_sumsq(dt_backend_t *be, const float *x, size_t n, double *out);
-dt_status dt_cuda_scale(dt_backend_t *be, float *x, size_t n, float s);
-dt_status dt_cuda_fill(dt_backend_t *be, float *x, size_t n, float v);
-dt_status dt_cuda_all_finite(dt_backend_t *be, const float *x, size_t n, int *out);
-/* cast.cu */
-dt_status dt_cuda_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, size_t n);
-dt_status dt_cuda_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, size_t n);
-/* elementwise.cu */
-dt_status dt_cuda_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, int N, int C,
-                                   int HW);
-dt_status dt_cuda_channel_bias_bwd(dt_backend_t *be, float *db, const float *dout, int N, int C,
-                                   int HW);
-dt_status dt_cuda_add(dt_backend_t *be, float *out, const float *a, const float *b, size_t n);
-dt_status dt_cuda_accumulate(dt_backend_t *be, float *dst, const float *src, size_t n);
-/* norm.cu */
-dt_status dt_cuda_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
-                                  int HW);
-dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
-                                float *running_mean, float *running_var, const float *x,
-                                const double *stats, double count, const float *gamma,
-                                const float *beta, float eps, float momentum, int N, int C, int HW);
-dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
-                                  const float *running_mean, const float *running_var,
-                                  const float *gamma, const float *beta, float eps, int N, int C,
-                                  int HW);
-dt_status dt_cuda_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
-                                       const float *x, const float *mean, const float *invstd,
-                                       int N, int C, int HW);
-dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
-                                const float *dy, const float *x, const float *mean,
-                                const float *invstd, const float *gamma, const double *local,
-                                const double *global, double count, int N, int C, int HW);
-dt_status dt_cuda_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
-                                const float *x, const float *gamma, const float *beta, float eps,
-                                int rows, int D);
-dt_status dt_cuda_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
-                                const float *dy, const float *x, const float *mean,
-                                const float *rstd, const float *gamma, int rows, int D);
+/* Every op of the list in kernels/ops.h as dt_cuda_<op> (linear.cu,
+ * activation.cu, dropout.cu, flatten.cu, softmax_xent.cu, optim.cu,
+ * reduce.cu, cast.cu, elementwise.cu, norm.cu; conv.cu and pool.cu in
+ * builds with cuDNN, which alone define the convolution and pooling ops). */
+#define DT_CUDA_OP_PROTO(name, params) dt_status dt_cuda_##name params;
+DT_OP_LIST(DT_CUDA_OP_PROTO)
+#undef DT_CUDA_OP_PROTO
 
 #ifdef DT_HAVE_CUDNN
 /* dnn.cu: the backend's cuDNN handle, created on first use and bound to
@@ -211,23 +143,6 @@ cudnnStatus_t dt_cudnn_tensor4d(cudnnTensorDescriptor_t d, int n, int c, int h, 
 void dt_cuda_dnn_release(struct cuda_backend *cb);
 /* conv.cu */
 void dt_cuda_conv_release(struct cuda_backend *cb);
-dt_status dt_cuda_conv2d_workspace(dt_backend_t *be, const struct dt_conv2d_shape *s,
-                                   size_t *bytes);
-dt_status dt_cuda_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const float *w,
-                             const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
-dt_status dt_cuda_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, const float *w,
-                                  const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
-dt_status dt_cuda_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
-                                    const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes);
-/* pool.cu */
-dt_status dt_cuda_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
-                                const struct dt_pool2d_shape *s);
-dt_status dt_cuda_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, const float *x,
-                                const float *y, const struct dt_pool2d_shape *s);
-dt_status dt_cuda_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
-                                const struct dt_pool2d_shape *s);
-dt_status dt_cuda_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
-                                const struct dt_pool2d_shape *s);
 #endif
 
 #ifdef __cplusplus
