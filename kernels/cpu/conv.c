@@ -28,6 +28,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "../ops_check.h"
 #include "cpu_ops.h"
 
 /* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
@@ -40,36 +41,10 @@ enum { OPERAND_X, OPERAND_W, OPERAND_DY };
 
 static dt_status check_shape(const char *op, const struct dt_conv2d_shape *s)
 {
-    if (!s)
-        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: shape must not be NULL", op);
-    if (s->N < 1 || s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: sizes must be >= 1 (N=%d C=%d H=%d W=%d K=%d R=%d S=%d)", op,
-                            s->N, s->C, s->H, s->W, s->K, s->R, s->S);
-    if (s->stride_h < 1 || s->stride_w < 1 || s->dil_h < 1 || s->dil_w < 1 || s->pad_h < 0 ||
-        s->pad_w < 0 || s->groups < 1)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: stride, dilation and groups must be >= 1 and padding >= 0 "
-                            "(stride %dx%d, dilation %dx%d, padding %dx%d, groups %d)",
-                            op, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->pad_h, s->pad_w,
-                            s->groups);
-    if (s->C % s->groups || s->K % s->groups)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: C=%d and K=%d must both be divisible by groups=%d", op, s->C,
-                            s->K, s->groups);
-    int P = dt_conv_out_dim(s->H, s->pad_h, s->dil_h, s->R, s->stride_h);
-    int Q = dt_conv_out_dim(s->W, s->pad_w, s->dil_w, s->S, s->stride_w);
-    if (P < 1 || Q < 1)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: a %dx%d filter (dilation %dx%d) does not fit the %dx%d input "
-                            "padded by %dx%d",
-                            op, s->R, s->S, s->dil_h, s->dil_w, s->H, s->W, s->pad_h, s->pad_w);
-    if (s->P != P || s->Q != Q)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: output is %dx%d but the shape says %dx%d (use "
-                            "dt_conv_out_dim)",
-                            op, P, Q, s->P, s->Q);
-    long long cols = (long long)(s->C / s->groups) * s->R * s->S * P * Q;
+    dt_status st = dt_check_conv2d("cpu", op, s);
+    if (st != DT_OK)
+        return st;
+    long long cols = (long long)(s->C / s->groups) * s->R * s->S * s->P * s->Q;
     if (cols > INT_MAX || (long long)s->H * s->W > INT_MAX)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "cpu %s: one image's column matrix (%lld values) is too large", op,

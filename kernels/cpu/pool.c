@@ -23,6 +23,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../ops_check.h"
 #include "cpu_ops.h"
 
 static dt_status check_pool(const char *op, const struct dt_pool2d_shape *s, const void *a,
@@ -30,28 +31,7 @@ static dt_status check_pool(const char *op, const struct dt_pool2d_shape *s, con
 {
     if (!s || !a || !b)
         return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: shape and tensors must not be NULL", op);
-    if (s->N < 1 || s->C < 1 || s->H < 1 || s->W < 1 || s->R < 1 || s->S < 1)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: sizes must be >= 1 (N=%d C=%d H=%d W=%d R=%d S=%d)", op, s->N,
-                            s->C, s->H, s->W, s->R, s->S);
-    if (s->stride_h < 1 || s->stride_w < 1 || s->pad_h < 0 || s->pad_w < 0 || s->pad_h >= s->R ||
-        s->pad_w >= s->S)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: stride must be >= 1 and padding in [0, window) (stride %dx%d, "
-                            "padding %dx%d, window %dx%d)",
-                            op, s->stride_h, s->stride_w, s->pad_h, s->pad_w, s->R, s->S);
-    int P = dt_conv_out_dim(s->H, s->pad_h, 1, s->R, s->stride_h);
-    int Q = dt_conv_out_dim(s->W, s->pad_w, 1, s->S, s->stride_w);
-    if (P < 1 || Q < 1)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: a %dx%d window does not fit the %dx%d input padded by %dx%d",
-                            op, s->R, s->S, s->H, s->W, s->pad_h, s->pad_w);
-    if (s->P != P || s->Q != Q)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cpu %s: output is %dx%d but the shape says %dx%d (use "
-                            "dt_conv_out_dim)",
-                            op, P, Q, s->P, s->Q);
-    return DT_OK;
+    return dt_check_pool2d("cpu", op, s);
 }
 
 /* The window of output (p, q): rows [h0, h1), columns [v0, v1) clipped

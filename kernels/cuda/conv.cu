@@ -86,26 +86,7 @@ struct candidate {
  * and K, and P, Q as dt_conv_out_dim gives them. */
 static dt_status check_shape(const char *op, const struct dt_conv2d_shape *s)
 {
-    if (!s)
-        return dt_set_error(DT_ERR_INVALID_ARG, "cuda %s: the shape must not be NULL", op);
-    if (s->N < 1 || s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1 ||
-        s->stride_h < 1 || s->stride_w < 1 || s->dil_h < 1 || s->dil_w < 1 || s->pad_h < 0 ||
-        s->pad_w < 0 || s->groups < 1)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cuda %s: sizes, strides, dilations and groups must be >= 1 and "
-                            "padding >= 0 (" SHAPE_FMT ")",
-                            op, SHAPE_ARGS(s));
-    if (s->C % s->groups || s->K % s->groups)
-        return dt_set_error(DT_ERR_INVALID_ARG, "cuda %s: groups=%d must divide C=%d and K=%d", op,
-                            s->groups, s->C, s->K);
-    const int P = dt_conv_out_dim(s->H, s->pad_h, s->dil_h, s->R, s->stride_h);
-    const int Q = dt_conv_out_dim(s->W, s->pad_w, s->dil_w, s->S, s->stride_w);
-    if (P < 1 || Q < 1 || P != s->P || Q != s->Q)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cuda %s: the output is %dx%d for this input, window, stride, padding "
-                            "and dilation, not P=%d Q=%d (" SHAPE_FMT ")",
-                            op, P, Q, s->P, s->Q, SHAPE_ARGS(s));
-    return DT_OK;
+    return dt_check_conv2d("cuda", op, s);
 }
 
 static void plan_clear(struct conv_plan *p)
