@@ -29,8 +29,7 @@ dt_status dt_check_conv2d(const char *be, const char *op, const struct dt_conv2d
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "%s %s: a %dx%d filter (dilation %dx%d) does not fit the %dx%d input "
                             "padded by %dx%d",
-                            be, op, s->R, s->S, s->dil_h, s->dil_w, s->H, s->W, s->pad_h,
-                            s->pad_w);
+                            be, op, s->R, s->S, s->dil_h, s->dil_w, s->H, s->W, s->pad_h, s->pad_w);
     if (s->P != P || s->Q != Q)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "%s %s: output is %dx%d but the shape says %dx%d (use "

@@ -38,14 +38,14 @@
 struct node {
     struct dt_layer l;
     int nin;
-    int in[MAX_INPUTS];  /* producers; -1 = the model input */
+    int in[MAX_INPUTS]; /* producers; -1 = the model input */
     int pidx[DT_LAYER_MAX_PARAMS], bidx[DT_LAYER_MAX_BUFFERS];
-    int block;           /* recompute block (index into the block table), -1 none */
-    int inner;           /* output dropped after forward and recomputed */
-    int needs_grad;      /* its output gradient is needed (a parameter at or before it) */
-    int want_din;        /* an input needs a gradient */
+    int block;      /* recompute block (index into the block table), -1 none */
+    int inner;      /* output dropped after forward and recomputed */
+    int needs_grad; /* its output gradient is needed (a parameter at or before it) */
+    int want_din;   /* an input needs a gradient */
     int nconsumers, last_consumer;
-    int slot;            /* gradient slot of its output, -1 none */
+    int slot;                           /* gradient slot of its output, -1 none */
     size_t out_off, sum_off, saved_off; /* arena offsets, floats (out_off: in the recompute
                                            scratch when inner) */
     float *out, *sum, *saved;
@@ -140,10 +140,9 @@ static dt_status resolve_inputs(dt_model_t *m, struct node *n, const char *input
             return dt_set_error(DT_ERR_USAGE, "%s: inputs: a loss layer's output is no input",
                                 where);
         if (first && !dt_shape_equal(first, s))
-            return dt_set_error(DT_ERR_USAGE,
-                                "%s: inputs: summed inputs must have one shape, got %s and %s",
-                                where, dt_shape_format(first, s1, sizeof s1),
-                                dt_shape_format(s, s2, sizeof s2));
+            return dt_set_error(
+                DT_ERR_USAGE, "%s: inputs: summed inputs must have one shape, got %s and %s", where,
+                dt_shape_format(first, s1, sizeof s1), dt_shape_format(s, s2, sizeof s2));
         first = s;
     }
     n->l.in = *first;
@@ -203,8 +202,7 @@ static dt_status add_node(dt_model_t *m, const struct dt_layer_spec *spec, const
     char names[512];
     dt_status st;
     if (m->nnodes >= DT_MODEL_MAX_LAYERS)
-        return dt_set_error(DT_ERR_USAGE, "the model has more than %d layers",
-                            DT_MODEL_MAX_LAYERS);
+        return dt_set_error(DT_ERR_USAGE, "the model has more than %d layers", DT_MODEL_MAX_LAYERS);
     struct node *n = &m->nodes[m->nnodes];
     memset(n, 0, sizeof *n);
     n->block = -1;
@@ -429,8 +427,8 @@ static dt_status plan_recompute(dt_model_t *m, const char *want)
             char list[512] = "";
             size_t at = 0;
             for (int b = 0; b < m->nblocks && at < sizeof list; b++) {
-                int w = snprintf(list + at, sizeof list - at, "%s%s", b ? ", " : "",
-                                 m->blocks[b].name);
+                int w =
+                    snprintf(list + at, sizeof list - at, "%s%s", b ? ", " : "", m->blocks[b].name);
                 at += w > 0 ? (size_t)w : 0;
             }
             return dt_set_error(DT_ERR_USAGE,
@@ -610,12 +608,11 @@ static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_
     DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->blocks, "the model", (void **)&m->blocks));
     DT_CHECK(dt_calloc(DT_MODEL_MAX_PARAMS, sizeof *m->params, "the model", (void **)&m->params));
     DT_CHECK(dt_calloc(DT_MODEL_MAX_PARAMS, sizeof *m->buffers, "the model", (void **)&m->buffers));
-    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->slot_size, "the model",
-                       (void **)&m->slot_size));
-    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->slot_off, "the model",
-                       (void **)&m->slot_off));
-    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->written, "the model",
-                       (void **)&m->written));
+    DT_CHECK(
+        dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->slot_size, "the model", (void **)&m->slot_size));
+    DT_CHECK(
+        dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->slot_off, "the model", (void **)&m->slot_off));
+    DT_CHECK(dt_calloc(DT_MODEL_MAX_LAYERS, sizeof *m->written, "the model", (void **)&m->written));
     DT_CHECK(dt_model_expand(job, specs, DT_MODEL_MAX_LAYERS, &nspecs));
     int typed = strcmp(job->model.type, "layers") == 0;
     for (int i = 0; i < nspecs; i++) {
@@ -835,8 +832,8 @@ static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64
     c->labels = m->y;
 }
 
-static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute,
-                              double *loss_sum, int64_t *correct)
+static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute, double *loss_sum,
+                              int64_t *correct)
 {
     struct node *n = &m->nodes[i];
     struct dt_layer_ctx c;
@@ -867,15 +864,16 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
 {
     dt_status st = DT_OK;
     if (rows < 1 || rows > m->max_rows)
-        return dt_set_error(DT_ERR_INVALID_ARG, "batch of %lld rows; the model was sized for 1..%lld",
-                            (long long)rows, (long long)m->max_rows);
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "batch of %lld rows; the model was sized for 1..%lld", (long long)rows,
+                            (long long)m->max_rows);
     m->last_rows = rows;
     m->last_training = training;
     m->last_seed = seed;
     m->last_step = step;
     m->last_row0 = row0;
-    DT_CHECK(dt_backend_copy(m->be, m->x, x, (size_t)(rows * m->in_numel) * sizeof(float),
-                             DT_COPY_H2D));
+    DT_CHECK(
+        dt_backend_copy(m->be, m->x, x, (size_t)(rows * m->in_numel) * sizeof(float), DT_COPY_H2D));
     DT_CHECK(dt_backend_copy(m->be, m->y, y, (size_t)rows * sizeof(int32_t), DT_COPY_H2D));
     for (int i = 0; i < m->nnodes; i++)
         DT_CHECK(forward_node(m, i, rows, 0, loss_sum, correct));
@@ -931,9 +929,8 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
 {
     dt_status st = DT_OK;
     if (rows != m->last_rows)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "backward of %lld rows after a forward of %lld", (long long)rows,
-                            (long long)m->last_rows);
+        return dt_set_error(DT_ERR_INVALID_ARG, "backward of %lld rows after a forward of %lld",
+                            (long long)rows, (long long)m->last_rows);
     memset(m->written, 0, (size_t)m->nnodes * sizeof *m->written);
     for (int i = m->nnodes - 1; i >= 0; i--) {
         struct node *n = &m->nodes[i];
@@ -995,7 +992,7 @@ double dt_model_flops_per_sample(const dt_model_t *m, int training)
     for (int i = 0; i < m->nnodes; i++) {
         const struct node *n = &m->nodes[i];
         f += n->l.flops; /* forward */
-        if (training) /* the weight gradient, and the input gradient where one is needed */
+        if (training)    /* the weight gradient, and the input gradient where one is needed */
             f += n->l.flops * ((n->l.nparams > 0) + n->want_din);
     }
     return f;

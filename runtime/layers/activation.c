@@ -36,7 +36,7 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
         .build = build_plain,                                                                      \
         .fwd = NAME##_fwd,                                                                         \
         .bwd = NAME##_bwd,                                                                         \
-        .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_COUNT},                             \
+        .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_COUNT},                              \
     };
 
 ACTIVATION(relu, in, "max(x, 0)")
@@ -91,8 +91,8 @@ static dt_status dropout_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
         return DT_OK;
     struct dt_rng_key k = key_of(l, x);
     float p = x->training ? (float)c->p : 0.0f;
-    return x->ops->dropout_bwd(x->be, x->din, x->dout, (int)x->rows, (int)dt_shape_numel(&l->in),
-                               p, &k, (uint64_t)x->row0);
+    return x->ops->dropout_bwd(x->be, x->din, x->dout, (int)x->rows, (int)dt_shape_numel(&l->in), p,
+                               &k, (uint64_t)x->row0);
 }
 
 static void dropout_describe(const struct dt_layer *l, char *buf, size_t len)

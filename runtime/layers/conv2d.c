@@ -45,7 +45,7 @@ static struct dt_conv2d_shape shape_of(const struct dt_layer *l, int64_t rows)
 static dt_status build(struct dt_layer *l, const struct dt_layer_spec *spec,
                        const struct dt_job *job, int64_t num_classes)
 {
-    static const char *const known[] = {"out",    "kernel", "stride", "padding",
+    static const char *const known[] = {"out",      "kernel", "stride", "padding",
                                         "dilation", "groups", "bias",   NULL};
     struct conv_cfg *c = (struct conv_cfg *)l->cfg;
     dt_status st;
@@ -71,12 +71,14 @@ static dt_status build(struct dt_layer *l, const struct dt_layer_spec *spec,
         goto out;
     }
     if (C > 65536 || H > INT_MAX / 4 || W > INT_MAX / 4) {
-        st = dt_set_error(DT_ERR_BAD_DATA, "%s: an input of %s is more than conv2d takes",
-                          l->where, dt_shape_format(&l->in, s, sizeof s));
+        st = dt_set_error(DT_ERR_BAD_DATA, "%s: an input of %s is more than conv2d takes", l->where,
+                          dt_shape_format(&l->in, s, sizeof s));
         goto out;
     }
-    int P = dt_conv_out_dim((int)H, (int)c->pad[0], (int)c->dil[0], (int)c->k[0], (int)c->stride[0]);
-    int Q = dt_conv_out_dim((int)W, (int)c->pad[1], (int)c->dil[1], (int)c->k[1], (int)c->stride[1]);
+    int P =
+        dt_conv_out_dim((int)H, (int)c->pad[0], (int)c->dil[0], (int)c->k[0], (int)c->stride[0]);
+    int Q =
+        dt_conv_out_dim((int)W, (int)c->pad[1], (int)c->dil[1], (int)c->k[1], (int)c->stride[1]);
     if (P < 1 || Q < 1) {
         st = dt_set_error(DT_ERR_USAGE,
                           "%s: a %lldx%lld kernel (dilation %lld) does not fit the %lldx%lld input "

@@ -67,19 +67,19 @@ struct dt_layer_kind;
 struct dt_layer {
     const struct dt_layer_kind *kind;
     char name[DT_LAYER_NAME];
-    char where[96]; /* for messages: "model.layers[3] (conv2)" */
-    int id;         /* position in the model; keys dropout randomness */
+    char where[96];          /* for messages: "model.layers[3] (conv2)" */
+    int id;                  /* position in the model; keys dropout randomness */
     struct dt_shape in, out; /* per sample */
     int nparams, nbuffers;
     struct dt_tensor_decl params[DT_LAYER_MAX_PARAMS];
     struct dt_tensor_decl buffers[DT_LAYER_MAX_BUFFERS];
-    int64_t saved_per_row; /* floats per sample kept from forward to backward */
-    int64_t saved_fixed;   /* and floats kept whatever the row count */
+    int64_t saved_per_row;       /* floats per sample kept from forward to backward */
+    int64_t saved_fixed;         /* and floats kept whatever the row count */
     size_t ws_fixed, ws_per_row; /* scratch bytes during one forward or backward call */
-    double flops;          /* per sample, forward, multiply-add = 2 (matmuls and convolutions) */
-    int loss;              /* the kind is a loss: fwd adds to the loss and the correct count */
-    int input_grad;        /* set by the model before workspace(): backward gets a din */
-    int has_eval_mode;     /* forward differs between training and evaluation */
+    double flops;      /* per sample, forward, multiply-add = 2 (matmuls and convolutions) */
+    int loss;          /* the kind is a loss: fwd adds to the loss and the correct count */
+    int input_grad;    /* set by the model before workspace(): backward gets a din */
+    int has_eval_mode; /* forward differs between training and evaluation */
     unsigned char cfg[DT_LAYER_CFG_BYTES] __attribute__((aligned(8))); /* the kind's settings */
 };
 
@@ -88,8 +88,8 @@ struct dt_layer_ctx {
     dt_backend_t *be;
     const struct dt_ops *ops;
     int64_t rows;
-    const float *in; /* rows x numel(in) */
-    float *out;      /* rows x numel(out) */
+    const float *in;   /* rows x numel(in) */
+    float *out;        /* rows x numel(out) */
     const float *dout; /* backward: the output gradient (NULL for a loss) */
     float *din;        /* backward: the input gradient, written; NULL when nothing needs it */
     float *p[DT_LAYER_MAX_PARAMS], *g[DT_LAYER_MAX_PARAMS]; /* parameters, their gradients */
@@ -146,17 +146,17 @@ void dt_layer_write_reference(FILE *out);
 /* ---- for kinds: reading settings ----------------------------------------- */
 
 /* Integer setting `key` of spec, default def when absent, in [lo, hi]. */
-dt_status dt_layer_int(const struct dt_layer *l, const struct dt_layer_spec *spec,
-                       const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out);
+dt_status dt_layer_int(const struct dt_layer *l, const struct dt_layer_spec *spec, const char *key,
+                       int64_t def, int64_t lo, int64_t hi, int64_t *out);
 /* One or two integers (a square or a (height, width) setting such as
  * kernel: 3 or kernel: [3, 5]). */
-dt_status dt_layer_int2(const struct dt_layer *l, const struct dt_layer_spec *spec,
-                        const char *key, int64_t def, int64_t lo, int64_t hi, int64_t out[2]);
+dt_status dt_layer_int2(const struct dt_layer *l, const struct dt_layer_spec *spec, const char *key,
+                        int64_t def, int64_t lo, int64_t hi, int64_t out[2]);
 dt_status dt_layer_float(const struct dt_layer *l, const struct dt_layer_spec *spec,
                          const char *key, double def, double lo, double hi, int hi_excl,
                          double *out);
-dt_status dt_layer_bool(const struct dt_layer *l, const struct dt_layer_spec *spec,
-                        const char *key, int def, int *out);
+dt_status dt_layer_bool(const struct dt_layer *l, const struct dt_layer_spec *spec, const char *key,
+                        int def, int *out);
 /* Refuses settings other than the NULL-terminated `known`, naming them. */
 dt_status dt_layer_known(const struct dt_layer *l, const struct dt_layer_spec *spec,
                          const char *const *known);
@@ -164,9 +164,8 @@ dt_status dt_layer_known(const struct dt_layer *l, const struct dt_layer_spec *s
 dt_status dt_layer_want_image(const struct dt_layer *l);
 
 /* Adds a parameter or buffer declaration. */
-void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape,
-                    enum dt_init init, enum dt_decay_group group, int64_t fan_in,
-                    int64_t fan_out);
+void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape, enum dt_init init,
+                    enum dt_decay_group group, int64_t fan_in, int64_t fan_out);
 void dt_layer_buffer(struct dt_layer *l, const char *what, struct dt_shape shape,
                      enum dt_init init);
 

@@ -102,8 +102,8 @@ static dt_status bn_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     int N = (int)x->rows, C = (int)c->C, HW = (int)c->HW;
     dt_status st;
     if (!x->training)
-        return x->ops->batchnorm_infer(x->be, x->out, x->in, x->buf[0], x->buf[1], x->p[0],
-                                       x->p[1], (float)c->eps, N, C, HW);
+        return x->ops->batchnorm_infer(x->be, x->out, x->in, x->buf[0], x->buf[1], x->p[0], x->p[1],
+                                       (float)c->eps, N, C, HW);
     double *stats = (double *)x->ws;
     double count = (double)x->rows * (double)c->HW;
     DT_CHECK(x->ops->batchnorm_stats(x->be, stats, x->in, N, C, HW));
@@ -137,8 +137,8 @@ static dt_status bn_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     DT_CHECK(x->ops->batchnorm_bwd_reduce(x->be, local, x->dout, x->in, x->saved, x->saved + C, N,
                                           C, HW));
     if (x->sync) {
-        DT_CHECK(dt_backend_copy(x->be, global, local, 2 * (size_t)C * sizeof(double),
-                                 DT_COPY_D2D));
+        DT_CHECK(
+            dt_backend_copy(x->be, global, local, 2 * (size_t)C * sizeof(double), DT_COPY_D2D));
         DT_CHECK(sum_ranks(l, x, global, 2 * (size_t)C, NULL));
     } else {
         global = local;
@@ -184,8 +184,9 @@ static dt_status ln_build(struct dt_layer *l, const struct dt_layer_spec *spec,
     DT_CHECK(dt_layer_known(l, spec, known));
     DT_CHECK(dt_layer_float(l, spec, "eps", 1e-5, 0, 1, 0, &c->eps));
     if (c->eps <= 0 || l->in.ndim < 1) {
-        st = dt_set_error(DT_ERR_USAGE, "%s: layernorm needs eps above 0 and an input with a "
-                                        "last dimension",
+        st = dt_set_error(DT_ERR_USAGE,
+                          "%s: layernorm needs eps above 0 and an input with a "
+                          "last dimension",
                           l->where);
         goto out;
     }

@@ -63,8 +63,8 @@ static dt_status build_window(struct dt_layer *l, const struct dt_layer_spec *sp
     int Q = dt_conv_out_dim((int)l->in.dim[2], (int)c->pad[1], 1, (int)c->k[1], (int)c->stride[1]);
     if (P < 1 || Q < 1) {
         st = dt_set_error(DT_ERR_USAGE, "%s: a %lldx%lld window does not fit the %lldx%lld input",
-                          l->where, (long long)c->k[0], (long long)c->k[1],
-                          (long long)l->in.dim[1], (long long)l->in.dim[2]);
+                          l->where, (long long)c->k[0], (long long)c->k[1], (long long)l->in.dim[1],
+                          (long long)l->in.dim[2]);
         goto out;
     }
     l->out = dt_shape_make(3, l->in.dim[0], P, Q, 0);

@@ -12,13 +12,14 @@
 
 extern const struct dt_layer_kind dt_layer_linear, dt_layer_conv2d, dt_layer_maxpool2d,
     dt_layer_avgpool2d, dt_layer_global_avgpool, dt_layer_batchnorm, dt_layer_layernorm,
-    dt_layer_relu, dt_layer_gelu, dt_layer_tanh, dt_layer_dropout, dt_layer_flatten,
-    dt_layer_add, dt_layer_softmax_xent;
+    dt_layer_relu, dt_layer_gelu, dt_layer_tanh, dt_layer_dropout, dt_layer_flatten, dt_layer_add,
+    dt_layer_softmax_xent;
 
 static const struct dt_layer_kind *const kinds[] = {
-    &dt_layer_linear,    &dt_layer_conv2d,    &dt_layer_maxpool2d, &dt_layer_avgpool2d,
-    &dt_layer_global_avgpool, &dt_layer_batchnorm, &dt_layer_layernorm, &dt_layer_relu,
-    &dt_layer_gelu,      &dt_layer_tanh,      &dt_layer_dropout,   &dt_layer_flatten,
+    &dt_layer_linear,    &dt_layer_conv2d,         &dt_layer_maxpool2d,
+    &dt_layer_avgpool2d, &dt_layer_global_avgpool, &dt_layer_batchnorm,
+    &dt_layer_layernorm, &dt_layer_relu,           &dt_layer_gelu,
+    &dt_layer_tanh,      &dt_layer_dropout,        &dt_layer_flatten,
     &dt_layer_add,       &dt_layer_softmax_xent,
 };
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
@@ -45,7 +46,10 @@ void dt_layer_kind_names(char *buf, size_t len)
 
 int dt_layer_kind_count(void) { return NKINDS; }
 
-const struct dt_layer_kind *dt_layer_kind_at(int i) { return i >= 0 && i < NKINDS ? kinds[i] : NULL; }
+const struct dt_layer_kind *dt_layer_kind_at(int i)
+{
+    return i >= 0 && i < NKINDS ? kinds[i] : NULL;
+}
 
 void dt_layer_write_reference(FILE *out)
 {
@@ -83,9 +87,12 @@ void dt_layer_write_reference(FILE *out)
 const char *dt_decay_group_name(enum dt_decay_group g)
 {
     switch (g) {
-    case DT_GROUP_WEIGHT: return "weight";
-    case DT_GROUP_BIAS: return "bias";
-    case DT_GROUP_NORM: return "norm";
+    case DT_GROUP_WEIGHT:
+        return "weight";
+    case DT_GROUP_BIAS:
+        return "bias";
+    case DT_GROUP_NORM:
+        return "norm";
     }
     return "unknown";
 }
@@ -120,8 +127,8 @@ static dt_status bad(const struct dt_layer *l, const char *key, const char *want
     return dt_set_error(DT_ERR_USAGE, "%s: %s: expected %s, got '%s'", l->where, key, want, got);
 }
 
-dt_status dt_layer_int(const struct dt_layer *l, const struct dt_layer_spec *spec,
-                       const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out)
+dt_status dt_layer_int(const struct dt_layer *l, const struct dt_layer_spec *spec, const char *key,
+                       int64_t def, int64_t lo, int64_t hi, int64_t *out)
 {
     const char *v = find(spec, key);
     char want[96];
@@ -135,8 +142,8 @@ dt_status dt_layer_int(const struct dt_layer *l, const struct dt_layer_spec *spe
     return DT_OK;
 }
 
-dt_status dt_layer_int2(const struct dt_layer *l, const struct dt_layer_spec *spec,
-                        const char *key, int64_t def, int64_t lo, int64_t hi, int64_t out[2])
+dt_status dt_layer_int2(const struct dt_layer *l, const struct dt_layer_spec *spec, const char *key,
+                        int64_t def, int64_t lo, int64_t hi, int64_t out[2])
 {
     const char *v = find(spec, key);
     char want[128];
@@ -179,8 +186,8 @@ dt_status dt_layer_float(const struct dt_layer *l, const struct dt_layer_spec *s
     return DT_OK;
 }
 
-dt_status dt_layer_bool(const struct dt_layer *l, const struct dt_layer_spec *spec,
-                        const char *key, int def, int *out)
+dt_status dt_layer_bool(const struct dt_layer *l, const struct dt_layer_spec *spec, const char *key,
+                        int def, int *out)
 {
     const char *v = find(spec, key);
     if (!v) {
@@ -240,16 +247,14 @@ static void decl(struct dt_tensor_decl *d, const char *what, struct dt_shape sha
     d->fan_out = fan_out;
 }
 
-void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape,
-                    enum dt_init init, enum dt_decay_group group, int64_t fan_in,
-                    int64_t fan_out)
+void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape, enum dt_init init,
+                    enum dt_decay_group group, int64_t fan_in, int64_t fan_out)
 {
     DT_ASSERT(l->nparams < DT_LAYER_MAX_PARAMS);
     decl(&l->params[l->nparams++], what, shape, init, group, fan_in, fan_out);
 }
 
-void dt_layer_buffer(struct dt_layer *l, const char *what, struct dt_shape shape,
-                     enum dt_init init)
+void dt_layer_buffer(struct dt_layer *l, const char *what, struct dt_shape shape, enum dt_init init)
 {
     DT_ASSERT(l->nbuffers < DT_LAYER_MAX_BUFFERS);
     decl(&l->buffers[l->nbuffers++], what, shape, init, DT_GROUP_NORM, 0, 0);

@@ -366,7 +366,7 @@ static void test_tensor_core(void)
     }
     CU_ASSERT_EQUAL(dt_dtype_parse("float32"), -1);
     CU_ASSERT_EQUAL(dt_dtype_size((enum dt_dtype)99), 0);
-    CU_ASSERT_STRING_EQUAL(dt_dtype_name((enum dt_dtype)-1), "unknown");
+    CU_ASSERT_STRING_EQUAL(dt_dtype_name((enum dt_dtype) - 1), "unknown");
     char buf[64];
     struct dt_shape s = dt_shape_make(4, 64, 1, 3, 3), t = s;
     CU_ASSERT_EQUAL(dt_shape_numel(&s), 576);
