@@ -606,6 +606,7 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     if ((st = optimizer_step(r, step, v[OUT_LOSS], w, &skipped)) != DT_OK)
         return st;
     r->step++;
+    r->buffers_synced = 0; /* training forwards moved the running statistics */
     r->batch++;
     r->samples += (int64_t)v[OUT_ROWS];
     if (skipped)

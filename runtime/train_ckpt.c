@@ -128,6 +128,11 @@ dt_status dt_train_sync_buffers(struct run *r)
     dt_status st = DT_OK;
     if (n == 0 || r->world == 1)
         return DT_OK;
+    /* every rank trained the same steps, so every rank agrees on this flag;
+     * averaging again would only add rounding (three equal values averaged
+     * need not give the value back) */
+    if (r->buffers_synced)
+        return DT_OK;
     st = dt_malloc(n * sizeof(float), "running statistics", (void **)&host);
     if (st == DT_OK)
         st = dt_model_get_buffers(r->model, host);
@@ -136,6 +141,7 @@ dt_status dt_train_sync_buffers(struct run *r)
         st = dt_comm_allreduce(r->comm, host, n, DT_F32, DT_COMM_AVG);
     if (st == DT_OK)
         st = dt_model_set_buffers(r->model, host);
+    r->buffers_synced = st == DT_OK;
     free(host);
     return st;
 }

@@ -66,6 +66,8 @@ struct run {
     char ckpt_dir[4096 + 32];
     double last_ckpt_time; /* dt_now() of the last checkpoint or the start */
     int64_t last_ckpt_step; /* step of the last checkpoint written or loaded; -1: none */
+    int buffers_synced;     /* the model's buffers are the same on every rank (no training
+                               forward since dt_train_sync_buffers) */
     struct dt_watchdog *wd;
 
     /* Monitoring (train.c). Time over this segment (one process lifetime,
