@@ -182,7 +182,8 @@ static dt_status check_ops(const dt_model_t *m, const struct node *n)
 {
     if (!m->be)
         return DT_OK;
-    for (int k = 0; k < 12 && n->l.kind->ops[k] != DT_OP_COUNT; k++)
+    const size_t nops = sizeof n->l.kind->ops / sizeof n->l.kind->ops[0];
+    for (size_t k = 0; k < nops && n->l.kind->ops[k] != DT_OP_COUNT; k++)
         if (!dt_backend_supports(m->be, n->l.kind->ops[k], DT_F32))
             return dt_set_error(DT_ERR_UNSUPPORTED,
                                 "%s: %s layers need the %s op, which the %s backend of this "
@@ -249,15 +250,6 @@ static struct dt_layer_spec spec_of(const char *kind, const char *name, const ch
     return s;
 }
 
-static void spec_arg(struct dt_layer_spec *s, const char *key, const char *value)
-{
-    if (s->nargs < DT_LAYER_MAX_ARGS) {
-        snprintf(s->args[s->nargs].key, DT_LAYER_ARG_KEY, "%s", key);
-        snprintf(s->args[s->nargs].value, DT_LAYER_ARG_VALUE, "%s", value);
-        s->nargs++;
-    }
-}
-
 /* residual (settings out, stride): the basic block of He et al.,
  *   conv1 3x3/stride, bn1, act1, conv2 3x3, bn2, plus the shortcut (the
  *   input, or a 1x1 conv with stride and a batch norm when the shape
@@ -300,30 +292,27 @@ static dt_status add_residual(dt_model_t *m, const struct dt_layer_spec *spec, c
     if (ins->ndim != 3)
         return dt_set_error(DT_ERR_USAGE, "%s: residual takes images (channels, height, width)",
                             where);
-    char outs[24], strides[24];
-    snprintf(outs, sizeof outs, "%lld", (long long)out);
-    snprintf(strides, sizeof strides, "%lld", (long long)stride);
     struct dt_layer_spec s;
 #define PART(KIND, PART_NAME, INPUTS)                                                              \
     snprintf(name, sizeof name, "%s." PART_NAME, bname);                                           \
     snprintf(w, sizeof w, "%s (%s." PART_NAME ")", where, bname);                                  \
     s = spec_of(KIND, name, INPUTS)
     PART("conv2d", "conv1", in);
-    spec_arg(&s, "out", outs);
-    spec_arg(&s, "kernel", "3");
-    spec_arg(&s, "padding", "1");
-    spec_arg(&s, "stride", strides);
-    spec_arg(&s, "bias", "false");
+    dt_layer_spec_arg(&s, "out", "%lld", (long long)out);
+    dt_layer_spec_arg(&s, "kernel", "3");
+    dt_layer_spec_arg(&s, "padding", "1");
+    dt_layer_spec_arg(&s, "stride", "%lld", (long long)stride);
+    dt_layer_spec_arg(&s, "bias", "false");
     DT_CHECK(add_node(m, &s, w, job));
     PART("batchnorm", "bn1", "");
     DT_CHECK(add_node(m, &s, w, job));
     PART(act, "act1", "");
     DT_CHECK(add_node(m, &s, w, job));
     PART("conv2d", "conv2", "");
-    spec_arg(&s, "out", outs);
-    spec_arg(&s, "kernel", "3");
-    spec_arg(&s, "padding", "1");
-    spec_arg(&s, "bias", "false");
+    dt_layer_spec_arg(&s, "out", "%lld", (long long)out);
+    dt_layer_spec_arg(&s, "kernel", "3");
+    dt_layer_spec_arg(&s, "padding", "1");
+    dt_layer_spec_arg(&s, "bias", "false");
     DT_CHECK(add_node(m, &s, w, job));
     PART("batchnorm", "bn2", "");
     DT_CHECK(add_node(m, &s, w, job));
@@ -332,10 +321,10 @@ static dt_status add_residual(dt_model_t *m, const struct dt_layer_spec *spec, c
     char proj[DT_LAYER_INPUTS];
     if (stride != 1 || ins->dim[0] != out) {
         PART("conv2d", "proj", in);
-        spec_arg(&s, "out", outs);
-        spec_arg(&s, "kernel", "1");
-        spec_arg(&s, "stride", strides);
-        spec_arg(&s, "bias", "false");
+        dt_layer_spec_arg(&s, "out", "%lld", (long long)out);
+        dt_layer_spec_arg(&s, "kernel", "1");
+        dt_layer_spec_arg(&s, "stride", "%lld", (long long)stride);
+        dt_layer_spec_arg(&s, "bias", "false");
         DT_CHECK(add_node(m, &s, w, job));
         PART("batchnorm", "proj_bn", "");
         DT_CHECK(add_node(m, &s, w, job));
@@ -481,9 +470,12 @@ static void layout_params(dt_model_t *m)
 }
 
 /* Gradient slots, sized per row: see the file comment. */
-static void plan_slots(dt_model_t *m)
+static dt_status plan_slots(dt_model_t *m)
 {
-    int *busy = calloc((size_t)m->nnodes + 1, sizeof *busy);
+    int *busy = NULL;
+    dt_status st = dt_calloc((size_t)m->nnodes + 1, sizeof *busy, "the model", (void **)&busy);
+    if (st != DT_OK)
+        return st;
     m->nslots = 0;
     for (int i = m->nnodes - 1; i >= 0; i--) {
         struct node *n = &m->nodes[i];
@@ -513,6 +505,7 @@ static void plan_slots(dt_model_t *m)
             busy[n->slot] = 0;
     }
     free(busy);
+    return DT_OK;
 }
 
 /* The arena's layout for max_rows rows; full: as if nothing were recomputed. */
@@ -643,7 +636,7 @@ static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_
             m->host_len = h;
     }
     layout_params(m);
-    plan_slots(m);
+    DT_CHECK(plan_slots(m));
     DT_CHECK(plan_arena(m, 1, &m->arena_full));
     DT_CHECK(plan_arena(m, 0, &m->arena_floats));
 out:
@@ -882,17 +875,15 @@ out:
 }
 
 /* End of node i's parameters in the flat buffers: with the reversed
- * layout, nodes i.. occupy [0, end). */
+ * layout, nodes i.. occupy [0, end), and node i's own come last. */
 static size_t grads_done_after(const dt_model_t *m, int i)
 {
+    const struct node *n = &m->nodes[i];
     size_t end = 0;
-    for (int j = i; j < m->nnodes; j++) {
-        const struct node *n = &m->nodes[j];
-        for (int k = 0; k < n->l.nparams; k++) {
-            const struct dt_param_info *p = &m->params[n->pidx[k]];
-            if (p->offset + p->numel > end)
-                end = p->offset + p->numel;
-        }
+    for (int k = 0; k < n->l.nparams; k++) {
+        const struct dt_param_info *p = &m->params[n->pidx[k]];
+        if (p->offset + p->numel > end)
+            end = p->offset + p->numel;
     }
     return end;
 }

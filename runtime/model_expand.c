@@ -26,6 +26,7 @@ struct list {
     struct dt_layer_spec *l;
     int n, max;
     int full;
+    struct dt_layer_spec spare; /* absorbs entries past max; reported by full */
 };
 
 static struct dt_layer_spec *add(struct list *s, const char *kind, const char *fmt, ...)
@@ -33,8 +34,7 @@ static struct dt_layer_spec *add(struct list *s, const char *kind, const char *f
 
 static struct dt_layer_spec *add(struct list *s, const char *kind, const char *fmt, ...)
 {
-    static struct dt_layer_spec spare; /* absorbs entries past max; reported by full */
-    struct dt_layer_spec *e = s->n < s->max ? &s->l[s->n] : &spare;
+    struct dt_layer_spec *e = s->n < s->max ? &s->l[s->n] : &s->spare;
     if (s->n >= s->max)
         s->full = 1;
     else
@@ -48,31 +48,18 @@ static struct dt_layer_spec *add(struct list *s, const char *kind, const char *f
     return e;
 }
 
-static void arg(struct dt_layer_spec *e, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void arg(struct dt_layer_spec *e, const char *key, const char *fmt, ...)
-{
-    if (e->nargs >= DT_LAYER_MAX_ARGS)
-        return;
-    snprintf(e->args[e->nargs].key, DT_LAYER_ARG_KEY, "%s", key);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->args[e->nargs].value, DT_LAYER_ARG_VALUE, fmt, ap);
-    va_end(ap);
-    e->nargs++;
-}
-
 static void classifier(struct list *s, const struct dt_job *job)
 {
     const char *act = job->model.activation;
     for (int i = 0; i < job->model.nhidden; i++) {
-        arg(add(s, "linear", "fc%d", i + 1), "out", "%lld", (long long)job->model.hidden[i]);
+        dt_layer_spec_arg(add(s, "linear", "fc%d", i + 1), "out", "%lld",
+                          (long long)job->model.hidden[i]);
         add(s, act, "%s%d", act, i + 1);
         if (job->model.dropout > 0)
-            arg(add(s, "dropout", "dropout%d", i + 1), "p", "%.17g", job->model.dropout);
+            dt_layer_spec_arg(add(s, "dropout", "dropout%d", i + 1), "p", "%.17g",
+                              job->model.dropout);
     }
-    arg(add(s, "linear", "fc%d", job->model.nhidden + 1), "out", "classes");
+    dt_layer_spec_arg(add(s, "linear", "fc%d", job->model.nhidden + 1), "out", "classes");
 }
 
 dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, int max, int *n)
@@ -89,34 +76,34 @@ dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, i
     } else if (strcmp(type, "cnn") == 0) {
         for (int i = 0; i < job->model.nchannels; i++) {
             struct dt_layer_spec *c = add(&s, "conv2d", "stage%d.conv", i + 1);
-            arg(c, "out", "%lld", (long long)job->model.channels[i]);
-            arg(c, "kernel", "3");
-            arg(c, "padding", "1");
-            arg(c, "bias", "false");
+            dt_layer_spec_arg(c, "out", "%lld", (long long)job->model.channels[i]);
+            dt_layer_spec_arg(c, "kernel", "3");
+            dt_layer_spec_arg(c, "padding", "1");
+            dt_layer_spec_arg(c, "bias", "false");
             add(&s, "batchnorm", "stage%d.bn", i + 1);
             add(&s, act, "stage%d.%s", i + 1, act);
-            arg(add(&s, "maxpool2d", "stage%d.pool", i + 1), "kernel", "2");
+            dt_layer_spec_arg(add(&s, "maxpool2d", "stage%d.pool", i + 1), "kernel", "2");
         }
         add(&s, "flatten", "flatten");
         classifier(&s, job);
         add(&s, "softmax_xent", "loss");
     } else if (strcmp(type, "resnet") == 0) {
         struct dt_layer_spec *c = add(&s, "conv2d", "stem.conv");
-        arg(c, "out", "%lld", (long long)job->model.channels[0]);
-        arg(c, "kernel", "3");
-        arg(c, "padding", "1");
-        arg(c, "bias", "false");
+        dt_layer_spec_arg(c, "out", "%lld", (long long)job->model.channels[0]);
+        dt_layer_spec_arg(c, "kernel", "3");
+        dt_layer_spec_arg(c, "padding", "1");
+        dt_layer_spec_arg(c, "bias", "false");
         add(&s, "batchnorm", "stem.bn");
         add(&s, act, "stem.%s", act);
         for (int st = 0; st < job->model.nchannels && st < job->model.nblocks; st++)
             for (int b = 0; b < job->model.blocks[st]; b++) {
                 struct dt_layer_spec *r = add(&s, "residual", "stage%d.block%d", st + 1, b + 1);
-                arg(r, "out", "%lld", (long long)job->model.channels[st]);
+                dt_layer_spec_arg(r, "out", "%lld", (long long)job->model.channels[st]);
                 if (st > 0 && b == 0)
-                    arg(r, "stride", "2");
+                    dt_layer_spec_arg(r, "stride", "2");
             }
         add(&s, "global_avgpool", "pool");
-        arg(add(&s, "linear", "fc"), "out", "classes");
+        dt_layer_spec_arg(add(&s, "linear", "fc"), "out", "classes");
         add(&s, "softmax_xent", "loss");
     } else {
         return dt_set_error(DT_ERR_USAGE,

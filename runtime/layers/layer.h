@@ -163,6 +163,12 @@ dt_status dt_layer_known(const struct dt_layer *l, const struct dt_layer_spec *s
 /* Input shape checks: an image (C, H, W), or anything with a last dim. */
 dt_status dt_layer_want_image(const struct dt_layer *l);
 
+/* Adds setting `key` with a printf-formatted value to a layer-list entry
+ * built in code (the model families, compound layers); past
+ * DT_LAYER_MAX_ARGS settings it does nothing. */
+void dt_layer_spec_arg(struct dt_layer_spec *e, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Adds a parameter or buffer declaration. */
 void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape, enum dt_init init,
                     enum dt_decay_group group, int64_t fan_in, int64_t fan_out);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,18 @@ dt_status dt_layer_want_image(const struct dt_layer *l)
                         "%s: %s takes images (channels, height, width), but its input is %s; "
                         "put it before the flatten layer",
                         l->where, l->kind->name, dt_shape_format(&l->in, s, sizeof s));
+}
+
+void dt_layer_spec_arg(struct dt_layer_spec *e, const char *key, const char *fmt, ...)
+{
+    if (e->nargs >= DT_LAYER_MAX_ARGS)
+        return;
+    snprintf(e->args[e->nargs].key, DT_LAYER_ARG_KEY, "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->args[e->nargs].value, DT_LAYER_ARG_VALUE, fmt, ap);
+    va_end(ap);
+    e->nargs++;
 }
 
 static void decl(struct dt_tensor_decl *d, const char *what, struct dt_shape shape,
