@@ -9,22 +9,12 @@ Usage: torch_cnn.py IDX_DIR STEPS THREADS BATCH TYPE CHANNELS BLOCKS HIDDEN DROP
 (lists comma-separated). Like dtrain's figure, the time covers the
 training steps only (20 warm-up steps first).
 """
-import gzip
-import struct
 import sys
-import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from torch_mlp import adamw_groups, load_train, samples_per_s
 
 
 class Block(nn.Module):
@@ -79,39 +69,10 @@ def main():
     channels, blocks, hidden = ints(sys.argv[6]), ints(sys.argv[7]), ints(sys.argv[8])
     dropout = float(sys.argv[9])
     torch.set_num_threads(threads)
-    x = read_idx(f"{root}/train-images-idx3-ubyte.gz").astype(np.float32) / 255.0
-    y = read_idx(f"{root}/train-labels-idx1-ubyte.gz").astype(np.int64)
-    x = torch.from_numpy((x - x.mean()) / x.std()).unsqueeze(1)
-    y = torch.from_numpy(y)
+    x, y = load_train(root)
     model = build(kind, channels, blocks, hidden, dropout)
-    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
-    other = [p for n, p in model.named_parameters() if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
-                             {"params": other, "weight_decay": 0.0}], lr=2e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    per_epoch = len(x) // batch
-    gen = torch.Generator().manual_seed(42)
-
-    def batches():
-        while True:
-            perm = torch.randperm(len(x), generator=gen)
-            for b in range(per_epoch):
-                idx = perm[b * batch:(b + 1) * batch]
-                yield x[idx], y[idx]
-
-    it = batches()
-    warm = 20
-    model.train()
-    for i in range(steps + warm):
-        if i == warm:
-            t0 = time.perf_counter()
-        xb, yb = next(it)
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
-        opt.step()
-    dt = time.perf_counter() - t0
-    print(f"torch_samples_per_s {steps * batch / dt:.1f}")
+    opt = adamw_groups(model, 2e-3, 0.05)
+    print(f"torch_samples_per_s {samples_per_s(model, opt, x.unsqueeze(1), y, steps, batch):.1f}")
 
 
 if __name__ == "__main__":
