@@ -20,6 +20,18 @@
  * Splits are groups at the root ("train", "test", ...). A dataset may be
  * several such files (see dt_dataset_open).
  *
+ * Language-model files (task = "language_model") hold token streams:
+ *   /                  attributes: dtrain_format = "dataset", format_version = 1,
+ *                      task = "language_model", vocab_size (int, 2 to 2^24),
+ *                      tokenizer (string): "byte" (the UTF-8 bytes of text, ids
+ *                      0-255), "gpt2" (GPT-2's byte-pair encoding, which dtrain
+ *                      neither encodes nor decodes) or "none"
+ *   /<split>/tokens    1-D uint16 or int32 token ids, each in [0, vocab_size),
+ *                      the split's documents one after another
+ * A sample of such a split is a window of seq_len + 1 consecutive tokens
+ * (dt_dataset_set_seq_len): x is its first seq_len tokens (as floats,
+ * exact below 2^24), y the seq_len tokens that follow each one.
+ *
  * A handle may be used from several threads: HDF5 calls are serialised by
  * one process-wide lock inside io/, because the parallel HDF5 build is not
  * thread-safe.

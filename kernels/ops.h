@@ -130,6 +130,20 @@ struct dt_pool2d_shape {
  * layernorm_fwd  per row of x(rows, D): mean, rstd = 1/sqrt(biased var + eps);
  *                y = (x - mean)*rstd*gamma + beta; mean_out, rstd_out (rows) saved
  * layernorm_bwd  dx (written), dgamma += , dbeta += ; takes x, mean, rstd, gamma
+ * embedding_fwd  out(N,D) = w(V,D)[ids[n]]: ids are N floats holding whole numbers in
+ *                [0, V) (token ids, exact below 2^24); anything else is DT_ERR_INVALID_ARG
+ * embedding_bwd  dw(V,D)[ids[n]] += dout(n) for n = 0..N-1 in that order per row of dw
+ *                (deterministic: the same bits on every run)
+ * attention_workspace  *bytes = scratch attention_fwd/bwd need for these shapes
+ * attention_fwd  multi-head scaled dot-product attention over qkv(B,T,3,H,Dh): for
+ *                batch b, head h, q = qkv[b,:,0,h,:], k = qkv[b,:,1,h,:], v = qkv[b,:,2,h,:]
+ *                (each T x Dh with row stride 3*H*Dh); s = q k^T / sqrt(Dh), with
+ *                causal: s[i,j] = -inf for j > i; out[b,i,h,:] = softmax(s[i]) v
+ *                (out is (B,T,H,Dh), written); lse[b,h,i] = logsumexp(s[i]) (written,
+ *                kept for backward). No T x T matrix is kept: the scratch is bounded by
+ *                the workspace, so memory grows linearly with T.
+ * attention_bwd  dqkv(B,T,3,H,Dh) (written) = the gradient through attention_fwd for
+ *                dout; takes the forward's qkv, out and lse
  * sgd_update     SGD with momentum, as torch.optim.SGD (dampening 0):
  *                g' = g + wd*p;  buf = first ? g' : momentum*buf + g';
  *                d = nesterov ? g' + momentum*buf : buf  (d = g' when momentum == 0);
@@ -205,6 +219,17 @@ struct dt_pool2d_shape {
     X(layernorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
                       const float *x, const float *mean, const float *rstd, const float *gamma,    \
                       int rows, int D))                                                            \
+    X(embedding_fwd, (dt_backend_t * be, float *out, const float *ids, const float *w, int N,      \
+                      int V, int D))                                                               \
+    X(embedding_bwd, (dt_backend_t * be, float *dw, const float *dout, const float *ids, int N,    \
+                      int V, int D))                                                               \
+    X(attention_workspace, (dt_backend_t * be, int B, int T, int H, int Dh, int causal,            \
+                            size_t *bytes))                                                        \
+    X(attention_fwd, (dt_backend_t * be, float *out, float *lse, const float *qkv, int B, int T,   \
+                      int H, int Dh, int causal, void *ws, size_t ws_bytes))                       \
+    X(attention_bwd, (dt_backend_t * be, float *dqkv, const float *dout, const float *qkv,         \
+                      const float *out, const float *lse, int B, int T, int H, int Dh, int causal, \
+                      void *ws, size_t ws_bytes))                                                  \
     X(sgd_update, (dt_backend_t * be, float *p, const float *g, float *buf, size_t n,              \
                    const struct dt_sgd_args *a))                                                   \
     X(adamw_update, (dt_backend_t * be, float *p, const float *g, float *m, float *v, size_t n,    \
