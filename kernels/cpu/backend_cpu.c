@@ -80,6 +80,11 @@ static const struct dt_ops cpu_ops_ref = {
     .batchnorm_bwd = dt_cpu_batchnorm_bwd_ref,
     .layernorm_fwd = dt_cpu_layernorm_fwd_ref,
     .layernorm_bwd = dt_cpu_layernorm_bwd_ref,
+    .embedding_fwd = dt_cpu_embedding_fwd_ref,
+    .embedding_bwd = dt_cpu_embedding_bwd_ref,
+    .attention_workspace = dt_cpu_attention_workspace,
+    .attention_fwd = dt_cpu_attention_fwd_ref,
+    .attention_bwd = dt_cpu_attention_bwd_ref,
 };
 
 /* GELU, tanh and softmax-xent backward have no faster version than the
@@ -128,6 +133,11 @@ static const struct dt_ops cpu_ops_fast = {
     .batchnorm_bwd = dt_cpu_batchnorm_bwd,
     .layernorm_fwd = dt_cpu_layernorm_fwd,
     .layernorm_bwd = dt_cpu_layernorm_bwd,
+    .embedding_fwd = dt_cpu_embedding_fwd,
+    .embedding_bwd = dt_cpu_embedding_bwd,
+    .attention_workspace = dt_cpu_attention_workspace,
+    .attention_fwd = dt_cpu_attention_fwd,
+    .attention_bwd = dt_cpu_attention_bwd,
 };
 
 /* Zero bytes still get a real (one-line) allocation, so a valid buffer is

@@ -64,8 +64,9 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
 /* Every op of the list in kernels/ops.h, in both versions: dt_cpu_<op>_ref
  * and dt_cpu_<op> (linear.c, activation.c, dropout.c, flatten.c,
  * softmax_xent.c, optim.c, reduce.c, cast.c, elementwise.c, conv.c, pool.c,
- * norm.c). Where an op has one version only (GELU and tanh have no faster
- * loop than the reference; the bf16 casts serve both tables) the other
+ * norm.c, embedding.c, attention.c). Where an op has one version only (GELU
+ * and tanh have no faster loop than the reference; the bf16 casts and the
+ * attention workspace size serve both tables) the other
  * name is declared and never defined; backend_cpu.c's tables say which
  * function each table takes. */
 #define DT_CPU_OP_PROTOS(name, params)                                                             \

@@ -167,7 +167,8 @@ static void fill_host(struct run *r, struct buf *b)
         case DISTINCT:
             v[i] = (float)i;
             break;
-        case LABELS:
+        case LABELS: /* whole numbers in [0, aux) held in floats (token ids) */
+            v[i] = (float)((int32_t)(draw(r) * b->aux) % b->aux);
             break;
         }
     }
@@ -225,10 +226,9 @@ static void copy_d2d(struct run *r, int dst, int src)
               "copy");
 }
 
-static void *workspace(struct run *r, const struct dt_conv2d_shape *s)
+/* The run's workspace grown to at least need bytes. */
+static void *grow_workspace(struct run *r, size_t need)
 {
-    size_t need = 0;
-    CALL(r, conv2d_workspace, s, &need);
     if (!r->failed && need > r->ws_bytes) {
         dt_backend_free(r->be, r->ws);
         r->ws = NULL;
@@ -238,6 +238,13 @@ static void *workspace(struct run *r, const struct dt_conv2d_shape *s)
             r->ws_bytes = need;
     }
     return r->ws;
+}
+
+static void *workspace(struct run *r, const struct dt_conv2d_shape *s)
+{
+    size_t need = 0;
+    CALL(r, conv2d_workspace, s, &need);
+    return grow_workspace(r, need);
 }
 
 static void free_all(struct run *r)
@@ -611,6 +618,62 @@ static void ln_bwd(struct run *r)
          d[0], d[1]);
 }
 
+/* embedding: 0 ids, 1 w, 2 dy, 3 y, 4 dw */
+static void emb_setup(struct run *r)
+{
+    const int *d = r->c->dims;
+    size_t N = d[0], V = d[1], D = d[2];
+    int ids = buf(r, "ids", CONST, F32, N, LABELS);
+    r->b[ids].aux = d[1];
+    buf(r, "w", IN, F32, V * D, UNIFORM);
+    int R = buf(r, "dy", CONST, F32, N * D, UNIFORM);
+    out_r(r, "y", N * D, R);
+    grad(r, "dw", GRAD_P, X1);
+}
+static void emb_fwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    CALL(r, embedding_fwd, F(r, X3), F(r, X0), F(r, X1), d[0], d[1], d[2]);
+}
+static void emb_bwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    CALL(r, embedding_bwd, F(r, X4), F(r, X2), F(r, X0), d[0], d[1], d[2]);
+}
+
+/* attention (dims B, T, H, Dh, causal): 0 qkv, 1 dy, 2 y, 3 lse, 4 dqkv */
+static void *attn_workspace(struct run *r)
+{
+    const int *d = r->c->dims;
+    size_t need = 0;
+    CALL(r, attention_workspace, d[0], d[1], d[2], d[3], d[4], &need);
+    return grow_workspace(r, need);
+}
+static void attn_setup(struct run *r)
+{
+    const int *d = r->c->dims;
+    size_t n = (size_t)d[0] * d[1] * d[2] * d[3];
+    buf(r, "qkv", IN, F32, 3 * n, UNIFORM);
+    int R = buf(r, "dy", CONST, F32, n, UNIFORM);
+    out_r(r, "y", n, R);
+    buf(r, "lse", OUT, F32, (size_t)d[0] * d[2] * d[1], ZERO);
+    grad(r, "dqkv", GRAD_W, X0);
+}
+static void attn_fwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    void *ws = attn_workspace(r);
+    CALL(r, attention_fwd, F(r, X2), F(r, X3), F(r, X0), d[0], d[1], d[2], d[3], d[4], ws,
+         r->ws_bytes);
+}
+static void attn_bwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    void *ws = attn_workspace(r);
+    CALL(r, attention_bwd, F(r, X4), F(r, X1), F(r, X0), F(r, X2), F(r, X3), d[0], d[1], d[2], d[3],
+         d[4], ws, r->ws_bytes);
+}
+
 static const struct runner runners[] = {
     {DT_OP_linear_fwd, NEEDS(DT_OP_linear_fwd, DT_OP_linear_bwd), linear_setup, linear_fwd,
      linear_bwd},
@@ -639,6 +702,11 @@ static const struct runner runners[] = {
     {DT_OP_batchnorm_infer, NEEDS(DT_OP_batchnorm_infer), bni_setup, bni_fwd, NULL},
     {DT_OP_layernorm_fwd, NEEDS(DT_OP_layernorm_fwd, DT_OP_layernorm_bwd), ln_setup, ln_fwd,
      ln_bwd},
+    {DT_OP_embedding_fwd, NEEDS(DT_OP_embedding_fwd, DT_OP_embedding_bwd), emb_setup, emb_fwd,
+     emb_bwd},
+    {DT_OP_attention_fwd,
+     NEEDS(DT_OP_attention_workspace, DT_OP_attention_fwd, DT_OP_attention_bwd), attn_setup,
+     attn_fwd, attn_bwd},
 };
 
 static const struct runner *runner_of(const struct dt_op_case *c)
@@ -711,6 +779,16 @@ const struct dt_op_case dt_op_cases[] = {
     {"batchnorm_infer 3x4x9", DT_OP_batchnorm_infer, {3, 4, 9}, 1e-6},
     {"layernorm 5x8", DT_OP_layernorm_fwd, {5, 8}, 1e-5},
     {"layernorm 3x37", DT_OP_layernorm_fwd, {3, 37}, 1e-5},
+    {"embedding 13 ids, 5x8 table (repeated ids)", DT_OP_embedding_fwd, {13, 5, 8}, 0.0},
+    {"embedding 6 ids, 40x37 table", DT_OP_embedding_fwd, {6, 40, 37}, 0.0},
+    {"attention 2x5 heads 2x8", DT_OP_attention_fwd, {2, 5, 2, 8, 0}, 1e-5},
+    {"attention causal 2x5 heads 2x8", DT_OP_attention_fwd, {2, 5, 2, 8, 1}, 1e-5},
+    {"attention causal T=1", DT_OP_attention_fwd, {3, 1, 2, 4, 1}, 1e-5},
+    {"attention T=1", DT_OP_attention_fwd, {2, 1, 1, 3, 0}, 1e-5},
+    {"attention Dh 5, 3 heads", DT_OP_attention_fwd, {1, 7, 3, 5, 0}, 1e-5},
+    {"attention causal Dh 7", DT_OP_attention_fwd, {2, 9, 1, 7, 1}, 1e-5},
+    {"attention causal T=70 (two query blocks)", DT_OP_attention_fwd, {1, 70, 2, 6, 1}, 1e-5},
+    {"attention T=67 (two query blocks)", DT_OP_attention_fwd, {1, 67, 1, 4, 0}, 1e-5},
 };
 const int dt_op_ncases = sizeof dt_op_cases / sizeof dt_op_cases[0];
 

@@ -44,9 +44,10 @@ static int suite_cleanup(void)
 static void test_table_covers_ops(void)
 {
     const enum dt_op_id want[] = {
-        DT_OP_channel_bias_fwd, DT_OP_add,           DT_OP_accumulate,      DT_OP_conv2d_fwd,
-        DT_OP_maxpool2d_fwd,    DT_OP_avgpool2d_fwd, DT_OP_batchnorm_fwd,   DT_OP_batchnorm_infer,
-        DT_OP_layernorm_fwd,    DT_OP_linear_fwd,    DT_OP_softmax_xent_fwd};
+        DT_OP_channel_bias_fwd, DT_OP_add,           DT_OP_accumulate,       DT_OP_conv2d_fwd,
+        DT_OP_maxpool2d_fwd,    DT_OP_avgpool2d_fwd, DT_OP_batchnorm_fwd,    DT_OP_batchnorm_infer,
+        DT_OP_layernorm_fwd,    DT_OP_linear_fwd,    DT_OP_softmax_xent_fwd, DT_OP_embedding_fwd,
+        DT_OP_attention_fwd};
     for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
         int rows = 0;
         for (int i = 0; i < dt_op_ncases; i++)
@@ -376,6 +377,88 @@ static void test_invalid_elementwise(void)
     }
 }
 
+/* Token ids that are not whole numbers in [0, V) are refused, naming the
+ * position and the value, before anything is read or written. */
+static void test_invalid_embedding(void)
+{
+    float w[12], out[8], dw[12];
+    for (int i = 0; i < 12; i++)
+        w[i] = (float)i, dw[i] = 0.0f;
+    const float bad[][2] = {
+        {1.0f, 2.5f}, {-1.0f, 0.0f}, {0.0f, 3.0f}, {NAN, 1.0f}, {1.0f, INFINITY}};
+    const char *want[] = {"id 2.5 at position 1", "id -1 at position 0", "id 3 at position 1",
+                          "id nan at position 0", "id inf at position 1"};
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_t *be = backends[k];
+        const struct dt_ops *o = dt_backend_ops(be);
+        const float good[2] = {2.0f, 0.0f};
+        CU_ASSERT_EQUAL(o->embedding_fwd(be, out, good, w, 2, 3, 4), DT_OK);
+        CU_ASSERT_EQUAL(out[0], 8.0f);
+        CU_ASSERT_EQUAL(out[7], 3.0f);
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            CHECK_INVALID(o->embedding_fwd(be, out, bad[b], w, 2, 3, 4), "embedding_fwd");
+            CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), want[b]));
+            CHECK_INVALID(o->embedding_bwd(be, dw, out, bad[b], 2, 3, 4), "embedding_bwd");
+            CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), want[b]));
+        }
+        for (int i = 0; i < 12; i++)
+            CU_ASSERT_EQUAL(dw[i], 0.0f); /* nothing written by a refused call */
+        CHECK_INVALID(o->embedding_fwd(be, NULL, good, w, 2, 3, 4), "embedding_fwd");
+        CHECK_INVALID(o->embedding_fwd(be, out, good, w, 2, 0, 4), "embedding_fwd");
+        CHECK_INVALID(o->embedding_bwd(be, dw, out, NULL, 2, 3, 4), "embedding_bwd");
+        CHECK_INVALID(o->embedding_bwd(be, dw, out, good, 2, 3, 0), "embedding_bwd");
+    }
+}
+
+static void test_attention_workspace(void)
+{
+    enum { B = 2, T = 70, H = 2, Dh = 6 };
+    size_t n = (size_t)B * T * H * Dh;
+    float *qkv = calloc(3 * n, sizeof *qkv), *out = calloc(n, sizeof *out);
+    float *lse = calloc((size_t)B * H * T, sizeof *lse), *dqkv = calloc(3 * n, sizeof *dqkv);
+    CU_ASSERT_FATAL(qkv && out && lse && dqkv);
+    for (int k = 0; k < NBACKENDS; k++) {
+        dt_backend_t *be = backends[k];
+        const struct dt_ops *o = dt_backend_ops(be);
+        size_t need = 0;
+        CU_ASSERT_EQUAL(o->attention_workspace(be, B, T, H, Dh, 1, &need), DT_OK);
+        /* bounded by blocks of query rows: linear in T, not T x T */
+        CU_ASSERT(need > 0 && need <= (size_t)2 * 64 * T * sizeof(float));
+        size_t need_long = 0;
+        CU_ASSERT_EQUAL(o->attention_workspace(be, 1, 8 * T, 1, 4, 0, &need_long), DT_OK);
+        CU_ASSERT_EQUAL(need_long, 8 * need);
+        void *ws = malloc(need);
+        CU_ASSERT_FATAL(ws != NULL);
+        CU_ASSERT_EQUAL(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 1, ws, need), DT_OK);
+        CU_ASSERT_EQUAL(o->attention_bwd(be, dqkv, out, qkv, out, lse, B, T, H, Dh, 1, ws, need),
+                        DT_OK);
+        /* all-zero inputs: uniform attention, lse = log(number of keys) */
+        CU_ASSERT(fabsf(lse[T - 1] - logf((float)T)) < 1e-5f);
+        CU_ASSERT(fabsf(lse[0]) < 1e-6f);
+        CHECK_INVALID(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 1, ws, need - 4),
+                      "attention_fwd");
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "workspace"));
+        CHECK_INVALID(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 1, NULL, need),
+                      "attention_fwd");
+        CHECK_INVALID(o->attention_bwd(be, dqkv, out, qkv, out, lse, B, T, H, Dh, 1, ws, 0),
+                      "attention_bwd");
+        CHECK_INVALID(o->attention_fwd(be, NULL, lse, qkv, B, T, H, Dh, 1, ws, need),
+                      "attention_fwd");
+        CHECK_INVALID(o->attention_fwd(be, out, lse, qkv, B, 0, H, Dh, 1, ws, need),
+                      "attention_fwd");
+        CHECK_INVALID(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 2, ws, need),
+                      "attention_fwd");
+        CHECK_INVALID(o->attention_bwd(be, dqkv, out, qkv, NULL, lse, B, T, H, Dh, 1, ws, need),
+                      "attention_bwd");
+        CHECK_INVALID(o->attention_bwd(be, dqkv, out, qkv, out, lse, B, T, H, -1, 1, ws, need),
+                      "attention_bwd");
+        CHECK_INVALID(o->attention_workspace(be, B, T, 0, Dh, 1, &need), "attention_workspace");
+        CHECK_INVALID(o->attention_workspace(be, B, T, H, Dh, 1, NULL), "attention_workspace");
+        free(ws);
+    }
+    free(qkv), free(out), free(lse), free(dqkv);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -394,5 +477,7 @@ int main(void)
     CU_ADD(s, test_invalid_pool);
     CU_ADD(s, test_invalid_norm);
     CU_ADD(s, test_invalid_elementwise);
+    CU_ADD(s, test_invalid_embedding);
+    CU_ADD(s, test_attention_workspace);
     return cu_run_all();
 }

@@ -1,0 +1,357 @@
+/*
+ * attention.c - multi-head scaled dot-product attention on the CPU,
+ * causal or not, forward and backward, as kernels/ops.h defines it:
+ *   qkv(B,T,3,H,Dh) holds q, k, v of every head side by side in a row
+ *   (row stride 3*H*Dh); out(B,T,H,Dh); lse(B,H,T) = logsumexp of each
+ *   query's scaled scores, kept so backward can rebuild the softmax.
+ *
+ * Memory grows linearly with T: no T x T matrix is ever kept. The
+ * reference works one query row at a time and recomputes what it needs;
+ * the fast version works on blocks of ATTN_QBLOCK query rows against the
+ * keys, in a workspace of two such blocks of scores.
+ *
+ * Reference: the math line by line, sums in double. Forward, per query i:
+ * s_j = q_i.k_j / sqrt(Dh) for the allowed keys j (j <= i when causal),
+ * lse_i = logsumexp(s), out_i = sum_j softmax(s)_j v_j, with the row of
+ * scores in the workspace. Backward, per (i, j): p = exp(s_ij - lse_i),
+ * dv_j += p dout_i, ds = p (dout_i.v_j - dout_i.out_i), dq_i += ds k_j / sqrt(Dh),
+ * dk_j += ds q_i / sqrt(Dh); no buffer at all.
+ *
+ * Fast: per (b, h) and block of query rows [i0, i1), OpenBLAS sgemm on
+ * the strided slices of qkv directly (lda = 3*H*Dh, no copies):
+ *   S = Q K^T / sqrt(Dh) over keys [0, kn), the row softmax in place
+ *   (masked entries 0), lse from the same pass, O = P V.
+ * Backward recomputes P = exp(S - lse) and then
+ *   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dO * O)),
+ *   dQ = dS K / sqrt(Dh),  dK += dS^T Q / sqrt(Dh).
+ * With causal masking a block needs only the keys up to its last row
+ * (kn = i1), so the masked upper triangle costs nothing but the part of
+ * it inside the diagonal block. Threads: like every CPU op, these leave
+ * threading to OpenBLAS (the backend's thread count).
+ *
+ * train.precision does not reach this op: it computes in fp32 on the CPU
+ * whatever the matmul operand precision of linear and conv.
+ *
+ * No parameters. out, lse and the input gradient dqkv are WRITTEN (=).
+ */
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+/* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
+ * clashes with ops.h. */
+#include <cblas.h>
+#undef I
+
+/* Query rows per block of the fast path: a block of scores is
+ * ATTN_QBLOCK x T floats, two of them make the workspace. */
+#define ATTN_QBLOCK 64
+
+static int qblock(int T) { return T < ATTN_QBLOCK ? T : ATTN_QBLOCK; }
+
+/* The workspace of both versions: two blocks of query rows x T scores
+ * (the reference uses the first T doubles as its row of scores). */
+static size_t attn_ws_bytes(int T) { return 2 * (size_t)qblock(T) * (size_t)T * sizeof(float); }
+
+static dt_status check_shape(const char *op, int B, int T, int H, int Dh, int causal)
+{
+    if (B < 1 || T < 1 || H < 1 || Dh < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: sizes must be >= 1 (B=%d, T=%d, H=%d, Dh=%d)", op, B, T, H,
+                            Dh);
+    if (causal != 0 && causal != 1)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: causal must be 0 or 1 (got %d)", op,
+                            causal);
+    if ((long long)3 * H * Dh > INT_MAX)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: a row of qkv, 3*H*Dh = %lld values, is too long for BLAS", op,
+                            (long long)3 * H * Dh);
+    return DT_OK;
+}
+
+static dt_status check_ws(const char *op, int T, const void *ws, size_t ws_bytes)
+{
+    size_t need = attn_ws_bytes(T);
+    if (!ws || ws_bytes < need)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cpu %s: the workspace (%zu bytes%s) is smaller than the %zu bytes "
+                            "attention_workspace asks for with T=%d",
+                            op, ws ? ws_bytes : 0, ws ? "" : ", NULL", need, T);
+    return DT_OK;
+}
+
+static dt_status check_fwd(const float *out, const float *lse, const float *qkv, int B, int T,
+                           int H, int Dh, int causal, const void *ws, size_t ws_bytes)
+{
+    DT_CPU_REQUIRE(out && lse && qkv, "attention_fwd", "out, lse and qkv must not be NULL");
+    dt_status st = check_shape("attention_fwd", B, T, H, Dh, causal);
+    return st != DT_OK ? st : check_ws("attention_fwd", T, ws, ws_bytes);
+}
+
+static dt_status check_bwd(const float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int H, int Dh, int causal,
+                           const void *ws, size_t ws_bytes)
+{
+    DT_CPU_REQUIRE(dqkv && dout && qkv && out && lse, "attention_bwd",
+                   "dqkv, dout, qkv, out and lse must not be NULL");
+    dt_status st = check_shape("attention_bwd", B, T, H, Dh, causal);
+    return st != DT_OK ? st : check_ws("attention_bwd", T, ws, ws_bytes);
+}
+
+/* One head of one sequence: where its q, k, v (and their gradients), its
+ * out (and dout) and its lse start, and their row strides. */
+struct head {
+    size_t q, k, v; /* offsets into qkv/dqkv, row stride ld */
+    size_t o;       /* offset into out/dout, row stride ldo */
+    size_t l;       /* offset into lse, contiguous */
+    int ld, ldo;
+};
+
+static struct head head_at(int b, int h, int T, int H, int Dh)
+{
+    int ld = 3 * H * Dh, ldo = H * Dh;
+    size_t q = (size_t)b * T * ld + (size_t)h * Dh;
+    return (struct head){.q = q,
+                         .k = q + (size_t)H * Dh,
+                         .v = q + 2 * (size_t)H * Dh,
+                         .o = (size_t)b * T * ldo + (size_t)h * Dh,
+                         .l = ((size_t)b * H + h) * T,
+                         .ld = ld,
+                         .ldo = ldo};
+}
+
+/* Sets the T rows of Dh floats at x (row stride ld) to zero. */
+static void zero_rows(float *x, int T, int Dh, int ld)
+{
+    for (int t = 0; t < T; t++)
+        memset(x + (size_t)t * ld, 0, (size_t)Dh * sizeof *x);
+}
+
+dt_status dt_cpu_attention_workspace(dt_backend_t *be, int B, int T, int H, int Dh, int causal,
+                                     size_t *bytes)
+{
+    dt_status st = check_shape("attention_workspace", B, T, H, Dh, causal);
+    if (st == DT_OK && !bytes)
+        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu attention_workspace: bytes must not be NULL");
+    if (st == DT_OK)
+        *bytes = attn_ws_bytes(T);
+    return st;
+}
+
+/* ---- reference ------------------------------------------------------- */
+
+static double dot(const float *a, const float *b, int n)
+{
+    double s = 0.0;
+    for (int d = 0; d < n; d++)
+        s += (double)a[d] * b[d];
+    return s;
+}
+
+/* s(T) = q k^T / sqrt(Dh) for each query i;
+ * lse[i] = logsumexp(s[:n]), out[i] = softmax(s[:n]) v[:n], n = causal ? i+1 : T */
+dt_status dt_cpu_attention_fwd_ref(dt_backend_t *be, float *out, float *lse, const float *qkv,
+                                   int B, int T, int H, int Dh, int causal, void *ws,
+                                   size_t ws_bytes)
+{
+    dt_status st = check_fwd(out, lse, qkv, B, T, H, Dh, causal, ws, ws_bytes);
+    if (st != DT_OK)
+        return st;
+    const double scale = 1.0 / sqrt((double)Dh);
+    double *s = ws; /* (T) */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            struct head hd = head_at(b, h, T, H, Dh);
+            for (int i = 0; i < T; i++) {
+                const float *qi = qkv + hd.q + (size_t)i * hd.ld; /* (Dh) */
+                int n = causal ? i + 1 : T;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < n; j++) {
+                    s[j] = scale * dot(qi, qkv + hd.k + (size_t)j * hd.ld, Dh);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j < n; j++) {
+                    s[j] = exp(s[j] - mx);
+                    sum += s[j];
+                }
+                lse[hd.l + i] = (float)(mx + log(sum));
+                for (int d = 0; d < Dh; d++) {
+                    double acc = 0.0;
+                    for (int j = 0; j < n; j++)
+                        acc += s[j] * qkv[hd.v + (size_t)j * hd.ld + d];
+                    out[hd.o + (size_t)i * hd.ldo + d] = (float)(acc / sum);
+                }
+            }
+        }
+    return DT_OK;
+}
+
+/* For each query i and allowed key j: p = exp(q_i.k_j / sqrt(Dh) - lse_i),
+ * dv_j += p dout_i, ds = p (dout_i.v_j - dout_i.out_i),
+ * dq_i += ds k_j / sqrt(Dh), dk_j += ds q_i / sqrt(Dh) */
+dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *dout,
+                                   const float *qkv, const float *out, const float *lse, int B,
+                                   int T, int H, int Dh, int causal, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_bwd(dqkv, dout, qkv, out, lse, B, T, H, Dh, causal, ws, ws_bytes);
+    if (st != DT_OK)
+        return st;
+    const double scale = 1.0 / sqrt((double)Dh);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            struct head hd = head_at(b, h, T, H, Dh);
+            zero_rows(dqkv + hd.q, T, Dh, hd.ld);
+            zero_rows(dqkv + hd.k, T, Dh, hd.ld);
+            zero_rows(dqkv + hd.v, T, Dh, hd.ld);
+            for (int i = 0; i < T; i++) {
+                const float *qi = qkv + hd.q + (size_t)i * hd.ld;    /* (Dh) */
+                const float *doi = dout + hd.o + (size_t)i * hd.ldo; /* (Dh) */
+                float *dqi = dqkv + hd.q + (size_t)i * hd.ld;
+                double delta = dot(doi, out + hd.o + (size_t)i * hd.ldo, Dh);
+                int n = causal ? i + 1 : T;
+                for (int j = 0; j < n; j++) {
+                    const float *kj = qkv + hd.k + (size_t)j * hd.ld;
+                    const float *vj = qkv + hd.v + (size_t)j * hd.ld;
+                    float *dkj = dqkv + hd.k + (size_t)j * hd.ld;
+                    float *dvj = dqkv + hd.v + (size_t)j * hd.ld;
+                    double p = exp(scale * dot(qi, kj, Dh) - lse[hd.l + i]);
+                    double ds = p * (dot(doi, vj, Dh) - delta);
+                    for (int d = 0; d < Dh; d++) {
+                        dvj[d] += (float)(p * doi[d]);
+                        dqi[d] += (float)(scale * ds * kj[d]);
+                        dkj[d] += (float)(scale * ds * qi[d]);
+                    }
+                }
+            }
+        }
+    return DT_OK;
+}
+
+/* ---- fast ------------------------------------------------------------ */
+
+/* Row of kn scores, the first n allowed: softmax in place (the rest set
+ * to 0); returns the row's logsumexp. */
+static float softmax_row(float *s, int n, int kn)
+{
+    float mx = s[0];
+    for (int j = 1; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++)
+        s[j] *= inv;
+    for (int j = n; j < kn; j++)
+        s[j] = 0.0f;
+    return mx + logf(sum);
+}
+
+/* The block's scores S(m, kn) = Q[i0:i0+m] K[0:kn]^T * scale. */
+static void block_scores(float *S, const float *qkv, const struct head *hd, int i0, int m, int kn,
+                         int Dh, float scale)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, Dh, scale,
+                qkv + hd->q + (size_t)i0 * hd->ld, hd->ld, qkv + hd->k, hd->ld, 0.0f, S, kn);
+}
+
+dt_status dt_cpu_attention_fwd(dt_backend_t *be, float *out, float *lse, const float *qkv, int B,
+                               int T, int H, int Dh, int causal, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_fwd(out, lse, qkv, B, T, H, Dh, causal, ws, ws_bytes);
+    if (st != DT_OK)
+        return st;
+    const float scale = (float)(1.0 / sqrt((double)Dh));
+    const int QB = qblock(T);
+    float *S = ws; /* (QB, kn) */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            struct head hd = head_at(b, h, T, H, Dh);
+            for (int i0 = 0; i0 < T; i0 += QB) {
+                int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
+                block_scores(S, qkv, &hd, i0, m, kn, Dh, scale);
+                for (int r = 0; r < m; r++)
+                    lse[hd.l + i0 + r] =
+                        softmax_row(S + (size_t)r * kn, causal ? i0 + r + 1 : T, kn);
+                /* O[i0:i0+m] = P V[0:kn] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, 1.0f, S, kn,
+                            qkv + hd.v, hd.ld, 0.0f, out + hd.o + (size_t)i0 * hd.ldo, hd.ldo);
+            }
+        }
+    return DT_OK;
+}
+
+/* P(m, kn) = exp(S - lse) row by row, masked entries 0. */
+static void probs_from_lse(float *S, const float *lse, int i0, int m, int kn, int causal, int T)
+{
+    for (int r = 0; r < m; r++) {
+        float *s = S + (size_t)r * kn;
+        int n = causal ? i0 + r + 1 : T;
+        float l = lse[i0 + r];
+        for (int j = 0; j < n; j++)
+            s[j] = expf(s[j] - l);
+        for (int j = n; j < kn; j++)
+            s[j] = 0.0f;
+    }
+}
+
+/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). */
+static void score_grads(float *dP, const float *P, const float *dout, const float *out,
+                        const struct head *hd, int i0, int m, int kn, int Dh)
+{
+    for (int r = 0; r < m; r++) {
+        const float *doi = dout + hd->o + (size_t)(i0 + r) * hd->ldo;
+        const float *oi = out + hd->o + (size_t)(i0 + r) * hd->ldo;
+        float delta = 0.0f;
+        for (int d = 0; d < Dh; d++)
+            delta += doi[d] * oi[d];
+        float *ds = dP + (size_t)r * kn;
+        const float *p = P + (size_t)r * kn;
+        for (int j = 0; j < kn; j++)
+            ds[j] = p[j] * (ds[j] - delta);
+    }
+}
+
+dt_status dt_cpu_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int H, int Dh,
+                               int causal, void *ws, size_t ws_bytes)
+{
+    dt_status st = check_bwd(dqkv, dout, qkv, out, lse, B, T, H, Dh, causal, ws, ws_bytes);
+    if (st != DT_OK)
+        return st;
+    const float scale = (float)(1.0 / sqrt((double)Dh));
+    const int QB = qblock(T);
+    float *P = ws, *dP = P + (size_t)QB * T; /* (QB, kn) each */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            struct head hd = head_at(b, h, T, H, Dh);
+            float *dq = dqkv + hd.q, *dk = dqkv + hd.k, *dv = dqkv + hd.v;
+            const float *k = qkv + hd.k, *v = qkv + hd.v, *dO;
+            zero_rows(dk, T, Dh, hd.ld);
+            zero_rows(dv, T, Dh, hd.ld);
+            for (int i0 = 0; i0 < T; i0 += QB) {
+                int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
+                dO = dout + hd.o + (size_t)i0 * hd.ldo;
+                block_scores(P, qkv, &hd, i0, m, kn, Dh, scale);
+                probs_from_lse(P, lse + hd.l, i0, m, kn, causal, T);
+                /* dV[0:kn] += P^T dO */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, 1.0f, P, kn, dO,
+                            hd.ldo, 1.0f, dv, hd.ld);
+                /* dP = dO V[0:kn]^T, then dS in its place */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, Dh, 1.0f, dO, hd.ldo, v,
+                            hd.ld, 0.0f, dP, kn);
+                score_grads(dP, P, dout, out, &hd, i0, m, kn, Dh);
+                /* dQ[i0:i0+m] = dS K[0:kn] * scale */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, scale, dP, kn, k,
+                            hd.ld, 0.0f, dq + (size_t)i0 * hd.ld, hd.ld);
+                /* dK[0:kn] += dS^T Q[i0:i0+m] * scale */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, scale, dP, kn,
+                            qkv + hd.q + (size_t)i0 * hd.ld, hd.ld, 1.0f, dk, hd.ld);
+            }
+        }
+    return DT_OK;
+}
