@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""check_ops.py - the CPU backend's convolution, pooling, batch norm and
-layer norm forwards against NumPy written from the definitions (PyTorch's
-conventions: cross-correlation, zero padding, groups splitting channels in
-order, max pooling ignoring padding, average pooling counting it, running
-variance unbiased). Both op tables, odd shapes. op_dump (op_dump.c) runs
+"""check_ops.py - the CPU backend's convolution, pooling, batch norm, layer
+norm, attention and embedding forwards against NumPy written from the
+definitions (PyTorch's conventions: cross-correlation, zero padding, groups
+splitting channels in order, max pooling ignoring padding, average pooling
+counting it, running variance unbiased; attention as
+torch.nn.functional.scaled_dot_product_attention with is_causal, scale
+1/sqrt(Dh)). Both op tables, odd shapes. op_dump (op_dump.c) runs
 the op and writes inputs and outputs; this recomputes the outputs in
 float64 from the same inputs.
 
@@ -49,6 +51,11 @@ POOL = [
 ]
 BN = [[4, 3, 5], [2, 5, 21], [3, 2, 64]]
 LN = [[5, 8], [3, 37], [2, 100]]
+# B T H Dh causal
+ATTN = [[2, 5, 2, 8, 0], [2, 5, 2, 8, 1], [1, 1, 3, 4, 1], [1, 9, 1, 7, 1], [2, 70, 2, 6, 1],
+        [1, 67, 3, 5, 0]]
+# N V D
+EMB = [[13, 5, 8], [40, 100, 37]]
 
 
 def conv(x, w, sh, sw, ph, pw, dh, dw, g):
@@ -141,6 +148,33 @@ def check_ln(driver, table, d, path):
     return [("y", y, (x - m[:, None]) * r[:, None] * g + b), ("mean", mean, m), ("rstd", rstd, r)]
 
 
+def attention(qkv, causal):
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh) each
+    t, dh = q.shape[1], q.shape[3]
+    s = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(dh)
+    if causal:
+        s = np.where(np.tril(np.ones((t, t), dtype=bool)), s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - mx)
+    lse = (mx + np.log(e.sum(axis=-1, keepdims=True)))[..., 0]
+    out = np.einsum("bhij,bjhd->bihd", e / e.sum(axis=-1, keepdims=True), v)
+    return out, lse
+
+
+def check_attn(driver, table, d, path):
+    b, t, h, dh, causal = d
+    qkv, out, lse = take(run(driver, table, "attn", d, path), (b, t, 3, h, dh), (b, t, h, dh),
+                         (b, h, t))
+    want_out, want_lse = attention(qkv, causal)
+    return [("out", out, want_out), ("lse", lse, want_lse)]
+
+
+def check_emb(driver, table, d, path):
+    n, v, dd = d
+    ids, w, out = take(run(driver, table, "emb", d, path), (n,), (v, dd), (n, dd))
+    return [("out", out, w[ids.astype(np.int64)])]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--driver", required=True)
@@ -151,7 +185,8 @@ def main():
     bad = total = 0
     for table in ("ref", "fast"):
         for name, fn, cases in (("conv", check_conv, CONV), ("pool", check_pool, POOL),
-                                ("batchnorm", check_bn, BN), ("layernorm", check_ln, LN)):
+                                ("batchnorm", check_bn, BN), ("layernorm", check_ln, LN),
+                                ("attention", check_attn, ATTN), ("embedding", check_emb, EMB)):
             for d in cases:
                 for what, got, want in fn(a.driver, table, d, path):
                     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)

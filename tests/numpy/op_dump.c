@@ -13,6 +13,10 @@
  *     running_mean/var after (momentum 0.1, eps 1e-5), batchnorm_infer's y
  *   op_dump ref|fast ln rows D FILE
  *     writes x, gamma, beta, y, mean, rstd (eps 1e-5)
+ *   op_dump ref|fast attn B T H Dh causal FILE
+ *     writes qkv(B,T,3,H,Dh), out(B,T,H,Dh), lse(B,H,T)
+ *   op_dump ref|fast emb N V D FILE
+ *     writes ids(N) (whole numbers in floats), w(V,D), out(N,D)
  * Exit status 64 on bad usage, 70 when an op fails.
  */
 #include <stdio.h>
@@ -55,14 +59,14 @@ int main(int argc, char **argv)
     static const struct {
         const char *op;
         int nargs;
-    } ops[] = {{"conv", 14}, {"pool", 10}, {"bn", 3}, {"ln", 2}};
+    } ops[] = {{"conv", 14}, {"pool", 10}, {"bn", 3}, {"ln", 2}, {"attn", 5}, {"emb", 3}};
     int which = -1;
-    for (int i = 0; argc > 2 && i < 4; i++)
+    for (int i = 0; argc > 2 && i < (int)(sizeof ops / sizeof ops[0]); i++)
         if (strcmp(argv[2], ops[i].op) == 0)
             which = i;
     if (argc < 4 || which < 0 || argc != 4 + ops[which].nargs ||
         (strcmp(argv[1], "ref") && strcmp(argv[1], "fast"))) {
-        fprintf(stderr, "usage: op_dump ref|fast conv|pool|bn|ln DIMS... FILE\n");
+        fprintf(stderr, "usage: op_dump ref|fast conv|pool|bn|ln|attn|emb DIMS... FILE\n");
         return 64;
     }
     int d[MAX_ARGS];
@@ -115,6 +119,25 @@ int main(int argc, char **argv)
         ok(op->batchnorm_infer(be, yi, x, rm, rv, g, b, EPS, N, C, HW));
         put(f, x, n), put(f, g, C), put(f, b, C), put(f, rm0, C), put(f, rv0, C), put(f, y, n);
         put(f, mean, C), put(f, invstd, C), put(f, rm, C), put(f, rv, C), put(f, yi, n);
+    } else if (which == 4) {
+        int B = d[0], T = d[1], H = d[2], Dh = d[3], causal = d[4];
+        size_t n = (size_t)B * T * H * Dh, nl = (size_t)B * H * T, ws = 0;
+        float *qkv = values(3 * n, 13, -2, 2), *out = values(n, 0, 0, 0);
+        float *lse = values(nl, 0, 0, 0);
+        ok(op->attention_workspace(be, B, T, H, Dh, causal, &ws));
+        void *buf = malloc(ws ? ws : 1);
+        if (!buf)
+            return 70;
+        ok(op->attention_fwd(be, out, lse, qkv, B, T, H, Dh, causal, buf, ws));
+        put(f, qkv, 3 * n), put(f, out, n), put(f, lse, nl);
+    } else if (which == 5) {
+        int N = d[0], V = d[1], D = d[2];
+        float *ids = values(N, 14, 0, (float)V), *w = values((size_t)V * D, 15, -1, 1);
+        float *out = values((size_t)N * D, 0, 0, 0);
+        for (int i = 0; i < N; i++)
+            ids[i] = (float)(int)ids[i];
+        ok(op->embedding_fwd(be, out, ids, w, N, V, D));
+        put(f, ids, N), put(f, w, (size_t)V * D), put(f, out, (size_t)N * D);
     } else {
         int rows = d[0], D = d[1];
         size_t n = (size_t)rows * D;
