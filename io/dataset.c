@@ -320,6 +320,48 @@ out:
     return st;
 }
 
+/* The root attributes of a language-model file (after task). */
+static dt_status read_lm_attrs(struct dsfile *ds)
+{
+    struct dt_dataset_info *in = &ds->info;
+    char str[1][DT_NAME_MAX];
+    int yes = 0, cnt = 0;
+    double v = 0;
+    dt_status st;
+    in->lm = 1;
+    in->norm_scale = 1;
+    in->norm_std = 1;
+    DT_CHECK(attr_exists(in->path, ds->file, "vocab_size", &yes));
+    if (!yes)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: a language-model file needs a 'vocab_size' attribute on /",
+                            in->path);
+    DT_CHECK(read_num_attr(in->path, ds->file, "vocab_size", 1, &v));
+    if (v < 2 || v > (double)DT_DATASET_MAX_VOCAB)
+        return dt_set_error(DT_ERR_BAD_DATA, "dataset %s: vocab_size %.0f is outside [2, %lld]",
+                            in->path, v, (long long)DT_DATASET_MAX_VOCAB);
+    in->vocab_size = (int64_t)v;
+    snprintf(in->tokenizer, sizeof in->tokenizer, "none");
+    DT_CHECK(attr_exists(in->path, ds->file, "tokenizer", &yes));
+    if (yes) {
+        DT_CHECK(read_str_attr(in->path, ds->file, "tokenizer", str, 1, &cnt));
+        if (strcmp(str[0], "byte") != 0 && strcmp(str[0], "gpt2") != 0 &&
+            strcmp(str[0], "none") != 0)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: tokenizer '%s' is not one dtrain knows (byte, gpt2 "
+                                "or none)",
+                                in->path, str[0]);
+        snprintf(in->tokenizer, sizeof in->tokenizer, "%.15s", str[0]);
+        if (strcmp(str[0], "byte") == 0 && in->vocab_size < 256)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: a byte tokenizer needs vocab_size 256 or more, not "
+                                "%lld",
+                                in->path, (long long)in->vocab_size);
+    }
+out:
+    return st;
+}
+
 static dt_status read_root_attrs(struct dsfile *ds)
 {
     struct dt_dataset_info *in = &ds->info;
@@ -357,10 +399,12 @@ static dt_status read_root_attrs(struct dsfile *ds)
     DT_CHECK(attr_exists(path, root, "task", &yes));
     if (yes) {
         DT_CHECK(read_str_attr(path, root, "task", str, 1, &cnt));
+        if (strcmp(str[0], "language_model") == 0)
+            return read_lm_attrs(ds);
         if (strcmp(str[0], "classification") != 0)
             return dt_set_error(DT_ERR_BAD_DATA,
                                 "dataset %s: task '%s' is not supported by format version %d "
-                                "(only 'classification')",
+                                "(only 'classification' and 'language_model')",
                                 path, str[0], DT_DATASET_FORMAT_VERSION);
     }
 
@@ -470,13 +514,14 @@ static dt_status get_shape(const char *path, const char *obj, hid_t d, int max, 
 }
 
 /* Opens x with a chunk cache suited to its layout (see the top comment). */
-static dt_status open_x(const char *path, const char *split, hid_t g, hid_t *out)
+static dt_status open_x(const char *path, const char *split, hid_t g, const char *name,
+                        hid_t *out)
 {
     dt_status st = DT_OK;
     hid_t d = -1, dcpl = -1, dapl = -1;
-    d = H5Dopen2(g, "x", H5P_DEFAULT);
+    d = H5Dopen2(g, name, H5P_DEFAULT);
     if (d < 0 || (dcpl = H5Dget_create_plist(d)) < 0) {
-        st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open /%s/x", path, split);
+        st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open /%s/%s", path, split, name);
         goto out;
     }
     if (H5Pget_layout(dcpl) == H5D_CHUNKED) {
@@ -485,9 +530,9 @@ static dt_status open_x(const char *path, const char *split, hid_t g, hid_t *out
         H5Pset_chunk_cache(dapl, FILTERED_CHUNK_CACHE_SLOTS,
                            filtered ? FILTERED_CHUNK_CACHE_BYTES : 0, 1.0);
         H5Dclose(d);
-        d = H5Dopen2(g, "x", dapl);
+        d = H5Dopen2(g, name, dapl);
         if (d < 0) {
-            st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open /%s/x", path, split);
+            st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open /%s/%s", path, split, name);
             goto out;
         }
     }
@@ -700,7 +745,7 @@ static dt_status open_split(struct dsfile *ds, int i)
                               path, name, want);
         if (st != DT_OK) goto out;
     }
-    DT_CHECK(open_x(path, name, g, &sp->x));
+    DT_CHECK(open_x(path, name, g, "x", &sp->x));
     snprintf(obj, sizeof obj, "/%s/x", name);
     DT_CHECK(get_shape(path, obj, sp->x, DT_DATASET_MAX_DIMS + 1, &nd, dims));
     if (nd < 2) {
@@ -740,6 +785,79 @@ out:
     return st;
 }
 
+/* A language-model split: /<split>/tokens, 1-D uint16 or int32. */
+static dt_status open_lm_split(struct dsfile *ds, int i)
+{
+    const char *path = ds->info.path;
+    struct dt_split_info *si = &ds->info.splits[i];
+    struct split *sp = &ds->splits[i];
+    dt_status st = DT_OK;
+    hid_t g = -1, t = -1;
+    hsize_t dims[1];
+    int nd = 0;
+    char obj[DT_NAME_MAX + 16];
+    snprintf(obj, sizeof obj, "/%s/tokens", si->name);
+    g = H5Gopen2(ds->file, si->name, H5P_DEFAULT);
+    if (g < 0) {
+        st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot open split '/%s'", path, si->name);
+        goto out;
+    }
+    enum dt_h5_path e = dt_h5_hard_path(g, "tokens");
+    if (e != DT_H5_PATH_HARD) {
+        st = e == DT_H5_PATH_ERROR ? dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot look up %s",
+                                                 path, obj)
+             : e == DT_H5_PATH_LINK
+                 ? dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: %s is a link to elsewhere, not data stored in the "
+                                "file",
+                                path, obj)
+                 : dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: split '%s' of a language-model file has no 'tokens' "
+                                "(%s)",
+                                path, si->name, obj);
+        goto out;
+    }
+    DT_CHECK(open_x(path, si->name, g, "tokens", &sp->x));
+    DT_CHECK(get_shape(path, obj, sp->x, 1, &nd, dims));
+    if (nd != 1) {
+        st = dt_set_error(DT_ERR_BAD_DATA, "dataset %s: %s must be 1-D (a stream of token ids)",
+                          path, obj);
+        goto out;
+    }
+    t = H5Dget_type(sp->x);
+    if (t < 0) {
+        st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot get the type of %s", path, obj);
+        goto out;
+    }
+    size_t size = H5Tget_size(t);
+    int is_int = H5Tget_class(t) == H5T_INTEGER;
+    H5T_sign_t sign = is_int ? H5Tget_sign(t) : H5T_SGN_NONE;
+    if (is_int && size == 2 && sign == H5T_SGN_NONE) {
+        si->x_dtype = DT_U16;
+    } else if (is_int && size == 4 && sign == H5T_SGN_2) {
+        si->x_dtype = DT_I32;
+    } else {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "dataset %s: %s has an unsupported type (%zu bytes%s); token ids must "
+                          "be uint16 or int32",
+                          path, obj, size, is_int ? "" : ", not an integer");
+        goto out;
+    }
+    si->y_dtype = si->x_dtype;
+    sp->x_mem = H5T_NATIVE_INT32; /* HDF5 widens uint16 on read */
+    sp->x_mem_size = sizeof(int32_t);
+    sp->x_file_size = size;
+    si->tokens = (int64_t)dims[0];
+    DT_CHECK(check_storage(ds, obj, sp->x, si->tokens, 1, size, "its token count"));
+    si->x_bytes = (int64_t)H5Dget_storage_size(sp->x);
+    si->ndim = 1;
+    si->window_shifts = 1;
+out:
+    close_id(t, H5Tclose);
+    close_id(g, H5Gclose);
+    return st;
+}
+
 static dt_status open_locked(struct dsfile *ds)
 {
     const char *path = ds->info.path;
@@ -769,7 +887,7 @@ static dt_status open_locked(struct dsfile *ds)
         goto out;
     }
     for (int i = 0; i < ds->info.nsplits; i++)
-        DT_CHECK(open_split(ds, i));
+        DT_CHECK(ds->info.lm ? open_lm_split(ds, i) : open_split(ds, i));
 out:
     return st;
 }
@@ -874,8 +992,10 @@ static dt_status file_open(const char *path, struct dsfile **out)
     if (st != DT_OK)
         goto out;
 
-    DT_CHECK(check_channels(ds));
-    DT_CHECK(make_lut(ds));
+    if (!ds->info.lm) {
+        DT_CHECK(check_channels(ds));
+        DT_CHECK(make_lut(ds));
+    }
     *out = ds;
     ds = NULL;
 out:
@@ -1421,6 +1541,13 @@ dt_status dt_dataset_open(const char *path, dt_dataset_t **out)
     for (int f = 0; f < nnames; f++) {
         DT_CHECK(file_open(names[f], &ds->files[f]));
         ds->nfiles = f + 1;
+        if (nnames > 1 && ds->files[f]->info.lm) {
+            st = dt_set_error(DT_ERR_USAGE,
+                              "dataset %s: a language-model dataset is one file; %s is one of "
+                              "%d files given (import the token streams into one file)",
+                              path, names[f], nnames);
+            goto out;
+        }
         if (f > 0)
             DT_CHECK(same_kind(ds->files[0], ds->files[f]));
     }
@@ -1492,6 +1619,13 @@ static dt_status read_rows(dt_dataset_t *ds, const char *split, const uint64_t *
                            uint64_t *bytes_read)
 {
     dt_status st = DT_OK;
+    if (ds->info.lm) {
+        if (cf)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: token windows cannot be cropped or flipped",
+                                ds->info.path);
+        return dt_dataset_read_windows(ds, split, idx, n, 0, x, y, bytes_read);
+    }
     if (ds->nfiles == 1)
         return file_read(ds->files[0], split, idx, n, pad, cf, x, y, bytes_read);
     const struct dt_split_info *si;
@@ -1589,6 +1723,113 @@ dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const u
     return read_rows(ds, split, idx, n, pad, cf, x, y, bytes_read);
 }
 
+/* ---- language-model windows -------------------------------------------- */
+
+dt_status dt_dataset_set_seq_len(dt_dataset_t *ds, int64_t seq_len)
+{
+    struct dsfile *f = ds->files[0];
+    if (!ds->info.lm)
+        return dt_set_error(DT_ERR_USAGE,
+                            "dataset %s holds classification samples, not token streams; a "
+                            "sequence length applies to language-model datasets",
+                            ds->info.path);
+    if (seq_len < 1 || seq_len > DT_DATASET_MAX_SEQ_LEN)
+        return dt_set_error(DT_ERR_USAGE, "sequence length %lld is outside [1, %lld]",
+                            (long long)seq_len, (long long)DT_DATASET_MAX_SEQ_LEN);
+    for (int i = 0; i < f->info.nsplits; i++) {
+        struct dt_split_info *si = &f->info.splits[i];
+        int64_t w = si->tokens > 0 ? (si->tokens - 1) / seq_len : 0;
+        if (w < 1)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "dataset %s: split '%s' has %lld tokens, fewer than one window "
+                                "of seq_len + 1 = %lld tokens; lower the sequence length or "
+                                "import more text",
+                                ds->info.path, si->name, (long long)si->tokens,
+                                (long long)seq_len + 1);
+        si->n = w >= 2 ? w - 1 : 1;
+        si->window_shifts = w >= 2 ? seq_len : 1;
+        si->ndim = 1;
+        si->shape[0] = seq_len;
+        si->sample_elems = seq_len;
+    }
+    f->info.seq_len = seq_len;
+    memcpy(ds->info.splits, f->info.splits, sizeof ds->info.splits);
+    ds->info.seq_len = seq_len;
+    return DT_OK;
+}
+
+dt_status dt_dataset_read_windows(dt_dataset_t *ds, const char *split, const uint64_t *idx,
+                                  size_t n, int64_t shift, float *x, int32_t *y,
+                                  uint64_t *bytes_read)
+{
+    struct dsfile *f = ds->files[0];
+    const char *path = ds->info.path;
+    dt_status st = DT_OK;
+    int32_t *tok = NULL;
+    hid_t mem = -1, fs = -1;
+    int s = find_split(f, split);
+    if (!ds->info.lm || ds->info.seq_len < 1)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dataset %s: windows are read from a language-model dataset after "
+                            "its sequence length is set",
+                            path);
+    if (s < 0) {
+        const struct dt_split_info *dummy;
+        return file_split(f, split, &dummy);
+    }
+    const struct dt_split_info *si = &f->info.splits[s];
+    const int64_t T = ds->info.seq_len;
+    if (shift < 0 || shift >= si->window_shifts)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dataset %s: window offset %lld of split '%s' is outside [0, %lld)",
+                            path, (long long)shift, split, (long long)si->window_shifts);
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= (uint64_t)si->n)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: window %llu of split '%s' requested, which has %lld",
+                                path, (unsigned long long)idx[i], split, (long long)si->n);
+    if (n == 0)
+        return DT_OK;
+    DT_CHECK(dt_malloc((size_t)(T + 1) * sizeof *tok, "a token window", (void **)&tok));
+    hsize_t count = (hsize_t)(T + 1);
+    dt_h5_lock();
+    mem = H5Screate_simple(1, &count, NULL);
+    fs = H5Dget_space(f->splits[s].x);
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        hsize_t start = (hsize_t)(shift + (int64_t)idx[i] * T);
+        if (mem < 0 || fs < 0 ||
+            H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL) < 0 ||
+            H5Dread(f->splits[s].x, H5T_NATIVE_INT32, mem, fs, H5P_DEFAULT, tok) < 0) {
+            st = dt_h5_error(DT_ERR_IO, "dataset %s: cannot read tokens %llu to %llu of split '%s'",
+                             path, (unsigned long long)start,
+                             (unsigned long long)(start + count - 1), split);
+            break;
+        }
+        for (int64_t t = 0; t <= T; t++)
+            if (tok[t] < 0 || tok[t] >= ds->info.vocab_size) {
+                st = dt_set_error(DT_ERR_BAD_DATA,
+                                  "dataset %s: token %llu of split '%s' is %d, outside the "
+                                  "vocabulary [0, %lld)",
+                                  path, (unsigned long long)(start + (hsize_t)t), split,
+                                  (int)tok[t], (long long)ds->info.vocab_size);
+                break;
+            }
+        for (int64_t t = 0; t < T && st == DT_OK; t++) {
+            x[i * (size_t)T + (size_t)t] = (float)tok[t];
+            if (y)
+                y[i * (size_t)T + (size_t)t] = tok[t + 1];
+        }
+    }
+    close_id(fs, H5Sclose);
+    close_id(mem, H5Sclose);
+    dt_h5_unlock();
+    if (st == DT_OK && bytes_read)
+        *bytes_read += (uint64_t)n * (uint64_t)(T + 1) * f->splits[s].x_file_size;
+out:
+    free(tok);
+    return st;
+}
+
 /* ---- summary ----------------------------------------------------------- */
 
 /* Per-class counts on one line: "6000 each" when equal, every count when
@@ -1638,6 +1879,21 @@ void dt_dataset_print(const dt_dataset_t *ds, FILE *out)
         fprintf(out, "  total size: %s, format version %d\n", size, in->format_version);
     } else {
         fprintf(out, "  file size: %s, format version %d\n", size, in->format_version);
+    }
+    if (in->lm) {
+        fprintf(out, "  language model: vocabulary %lld, tokenizer %s\n", (long long)in->vocab_size,
+                in->tokenizer);
+        for (int i = 0; i < in->nsplits; i++) {
+            const struct dt_split_info *si = &in->splits[i];
+            dt_format_bytes((uint64_t)si->x_bytes, size, sizeof size);
+            fprintf(out, "  split %s: %lld tokens (%s), stored in %s", si->name,
+                    (long long)si->tokens, dt_dtype_name(si->x_dtype), size);
+            if (in->seq_len)
+                fprintf(out, "; %lld windows of %lld + 1", (long long)si->n,
+                        (long long)in->seq_len);
+            fprintf(out, "\n");
+        }
+        return;
     }
     fprintf(out, "  classes (%d):", in->num_classes);
     for (int c = 0; c < in->num_classes; c++) {

@@ -65,6 +65,12 @@ struct dt_split_info {
     enum dt_dtype y_dtype;
     int64_t x_bytes;                        /* stored size of x in the file */
     int64_t class_counts[DT_DATASET_MAX_CLASSES]; /* samples per label */
+    /* language-model splits: tokens in the stream; n, ndim, shape and
+     * sample_elems describe windows once a sequence length is set
+     * (dt_dataset_set_seq_len; n = 0 until then); x_dtype and y_dtype are
+     * the tokens' type */
+    int64_t tokens;
+    int64_t window_shifts; /* epoch offsets the windows may start at: 1 or seq_len */
 };
 
 struct dt_dataset_info {
@@ -82,7 +88,16 @@ struct dt_dataset_info {
     int nsplits;
     struct dt_split_info splits[DT_DATASET_MAX_SPLITS];
     int64_t file_bytes;
+    /* language-model datasets (num_classes, class names and normalisation
+     * are unused: 0, none, identity) */
+    int lm;
+    int64_t vocab_size;
+    char tokenizer[16]; /* byte | gpt2 | none */
+    int64_t seq_len;    /* 0 until dt_dataset_set_seq_len */
 };
+
+#define DT_DATASET_MAX_VOCAB ((int64_t)1 << 24)
+#define DT_DATASET_MAX_SEQ_LEN ((int64_t)1 << 20)
 
 /* Opens and validates a dataset file: format attributes, every split's x
  * and y (shapes agree, supported dtypes), every label in range, and,
@@ -125,7 +140,8 @@ dt_status dt_dataset_split(const dt_dataset_t *ds, const char *name,
                            const struct dt_split_info **out);
 
 /* Reads samples idx[0..n) (any order, no duplicates needed) of `split`:
- * x gets n * sample_elems normalised floats, y gets n labels (y may be NULL).
+ * x gets n * sample_elems normalised floats, y gets n labels (y may be NULL;
+ * n * seq_len next tokens for a language-model split, see below).
  * Adds the bytes read from the file to *bytes_read when not NULL.
  * A non-finite input (NaN or infinity stored in float x, or a value that
  * normalisation takes past float32's range) is DT_ERR_BAD_DATA naming the
@@ -155,6 +171,28 @@ struct dt_crop_flip {
 dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const uint64_t *idx,
                                     size_t n, int32_t pad, const struct dt_crop_flip *cf, float *x,
                                     int32_t *y, uint64_t *bytes_read);
+
+/* Language-model datasets: makes every split a set of windows of seq_len
+ * + 1 tokens. With W = (tokens - 1) / seq_len whole windows in a split,
+ * a split of 2 or more windows offers W - 1 of them and window_shifts =
+ * seq_len: window i of a read with offset `shift` (dt_dataset_read_windows)
+ * starts at token shift + i * seq_len, so a trainer can move the window
+ * boundaries every epoch; a split of one window offers it at shift 0
+ * (window_shifts = 1). A split too short for one window is
+ * DT_ERR_BAD_DATA naming it; a seq_len outside [1, DT_DATASET_MAX_SEQ_LEN]
+ * is DT_ERR_USAGE; a dataset that is not a language-model one is
+ * DT_ERR_USAGE. */
+dt_status dt_dataset_set_seq_len(dt_dataset_t *ds, int64_t seq_len);
+
+/* Reads windows idx[0..n) of a language-model split at offset shift (in
+ * [0, window_shifts)): x gets each window's first seq_len tokens as
+ * floats, y (may be NULL) the seq_len tokens after each of them. A token
+ * outside [0, vocab_size) is DT_ERR_BAD_DATA naming the file, split,
+ * position and value. dt_dataset_read on such a split reads at shift 0.
+ * Thread-safe. */
+dt_status dt_dataset_read_windows(dt_dataset_t *ds, const char *split, const uint64_t *idx,
+                                  size_t n, int64_t shift, float *x, int32_t *y,
+                                  uint64_t *bytes_read);
 
 /* Prints a human summary (splits, shapes, dtypes, classes, sizes) of an
  * opened dataset to out. */

@@ -75,6 +75,8 @@ struct dt_loader {
     struct dt_loader_opts o;
     int64_t n;            /* samples in the split */
     int64_t sample_elems;
+    int lm;                 /* language-model windows: sample_elems labels per row */
+    int64_t window_shifts;
     int64_t full_batches; /* global batches of G rows */
     int64_t batches;      /* per epoch, after drop_last */
     int64_t full_micro;   /* micro-batches per full global batch */
@@ -209,6 +211,12 @@ static void *worker_main(void *arg)
                                        ld->o.hflip, &s->cf[i]);
             st = dt_dataset_read_crop_flip(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows,
                                            ld->o.crop_padding, s->cf, s->x, s->y, &bytes);
+        } else if (ld->lm) {
+            int64_t shift = ld->o.shift_windows
+                                ? dt_loader_window_shift(ld->o.seed, epoch, ld->window_shifts)
+                                : 0;
+            st = dt_dataset_read_windows(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows, shift,
+                                         s->x, s->y, &bytes);
         } else {
             st = dt_dataset_read(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows, s->x, s->y,
                                  &bytes);
@@ -310,7 +318,8 @@ static dt_status alloc_slots(struct dt_loader *ld)
     for (int i = 0; i < ld->o.prefetch; i++) {
         struct slot *s = &ld->slots[i];
         DT_CHECK(dt_calloc(xs, sizeof(float), "loader batch inputs", (void **)&s->x));
-        DT_CHECK(dt_calloc(m, sizeof *s->y, "loader batch labels", (void **)&s->y));
+        DT_CHECK(dt_calloc(m * (size_t)(ld->lm ? ld->sample_elems : 1), sizeof *s->y,
+                           "loader batch labels", (void **)&s->y));
         DT_CHECK(dt_calloc(m, sizeof *s->ids, "loader batch ids", (void **)&s->ids));
         if (ld->o.crop_padding > 0 || ld->o.hflip)
             DT_CHECK(dt_calloc(m, sizeof *s->cf, "loader batch crops", (void **)&s->cf));
@@ -349,6 +358,8 @@ dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
     ld->o = *opts;
     ld->n = si->n;
     ld->sample_elems = si->sample_elems;
+    ld->lm = dt_dataset_get_info(opts->ds)->lm;
+    ld->window_shifts = si->window_shifts;
     ld->full_batches = si->n / opts->global_batch;
     ld->batches = ld->full_batches + (!opts->drop_last && si->n % opts->global_batch ? 1 : 0);
     int64_t lo, hi;
@@ -414,6 +425,13 @@ static uint32_t draw_below(const struct dt_rng_key *key, uint64_t sample, const 
         w = r[word];
     }
     return w % n;
+}
+
+int64_t dt_loader_window_shift(uint64_t seed, int64_t epoch, int64_t shifts)
+{
+    struct dt_rng_key key = {
+        .seed = seed, .purpose = DT_RNG_AUGMENT, .stream = 1, .step = (uint64_t)epoch};
+    return shifts > 1 ? (int64_t)dt_rng_below(&key, 0, (uint64_t)shifts) : 0;
 }
 
 void dt_loader_augment_draw(uint64_t seed, int64_t epoch, uint64_t sample, int pad, int hflip,

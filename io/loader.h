@@ -59,13 +59,15 @@ struct dt_loader_opts {
     int crop_padding; /* data.augment.crop_padding: random crop from the image zero-padded by
                          this many pixels (0 after normalisation); 0 = off */
     int hflip;        /* data.augment.hflip: flip left-right with probability 0.5 */
+    int shift_windows; /* language-model data: move the window boundaries every epoch
+                          (dt_loader_window_shift); else windows start at offset 0 */
 };
 
 #define DT_LOADER_MAX_CROP_PADDING 1024
 
 struct dt_batch {
     const float *x;     /* rows * sample_elems normalised inputs */
-    const int32_t *y;   /* rows labels */
+    const int32_t *y;   /* rows labels (rows * seq_len next tokens for language-model data) */
     int64_t rows;       /* rows in this micro-batch */
     int64_t row0;       /* index of the first row within its global batch */
     int64_t global_rows;/* rows of the whole global batch (all ranks) */
@@ -91,6 +93,11 @@ dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_ba
  * until dt_loader_release. */
 dt_status dt_loader_next(dt_loader_t *ld, struct dt_batch *b, int *end);
 void dt_loader_release(dt_loader_t *ld, struct dt_batch *b);
+
+/* The offset of the token windows of a language-model split in `epoch`:
+ * uniform in [0, shifts) from one block of (seed, DT_RNG_AUGMENT, stream
+ * 1, step epoch) at index 0 (0 when shifts <= 1). */
+int64_t dt_loader_window_shift(uint64_t seed, int64_t epoch, int64_t shifts);
 
 /* The crop and flip of dataset row `sample` in `epoch`: top and left
  * uniform in [0, 2 * pad] (0 when pad is 0), flip with probability 1/2

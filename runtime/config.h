@@ -54,7 +54,7 @@ struct dt_layer_spec {
 struct dt_job {
     char source[DT_JOB_PATH]; /* the job file it came from ("" for defaults) */
     struct {
-        char type[DT_JOB_STR];       /* mlp | cnn | resnet | layers */
+        char type[DT_JOB_STR];       /* mlp | cnn | resnet | gpt | layers */
         int64_t hidden[DT_JOB_MAX_HIDDEN]; /* hidden layer widths */
         int nhidden;
         int64_t channels[DT_JOB_MAX_HIDDEN]; /* cnn, resnet: channels per stage */
@@ -62,6 +62,9 @@ struct dt_job {
         int64_t blocks[DT_JOB_MAX_HIDDEN];   /* resnet: residual blocks per stage */
         int nblocks;
         int sync_bn;                 /* batch-norm statistics over every rank */
+        int64_t n_layer, n_head, n_embd; /* gpt: blocks, attention heads, width */
+        int64_t vocab_size;          /* gpt: 0 = the dataset's vocabulary */
+        int tie_embeddings;          /* gpt: the output head uses the token embedding */
         char recompute[DT_JOB_STR];  /* none | all | comma-separated block names */
         struct dt_layer_spec layers[DT_JOB_MAX_LAYERS]; /* model.type layers */
         int nlayers;
@@ -77,6 +80,7 @@ struct dt_job {
         int drop_last;
         int64_t workers;             /* loader threads */
         int64_t prefetch;            /* micro-batches read ahead */
+        int64_t seq_len;             /* language-model datasets: tokens per sample */
         struct {
             int64_t crop_padding;    /* random crop of the padded image; 0 = off */
             int hflip;               /* random left-right flip */

@@ -31,7 +31,7 @@
 #define ABOVE_TO(a, b) .range = DT_CFG_LO | DT_CFG_LO_EXCL | DT_CFG_HI, .lo = (a), .hi = (b)
 #define ONE_OF(list) .choices = (list)
 
-static const char *const model_types[] = {"mlp", "cnn", "resnet", "layers", NULL};
+static const char *const model_types[] = {"mlp", "cnn", "resnet", "gpt", "layers", NULL};
 static const char *const activations[] = {"relu", "gelu", "tanh", NULL};
 static const char *const inits[] = {"kaiming", "xavier", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
@@ -60,8 +60,9 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("model.type", E, model.type, "mlp",
         "model family: mlp (fully connected layers), cnn (convolution stages, then fully "
         "connected layers), resnet (residual stages, global average pooling, a linear "
-        "classifier) or layers (the list in model.layers); --print-config shows the layer list "
-        "a family expands into", ONE_OF(model_types)),
+        "classifier), gpt (a GPT-2 style decoder-only transformer language model, for "
+        "language-model datasets) or layers (the list in model.layers); --print-config shows "
+        "the layer list a family expands into", ONE_OF(model_types)),
     ROW("model.hidden", L, model.hidden, "[512, 512]",
         "mlp, cnn: widths of the fully connected hidden layers, input side first",
         FROM_TO(1, DT_JOB_MAX_WIDTH),
@@ -78,12 +79,25 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("model.activation", E, model.activation, "relu",
         "activation after each hidden layer", ONE_OF(activations)),
     ROW("model.dropout", F, model.dropout, "0.1",
-        "dropout probability after each hidden activation; 0 = off", FROM_BELOW(0, 1)),
+        "dropout probability after each hidden activation; gpt: after the embeddings and on "
+        "each block's two residual branches; 0 = off", FROM_BELOW(0, 1)),
     ROW("model.init", E, model.init, "kaiming", "weight initialisation", ONE_OF(inits)),
     ROW("model.sync_bn", B, model.sync_bn, "false",
         "batch norm computes its training statistics over the whole global micro-batch (every "
         "rank) instead of each rank's part: results then do not depend on how the batch is "
         "split, at the cost of two small all-reduces per batch-norm layer and step", ANY),
+    ROW("model.n_layer", I, model.n_layer, "4", "gpt: transformer blocks", FROM_TO(1, 256)),
+    ROW("model.n_head", I, model.n_head, "4",
+        "gpt: attention heads (model.n_embd must be a multiple)", FROM_TO(1, 1024)),
+    ROW("model.n_embd", I, model.n_embd, "128", "gpt: width of the residual stream",
+        FROM_TO(1, 65536)),
+    ROW("model.vocab_size", I, model.vocab_size, "0",
+        "gpt: rows of the token embedding and outputs of the head; 0 = the dataset's "
+        "vocabulary; a larger value pads the vocabulary (such as 50304 for GPT-2's 50257, for "
+        "faster matrix shapes): the padded tokens never occur and learn a low probability",
+        FROM_TO(0, 1 << 24)),
+    ROW("model.tie_embeddings", B, model.tie_embeddings, "true",
+        "gpt: the output head uses the token embedding's weights (one tensor, as GPT-2)", ANY),
     ROW("model.recompute", S, model.recompute, "none",
         "activation recomputation: none, all, or block names separated by commas (a block is "
         "a layer or a group of layers named <block>.<layer>, such as a resnet's stage1.block1); "
@@ -108,6 +122,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("data.workers", I, data.workers, "2", "loader threads per rank", FROM_TO(1, 64)),
     ROW("data.prefetch", I, data.prefetch, "4", "micro-batches each rank reads ahead",
         FROM_TO(1, 1024)),
+    ROW("data.seq_len", I, data.seq_len, "128",
+        "language-model datasets: tokens per sample; a sample is a window of seq_len + 1 "
+        "tokens (inputs and the next token of each), the windows' start moved each epoch by a "
+        "draw from train.seed", FROM_TO(1, 1 << 20)),
     ROW("data.augment.crop_padding", I, data.augment.crop_padding, "0",
         "training images only: a random crop of the original H x W from the image padded by "
         "this many pixels on each side with 0 (after normalisation), drawn per sample from "
@@ -353,6 +371,15 @@ static int check_resnet(const struct dt_job *j, char *msg, size_t len)
     return 1;
 }
 
+static int check_gpt(const struct dt_job *j, char *msg, size_t len)
+{
+    if (strcmp(j->model.type, "gpt") != 0 || j->model.n_embd % j->model.n_head == 0)
+        return 0;
+    snprintf(msg, len, "model.n_embd (%lld) must be a multiple of model.n_head (%lld) with gpt",
+             (long long)j->model.n_embd, (long long)j->model.n_head);
+    return 1;
+}
+
 static int check_cpu_nccl(const struct dt_job *j, char *msg, size_t len)
 {
     if (strcmp(j->runtime.device, "cpu") != 0 || strcmp(j->comm.backend, "nccl") != 0)
@@ -372,6 +399,7 @@ const struct dt_cfg_relation dt_cfg_relations[] = {
     {"`comm.backend` is not nccl when `runtime.device` is cpu.", check_cpu_nccl},
     {"`model.layers` is given exactly when `model.type` is layers.", check_layers},
     {"`model.blocks` has as many entries as `model.channels` with resnet.", check_resnet},
+    {"`model.n_embd` is a multiple of `model.n_head` with gpt.", check_gpt},
 };
 const size_t dt_cfg_nrelations = sizeof dt_cfg_relations / sizeof dt_cfg_relations[0];
 

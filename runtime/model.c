@@ -40,6 +40,7 @@ struct node {
     int nin;
     int in[MAX_INPUTS]; /* producers; -1 = the model input */
     int pidx[DT_LAYER_MAX_PARAMS], bidx[DT_LAYER_MAX_BUFFERS];
+    int owns[DT_LAYER_MAX_PARAMS]; /* 0: a tied parameter an earlier node owns */
     int block;      /* recompute block (index into the block table), -1 none */
     int inner;      /* output dropped after forward and recomputed */
     int needs_grad; /* its output gradient is needed (a parameter at or before it) */
@@ -64,6 +65,7 @@ struct dt_model {
     struct dt_model_io io;
     struct dt_shape in_shape;
     int64_t in_numel, max_rows;
+    int64_t labels_per_row; /* the loss layer's */
     char init[DT_JOB_STR];
     char activation[DT_JOB_STR];
     int nnodes;
@@ -173,9 +175,33 @@ static dt_status add_tensor(dt_model_t *m, const struct node *n, const struct dt
     t->fan_in = d->fan_in;
     t->fan_out = d->fan_out;
     t->init = d->init;
+    t->init_std = d->init_std;
     t->group = d->group;
     *idx = (*count)++;
     return DT_OK;
+}
+
+/* A tied parameter: the earlier parameter of that name, same shape. */
+static dt_status tie_tensor(dt_model_t *m, const struct node *n, const struct dt_tensor_decl *d,
+                            int *idx)
+{
+    char a[64], b[64];
+    for (int i = 0; i < m->nparams; i++) {
+        if (strcmp(m->params[i].name, d->tie) != 0)
+            continue;
+        if (!dt_shape_equal(&m->params[i].shape, &d->shape))
+            return dt_set_error(DT_ERR_USAGE,
+                                "%s: %s.%s is tied to %s, but its shape is %s and that one's %s",
+                                n->l.where, n->l.name, d->what, d->tie,
+                                dt_shape_format(&d->shape, a, sizeof a),
+                                dt_shape_format(&m->params[i].shape, b, sizeof b));
+        *idx = i;
+        return DT_OK;
+    }
+    return dt_set_error(DT_ERR_USAGE,
+                        "%s: tie: no earlier layer has a parameter %s (name a layer above this "
+                        "one whose weight has the same shape)",
+                        n->l.where, d->tie);
 }
 
 static dt_status check_ops(const dt_model_t *m, const struct node *n)
@@ -230,8 +256,13 @@ static dt_status add_node(dt_model_t *m, const struct dt_layer_spec *spec, const
     if (dt_shape_numel(&n->l.out) < 1 || dt_shape_numel(&n->l.out) > INT_MAX)
         return dt_set_error(DT_ERR_USAGE, "%s: an output of %lld values per sample", where,
                             (long long)dt_shape_numel(&n->l.out));
-    for (int k = 0; k < n->l.nparams; k++)
-        DT_CHECK(add_tensor(m, n, &n->l.params[k], 0, &n->pidx[k]));
+    for (int k = 0; k < n->l.nparams; k++) {
+        n->owns[k] = !n->l.params[k].tie[0];
+        if (n->owns[k])
+            DT_CHECK(add_tensor(m, n, &n->l.params[k], 0, &n->pidx[k]));
+        else
+            DT_CHECK(tie_tensor(m, n, &n->l.params[k], &n->pidx[k]));
+    }
     for (int k = 0; k < n->l.nbuffers; k++)
         DT_CHECK(add_tensor(m, n, &n->l.buffers[k], 1, &n->bidx[k]));
     m->nnodes++;
@@ -457,6 +488,8 @@ static void layout_params(dt_model_t *m)
     for (int i = m->nnodes - 1; i >= 0; i--) {
         const struct node *n = &m->nodes[i];
         for (int k = 0; k < n->l.nparams; k++) {
+            if (!n->owns[k])
+                continue; /* laid out with its owner, whose backward comes last */
             m->params[n->pidx[k]].offset = off;
             off += m->params[n->pidx[k]].numel;
         }
@@ -517,7 +550,7 @@ static dt_status plan_arena(dt_model_t *m, int full, size_t *total)
     /* sizes per row must keep rows x size within size_t: checked at the end in doubles */
     double check = 0;
     m->x_off = off, off += up(rows * (size_t)m->in_numel);
-    m->y_off = off, off += up(rows);
+    m->y_off = off, off += up(rows * (size_t)m->labels_per_row);
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
         size_t o = up(rows * numel(&n->l.out));
@@ -625,6 +658,9 @@ static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_
         DT_CHECK(add_node(m, &loss, "the loss (softmax_xent, added after the last layer)", job));
     }
     DT_CHECK(analyse(m));
+    m->labels_per_row = m->nodes[m->nnodes - 1].l.labels_per_row;
+    if (m->labels_per_row < 1)
+        m->labels_per_row = 1;
     DT_CHECK(plan_recompute(m, job->model.recompute));
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
@@ -760,6 +796,15 @@ static double activation_gain(const char *act)
 static void fill_init(const struct dt_param_info *p, float *dst, const char *init, double gain,
                       uint64_t seed, uint32_t stream)
 {
+    if (p->init == DT_INIT_NORMAL) { /* Box-Muller on two uniforms per value */
+        struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_INIT, .stream = stream};
+        for (size_t e = 0; e < p->numel; e++) {
+            double u1 = dt_rng_uniform(&key, 2 * e), u2 = dt_rng_uniform(&key, 2 * e + 1);
+            double r = sqrt(-2.0 * log(1.0 - u1));
+            dst[e] = (float)(p->init_std * r * cos(6.283185307179586 * u2));
+        }
+        return;
+    }
     if (p->init != DT_INIT_FAN_IN) {
         float v = p->init == DT_INIT_ONES ? 1.0f : 0.0f;
         for (size_t e = 0; e < p->numel; e++)
@@ -867,7 +912,8 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
     m->last_row0 = row0;
     DT_CHECK(
         dt_backend_copy(m->be, m->x, x, (size_t)(rows * m->in_numel) * sizeof(float), DT_COPY_H2D));
-    DT_CHECK(dt_backend_copy(m->be, m->y, y, (size_t)rows * sizeof(int32_t), DT_COPY_H2D));
+    DT_CHECK(dt_backend_copy(m->be, m->y, y, (size_t)(rows * m->labels_per_row) * sizeof(int32_t),
+                             DT_COPY_H2D));
     for (int i = 0; i < m->nnodes; i++)
         DT_CHECK(forward_node(m, i, rows, 0, loss_sum, correct));
 out:
@@ -882,7 +928,7 @@ static size_t grads_done_after(const dt_model_t *m, int i)
     size_t end = 0;
     for (int k = 0; k < n->l.nparams; k++) {
         const struct dt_param_info *p = &m->params[n->pidx[k]];
-        if (p->offset + p->numel > end)
+        if (n->owns[k] && p->offset + p->numel > end)
             end = p->offset + p->numel;
     }
     return end;
@@ -966,6 +1012,7 @@ dt_status dt_model_zero_grads(dt_model_t *m)
 size_t dt_model_num_params(const dt_model_t *m) { return m->total; }
 int64_t dt_model_max_rows(const dt_model_t *m) { return m->max_rows; }
 int64_t dt_model_input_numel(const dt_model_t *m) { return m->in_numel; }
+int64_t dt_model_labels_per_row(const dt_model_t *m) { return m->labels_per_row; }
 int dt_model_param_count(const dt_model_t *m) { return m->nparams; }
 const struct dt_param_info *dt_model_param(const dt_model_t *m, int i) { return &m->params[i]; }
 float *dt_model_params(dt_model_t *m) { return m->param_buf; }

@@ -39,6 +39,7 @@ struct dt_param_info {
     struct dt_shape shape;
     int64_t fan_in, fan_out;
     enum dt_init init;
+    double init_std;           /* DT_INIT_NORMAL */
     enum dt_decay_group group; /* parameters: which weight decay applies */
 };
 
@@ -79,7 +80,8 @@ void dt_model_set_sync(dt_model_t *m, const struct dt_model_sync *sync);
  * parameter index), biases zero. The same on every rank and every run. */
 dt_status dt_model_init_params(dt_model_t *m, uint64_t seed);
 
-/* Forward on `rows` samples (x: rows * sample elems host floats, y: labels).
+/* Forward on `rows` samples (x: rows * sample elems host floats, y: rows *
+ * dt_model_labels_per_row labels).
  * `training` enables dropout keyed by (seed, DT_RNG_DROPOUT, layer, step)
  * with rows numbered from row0 within the global batch. Adds the summed
  * loss and the number of correct predictions. */
@@ -105,6 +107,9 @@ dt_status dt_model_zero_grads(dt_model_t *m);
 size_t dt_model_num_params(const dt_model_t *m);   /* elements */
 int64_t dt_model_max_rows(const dt_model_t *m);    /* rows one forward takes */
 int64_t dt_model_input_numel(const dt_model_t *m); /* floats per input sample */
+/* Labels per sample the loss reads: 1, or the sequence length of a
+ * language model (y then holds rows * that many labels). */
+int64_t dt_model_labels_per_row(const dt_model_t *m);
 int dt_model_param_count(const dt_model_t *m);     /* tensors */
 const struct dt_param_info *dt_model_param(const dt_model_t *m, int i);
 /* Device pointers to the flat parameter and gradient buffers. */

@@ -15,7 +15,16 @@
  *           stage<s>.block<b> (residual; the first block of every stage
  *           after the first has stride 2); pool (global average); fc to
  *           the classes; loss.
+ *   gpt:    wte (embedding), wpe (pos_embedding), drop; per block i of
+ *           model.n_layer: h<i>.ln1, h<i>.qkv (linear 3C), h<i>.attn,
+ *           h<i>.proj, [h<i>.drop1], h<i>.res1 (add), h<i>.ln2, h<i>.fc
+ *           (linear 4C), h<i>.gelu, h<i>.fc2, [h<i>.drop2], h<i>.res2; ln_f;
+ *           head (linear to the vocabulary, no bias, tied to wte.weight
+ *           with model.tie_embeddings); loss. Weights start normal(0,
+ *           0.02), the residual projections (proj, fc2) normal(0,
+ *           0.02/sqrt(2 n_layer)), as GPT-2; each block is recomputable.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -62,6 +71,61 @@ static void classifier(struct list *s, const struct dt_job *job)
     dt_layer_spec_arg(add(s, "linear", "fc%d", job->model.nhidden + 1), "out", "classes");
 }
 
+static void gpt(struct list *s, const struct dt_job *job)
+{
+    const long long C = (long long)job->model.n_embd, L = (long long)job->model.n_layer;
+    const double p = job->model.dropout, proj_std = 0.02 / sqrt(2.0 * (double)L);
+    char prev[DT_LAYER_NAME];
+    struct dt_layer_spec *e = add(s, "embedding", "wte");
+    dt_layer_spec_arg(e, "dim", "%lld", C);
+    if (job->model.vocab_size > 0)
+        dt_layer_spec_arg(e, "vocab", "%lld", (long long)job->model.vocab_size);
+    add(s, "pos_embedding", "wpe");
+    snprintf(prev, sizeof prev, "wpe");
+    if (p > 0) {
+        dt_layer_spec_arg(add(s, "dropout", "drop"), "p", "%.17g", p);
+        snprintf(prev, sizeof prev, "drop");
+    }
+    for (long long i = 0; i < L; i++) {
+        add(s, "layernorm", "h%lld.ln1", i);
+        e = add(s, "linear", "h%lld.qkv", i);
+        dt_layer_spec_arg(e, "out", "%lld", 3 * C);
+        dt_layer_spec_arg(e, "init_std", "0.02");
+        dt_layer_spec_arg(add(s, "attention", "h%lld.attn", i), "heads", "%lld",
+                          (long long)job->model.n_head);
+        e = add(s, "linear", "h%lld.proj", i);
+        dt_layer_spec_arg(e, "out", "%lld", C);
+        dt_layer_spec_arg(e, "init_std", "%.17g", proj_std);
+        if (p > 0)
+            dt_layer_spec_arg(add(s, "dropout", "h%lld.drop1", i), "p", "%.17g", p);
+        e = add(s, "add", "h%lld.res1", i);
+        snprintf(e->inputs, sizeof e->inputs, "%s,h%lld.%s", prev, i, p > 0 ? "drop1" : "proj");
+        add(s, "layernorm", "h%lld.ln2", i);
+        e = add(s, "linear", "h%lld.fc", i);
+        dt_layer_spec_arg(e, "out", "%lld", 4 * C);
+        dt_layer_spec_arg(e, "init_std", "0.02");
+        add(s, "gelu", "h%lld.gelu", i);
+        e = add(s, "linear", "h%lld.fc2", i);
+        dt_layer_spec_arg(e, "out", "%lld", C);
+        dt_layer_spec_arg(e, "init_std", "%.17g", proj_std);
+        if (p > 0)
+            dt_layer_spec_arg(add(s, "dropout", "h%lld.drop2", i), "p", "%.17g", p);
+        e = add(s, "add", "h%lld.res2", i);
+        snprintf(e->inputs, sizeof e->inputs, "h%lld.res1,h%lld.%s", i, i,
+                 p > 0 ? "drop2" : "fc2");
+        snprintf(prev, sizeof prev, "h%lld.res2", i);
+    }
+    add(s, "layernorm", "ln_f");
+    e = add(s, "linear", "head");
+    dt_layer_spec_arg(e, "out", "classes");
+    dt_layer_spec_arg(e, "bias", "false");
+    if (job->model.tie_embeddings)
+        dt_layer_spec_arg(e, "tie", "wte");
+    else
+        dt_layer_spec_arg(e, "init_std", "0.02");
+    add(s, "softmax_xent", "loss");
+}
+
 dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, int max, int *n)
 {
     struct list s = {.l = out, .max = max};
@@ -105,10 +169,12 @@ dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, i
         add(&s, "global_avgpool", "pool");
         dt_layer_spec_arg(add(&s, "linear", "fc"), "out", "classes");
         add(&s, "softmax_xent", "loss");
+    } else if (strcmp(type, "gpt") == 0) {
+        gpt(&s, job);
     } else {
         return dt_set_error(DT_ERR_USAGE,
                             "model.type '%s' is not implemented in this version (available: mlp, "
-                            "cnn, resnet, layers)",
+                            "cnn, resnet, gpt, layers)",
                             type);
     }
     if (s.full)

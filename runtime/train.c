@@ -115,7 +115,7 @@ static void show_progress(struct run *r, int64_t epoch, int64_t step, const stru
     char etas[32];
     dt_format_duration(eta, etas, sizeof etas);
     double loss = w->rows > 0 ? w->loss_sum / w->rows : 0;
-    double acc = w->rows > 0 ? 100.0 * w->correct / w->rows : 0;
+    double acc = w->rows > 0 ? 100.0 * w->correct / (w->rows * r->labels_per_row) : 0;
     if (r->bar) {
         int64_t in_epoch = step - epoch * r->bpe, of = epoch_steps(r, epoch);
         int fill = (int)(BAR_WIDTH * in_epoch / of);
@@ -184,7 +184,7 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
         int64_t chunk = dt_model_max_rows(r->model), numel = dt_model_input_numel(r->model);
         for (int64_t off = 0; off < b.rows && st == DT_OK; off += chunk) {
             int64_t n = b.rows - off < chunk ? b.rows - off : chunk;
-            st = dt_model_forward(r->model, b.x + off * numel, b.y + off, n, 0,
+            st = dt_model_forward(r->model, b.x + off * numel, b.y + off * (int64_t)r->labels_per_row, n, 0,
                                   (uint64_t)r->job->train.seed, step, b.row0 + off,
                                   &v[OUT_LOSS], &correct);
         }
@@ -208,9 +208,16 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
     if (st != DT_OK)
         return st;
     *loss = v[OUT_ROWS] > 0 ? v[OUT_LOSS] / v[OUT_ROWS] : 0;
-    *acc = v[OUT_ROWS] > 0 ? v[OUT_CORRECT] / v[OUT_ROWS] : 0;
-    DT_LOG_INFO("eval", "epoch %lld: test loss %.4f, test accuracy %.2f%% (%.0f samples)",
-                (long long)epoch + 1, *loss, 100.0 * *acc, v[OUT_ROWS]);
+    *acc = v[OUT_ROWS] > 0 ? v[OUT_CORRECT] / (v[OUT_ROWS] * r->labels_per_row) : 0;
+    if (r->lm)
+        DT_LOG_INFO("eval",
+                    "epoch %lld: %s loss %.4f, perplexity %.2f, next-token accuracy %.2f%% "
+                    "(%.0f windows, %.0f tokens)",
+                    (long long)epoch + 1, r->test->name, *loss, exp(*loss), 100.0 * *acc,
+                    v[OUT_ROWS], v[OUT_ROWS] * r->labels_per_row);
+    else
+        DT_LOG_INFO("eval", "epoch %lld: test loss %.4f, test accuracy %.2f%% (%.0f samples)",
+                    (long long)epoch + 1, *loss, 100.0 * *acc, v[OUT_ROWS]);
     if (!isfinite(*loss))
         DT_LOG_WARN("eval",
                     "epoch %lld: the test loss is not finite: the model's outputs "
@@ -224,11 +231,17 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
     dt_metrics_num(&rec, "loss", *loss, 9);
     dt_metrics_num(&rec, "acc", *acc, 6);
     dt_metrics_int(&rec, "samples", (int64_t)v[OUT_ROWS]);
+    if (r->lm) {
+        dt_metrics_num(&rec, "perplexity", exp(*loss), 9);
+        dt_metrics_int(&rec, "tokens", (int64_t)(v[OUT_ROWS] * r->labels_per_row));
+    }
     st = dt_metrics_put(r->metrics, &rec);
     struct dt_tb_rec tb;
     dt_tb_begin(&tb, step);
     dt_tb_add(&tb, "eval/loss", *loss);
     dt_tb_add(&tb, "eval/accuracy", *acc);
+    if (r->lm)
+        dt_tb_add(&tb, "eval/perplexity", exp(*loss));
     dt_status tst = dt_tb_put(r->tb, &tb);
     return st != DT_OK ? st : tst;
 }
@@ -463,7 +476,7 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
     double dt = dt_now() - w->t0, ns = w->steps ? (double)w->steps : 1.0;
     double wall = window_wall(w), util = accel_util(w->compute_s + w->optim_s, wall);
     double loss = w->rows > 0 ? w->loss_sum / w->rows : 0;
-    double acc = w->rows > 0 ? w->correct / w->rows : 0;
+    double acc = w->rows > 0 ? w->correct / (w->rows * r->labels_per_row) : 0;
     double sps = dt > 0 ? w->rows / dt : 0.0;
     double scale = r->scaling ? r->scaler.scale : 1.0;
     r->windows++;
@@ -484,6 +497,8 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
     dt_metrics_num(&rec, "grad_norm", w->grad_norm, 9);
     dt_metrics_int(&rec, "samples", samples);
     dt_metrics_num(&rec, "samples_per_s", sps, 6);
+    if (r->lm)
+        dt_metrics_num(&rec, "tokens_per_s", sps * r->labels_per_row, 6);
     dt_metrics_num(&rec, "step_s", dt / ns, 6);
     dt_metrics_num(&rec, "data_wait_s", w->data_s / ns, 6);
     dt_metrics_num(&rec, "compute_s", w->compute_s / ns, 6);
@@ -917,18 +932,24 @@ static void summary_line(struct run *r, const struct dt_train_result *res, const
         dt_format_bytes((uint64_t)pk[PEAK_GPU_MEM], b, sizeof b);
         snprintf(gpu, sizeof gpu, ", peak GPU memory %s", b);
     }
+    char fin[96];
+    if (r->lm)
+        snprintf(fin, sizeof fin, "final %.32s loss %.4f (perplexity %.2f), %.0f tokens/s",
+                 r->test->name, res->test_loss, exp(res->test_loss),
+                 res->samples_per_s * r->labels_per_row);
+    else
+        snprintf(fin, sizeof fin, "final test accuracy %.2f%% (loss %.4f)", 100.0 * res->test_acc,
+                 res->test_loss);
     DT_LOG_INFO("train",
                 "done: %lld steps (%lld epoch%s) on %d rank%s in %s%s, %.0f samples/s, "
                 "%.1f GFLOP/s, accelerator utilisation %.0f%%; time: data wait %.0f%%, compute "
                 "%.0f%%, exposed comm %.0f%%, optimizer %.0f%%, eval %.0f%%, checkpoints %.0f%%, "
-                "other %.0f%%; peak host memory %s per rank%s; final test accuracy %.2f%% "
-                "(loss %.4f)",
+                "other %.0f%%; peak host memory %s per rank%s; %s",
                 (long long)res->steps, (long long)res->epochs, res->epochs == 1 ? "" : "s",
                 r->world, r->world == 1 ? "" : "s", dur, segs, res->samples_per_s, res->gflops,
                 100.0 * util, 100.0 * share(sp, SP_DATA), 100.0 * share(sp, SP_COMPUTE),
                 100.0 * share(sp, SP_COMM), 100.0 * share(sp, SP_OPTIM), 100.0 * share(sp, SP_EVAL),
-                100.0 * share(sp, SP_CKPT), 100.0 * share(sp, SP_OTHER), host, gpu,
-                100.0 * res->test_acc, res->test_loss);
+                100.0 * share(sp, SP_CKPT), 100.0 * share(sp, SP_OTHER), host, gpu, fin);
 }
 
 static dt_status finish(struct run *r, const struct dt_train_result *res, double final_ckpt_s)

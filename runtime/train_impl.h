@@ -55,6 +55,8 @@ struct run {
     int bar;   /* live progress bar instead of lines */
     int quiet; /* no progress on the terminal */
     double flops_per_sample;
+    int lm;                 /* a language model: evaluation reports perplexity */
+    double labels_per_row;  /* labels per sample (tokens for a language model), as a divisor */
 
     /* position: the next step's number, epoch and global batch index */
     int64_t step, epoch, batch, samples;

@@ -128,6 +128,27 @@ static dt_status open_data_local(struct run *r)
                             job->data.path);
     if ((st = dt_dataset_open(job->data.path, &r->ds)) != DT_OK)
         return dt_error_context(st, "data.path");
+    const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
+    int gpt = strcmp(job->model.type, "gpt") == 0;
+    if (info->lm && (st = dt_dataset_set_seq_len(r->ds, job->data.seq_len)) != DT_OK)
+        return dt_error_context(st, "data.seq_len");
+    if (info->lm && !gpt && strcmp(job->model.type, "layers") != 0)
+        return dt_set_error(DT_ERR_USAGE,
+                            "model.type %s classifies samples, but dataset %s holds token "
+                            "streams (a language-model dataset); use model.type gpt, or layers",
+                            job->model.type, info->path);
+    if (!info->lm && gpt)
+        return dt_set_error(DT_ERR_USAGE,
+                            "model.type gpt is a language model, but dataset %s holds "
+                            "classification samples; import text or tokens with 'dtrain data "
+                            "import text' or 'dtrain data import tokens'",
+                            info->path);
+    if (info->lm && job->model.vocab_size > 0 && job->model.vocab_size < info->vocab_size)
+        return dt_set_error(DT_ERR_USAGE,
+                            "model.vocab_size %lld is smaller than the vocabulary of dataset %s "
+                            "(%lld tokens); use 0 (the dataset's) or at least %lld",
+                            (long long)job->model.vocab_size, info->path,
+                            (long long)info->vocab_size, (long long)info->vocab_size);
     DT_CHECK(dt_dataset_split(r->ds, job->data.train_split, &r->train));
     DT_CHECK(dt_dataset_split(r->ds, job->data.test_split, &r->test));
     for (int k = 0; k < 2; k++) {
@@ -168,6 +189,13 @@ static void dataset_identity(const struct run *r, char *out, size_t len)
 {
     const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
     char tr[256], te[256];
+    if (info->lm) {
+        snprintf(out, len, "[vocabulary %lld %s; %s %lld tokens; %s %lld tokens; windows of %lld]",
+                 (long long)info->vocab_size, info->tokenizer, r->train->name,
+                 (long long)r->train->tokens, r->test->name, (long long)r->test->tokens,
+                 (long long)info->seq_len);
+        return;
+    }
     split_identity(r->train, info->num_classes, tr, sizeof tr);
     split_identity(r->test, info->num_classes, te, sizeof te);
     snprintf(out, len, "[%d classes, norm %.9g/%.9g/%.9g; %s; %s]", info->num_classes,
@@ -444,7 +472,8 @@ static dt_status create_loaders(struct run *r)
                                 .workers = (int)job->data.workers,
                                 .prefetch = (int)job->data.prefetch,
                                 .crop_padding = (int)job->data.augment.crop_padding,
-                                .hflip = job->data.augment.hflip};
+                                .hflip = job->data.augment.hflip,
+                                .shift_windows = 1};
     if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */
@@ -456,6 +485,7 @@ static dt_status create_loaders(struct run *r)
     lo.drop_last = 0;
     lo.crop_padding = 0; /* the test split is never augmented */
     lo.hflip = 0;
+    lo.shift_windows = 0; /* the same windows at every evaluation */
     if ((st = dt_loader_create(&lo, &r->test_ld)) != DT_OK || r->eval_only)
         return st;
     r->bpe = dt_loader_batches_per_epoch(r->train_ld);
@@ -614,6 +644,9 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     dt_status st;
     const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
     struct dt_model_io io = {.ndim = r->train->ndim, .num_classes = info->num_classes};
+    if (info->lm) /* the classes are the next tokens */
+        io.num_classes = job->model.vocab_size > info->vocab_size ? job->model.vocab_size
+                                                                  : info->vocab_size;
     for (int i = 0; i < r->train->ndim && i < 4; i++)
         io.shape[i] = r->train->shape[i];
     if (dt_split_image_shape(r->train, &io.shape[0], &io.shape[1], &io.shape[2]))
@@ -642,6 +675,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
     }
     r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
+    r->lm = info->lm;
+    r->labels_per_row = (double)dt_model_labels_per_row(r->model);
     DT_CHECK(create_loaders(r));
     if (r->world > 1 && !r->eval_only) {
         struct dt_reducer_opts ro = {.bucket_mb = job->comm.bucket_mb,

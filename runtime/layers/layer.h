@@ -36,6 +36,7 @@ enum dt_init {
     DT_INIT_FAN_IN, /* model.init (kaiming with the activation's gain, or xavier) */
     DT_INIT_ZEROS,
     DT_INIT_ONES,
+    DT_INIT_NORMAL, /* normal(0, init_std), as GPT-2 initialises */
 };
 
 /* Which weight-decay factor a parameter takes (train.optimizer.*). */
@@ -53,6 +54,11 @@ struct dt_tensor_decl {
     enum dt_init init;
     enum dt_decay_group group;
     int64_t fan_in, fan_out; /* DT_INIT_FAN_IN */
+    double init_std;         /* DT_INIT_NORMAL */
+    /* "" or the full name of an earlier layer's parameter ("wte.weight")
+     * this one IS (tied weights: one tensor, its gradient the sum of both
+     * uses); the shapes must be equal */
+    char tie[64];
 };
 
 /* Sums over ranks, for statistics every rank must share (model.sync_bn):
@@ -78,6 +84,7 @@ struct dt_layer {
     size_t ws_fixed, ws_per_row; /* scratch bytes during one forward or backward call */
     double flops;      /* per sample, forward, multiply-add = 2 (matmuls and convolutions) */
     int loss;          /* the kind is a loss: fwd adds to the loss and the correct count */
+    int64_t labels_per_row; /* a loss: labels per sample it reads (1, or a sequence's length) */
     int input_grad;    /* set by the model before workspace(): backward gets a din */
     int has_eval_mode; /* forward differs between training and evaluation */
     unsigned char cfg[DT_LAYER_CFG_BYTES] __attribute__((aligned(8))); /* the kind's settings */
@@ -104,7 +111,7 @@ struct dt_layer_ctx {
     const struct dt_model_sync *sync; /* NULL: statistics of this rank's rows alone */
     double *host;                     /* host scratch for sync, host_len doubles */
     size_t host_len;
-    /* loss layers */
+    /* loss layers: labels_per_row labels per row */
     const int32_t *labels;
     double *loss_sum;
     int64_t *correct;
@@ -174,6 +181,10 @@ void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape,
                     enum dt_decay_group group, int64_t fan_in, int64_t fan_out);
 void dt_layer_buffer(struct dt_layer *l, const char *what, struct dt_shape shape,
                      enum dt_init init);
+/* The init_std setting (normal initialisation with that standard
+ * deviation; 0 or absent: def) applied to the last declared parameter;
+ * def 0 keeps the declared initialiser. */
+dt_status dt_layer_init_std(struct dt_layer *l, const struct dt_layer_spec *spec, double def);
 
 /* numel of a per-sample shape as int (every shape the model accepts fits). */
 static inline int64_t dt_layer_numel(const struct dt_shape *s) { return dt_shape_numel(s); }

@@ -4,7 +4,10 @@
  * as torch.nn.Linear.
  *
  * Settings: out (features, or `classes` for the dataset's class count),
- * bias (default true).
+ * bias (default true), init_std (normal initialisation with that standard
+ * deviation instead of model.init), tie (an earlier layer whose weight of
+ * the same (out, in) shape this layer uses as its own: a language model's
+ * output head and its token embedding).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -20,7 +23,7 @@ struct linear_cfg {
 static dt_status build(struct dt_layer *l, const struct dt_layer_spec *spec,
                        const struct dt_job *job, int64_t num_classes)
 {
-    static const char *const known[] = {"out", "bias", NULL};
+    static const char *const known[] = {"out", "bias", "init_std", "tie", NULL};
     struct linear_cfg *c = (struct linear_cfg *)l->cfg;
     dt_status st;
     DT_CHECK(dt_layer_known(l, spec, known));
@@ -56,6 +59,11 @@ static dt_status build(struct dt_layer *l, const struct dt_layer_spec *spec,
     l->out.dim[l->out.ndim - 1] = c->out;
     dt_layer_param(l, "weight", dt_shape_make(2, c->out, c->in, 0, 0), DT_INIT_FAN_IN,
                    DT_GROUP_WEIGHT, c->in, c->out);
+    DT_CHECK(dt_layer_init_std(l, spec, 0));
+    for (int i = 0; i < spec->nargs; i++)
+        if (strcmp(spec->args[i].key, "tie") == 0)
+            snprintf(l->params[0].tie, sizeof l->params[0].tie, "%.50s.weight",
+                     spec->args[i].value);
     if (c->bias)
         dt_layer_param(l, "bias", dt_shape_make(1, c->out, 0, 0, 0), DT_INIT_ZEROS, DT_GROUP_BIAS,
                        c->in, c->out);
@@ -90,7 +98,7 @@ static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 const struct dt_layer_kind dt_layer_linear = {
     .name = "linear",
     .doc = "fully connected layer over the last dimension (torch.nn.Linear)",
-    .settings = "out (features, or classes), bias: true",
+    .settings = "out (features, or classes), bias: true, init_std: 0 (model.init), tie: none",
     .build = build,
     .fwd = fwd,
     .bwd = bwd,

@@ -1,8 +1,15 @@
 /*
  * loss.c - loss layers. softmax_xent: softmax over the last dimension and
- * cross-entropy against the sample's label; its output is the class
- * probabilities, its forward adds the summed loss and the number of
- * correct predictions, its backward starts the gradient.
+ * cross-entropy against the labels; its output is the class probabilities,
+ * its forward adds the loss and the number of correct predictions, its
+ * backward starts the gradient.
+ *
+ * An input of shape (C) takes one label per sample. An input of shape
+ * (T, C) - a language model's next-token scores - takes T labels per
+ * sample, and a sample's loss is the mean over its T positions, so the
+ * loss the trainer averages over samples is the mean over tokens (as
+ * PyTorch's cross_entropy over the flattened positions gives) and the
+ * correct count counts tokens.
  */
 #include <stdio.h>
 
@@ -16,35 +23,45 @@ static dt_status build(struct dt_layer *l, const struct dt_layer_spec *spec,
     dt_status st = dt_layer_known(l, spec, known);
     if (st != DT_OK)
         return st;
-    if (l->in.ndim != 1 || l->in.dim[0] != num_classes)
+    if ((l->in.ndim != 1 && l->in.ndim != 2) || l->in.dim[l->in.ndim - 1] != num_classes)
         return dt_set_error(DT_ERR_USAGE,
                             "%s: the softmax cross-entropy loss needs one score per class (%lld "
-                            "values per sample), but its input is %s; end the model with a linear "
-                            "layer of out: classes",
+                            "values per sample, or per position of a sequence), but its input "
+                            "is %s; end the model with a linear layer of out: classes",
                             l->where, (long long)num_classes, dt_shape_format(&l->in, s, sizeof s));
     l->out = l->in;
     l->loss = 1;
+    l->labels_per_row = l->in.ndim == 2 ? l->in.dim[0] : 1;
     return DT_OK;
 }
 
 static dt_status fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
-    int C = (int)l->in.dim[0];
-    return x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels, (int)x->rows, C, x->loss_sum,
-                                    x->correct);
+    int C = (int)l->in.dim[l->in.ndim - 1];
+    double sum = 0;
+    if (l->labels_per_row == 1)
+        return x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels, (int)x->rows, C,
+                                        x->loss_sum, x->correct);
+    dt_status st = x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels,
+                                            (int)(x->rows * l->labels_per_row), C, &sum, x->correct);
+    *x->loss_sum += sum / (double)l->labels_per_row;
+    return st;
 }
 
 static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
-    int C = (int)l->in.dim[0];
+    int C = (int)l->in.dim[l->in.ndim - 1];
     if (!x->din)
         return DT_OK;
-    return x->ops->softmax_xent_bwd(x->be, x->din, x->out, x->labels, (int)x->rows, C, x->scale);
+    return x->ops->softmax_xent_bwd(x->be, x->din, x->out, x->labels,
+                                    (int)(x->rows * l->labels_per_row), C,
+                                    (float)((double)x->scale / (double)l->labels_per_row));
 }
 
 const struct dt_layer_kind dt_layer_softmax_xent = {
     .name = "softmax_xent",
-    .doc = "softmax and cross-entropy against the labels (the default loss)",
+    .doc = "softmax and cross-entropy against the labels (the default loss); over (T, C) "
+           "scores, one label per position and the mean over positions (language models)",
     .settings = "none",
     .build = build,
     .fwd = fwd,

@@ -14,14 +14,15 @@
 extern const struct dt_layer_kind dt_layer_linear, dt_layer_conv2d, dt_layer_maxpool2d,
     dt_layer_avgpool2d, dt_layer_global_avgpool, dt_layer_batchnorm, dt_layer_layernorm,
     dt_layer_relu, dt_layer_gelu, dt_layer_tanh, dt_layer_dropout, dt_layer_flatten, dt_layer_add,
-    dt_layer_softmax_xent;
+    dt_layer_softmax_xent, dt_layer_embedding, dt_layer_pos_embedding, dt_layer_attention;
 
 static const struct dt_layer_kind *const kinds[] = {
     &dt_layer_linear,    &dt_layer_conv2d,         &dt_layer_maxpool2d,
     &dt_layer_avgpool2d, &dt_layer_global_avgpool, &dt_layer_batchnorm,
     &dt_layer_layernorm, &dt_layer_relu,           &dt_layer_gelu,
     &dt_layer_tanh,      &dt_layer_dropout,        &dt_layer_flatten,
-    &dt_layer_add,       &dt_layer_softmax_xent,
+    &dt_layer_add,       &dt_layer_softmax_xent,   &dt_layer_embedding,
+    &dt_layer_pos_embedding, &dt_layer_attention,
 };
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
@@ -265,6 +266,21 @@ void dt_layer_param(struct dt_layer *l, const char *what, struct dt_shape shape,
 {
     DT_ASSERT(l->nparams < DT_LAYER_MAX_PARAMS);
     decl(&l->params[l->nparams++], what, shape, init, group, fan_in, fan_out);
+}
+
+dt_status dt_layer_init_std(struct dt_layer *l, const struct dt_layer_spec *spec, double def)
+{
+    double v = 0;
+    dt_status st = dt_layer_float(l, spec, "init_std", 0, 0, 1e3, 0, &v);
+    if (st != DT_OK)
+        return st;
+    if (v == 0)
+        v = def;
+    if (v > 0 && l->nparams > 0) {
+        l->params[l->nparams - 1].init = DT_INIT_NORMAL;
+        l->params[l->nparams - 1].init_std = v;
+    }
+    return DT_OK;
 }
 
 void dt_layer_buffer(struct dt_layer *l, const char *what, struct dt_shape shape, enum dt_init init)
