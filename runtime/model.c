@@ -1004,6 +1004,14 @@ out:
     return st;
 }
 
+dt_status dt_model_get_output(dt_model_t *m, float *host)
+{
+    const struct node *n = &m->nodes[m->nnodes - 1];
+    return dt_backend_copy(m->be, host, n->out,
+                           (size_t)(m->last_rows * (int64_t)numel(&n->l.out)) * sizeof(float),
+                           DT_COPY_D2H);
+}
+
 dt_status dt_model_zero_grads(dt_model_t *m)
 {
     return m->total ? m->ops->fill(m->be, m->grad_buf, m->total, 0.0f) : DT_OK;

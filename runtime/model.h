@@ -104,6 +104,11 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
 
 dt_status dt_model_zero_grads(dt_model_t *m);
 
+/* The last forward's output of the last layer (the loss: class
+ * probabilities, per position for a language model) into host: rows *
+ * that layer's output values. */
+dt_status dt_model_get_output(dt_model_t *m, float *host);
+
 size_t dt_model_num_params(const dt_model_t *m);   /* elements */
 int64_t dt_model_max_rows(const dt_model_t *m);    /* rows one forward takes */
 int64_t dt_model_input_numel(const dt_model_t *m); /* floats per input sample */
