@@ -661,6 +661,198 @@ static void make_ds(const char *path, hid_t ftype, hsize_t n, hsize_t d, int k, 
     free(y);
 }
 
+/* ---- language-model datasets ------------------------------------------- */
+
+#define LM_V 50
+
+static int32_t lm_tok(int64_t i) { return (int32_t)((i * 7 + 3) % LM_V); }
+
+/* A token-stream file: split "train" of ntrain tokens lm_tok(i) and "val"
+ * of nval, stored as ftype; `attrs` 0: complete, 1: no vocab_size, 2: a
+ * bad tokenizer; vocab: the vocab_size attribute. */
+static void make_lm(const char *path, hid_t ftype, hsize_t ntrain, hsize_t nval, int attrs,
+                    int vocab)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    int version = 1;
+    put_str_attr(f, "dtrain_format", "dataset");
+    put_num_attr(f, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT, &version);
+    put_str_attr(f, "task", "language_model");
+    if (attrs != 1)
+        put_num_attr(f, "vocab_size", H5T_STD_I64LE, H5T_NATIVE_INT, &vocab);
+    put_str_attr(f, "tokenizer", attrs == 2 ? "sentencepiece" : "none");
+    for (int k = 0; k < 2; k++) {
+        hsize_t n = k ? nval : ntrain;
+        int32_t *t = malloc(sizeof(int32_t) * (n ? n : 1));
+        for (hsize_t i = 0; i < n; i++)
+            t[i] = lm_tok((int64_t)i);
+        hid_t g = H5Gcreate2(f, k ? "val" : "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t sp = H5Screate_simple(1, &n, NULL);
+        hid_t d = H5Dcreate2(g, "tokens", ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        CU_ASSERT(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, t) >= 0);
+        H5Dclose(d);
+        H5Sclose(sp);
+        H5Gclose(g);
+        free(t);
+    }
+    H5Fclose(f);
+}
+
+static void test_lm_windows(void)
+{
+    char p[4096];
+    const hid_t types[2] = {H5T_STD_U16LE, H5T_STD_I32LE};
+    for (int k = 0; k < 2; k++) {
+        tpath(p, sizeof p, k ? "lm32.h5" : "lm16.h5");
+        make_lm(p, types[k], 23, 5, 0, LM_V);
+        dt_dataset_t *ds = NULL;
+        ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+        CU_ASSERT_FATAL(ds != NULL);
+        const struct dt_dataset_info *in = dt_dataset_get_info(ds);
+        CU_ASSERT_EQUAL(in->lm, 1);
+        CU_ASSERT_EQUAL(in->vocab_size, LM_V);
+        const struct dt_split_info *tr, *va;
+        ASSERT_STATUS(dt_dataset_split(ds, "train", &tr), DT_OK);
+        ASSERT_STATUS(dt_dataset_split(ds, "val", &va), DT_OK);
+        CU_ASSERT_EQUAL(tr->tokens, 23);
+        CU_ASSERT_EQUAL(tr->x_dtype, k ? DT_I32 : DT_U16);
+        CU_ASSERT_EQUAL(tr->n, 0); /* no windows before a sequence length */
+        ASSERT_STATUS(dt_dataset_set_seq_len(ds, 4), DT_OK);
+        /* 22 / 4 = 5 whole windows: 4 offered, at any of 4 offsets */
+        CU_ASSERT_EQUAL(tr->n, 4);
+        CU_ASSERT_EQUAL(tr->window_shifts, 4);
+        CU_ASSERT_EQUAL(tr->sample_elems, 4);
+        /* 5 tokens are exactly one window, at offset 0 only */
+        CU_ASSERT_EQUAL(va->n, 1);
+        CU_ASSERT_EQUAL(va->window_shifts, 1);
+        uint64_t idx[3] = {3, 0, 2};
+        float x[12];
+        int32_t y[12];
+        for (int64_t shift = 0; shift < 4; shift++) {
+            uint64_t bytes = 0;
+            ASSERT_STATUS(dt_dataset_read_windows(ds, "train", idx, 3, shift, x, y, &bytes),
+                          DT_OK);
+            int bad = 0;
+            for (int i = 0; i < 3; i++)
+                for (int t = 0; t < 4; t++) {
+                    int64_t at = shift + (int64_t)idx[i] * 4 + t;
+                    bad += x[i * 4 + t] != (float)lm_tok(at) || y[i * 4 + t] != lm_tok(at + 1);
+                }
+            CU_ASSERT_EQUAL(bad, 0);
+            CU_ASSERT_EQUAL(bytes, 3 * 5 * (k ? 4u : 2u));
+        }
+        /* the plain read is offset 0 */
+        float x0[12];
+        int32_t y0[12];
+        ASSERT_STATUS(dt_dataset_read(ds, "train", idx, 3, x0, y0, NULL), DT_OK);
+        ASSERT_STATUS(dt_dataset_read_windows(ds, "train", idx, 3, 0, x, y, NULL), DT_OK);
+        CU_ASSERT(memcmp(x0, x, sizeof x) == 0 && memcmp(y0, y, sizeof y) == 0);
+        ASSERT_STATUS(dt_dataset_read_windows(ds, "train", idx, 3, 4, x, y, NULL),
+                      DT_ERR_INVALID_ARG);
+        ASSERT_STATUS(dt_dataset_read_windows(ds, "val", idx + 1, 1, 1, x, y, NULL),
+                      DT_ERR_INVALID_ARG);
+        uint64_t far = 4;
+        ASSERT_STATUS(dt_dataset_read_windows(ds, "train", &far, 1, 0, x, y, NULL),
+                      DT_ERR_INVALID_ARG);
+        /* too long a window for the val split */
+        ASSERT_STATUS(dt_dataset_set_seq_len(ds, 5), DT_ERR_BAD_DATA);
+        ASSERT_MSG("split 'val' has 5 tokens, fewer than one window of seq_len + 1 = 6");
+        ASSERT_STATUS(dt_dataset_set_seq_len(ds, 0), DT_ERR_USAGE);
+        dt_dataset_close(ds);
+    }
+}
+
+static void test_lm_refused(void)
+{
+    char p[4096], q[4096], both[8200];
+    dt_dataset_t *ds = NULL;
+    /* a token past the vocabulary: refused where a read meets it */
+    tpath(p, sizeof p, "lm-vocab.h5");
+    make_lm(p, H5T_STD_U16LE, 40, 10, 0, 20);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    ASSERT_STATUS(dt_dataset_set_seq_len(ds, 4), DT_OK);
+    uint64_t idx = 0;
+    float x[4];
+    int32_t y[4];
+    ASSERT_STATUS(dt_dataset_read_windows(ds, "train", &idx, 1, 0, x, y, NULL), DT_ERR_BAD_DATA);
+    ASSERT_MSG("token 3 of split 'train' is 24, outside the vocabulary [0, 20)");
+    dt_dataset_close(ds);
+    ds = NULL;
+    tpath(p, sizeof p, "lm-novocab.h5");
+    make_lm(p, H5T_STD_U16LE, 40, 10, 1, LM_V);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("needs a 'vocab_size' attribute");
+    tpath(p, sizeof p, "lm-tok.h5");
+    make_lm(p, H5T_STD_U16LE, 40, 10, 2, LM_V);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("tokenizer 'sentencepiece' is not one dtrain knows");
+    tpath(p, sizeof p, "lm-f32.h5");
+    make_lm(p, H5T_IEEE_F32LE, 40, 10, 0, LM_V);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_ERR_BAD_DATA);
+    ASSERT_MSG("token ids must be uint16 or int32");
+    tpath(p, sizeof p, "lm-a.h5");
+    tpath(q, sizeof q, "lm-b.h5");
+    make_lm(p, H5T_STD_U16LE, 40, 10, 0, LM_V);
+    make_lm(q, H5T_STD_U16LE, 40, 10, 0, LM_V);
+    snprintf(both, sizeof both, "%s\n%s", p, q);
+    ASSERT_STATUS(dt_dataset_open(both, &ds), DT_ERR_USAGE);
+    ASSERT_MSG("a language-model dataset is one file");
+    /* a classification file has no windows */
+    tpath(p, sizeof p, "lm-cls.h5");
+    make_ds(p, H5T_IEEE_F32LE, 10, 3, 2, 1, 1, 0, 1);
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    ASSERT_STATUS(dt_dataset_set_seq_len(ds, 4), DT_ERR_USAGE);
+    dt_dataset_close(ds);
+}
+
+/* The loader reads windows at the epoch's offset, seq_len labels a row. */
+static void test_lm_loader(void)
+{
+    char p[4096];
+    tpath(p, sizeof p, "lm-loader.h5");
+    make_lm(p, H5T_STD_U16LE, 1000, 100, 0, LM_V);
+    dt_dataset_t *ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    ASSERT_STATUS(dt_dataset_set_seq_len(ds, 8), DT_OK);
+    const int64_t T = 8;
+    int shifts_seen = 0;
+    int64_t first = -1;
+    for (int64_t epoch = 0; epoch < 4; epoch++) {
+        struct dt_loader_opts o = {.ds = ds, .split = "train", .global_batch = 16,
+                                   .micro_batch = 8, .rank = 0, .world = 1, .seed = 7,
+                                   .shuffle = 1, .drop_last = 1, .workers = 2, .prefetch = 2,
+                                   .shift_windows = 1};
+        dt_loader_t *ld = NULL;
+        ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+        CU_ASSERT_FATAL(ld != NULL);
+        ASSERT_STATUS(dt_loader_start_epoch(ld, epoch, 0), DT_OK);
+        int64_t shift = dt_loader_window_shift(7, epoch, T);
+        CU_ASSERT(shift >= 0 && shift < T);
+        if (first < 0)
+            first = shift;
+        else
+            shifts_seen += shift != first;
+        int bad = 0, end = 0;
+        for (;;) {
+            struct dt_batch b;
+            ASSERT_STATUS(dt_loader_next(ld, &b, &end), DT_OK);
+            if (end)
+                break;
+            for (int64_t i = 0; i < b.rows; i++)
+                for (int64_t t = 0; t < T; t++) {
+                    int64_t at = shift + (int64_t)b.sample_ids[i] * T + t;
+                    bad += b.x[i * T + t] != (float)lm_tok(at) || b.y[i * T + t] != lm_tok(at + 1);
+                }
+            dt_loader_release(ld, &b);
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        dt_loader_destroy(ld);
+    }
+    CU_ASSERT(shifts_seen > 0); /* the boundaries move between epochs */
+    dt_dataset_close(ds);
+}
+
 /* ---- dataset open errors ------------------------------------------------- */
 
 static void test_ds_missing_file(void)
@@ -2767,6 +2959,9 @@ int main(void)
     CU_ADD(dsu, test_ds_scalar_norm_unchanged);
     CU_ADD(dsu, test_ds_channel_norm_refused);
     CU_ADD(dsu, test_ds_crop_flip_by_hand);
+    CU_ADD(dsu, test_lm_windows);
+    CU_ADD(dsu, test_lm_refused);
+    CU_ADD(dsu, test_lm_loader);
     CU_pSuite ldr = CU_add_suite("io_loader", NULL, NULL);
     CU_ADD(ldr, test_loader_augment_any_world);
     CU_ADD(ldr, test_loader_augment_draws);
