@@ -62,7 +62,8 @@ static double loss_of(dt_model_t *m, const float *x, const int32_t *y, int rows,
 
 /* Every `stride`-th parameter's gradient against central differences of
  * the summed loss (training forward: batch statistics, no dropout). */
-static double worst_fd(dt_model_t *m, const float *x, const int32_t *y, int rows, size_t stride)
+static double worst_fd(dt_model_t *m, const float *x, const int32_t *y, int rows, size_t stride,
+                       double h)
 {
     size_t n = dt_model_num_params(m);
     float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
@@ -73,7 +74,6 @@ static double worst_fd(dt_model_t *m, const float *x, const int32_t *y, int rows
     CU_ASSERT_EQUAL(dt_model_backward(m, rows, 1.0f, NULL), DT_OK);
     CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
     CU_ASSERT_EQUAL(dt_model_get_params(m, p), DT_OK);
-    const double h = 1e-2;
     for (size_t i = 0; i < n; i += stride) {
         float keep = p[i];
         p[i] = keep + (float)h;
@@ -114,7 +114,7 @@ static void test_residual_gradient(void)
     float x[4 * IN_H * IN_W];
     int32_t y[4];
     random_batch(x, y, 4, 11);
-    double worst = worst_fd(m, x, y, 4, 1);
+    double worst = worst_fd(m, x, y, 4, 1, 1e-2);
     CU_ASSERT(worst < 2e-2);
     if (worst >= 2e-2)
         fprintf(stderr, "residual model gradient: worst relative error %g\n", worst);
@@ -206,7 +206,7 @@ static void test_cnn_gradient(void)
     float x[8 * IN_H * IN_W];
     int32_t y[8];
     random_batch(x, y, 8, 9);
-    double worst = worst_fd(m, x, y, 8, 3);
+    double worst = worst_fd(m, x, y, 8, 3, 1e-2);
     CU_ASSERT(worst < 3e-2);
     if (worst >= 3e-2)
         fprintf(stderr, "cnn model gradient: worst relative error %g\n", worst);
@@ -295,7 +295,7 @@ static void test_families(void)
     float x[4 * IN_H * IN_W];
     int32_t y[4];
     random_batch(x, y, 4, 2);
-    double worst = worst_fd(m, x, y, 4, 29);
+    double worst = worst_fd(m, x, y, 4, 29, 1e-2);
     CU_ASSERT(worst < 3e-2);
     if (worst >= 3e-2)
         fprintf(stderr, "resnet gradient: worst relative error %g\n", worst);
@@ -388,6 +388,119 @@ static void test_tensor_core(void)
 }
 
 /* docs/layers.md is what `dtrain config layers` prints. */
+/* ---- a GPT --------------------------------------------------------------- */
+
+#define GPT_T 6
+#define GPT_V 11
+#define GPT_ROWS 3
+
+static dt_status gpt_model(const char *extra, int64_t rows, dt_model_t **m)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "model:\n  type: gpt\n  n_layer: 2\n  n_head: 2\n  n_embd: 8\n  dropout: 0\n%s",
+             extra ? extra : "");
+    dt_status st = dt_job_load_text("gpt.yaml", text, &job);
+    if (st == DT_OK)
+        st = dt_job_validate(&job);
+    struct dt_model_io io = {.ndim = 1, .shape = {GPT_T}, .num_classes = GPT_V};
+    *m = NULL;
+    if (st == DT_OK)
+        st = dt_model_create(&job, &io, be, rows, m);
+    if (st == DT_OK)
+        st = dt_model_init_params(*m, 7);
+    return st;
+}
+
+static void gpt_batch(float *x, int32_t *y)
+{
+    struct dt_rng_key k = {.seed = 3, .purpose = DT_RNG_TEST};
+    for (int i = 0; i < GPT_ROWS * GPT_T; i++) {
+        x[i] = (float)dt_rng_below(&k, (uint64_t)i, GPT_V);
+        y[i] = (int32_t)dt_rng_below(&k, 1000 + (uint64_t)i, GPT_V);
+    }
+}
+
+static void gpt_grads(const char *extra, float *g, size_t *n)
+{
+    dt_model_t *m = NULL;
+    float x[GPT_ROWS * GPT_T];
+    int32_t y[GPT_ROWS * GPT_T];
+    double loss = 0;
+    int64_t correct = 0;
+    gpt_batch(x, y);
+    CU_ASSERT_EQUAL_FATAL(gpt_model(extra, GPT_ROWS, &m), DT_OK);
+    *n = dt_model_num_params(m);
+    CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, GPT_ROWS, 1, 1, 0, 0, &loss, &correct), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_backward(m, GPT_ROWS, 1.0f, NULL), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
+    dt_model_destroy(m);
+}
+
+/* model.type gpt: tied embeddings are one tensor whose gradient is the
+ * sum of both uses (checked by central differences, every parameter),
+ * one label per position, and recomputed blocks give the same bits. */
+static void test_gpt(void)
+{
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(gpt_model(NULL, GPT_ROWS, &m), DT_OK);
+    /* wte 11x8, wpe 6x8; per block ln1 16, qkv 8x24+24, proj 8x8+8, ln2 16, fc 8x32+32,
+     * fc2 32x8+8; ln_f 16; the head has no tensor of its own */
+    const size_t block = 16 + 216 + 72 + 16 + 288 + 264;
+    CU_ASSERT_EQUAL(dt_model_num_params(m), (size_t)(88 + 48 + 2 * block + 16));
+    CU_ASSERT_EQUAL(dt_model_param_count(m), 2 + 2 * 12 + 2);
+    CU_ASSERT_EQUAL(dt_model_labels_per_row(m), GPT_T);
+    const struct dt_param_info *wte = dt_model_param(m, 0);
+    CU_ASSERT_STRING_EQUAL(wte->name, "wte.weight");
+    CU_ASSERT_EQUAL(wte->init, DT_INIT_NORMAL);
+    /* the embedding's gradient comes last in backward: the end of the buffer */
+    CU_ASSERT_EQUAL(wte->offset + wte->numel, dt_model_num_params(m));
+    float x[GPT_ROWS * GPT_T];
+    int32_t y[GPT_ROWS * GPT_T];
+    gpt_batch(x, y);
+    /* a step far below the residual stream's scale (0.02 at the start),
+     * where layer norm's curvature would swamp a larger one */
+    double worst = worst_fd(m, x, y, GPT_ROWS, 1, 1e-3);
+    CU_ASSERT(worst < 2e-2);
+    if (worst >= 2e-2)
+        fprintf(stderr, "gpt gradient: worst relative error %g\n", worst);
+    /* a sample's loss is the mean over its positions: ln(V) at uniform
+     * outputs, so the start is near GPT_ROWS * ln(11) */
+    double loss = loss_of(m, x, y, GPT_ROWS, 0);
+    CU_ASSERT(fabs(loss / GPT_ROWS - log((double)GPT_V)) < 0.1);
+    /* a token id outside the vocabulary is refused */
+    x[4] = (float)GPT_V;
+    double l2 = 0;
+    int64_t c2 = 0;
+    CU_ASSERT_EQUAL(dt_model_forward(m, x, y, GPT_ROWS, 0, 1, 0, 0, &l2, &c2), DT_ERR_INVALID_ARG);
+    dt_model_destroy(m);
+
+    static float g0[8192], g1[8192];
+    size_t n0 = 0, n1 = 0;
+    gpt_grads(NULL, g0, &n0);
+    gpt_grads("  recompute: all\n", g1, &n1);
+    CU_ASSERT_FATAL(n0 == n1 && n0 < 8192);
+    CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+
+    /* untied, with a padded vocabulary: the head has its own weight */
+    CU_ASSERT_EQUAL_FATAL(gpt_model("  tie_embeddings: false\n", GPT_ROWS, &m), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_num_params(m), (size_t)(88 + 48 + 2 * block + 16 + 88));
+    dt_model_destroy(m);
+    CU_ASSERT_EQUAL(gpt_model("  n_head: 3\n", GPT_ROWS, &m), DT_ERR_USAGE);
+}
+
+static void test_tie_errors(void)
+{
+    expect_error("    - {name: f, kind: flatten}\n"
+                 "    - {name: a, kind: linear, out: 4}\n"
+                 "    - {name: b, kind: linear, out: classes, tie: a}\n",
+                 NULL, "b.weight is tied to a.weight, but its shape is 5x4 and that one's 4x36");
+    expect_error("    - {name: f, kind: flatten}\n"
+                 "    - {name: b, kind: linear, out: classes, tie: zz}\n",
+                 NULL, "tie: no earlier layer has a parameter zz.weight");
+}
+
 static void test_reference_page(void)
 {
     char path[4096], *text = NULL;
@@ -429,6 +542,8 @@ int main(void)
     CU_ADD(s, test_errors);
     CU_ADD(s, test_reference_page);
     CU_ADD(s, test_tensor_core);
+    CU_ADD(s, test_gpt);
+    CU_ADD(s, test_tie_errors);
     int rc = cu_run_all();
     dt_backend_destroy(be);
     return rc;
