@@ -11,6 +11,7 @@
  * PyTorch's cross_entropy over the flattened positions gives) and the
  * correct count counts tokens.
  */
+#include <limits.h>
 #include <stdio.h>
 
 #include "layer.h"
@@ -58,6 +59,22 @@ static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                     (float)((double)x->scale / (double)l->labels_per_row));
 }
 
+/* The ops index scores with 32-bit integers: rows x positions x classes
+ * must stay below 2^31. */
+static dt_status workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    (void)be;
+    int64_t n = max_rows * dt_shape_numel(&l->in);
+    if (n > INT_MAX)
+        return dt_set_error(DT_ERR_USAGE,
+                            "%s: %lld rows of %lld scores each are %lld values, more than the "
+                            "loss takes at once (2^31); lower train.micro_batch (or "
+                            "train.eval_batch) to at most %lld",
+                            l->where, (long long)max_rows, (long long)dt_shape_numel(&l->in),
+                            (long long)n, (long long)(INT_MAX / dt_shape_numel(&l->in)));
+    return DT_OK;
+}
+
 const struct dt_layer_kind dt_layer_softmax_xent = {
     .name = "softmax_xent",
     .doc = "softmax and cross-entropy against the labels (the default loss); over (T, C) "
@@ -66,5 +83,6 @@ const struct dt_layer_kind dt_layer_softmax_xent = {
     .build = build,
     .fwd = fwd,
     .bwd = bwd,
+    .workspace = workspace,
     .ops = {DT_OP_softmax_xent_fwd, DT_OP_softmax_xent_bwd, DT_OP_COUNT},
 };

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# GPT language models end to end, on text imported with `dtrain data import
+# text` (this repository's Markdown, about 200 KB):
+#   - model.type gpt trains, evaluation reports loss and perplexity, and
+#     the validation loss falls below the unigram (byte-frequency) level;
+#   - 1 rank with accumulation and 2 ranks give the same parameters (to
+#     float rounding; dropout on, keyed by the global row);
+#   - model.recompute gives bit-identical parameters;
+#   - a 2-rank checkpoint resumes on 1 rank with the result of the
+#     uninterrupted run;
+#   - bf16 and fp16 train with finite losses;
+#   - wrong pairings of model and data are refused with exit 64.
+#   gpt_test.sh DTRAIN COMPARE_MODELS REPO WORKDIR
+set -uo pipefail
+DTRAIN=$1
+COMPARE=$2
+REPO=$3
+W=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+MPIRUN="bash $HERE/../mpi/mpirun.sh"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect() {
+  local code=$1 pat=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
+  ok
+}
+summary() { grep '"type":"summary"' "$1/metrics.jsonl" | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p"; }
+
+expect 0 'train' -- "$DTRAIN" data import text "$REPO"/README.md "$REPO"/docs/*.md -o text.h5
+cat > gpt.yaml <<'YEOF'
+model:
+  type: gpt
+  n_layer: 2
+  n_head: 2
+  n_embd: 32
+  dropout: 0.1
+data:
+  path: text.h5
+  test_split: val
+  seq_len: 32
+train:
+  steps: 60
+  global_batch: 16
+  micro_batch: 8
+  eval_batch: 64
+  log_every: 20
+  optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}
+  schedule: {name: constant}
+runtime:
+  progress: off
+YEOF
+expect 0 'val loss [0-9.]+, perplexity [0-9.]+' -- "$DTRAIN" train gpt.yaml --set output.dir=one
+expect 0 'done:' -- $MPIRUN 2 "$DTRAIN" train gpt.yaml --set output.dir=two
+"$COMPARE" one/model.h5 two/model.h5 1e-4 >/dev/null && ok ||
+  bad "2 ranks differ from 1 rank with accumulation: $("$COMPARE" one/model.h5 two/model.h5 1e-4)"
+expect 0 'done:' -- "$DTRAIN" train gpt.yaml --set output.dir=rc --set model.recompute=all
+"$COMPARE" one/model.h5 rc/model.h5 0 >/dev/null && ok || bad "recompute changed the parameters"
+grep -q '"perplexity"' one/metrics.jsonl && ok || bad "no perplexity in metrics.jsonl"
+
+# learning: after 60 steps the validation loss is below the unigram level,
+# the validation bytes' cross-entropy under the training bytes' frequencies
+base=$("$PY" -c '
+import h5py, math, numpy as np, sys
+with h5py.File(sys.argv[1]) as f:
+    tr = np.bincount(f["train/tokens"][:], minlength=256).astype(float)
+    va = np.bincount(f["val/tokens"][:], minlength=256).astype(float)
+p = (tr + 1) / (tr.sum() + 256)
+print(-(va * np.log(p)).sum() / va.sum())' text.h5 2>/dev/null)
+loss=$(summary one test_loss)
+if [ -n "$base" ] && [ -n "$loss" ]; then
+  awk -v l="$loss" -v b="$base" 'BEGIN { exit !(l < b - 0.3) }' && ok ||
+    bad "val loss $loss is not well below the unigram level $base"
+else
+  bad "no unigram level ($base) or val loss ($loss)"
+fi
+
+# a 2-rank checkpoint resumes on 1 rank
+expect 0 'done:' -- $MPIRUN 2 "$DTRAIN" train gpt.yaml --set output.dir=full \
+  --set checkpoint.every_steps=30
+mkdir -p part/checkpoints && cp full/checkpoints/ckpt-0000000030.h5 part/checkpoints/
+expect 0 'resumed from .*ckpt-0000000030.h5' -- "$DTRAIN" train gpt.yaml --set output.dir=part \
+  --set output.adopt=true --resume part/checkpoints/ckpt-0000000030.h5
+"$COMPARE" full/model.h5 part/model.h5 1e-4 >/dev/null && ok ||
+  bad "resumed on 1 rank differs: $("$COMPARE" full/model.h5 part/model.h5 1e-4)"
+
+for p in bf16 fp16; do
+  expect 0 'done:' -- "$DTRAIN" train gpt.yaml --set output.dir="$p" --set train.precision=$p \
+    --set train.steps=20
+  l=$(summary "$p" test_loss)
+  awk -v l="$l" 'BEGIN { exit !(l > 0 && l < 10) }' && ok || bad "$p: val loss '$l'"
+done
+
+# model and data must go together
+expect 64 'model.type mlp classifies samples, but dataset .* holds token streams' -- \
+  "$DTRAIN" train gpt.yaml --set model.type=mlp --set output.dir=bad1
+"$PY" -c '
+import numpy as np
+np.save("x.npy", np.zeros((8, 4), np.float32)); np.save("y.npy", np.arange(8, dtype=np.int32) % 2)'
+"$DTRAIN" data import npy --train-x x.npy --train-y y.npy --test-x x.npy --test-y y.npy \
+  -o cls.h5 >/dev/null || bad "cannot import the classification data"
+expect 64 'model.type gpt is a language model' -- "$DTRAIN" train gpt.yaml \
+  --set data.path=cls.h5 --set data.test_split=test --set output.dir=bad2
+expect 64 'model.vocab_size 100 is smaller than the vocabulary' -- "$DTRAIN" train gpt.yaml \
+  --set model.vocab_size=100 --set output.dir=bad3
+expect 64 'model.n_embd \(32\) must be a multiple of model.n_head \(3\)' -- "$DTRAIN" train \
+  gpt.yaml --set model.n_head=3 --set output.dir=bad4
+echo "gpt: $pass passed, $fail failed"
+[ "$fail" = 0 ]
