@@ -53,6 +53,9 @@
 #define LLMC_VERSION_LLAMA3 7    /* uint32 tokens */
 #define LLMC_MAGIC_EVAL 20240522 /* HellaSwag / MMLU examples, not a token stream */
 #define LLAMA3_VOCAB 128256
+/* Files that are often passed by mistake: refused by their signatures. */
+#define NPY_SIGNATURE "\x93NUMPY"
+#define HDF5_SIGNATURE "\x89HDF\r\n\x1a\n"
 /* A raw file whose first int32 falls here may be an llm.c file whose
  * magic dtrain does not know (llm.c's magics are dates). */
 #define LLMC_MAGIC_LIKE_MIN 20000000
@@ -101,8 +104,8 @@ static dt_status read_at(const struct lm_segment *s, void *buf, size_t len, int6
                                 (long long)(offset + (int64_t)got), strerror(errno));
         if (n == 0)
             return dt_set_error(DT_ERR_IO,
-                                "%s %s: ends at byte %lld, before the %lld bytes it held when the "
-                                "import began (it changed while being read); import it again",
+                                "%s %s: ends at byte %lld, but it held at least %lld bytes when "
+                                "the import began (it changed while being read); import it again",
                                 s->what, s->path, (long long)(offset + (int64_t)got),
                                 (long long)(offset + (int64_t)len));
         got += (size_t)n;
@@ -468,8 +471,17 @@ static dt_status open_token_file(const char *path, struct lm_segment *s, enum to
     DT_CHECK(dt_input_open(path, "token file", &s->fd, &size));
     uint32_t magic = 0;
     if (size >= 4) {
-        DT_CHECK(read_at(s, h, 4, 0));
+        DT_CHECK(read_at(s, h, size >= 8 ? 8 : 4, 0));
         magic = le32(h);
+    }
+    if (size >= 8 && (!memcmp(h, NPY_SIGNATURE, 6) || !memcmp(h, HDF5_SIGNATURE, 8))) {
+        int npy = !memcmp(h, NPY_SIGNATURE, 6);
+        st = dt_set_error(DT_ERR_BAD_DATA, "token file %s: this is %s, not a token file; %s", path,
+                          npy ? "a NumPy .npy file (numpy.save)" : "an HDF5 file",
+                          npy ? "write the tokens with arr.astype(np.uint16).tofile(path), as "
+                                "nanoGPT does"
+                              : "an imported dataset is used as it is (data.path)");
+        goto out;
     }
     if (magic == LLMC_MAGIC_EVAL) {
         st = dt_set_error(DT_ERR_BAD_DATA,

@@ -158,6 +158,8 @@ tok_bad bad_negcount.bin "the llm.c header says -4 tokens"
 tok_bad bad_trunc_header.bin "holds 500 bytes, less than its 1024-byte header"
 tok_bad bad_odd.bin "201 bytes, an odd number" val
 tok_bad bad_eval.bin "llm.c's evaluation file"
+tok_bad bad_npy.bin "this is a NumPy .npy file \(numpy.save\), not a token file; write the tokens with"
+tok_bad bad_h5.bin "this is an HDF5 file, not a token file"
 tok_bad bad_one.bin "holds 1 token; a split needs at least 2"
 tok_bad bad_empty.bin "holds 0 tokens"
 tok_bad bad_token.bin "token 123 \(byte 246\) is 50257, not below the vocabulary size 50257"
@@ -180,6 +182,11 @@ expect 64 "--tokenizer 'bpe': expected gpt2 or none" -- $TOK --train d/nano_trai
 expect 64 "need --train FILE" -- $TOK --val d/nano_val.bin -o bad.h5
 expect 64 "no output file" -- $TOK --train d/nano_train.bin
 no_output bad.h5
+
+# a file-size limit below the output's size: 74 before any token is written
+expect 74 "dataset big_lim.h5.tmp.[0-9]+: needs about .*File too large \(the file-size limit, ulimit -f" -- \
+  bash -c "ulimit -f 256 && exec $TOK --train d/nano_big.bin -o big_lim.h5"
+no_output big_lim.h5
 
 # ---- bad text -----------------------------------------------------------------
 expect 65 "text file d/empty.txt is empty" -- $TEXT d/empty.txt -o bad.h5

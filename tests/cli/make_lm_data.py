@@ -89,6 +89,12 @@ def main():
     t = tokens(300, 50257, 12)
     t[77] = 60000
     write(p("bad_token_llmc.bin"), header(GPT2_MAGIC, GPT2_VERSION, len(t)) + le("H", t))
+    # a .npy (numpy.save) and an HDF5 file given as token files
+    npy_header = "{'descr': '<u2', 'fortran_order': False, 'shape': (100,), }"
+    npy_header += " " * (118 - len(npy_header)) + "\n"
+    write(p("bad_npy.bin"), b"\x93NUMPY\x01\x00" + struct.pack("<H", 118) + npy_header.encode()
+          + le("H", tokens(100, 50257, 14)))
+    write(p("bad_h5.bin"), b"\x89HDF\r\n\x1a\n" + bytes(502))
     # a good first half and a bad token past the first 1 Mi-token chunk
     t = tokens(1100000, 50257, 13)
     t[1050000] = 65535
