@@ -169,6 +169,9 @@ tok_bad bad_token_late.bin "token 1050000 \(byte 2100000\) is 65535" val
 expect 0 "wrote ok.h5" -- $TOK --train d/bad_token.bin -o ok.h5 --vocab-size 50304
 expect 66 "token file d/missing.bin: no such file" -- $TOK --train d/missing.bin -o bad.h5
 expect 66 "token file d: not a regular file" -- $TOK --train d/nano_train.bin --val d -o bad.h5
+mkfifo d/fifo.bin
+expect 66 "token file d/fifo.bin: not a regular file" -- $TOK --train d/fifo.bin -o bad.h5
+expect 66 "text file d/fifo.bin: not a regular file" -- $TEXT d/a.txt d/fifo.bin -o bad.h5
 no_output bad.h5
 expect 64 "Llama 3 tokens .* use --tokenizer none" -- $TOK --train d/llama_train.bin \
   --tokenizer gpt2 -o bad.h5
