@@ -24,8 +24,9 @@ struct import_opt {
 };
 
 /* Parses an importer's command line: the value options in `opts` (ended by
- * a NULL name), --force (or its synonym --overwrite), and, when `dir` is not NULL, one positional
- * directory (the IDX importer's). Returns 0, or 64 after a usage message. */
+ * a NULL name), --force (or its synonym --overwrite), and, when `dir` is
+ * not NULL, one positional directory (the IDX importer's). Returns 0, or 64
+ * after a usage message. */
 static int parse_import(const char *what, int argc, char **argv, const struct import_opt *opts,
                         int *force, const char **dir)
 {
