@@ -2,6 +2,8 @@
  * import.c - what the dataset importers share (see import.h): the class
  * names option, the output path check, the root attributes, and the
  * writer of in-memory splits used by the .npy and CSV importers.
+ * The language-model importers (lm_import.c) share the output check and
+ * their own root attributes.
  *
  * The writer follows the IDX importer: x is chunked by about 1 MiB of rows
  * and not compressed (dataset.c explains why random row reads want
@@ -135,6 +137,25 @@ dt_status dt_import_write_root_attrs(int64_t file, const char *path, int num_cla
 out:
     free(numbered);
     free(names);
+    H5Tclose(str);
+    return st;
+}
+
+dt_status dt_import_write_lm_root_attrs(int64_t file, const char *path, int32_t vocab_size,
+                                        const char *tokenizer)
+{
+    dt_status st = DT_OK;
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    H5Tset_cset(str, H5T_CSET_UTF8);
+    const char *fmt = "dataset", *task = "language_model";
+    int version = DT_DATASET_FORMAT_VERSION;
+    DT_CHECK(write_attr(file, "dtrain_format", str, str, 0, &fmt, path));
+    DT_CHECK(write_attr(file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, 0, &version, path));
+    DT_CHECK(write_attr(file, "task", str, str, 0, &task, path));
+    DT_CHECK(write_attr(file, "vocab_size", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &vocab_size, path));
+    DT_CHECK(write_attr(file, "tokenizer", str, str, 0, &tokenizer, path));
+out:
     H5Tclose(str);
     return st;
 }

@@ -1,13 +1,15 @@
 /*
  * import.h - internal to io/: what the dataset importers (IDX, NumPy .npy,
- * CSV) share: the class-name option, the check of the output path, the
- * root attributes of a dtrain dataset (dataset.h), and a writer for
- * splits already held in memory.
+ * CSV, and the language-model text and token importers) share: the
+ * class-name option, the check of the output path, the root attributes of
+ * a dtrain dataset (dataset.h), and a writer for splits already held in
+ * memory.
  *
  * The .npy and CSV importers read and check every input completely before
  * anything is written, so their samples are in memory by then and one
  * writer serves both; the IDX importer streams its images instead and
- * shares only the attributes and the options.
+ * shares only the attributes and the options; the language-model
+ * importers stream too, and share the output check and their attributes.
  * Not a public header: nothing outside io/ includes it.
  */
 #ifndef DT_IO_IMPORT_H
@@ -39,6 +41,12 @@ dt_status dt_import_check_output(const char *out_path, int overwrite);
 dt_status dt_import_write_root_attrs(int64_t file, const char *path, int num_classes,
                                      const struct dt_class_list *cl, float scale, double mean,
                                      double sd);
+
+/* Writes the root attributes of a language-model dataset (dtrain_format,
+ * format_version, task = "language_model", vocab_size, tokenizer) on the
+ * open HDF5 file `file` (a hid_t). The caller holds the HDF5 lock. */
+dt_status dt_import_write_lm_root_attrs(int64_t file, const char *path, int32_t vocab_size,
+                                        const char *tokenizer);
 
 /* One split held in memory: n samples of `shape` in x (row major; uint8,
  * float16 as raw IEEE half bits, or float32) and n labels in y. */

@@ -1,7 +1,8 @@
 /*
- * cmd_data.c - `dtrain data import idx|npy|csv ...`, `dtrain data info
- * FILE` and `dtrain config reference|layers|defaults`.
+ * cmd_data.c - `dtrain data import idx|npy|csv|text|tokens ...`, `dtrain
+ * data info FILE` and `dtrain config reference|layers|defaults`.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "../io/csv.h"
 #include "../io/dataset.h"
 #include "../io/idx.h"
+#include "../io/lm_import.h"
 #include "../io/npy.h"
 #include "../runtime/config.h"
 #include "../runtime/layers/layer.h"
@@ -22,8 +24,9 @@ struct import_opt {
 };
 
 /* Parses an importer's command line: the value options in `opts` (ended by
- * a NULL name), --force, and, when `dir` is not NULL, one positional
- * directory (the IDX importer's). Returns 0, or 64 after a usage message. */
+ * a NULL name), --force (or its synonym --overwrite), and, when `dir` is
+ * not NULL, one positional directory (the IDX importer's). Returns 0, or 64
+ * after a usage message. */
 static int parse_import(const char *what, int argc, char **argv, const struct import_opt *opts,
                         int *force, const char **dir)
 {
@@ -35,7 +38,7 @@ static int parse_import(const char *what, int argc, char **argv, const struct im
             if (i + 1 >= argc)
                 return dt_cli_usage("data import %s: %s needs a value", what, argv[i]);
             *op->slot = argv[++i];
-        } else if (!strcmp(argv[i], "--force"))
+        } else if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "--overwrite"))
             *force = 1;
         else if (!dir)
             return dt_cli_usage("data import %s: unknown argument '%s'", what, argv[i]);
@@ -138,6 +141,111 @@ static int import_csv(int argc, char **argv)
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
+/* data import text FILE... -o OUT.h5 [--val-fraction F] [--force] */
+static int import_text(int argc, char **argv)
+{
+    struct dt_text_import_opts o = {.val_fraction = DT_LM_DEFAULT_VAL_FRACTION};
+    const char *frac = NULL;
+    const char **files = NULL;
+    int nfiles = 0;
+    if (argc > 0 &&
+        dt_malloc((size_t)argc * sizeof *files, "the file list", (void **)&files) != DT_OK)
+        return dt_cli_fail(DT_ERR_NOMEM);
+    int rc = 0;
+    for (int i = 0; i < argc && !rc; i++) {
+        const char **slot = !strcmp(argv[i], "-o") || !strcmp(argv[i], "--output") ? &o.out_path
+                            : !strcmp(argv[i], "--val-fraction")                   ? &frac
+                                                                                   : NULL;
+        if (slot && i + 1 >= argc)
+            rc = dt_cli_usage("data import text: %s needs a value", argv[i]);
+        else if (slot)
+            *slot = argv[++i];
+        else if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "--overwrite"))
+            o.overwrite = 1;
+        else if (argv[i][0] == '-' && argv[i][1])
+            rc = dt_cli_usage("data import text: unknown option '%s'", argv[i]);
+        else
+            files[nfiles++] = argv[i];
+    }
+    if (!rc && !o.out_path)
+        rc = dt_cli_usage("data import text: no output file (-o OUT.h5)");
+    if (!rc && !nfiles)
+        rc = dt_cli_usage("data import text: no input files (data import text FILE... -o OUT.h5)");
+    if (!rc && frac) {
+        char *end;
+        errno = 0;
+        o.val_fraction = strtod(frac, &end);
+        if (errno || end == frac || *end || !(o.val_fraction > 0.0 && o.val_fraction < 1.0))
+            rc = dt_cli_usage("data import text: --val-fraction '%s': expected a number between "
+                              "0 and 1 (exclusive)",
+                              frac);
+    }
+    if (!rc) {
+        o.files = files;
+        o.nfiles = nfiles;
+        dt_status st = dt_text_import(&o, stdout);
+        rc = st == DT_OK ? 0 : dt_cli_fail(st);
+    }
+    free(files);
+    return rc;
+}
+
+/* data import tokens --train F [--val F] -o OUT.h5 [--vocab-size N] [--tokenizer T] */
+static int import_tokens(int argc, char **argv)
+{
+    struct dt_tokens_import_opts o = {0};
+    const char *vocab = NULL;
+    const struct import_opt opts[] = {
+        {"-o", &o.out_path}, {"--output", &o.out_path}, {"--train", &o.train},
+        {"--val", &o.val},   {"--vocab-size", &vocab},  {"--tokenizer", &o.tokenizer},
+        {NULL, NULL}};
+    int rc = parse_import("tokens", argc, argv, opts, &o.overwrite, NULL);
+    if (rc)
+        return rc;
+    if (!o.out_path)
+        return dt_cli_usage("data import tokens: no output file (-o OUT.h5)");
+    if (!o.train)
+        return dt_cli_usage("data import tokens: need --train FILE");
+    if (vocab) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(vocab, &end, 10);
+        if (errno || end == vocab || *end || v < 2 || v > (1LL << 24))
+            return dt_cli_usage("data import tokens: --vocab-size '%s': expected a whole number "
+                                "from 2 to %lld",
+                                vocab, 1LL << 24);
+        o.vocab_size = v;
+    }
+    if (o.tokenizer && strcmp(o.tokenizer, "gpt2") != 0 && strcmp(o.tokenizer, "none") != 0)
+        return dt_cli_usage("data import tokens: --tokenizer '%s': expected gpt2 or none",
+                            o.tokenizer);
+    dt_status st = dt_tokens_import(&o, stdout);
+    return st == DT_OK ? 0 : dt_cli_fail(st);
+}
+
+static const char import_help[] =
+    "usage: dtrain data import FORMAT ... -o OUT.h5 [--force]\n"
+    "\n"
+    "formats:\n"
+    "  idx DIR | --train-images F --train-labels F [--test-images F --test-labels F]\n"
+    "        [--classes a,b,...]\n"
+    "        IDX files (MNIST format, raw or gzipped): a classification dataset\n"
+    "  npy --train-x F --train-y F [--test-x F --test-y F] [--classes a,b,...]\n"
+    "        NumPy .npy arrays (inputs (N, ...), integer labels (N,))\n"
+    "  csv --train F [--test F] [--label-column N|NAME] [--header auto|yes|no]\n"
+    "        [--classes a,b,...]\n"
+    "        CSV files (a label column and numeric feature columns)\n"
+    "  text FILE... [--val-fraction F]\n"
+    "        text as byte tokens (vocab 256) for a language model: the files' bytes in the\n"
+    "        order given; the last F (default 0.1) of them, cut at a byte, is split 'val'\n"
+    "  tokens --train F [--val F] [--vocab-size N] [--tokenizer gpt2|none]\n"
+    "        token files for a language model: raw uint16 (nanoGPT's train.bin) or llm.c's\n"
+    "        .bin (a 1024-byte header); vocab 50257 and tokenizer gpt2 unless given\n"
+    "        (128256 and none for llm.c Llama 3 files)\n"
+    "\n"
+    "--force (or --overwrite) replaces an existing OUT.h5; a failed import leaves no file\n"
+    "and an old OUT.h5 as it was.\n";
+
 /* data info FILE... : one file, a quoted glob pattern, or several files
  * that together are one dataset (shown as a whole, with each file). */
 static int info(int n, char **files)
@@ -176,13 +284,26 @@ int dt_cmd_data(int argc, char **argv)
         return import_npy(argc - 3, argv + 3);
     if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "csv"))
         return import_csv(argc - 3, argv + 3);
+    if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "text"))
+        return import_text(argc - 3, argv + 3);
+    if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "tokens"))
+        return import_tokens(argc - 3, argv + 3);
+    if (argc >= 3 && !strcmp(argv[1], "import") &&
+        (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "help"))) {
+        fputs(import_help, stdout);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "import")) {
+        fputs(import_help, stderr);
+        return 64;
+    }
     if (argc >= 2 && !strcmp(argv[1], "import"))
         return dt_cli_usage("data import: unknown format '%s' (this version imports: idx, npy, "
-                            "csv)",
-                            argc >= 3 ? argv[2] : "");
+                            "csv, text, tokens; see 'dtrain data import --help')",
+                            argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "info"))
         return info(argc - 2, argv + 2);
-    return dt_cli_usage("data: expected 'import idx|npy|csv ...' or 'info FILE...'");
+    return dt_cli_usage("data: expected 'import idx|npy|csv|text|tokens ...' or 'info FILE...'");
 }
 
 int dt_cmd_config(int argc, char **argv)

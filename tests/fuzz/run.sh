@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 seconds=${1:-60}
 build=${DTRAIN_FUZZ_BUILD:-build-fuzz}
-targets=${DTRAIN_FUZZ_TARGETS:-config idx dataset ckpt}
+targets=${DTRAIN_FUZZ_TARGETS:-config idx dataset ckpt lmimport}
 
 # Limits per target. A well-formed input runs in milliseconds, so 10 s is
 # a hang; 2 GiB covers ASan and HDF5, and a larger allocation is reported
@@ -32,7 +32,7 @@ rss_mb=2048
 max_len() {
   case $1 in
     config) echo 4096 ;;
-    idx) echo 16384 ;;
+    idx | lmimport) echo 16384 ;;
     *) echo 2048 ;;
   esac
 }
