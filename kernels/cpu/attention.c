@@ -249,22 +249,18 @@ dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *d
 #define EXP_LN2_LO -2.12194440e-4f
 #define EXP_ROUND 12582912.0f /* 1.5 * 2^23: x + it - it rounds x to an integer */
 
-/* y[k] = e^(x[k] - sub) for k < DT_CPU_LANES; y may be x. Each step is
- * its own loop over the lanes, every select stored straight into an
- * array: that is the shape GCC 12 if-converts and vectorises at -O2. */
+/* y[k] = e^(x[k] - sub) for k < DT_CPU_LANES; y may be x. One loop over
+ * the lanes, its selects if-converted into vector blends: that needs
+ * -fno-trapping-math, which CMakeLists.txt sets for this file. */
 static void exp_sub_lanes(float *y, const float *x, float sub)
 {
-    float v[DT_CPU_LANES], c[DT_CPU_LANES], e[DT_CPU_LANES], p2[DT_CPU_LANES];
-    int32_t bits[DT_CPU_LANES];
-    for (int k = 0; k < DT_CPU_LANES; k++)
-        v[k] = x[k] - sub;
-    for (int k = 0; k < DT_CPU_LANES; k++) /* NaN becomes a number here, stays in v */
-        c[k] = v[k] >= EXP_MIN_ARG ? v[k] : EXP_MIN_ARG;
-    for (int k = 0; k < DT_CPU_LANES; k++)
-        c[k] = c[k] <= EXP_MAX_ARG ? c[k] : EXP_MAX_ARG;
+    float e[DT_CPU_LANES];
     for (int k = 0; k < DT_CPU_LANES; k++) {
-        float n = (c[k] * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
-        float t = (c[k] - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+        float v = x[k] - sub;
+        float c = v >= EXP_MIN_ARG ? v : EXP_MIN_ARG; /* NaN becomes a number here */
+        c = c <= EXP_MAX_ARG ? c : EXP_MAX_ARG;
+        float n = (c * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
+        float t = (c - n * EXP_LN2_HI) - n * EXP_LN2_LO;
         float q = 1.0f / 5040.0f;
         q = q * t + 1.0f / 720.0f;
         q = q * t + 1.0f / 120.0f;
@@ -272,16 +268,14 @@ static void exp_sub_lanes(float *y, const float *x, float sub)
         q = q * t + 1.0f / 6.0f;
         q = q * t + 0.5f;
         q = q * t + 1.0f;
-        e[k] = q * t + 1.0f;
-        bits[k] = ((int32_t)n + 127) << 23;
+        q = q * t + 1.0f;
+        int32_t bits = ((int32_t)n + 127) << 23;
+        float p2; /* 2^n */
+        memcpy(&p2, &bits, sizeof p2);
+        float r = v < EXP_MIN_ARG ? 0.0f : q * p2;
+        e[k] = v == v ? r : v;
     }
-    memcpy(p2, bits, sizeof p2); /* 2^n */
-    for (int k = 0; k < DT_CPU_LANES; k++)
-        e[k] = e[k] * p2[k];
-    for (int k = 0; k < DT_CPU_LANES; k++)
-        e[k] = v[k] < EXP_MIN_ARG ? 0.0f : e[k];
-    for (int k = 0; k < DT_CPU_LANES; k++)
-        y[k] = v[k] == v[k] ? e[k] : v[k];
+    memcpy(y, e, sizeof e);
 }
 
 /* y(n) = e^(x(n) - sub); y may be x. */
