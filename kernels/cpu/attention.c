@@ -251,8 +251,9 @@ dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *d
 
 /* y[k] = e^(x[k] - sub) for k < DT_CPU_LANES; y may be x. One loop over
  * the lanes, its selects if-converted into vector blends: that needs
- * -fno-trapping-math, which CMakeLists.txt sets for this file. */
-static void exp_sub_lanes(float *y, const float *x, float sub)
+ * -fno-trapping-math, which CMakeLists.txt sets for this file. Inlined
+ * into each clone of its callers. */
+static inline __attribute__((always_inline)) void exp_sub_lanes(float *y, const float *x, float sub)
 {
     float e[DT_CPU_LANES];
     for (int k = 0; k < DT_CPU_LANES; k++) {
@@ -278,8 +279,11 @@ static void exp_sub_lanes(float *y, const float *x, float sub)
     memcpy(y, e, sizeof e);
 }
 
-/* y(n) = e^(x(n) - sub); y may be x. */
-static void exp_sub_row(float *y, const float *x, int n, float sub)
+/* y(n) = e^(x(n) - sub); y may be x. Built for AVX-512, AVX2 and the
+ * baseline and picked at load time, as dropout.c and optim.c do; the file
+ * is compiled without FMA contraction, so every clone gives the same bits. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+exp_sub_row(float *y, const float *x, int n, float sub)
 {
     int j = 0;
     for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES)
@@ -293,7 +297,7 @@ static void exp_sub_row(float *y, const float *x, int n, float sub)
 }
 
 /* Largest of x(n), n >= 1 (NaN ignored unless all are NaN). */
-static float row_max(const float *x, int n)
+static inline __attribute__((always_inline)) float row_max(const float *x, int n)
 {
     float m[DT_CPU_LANES];
     for (int k = 0; k < DT_CPU_LANES; k++)
@@ -311,7 +315,7 @@ static float row_max(const float *x, int n)
 }
 
 /* Sum of x(n), one accumulator per lane. */
-static float row_sum(const float *x, int n)
+static inline __attribute__((always_inline)) float row_sum(const float *x, int n)
 {
     float acc[DT_CPU_LANES] = {0};
     int j = 0;
@@ -327,8 +331,9 @@ static float row_sum(const float *x, int n)
 }
 
 /* Row of kn scores, the first n allowed: softmax in place (the rest set
- * to 0); returns the row's logsumexp. */
-static float softmax_row(float *s, int n, int kn)
+ * to 0); returns the row's logsumexp. Cloned like exp_sub_row. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static float softmax_row(float *s,
+                                                                                      int n, int kn)
 {
     float mx = row_max(s, n);
     exp_sub_row(s, s, n, mx);
@@ -388,9 +393,11 @@ static void probs_from_lse(float *S, const float *lse, int i0, int m, int kn, in
     }
 }
 
-/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). */
-static void score_grads(float *dP, const float *P, const float *dout, const float *out,
-                        const struct head *hd, int i0, int m, int kn, int Dh)
+/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). Cloned like
+ * exp_sub_row. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+score_grads(float *dP, const float *P, const float *dout, const float *out, const struct head *hd,
+            int i0, int m, int kn, int Dh)
 {
     for (int r = 0; r < m; r++) {
         const float *doi = dout + hd->o + (size_t)(i0 + r) * hd->ldo;
