@@ -234,7 +234,7 @@ dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *d
 /* ---- fast ------------------------------------------------------------ */
 
 /* e^x in blocks of DT_CPU_LANES that GCC vectorises at -O2 (libm's expf
- * is a call per element, and was a third of the fast path's time): x =
+ * is a call per element, a third of the fast path's time with it): x =
  * n ln2 + t with |t| <= ln2/2 (Cody-Waite: ln2 in a short high part, so
  * n*LN2_HI is exact, and a low part), e^t by its Taylor series to t^7
  * (relative error below 1e-8 on that interval, so the result is within a
@@ -296,7 +296,8 @@ exp_sub_row(float *y, const float *x, int n, float sub)
     }
 }
 
-/* Largest of x(n), n >= 1 (NaN ignored unless all are NaN). */
+/* Largest of x(n), n >= 1. A NaN may or may not win; a NaN score reaches
+ * the output through its exponential either way. */
 static inline __attribute__((always_inline)) float row_max(const float *x, int n)
 {
     float m[DT_CPU_LANES];
