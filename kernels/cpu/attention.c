@@ -26,8 +26,10 @@
  *   dQ = dS K / sqrt(Dh),  dK += dS^T Q / sqrt(Dh).
  * With causal masking a block needs only the keys up to its last row
  * (kn = i1), so the masked upper triangle costs nothing but the part of
- * it inside the diagonal block. Threads: like every CPU op, these leave
- * threading to OpenBLAS (the backend's thread count).
+ * it inside the diagonal block. The exponentials and row loops work on
+ * blocks of DT_CPU_LANES floats that GCC vectorises at -O2 (an own
+ * polynomial exp, see exp_sub_lanes). Threads: like every CPU op, these
+ * leave threading to OpenBLAS (the backend's thread count).
  *
  * train.precision does not reach this op: it computes in fp32 on the CPU
  * whatever the matmul operand precision of linear and conv.
@@ -231,23 +233,119 @@ dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *d
 
 /* ---- fast ------------------------------------------------------------ */
 
-/* Row of kn scores, the first n allowed: softmax in place (the rest set
- * to 0); returns the row's logsumexp. */
-static float softmax_row(float *s, int n, int kn)
+/* e^x in blocks of DT_CPU_LANES that GCC vectorises at -O2 (libm's expf
+ * is a call per element, a third of the fast path's time with it): x =
+ * n ln2 + t with |t| <= ln2/2 (Cody-Waite: ln2 in a short high part, so
+ * n*LN2_HI is exact, and a low part), e^t by its Taylor series to t^7
+ * (relative error below 1e-8 on that interval, so the result is within a
+ * few ulp), times 2^n built in the exponent bits. Below EXP_MIN_ARG the
+ * result is 0 (e^x would be below the smallest normal float); above
+ * EXP_MAX_ARG it is clamped (scores minus their max or their logsumexp
+ * are <= 0 up to rounding); NaN stays NaN. */
+#define EXP_MIN_ARG -87.0f
+#define EXP_MAX_ARG 88.0f
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_ROUND 12582912.0f /* 1.5 * 2^23: x + it - it rounds x to an integer */
+
+/* y[k] = e^(x[k] - sub) for k < DT_CPU_LANES; y may be x. One loop over
+ * the lanes, its selects if-converted into vector blends: that needs
+ * -fno-trapping-math, which CMakeLists.txt sets for this file. Inlined
+ * into each clone of its callers. */
+static inline __attribute__((always_inline)) void exp_sub_lanes(float *y, const float *x, float sub)
 {
-    float mx = s[0];
-    for (int j = 1; j < n; j++)
-        mx = s[j] > mx ? s[j] : mx;
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        s[j] = expf(s[j] - mx);
-        sum += s[j];
+    float e[DT_CPU_LANES];
+    for (int k = 0; k < DT_CPU_LANES; k++) {
+        float v = x[k] - sub;
+        float c = v >= EXP_MIN_ARG ? v : EXP_MIN_ARG; /* NaN becomes a number here */
+        c = c <= EXP_MAX_ARG ? c : EXP_MAX_ARG;
+        float n = (c * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
+        float t = (c - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+        float q = 1.0f / 5040.0f;
+        q = q * t + 1.0f / 720.0f;
+        q = q * t + 1.0f / 120.0f;
+        q = q * t + 1.0f / 24.0f;
+        q = q * t + 1.0f / 6.0f;
+        q = q * t + 0.5f;
+        q = q * t + 1.0f;
+        q = q * t + 1.0f;
+        int32_t bits = ((int32_t)n + 127) << 23;
+        float p2; /* 2^n */
+        memcpy(&p2, &bits, sizeof p2);
+        float r = v < EXP_MIN_ARG ? 0.0f : q * p2;
+        e[k] = v == v ? r : v;
     }
-    float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++)
+    memcpy(y, e, sizeof e);
+}
+
+/* y(n) = e^(x(n) - sub); y may be x. Built for AVX-512, AVX2 and the
+ * baseline and picked at load time, as dropout.c and optim.c do; the file
+ * is compiled without FMA contraction, so every clone gives the same bits. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+exp_sub_row(float *y, const float *x, int n, float sub)
+{
+    int j = 0;
+    for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES)
+        exp_sub_lanes(y + j, x + j, sub);
+    if (j < n) {
+        float t[DT_CPU_LANES] = {0};
+        memcpy(t, x + j, (size_t)(n - j) * sizeof *t);
+        exp_sub_lanes(t, t, sub);
+        memcpy(y + j, t, (size_t)(n - j) * sizeof *t);
+    }
+}
+
+/* Largest of x(n), n >= 1. A NaN may or may not win; a NaN score reaches
+ * the output through its exponential either way. */
+static inline __attribute__((always_inline)) float row_max(const float *x, int n)
+{
+    float m[DT_CPU_LANES];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        m[k] = x[0];
+    int j = 0;
+    for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+    float mx = x[0];
+    for (; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        mx = m[k] > mx ? m[k] : mx;
+    return mx;
+}
+
+/* Sum of x(n), one accumulator per lane. */
+static inline __attribute__((always_inline)) float row_sum(const float *x, int n)
+{
+    float acc[DT_CPU_LANES] = {0};
+    int j = 0;
+    for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            acc[k] += x[j + k];
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += x[j];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+/* Row of kn scores, the first n allowed: softmax in place (the rest set
+ * to 0); returns the row's logsumexp. Cloned like exp_sub_row. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static float softmax_row(float *s,
+                                                                                      int n, int kn)
+{
+    float mx = row_max(s, n);
+    exp_sub_row(s, s, n, mx);
+    float sum = row_sum(s, n), inv = 1.0f / sum;
+    int j = 0;
+    for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            s[j + k] *= inv;
+    for (; j < n; j++)
         s[j] *= inv;
-    for (int j = n; j < kn; j++)
-        s[j] = 0.0f;
+    memset(s + n, 0, (size_t)(kn - n) * sizeof *s);
     return mx + logf(sum);
 }
 
@@ -291,17 +389,16 @@ static void probs_from_lse(float *S, const float *lse, int i0, int m, int kn, in
     for (int r = 0; r < m; r++) {
         float *s = S + (size_t)r * kn;
         int n = causal ? i0 + r + 1 : T;
-        float l = lse[i0 + r];
-        for (int j = 0; j < n; j++)
-            s[j] = expf(s[j] - l);
-        for (int j = n; j < kn; j++)
-            s[j] = 0.0f;
+        exp_sub_row(s, s, n, lse[i0 + r]);
+        memset(s + n, 0, (size_t)(kn - n) * sizeof *s);
     }
 }
 
-/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). */
-static void score_grads(float *dP, const float *P, const float *dout, const float *out,
-                        const struct head *hd, int i0, int m, int kn, int Dh)
+/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). Cloned like
+ * exp_sub_row. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+score_grads(float *dP, const float *P, const float *dout, const float *out, const struct head *hd,
+            int i0, int m, int kn, int Dh)
 {
     for (int r = 0; r < m; r++) {
         const float *doi = dout + hd->o + (size_t)(i0 + r) * hd->ldo;
@@ -311,7 +408,15 @@ static void score_grads(float *dP, const float *P, const float *dout, const floa
             delta += doi[d] * oi[d];
         float *ds = dP + (size_t)r * kn;
         const float *p = P + (size_t)r * kn;
-        for (int j = 0; j < kn; j++)
+        int j = 0;
+        for (; j + DT_CPU_LANES <= kn; j += DT_CPU_LANES) {
+            float t[DT_CPU_LANES];
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                t[k] = p[j + k] * (ds[j + k] - delta);
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                ds[j + k] = t[k];
+        }
+        for (; j < kn; j++)
             ds[j] = p[j] * (ds[j] - delta);
     }
 }

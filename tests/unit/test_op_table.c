@@ -435,6 +435,12 @@ static void test_attention_workspace(void)
         /* all-zero inputs: uniform attention, lse = log(number of keys) */
         CU_ASSERT(fabsf(lse[T - 1] - logf((float)T)) < 1e-5f);
         CU_ASSERT(fabsf(lse[0]) < 1e-6f);
+        /* a NaN in the first key of sequence 0, head 0 reaches every query of that head */
+        qkv[H * Dh] = NAN;
+        CU_ASSERT_EQUAL(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 1, ws, need), DT_OK);
+        CU_ASSERT(isnan(out[0]) && isnan(out[(size_t)(T - 1) * H * Dh]) && isnan(lse[T - 1]));
+        CU_ASSERT(!isnan(out[Dh]) && !isnan(out[(size_t)T * H * Dh])); /* head 1, sequence 1 */
+        qkv[H * Dh] = 0.0f;
         CHECK_INVALID(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 1, ws, need - 4),
                       "attention_fwd");
         CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "workspace"));
