@@ -24,6 +24,7 @@
 
 #define DEFAULT_TOKENS 200
 #define DEFAULT_TEMPERATURE 0.8
+#define MAX_TOKENS 1000000000 /* days of generation on a CPU; the context stays in memory */
 
 static int parse_i64(const char *opt, const char *v, int64_t *out)
 {
@@ -93,9 +94,13 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
         else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) {
             o->prompt = v;
             have_prompt = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing)))
+        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing))) {
             rc = parse_i64("--tokens", v, &o->tokens);
-        else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
+            if (rc == 0 && o->tokens > MAX_TOKENS)
+                rc = dt_cli_usage("generate: --tokens %lld is more than dtrain generates in one "
+                                  "run (%d)",
+                                  (long long)o->tokens, MAX_TOKENS);
+        } else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
             rc = parse_i64("--top-k", v, &o->top_k);
         else if ((v = opt_value(argc, argv, &i, "--temperature", &missing)))
             rc = parse_temperature(v, &o->temperature);

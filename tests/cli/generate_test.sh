@@ -4,7 +4,8 @@
 #   - stdout is the prompt and then exactly --tokens bytes (nothing else:
 #     messages go to stderr); an empty prompt starts from a newline that is
 #     not printed;
-#   - one seed gives the same text twice, another seed another text;
+#   - one seed gives the same text twice (and on 1 or 2 threads), another
+#     seed another text;
 #     temperature 0 (greedy) gives one text whatever the seed, and top-k 1
 #     gives that same text at any temperature;
 #   - a dataset whose tokenizer is gpt2 is refused (64), as are bad options
@@ -82,6 +83,10 @@ gen --prompt "$PROMPT" --tokens 40 --seed 2 > s2.txt
 cmp -s s1a.txt s2.txt && bad "seeds 1 and 2 gave the same text: $(cat s1a.txt)" || ok
 gen --prompt "$PROMPT" --tokens 40 --seed 1 --temperature 0.8 --top-k 0 > s1c.txt
 cmp -s s1a.txt s1c.txt && ok || bad "the defaults (temperature 0.8, top-k 0) written out changed the text"
+# the draws do not depend on the thread count (nor do these probabilities)
+gen --prompt "$PROMPT" --tokens 40 --seed 1 --set runtime.threads=1 > s1t1.txt
+gen --prompt "$PROMPT" --tokens 40 --seed 1 --set runtime.threads=2 > s1t2.txt
+cmp -s s1t1.txt s1t2.txt && ok || bad "seed 1 on 1 and 2 threads gave different texts"
 
 # greedy: one text whatever the seed; top-k 1 is greedy at any temperature
 gen --prompt "$PROMPT" --tokens 30 --temperature 0 --seed 1 > g1.txt
@@ -108,6 +113,8 @@ expect 64 "--top-k needs a whole number" -- "$DTRAIN" generate job.yaml --checkp
   --prompt x --top-k many
 expect 64 "--seed needs a whole number" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
   --prompt x --seed -3
+expect 64 "--tokens 10000000000 is more than" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
+  --prompt x --tokens 10000000000
 expect 64 "--seed needs a value" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
   --prompt x --seed
 expect 64 "unknown option '--frobnicate'" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
