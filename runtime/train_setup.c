@@ -849,7 +849,7 @@ static dt_status save_model_local(struct run *r)
             i < np ? dt_model_param(r->model, i) : dt_model_buffer(r->model, i - np);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
         t[i].shape = p->shape;
-        t[i].data = host + p->offset;
+        t[i].data = (i < np ? host : host + n) + p->offset; /* buffers follow the parameters */
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);
