@@ -4,10 +4,11 @@
  * It reuses the evaluation's start-up (train_setup.c: dataset, backend,
  * the model built for one row, no loaders) and its checkpoint loading
  * (train_ckpt.c), so a checkpoint that `dtrain eval` reads is one that
- * generation reads, with the same checks. Each token is one full forward
- * of the context window: the model keeps no cache between calls, which
- * keeps it the same model that trains, at the cost of recomputing the
- * window (small at the sequence lengths dtrain trains on the CPU).
+ * generation reads, with the same checks; a run's model.h5 is read with
+ * the model-file reader (io/tensors.h) and matched to the model by name. Each token is one full
+ * forward of the context window: the model keeps no cache between calls, which keeps it the same
+ * model that trains, at the cost of recomputing the window (small at the sequence lengths dtrain
+ * trains on the CPU).
  *
  * The pick is a pure function of the probabilities and (seed, token
  * number): weights p^(1/T) as exp((log p - log p_max) / T) in double, the
@@ -21,6 +22,7 @@
 
 #include "core/log.h"
 #include "core/rng.h"
+#include "../io/tensors.h"
 #include "core/util.h"
 #include "generate.h"
 #include "train_impl.h"
@@ -114,6 +116,68 @@ dt_status dt_generate_pick(const float *probs, int64_t n, double temperature, in
     }
     *out = last; /* the last positive weight also takes what rounding left past the sum */
     return DT_OK;
+}
+
+/* The tensor of t[0..n) named name, or NULL. */
+static const struct dt_named_tensor *find_tensor(const struct dt_named_tensor *t, int n,
+                                                 const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0)
+            return &t[i];
+    return NULL;
+}
+
+/* A run's model.h5 (io/tensors.h: every parameter and buffer by name) into
+ * the model, each tensor checked against the model's shape. */
+static dt_status set_from_model_file(struct run *r, const struct dt_named_tensor *t, int nt,
+                                     const char *path)
+{
+    size_t np = dt_model_num_params(r->model);
+    int count = dt_model_param_count(r->model) + dt_model_buffer_count(r->model);
+    float *host = NULL;
+    dt_status st;
+    DT_CHECK(dt_malloc((np + dt_model_num_buffer_elems(r->model) + 1) * sizeof(float),
+                       "the model file's tensors", (void **)&host));
+    for (int i = 0; i < count; i++) {
+        int is_param = i < dt_model_param_count(r->model);
+        const struct dt_param_info *p =
+            is_param ? dt_model_param(r->model, i)
+                     : dt_model_buffer(r->model, i - dt_model_param_count(r->model));
+        const struct dt_named_tensor *f = find_tensor(t, nt, p->name);
+        char want[DT_MAX_DIMS * 21 + 8], have[DT_MAX_DIMS * 21 + 8];
+        if (!f || !dt_shape_equal(&f->shape, &p->shape)) {
+            dt_shape_format(&p->shape, want, sizeof want);
+            if (f)
+                dt_shape_format(&f->shape, have, sizeof have);
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "model file %s %s tensor %s%s%s, where the job's model has %s: it "
+                              "was written for another model (check the job's model settings)",
+                              path, f ? "has" : "lacks", p->name, f ? " of shape " : "",
+                              f ? have : "", want);
+            goto out;
+        }
+        memcpy(host + (is_param ? 0 : np) + p->offset, f->data, p->numel * sizeof(float));
+    }
+    DT_CHECK(dt_model_set_params(r->model, host));
+    DT_CHECK(dt_model_set_buffers(r->model, host + np));
+    DT_LOG_INFO("generate", "generating from model file %s", path);
+out:
+    free(host);
+    return st;
+}
+
+/* The parameters: a checkpoint (with its checks and messages), or a run's
+ * model.h5. */
+static dt_status load_params(struct run *r, const char *path)
+{
+    struct dt_named_tensor *t = NULL;
+    int nt = 0;
+    if (dt_tensors_load(path, &t, &nt) != DT_OK)
+        return dt_train_ckpt_load_params(r, path);
+    dt_status st = set_from_model_file(r, t, nt, path);
+    dt_tensors_free(t, nt);
+    return st;
 }
 
 /* Refuses what this generator cannot do with the job's dataset and model. */
@@ -282,7 +346,7 @@ dt_status dt_generate_run(const struct dt_job *job, dt_comm_t *comm,
     DT_CHECK(check_causal(job));
     DT_CHECK(dt_train_choose_backend(&r));
     DT_CHECK(dt_train_build(&r));
-    DT_CHECK(dt_train_ckpt_load_params(&r, o->checkpoint));
+    DT_CHECK(load_params(&r, o->checkpoint));
     DT_CHECK(generate(&r, o));
 out:
     dt_train_close(&r, st);

@@ -23,7 +23,8 @@
 #include "core/status.h"
 
 struct dt_generate_opts {
-    const char *checkpoint; /* a checkpoint file (as dtrain eval --checkpoint takes) */
+    const char *checkpoint; /* a checkpoint file (as dtrain eval --checkpoint takes), or a
+                               run's model.h5 */
     const char *prompt;     /* its bytes are the first tokens; "" starts from a newline */
     size_t prompt_len;
     int64_t tokens;     /* new tokens to generate (>= 0) */

@@ -4,8 +4,9 @@
 #   - stdout is the prompt and then exactly --tokens bytes (nothing else:
 #     messages go to stderr); an empty prompt starts from a newline that is
 #     not printed;
-#   - one seed gives the same text twice (and on 1 or 2 threads), another
-#     seed another text;
+#   - one seed gives the same text twice (and on 1 or 2 threads, and from
+#     the run's model.h5 as from its final checkpoint), another seed another
+#     text;
 #     temperature 0 (greedy) gives one text whatever the seed, and top-k 1
 #     gives that same text at any temperature;
 #   - a dataset whose tokenizer is gpt2 is refused (64), as are bad options
@@ -87,6 +88,13 @@ cmp -s s1a.txt s1c.txt && ok || bad "the defaults (temperature 0.8, top-k 0) wri
 gen --prompt "$PROMPT" --tokens 40 --seed 1 --set runtime.threads=1 > s1t1.txt
 gen --prompt "$PROMPT" --tokens 40 --seed 1 --set runtime.threads=2 > s1t2.txt
 cmp -s s1t1.txt s1t2.txt && ok || bad "seed 1 on 1 and 2 threads gave different texts"
+
+# the run's model.h5 holds the final checkpoint's parameters: the same text
+gen --prompt "$PROMPT" --tokens 40 --seed 1 --checkpoint run/model.h5 > model.txt ||
+  bad "generate from model.h5 failed: $(cat gen.err)"
+cmp -s s1a.txt model.txt && ok || bad "model.h5 and the final checkpoint gave different texts"
+expect 65 "model file run/model.h5 has tensor wte.weight of shape 256x32, where the job's model has 256x16" \
+  -- "$DTRAIN" generate job.yaml --checkpoint run/model.h5 --prompt x --set model.n_embd=16
 
 # greedy: one text whatever the seed; top-k 1 is greedy at any temperature
 gen --prompt "$PROMPT" --tokens 30 --temperature 0 --seed 1 > g1.txt
