@@ -121,7 +121,7 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
         return rc;
     if (!o->checkpoint || !o->checkpoint[0])
         return dt_cli_usage("generate: --checkpoint PATH is required (a checkpoint in the run's "
-                            "checkpoints/ folder)");
+                            "checkpoints/ folder, or the run's model.h5)");
     if (!have_prompt)
         return dt_cli_usage("generate: --prompt TEXT is required ('' starts from a newline)");
     o->prompt_len = strlen(o->prompt);
