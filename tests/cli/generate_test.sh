@@ -9,8 +9,9 @@
 #     text;
 #     temperature 0 (greedy) gives one text whatever the seed, and top-k 1
 #     gives that same text at any temperature;
-#   - a dataset whose tokenizer is gpt2 is refused (64), as are bad options
-#     (64), a missing checkpoint (66) and several ranks under mpirun;
+#   - a dataset whose tokenizer is gpt2 is refused (64), as are a model
+#     without the causal mask (64), bad options (64), a missing checkpoint
+#     (66) and several ranks under mpirun;
 #   - dtrain eval reports perplexity for a language model.
 #   generate_test.sh DTRAIN MAKE_LM_H5 TEXT_FILE WORKDIR
 set -uo pipefail
@@ -106,6 +107,22 @@ cmp -s g1.txt k1.txt && ok || bad "top-k 1 differs from greedy: $(cat g1.txt) / 
 # refusals
 expect 64 "tokenizer 'gpt2'.*byte" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
   --prompt x --set data.path=gpt2.h5
+cat > noncausal.yaml <<'YEOF'
+model:
+  type: layers
+  layers:
+    - {name: wte, kind: embedding, dim: 16}
+    - {name: wpe, kind: pos_embedding}
+    - {name: qkv, kind: linear, out: 48}
+    - {name: attn, kind: attention, heads: 2, causal: false}
+    - {name: head, kind: linear, out: classes}
+data:
+  path: byte.h5
+  test_split: val
+  seq_len: 32
+YEOF
+expect 64 "layer 'attn' is attention with causal: false" -- "$DTRAIN" generate noncausal.yaml \
+  --checkpoint "$CKPT" --prompt x
 expect 66 "nothere.h5" -- "$DTRAIN" generate job.yaml --checkpoint run/nothere.h5 --prompt x
 expect 64 "--checkpoint PATH is required" -- "$DTRAIN" generate job.yaml --prompt x
 expect 64 "--prompt TEXT is required" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT"
