@@ -26,6 +26,24 @@
 #define DEFAULT_TEMPERATURE 0.8
 #define MAX_TOKENS 1000000000 /* days of generation on a CPU; the context stays in memory */
 
+static const char generate_usage[] =
+    "usage: dtrain generate JOB.yaml --checkpoint PATH --prompt TEXT [--tokens N]\n"
+    "                       [--temperature T] [--top-k K] [--seed S] [--set key=value ...]\n"
+    "\n"
+    "Writes the prompt and N new tokens from the language model JOB.yaml trained, to stdout\n"
+    "(the bytes alone; messages go to stderr, DTRAIN_LOG=info shows the model and the speed).\n"
+    "The job gives the model (model.*, data.seq_len) and the dataset whose tokenizer is used\n"
+    "(data.path): only 'byte' (token id = byte) can be encoded and decoded. One rank.\n"
+    "\n"
+    "  --checkpoint PATH   a checkpoint of the run, or the run's model.h5\n"
+    "  --prompt TEXT       the text to continue; '' starts from a newline (not printed)\n"
+    "  --tokens N          new tokens to write (default 200)\n"
+    "  --temperature T     probabilities raised to 1/T before the draw (default 0.8);\n"
+    "                      0 takes the most likely token (greedy)\n"
+    "  --top-k K           draw among the K most likely tokens (default 0: all)\n"
+    "  --seed S            the draws' seed (default 0): the same seed, the same text\n"
+    "  --set key=value     override a job setting (as for train)\n";
+
 static int parse_i64(const char *opt, const char *v, int64_t *out)
 {
     char *end;
@@ -82,7 +100,8 @@ static const char *opt_value(int argc, char **argv, int *i, const char *opt, int
 }
 
 /* Takes the generation options out of argv; the rest (job file, --set)
- * goes to rest. 0, or the exit code of a usage error. */
+ * goes to rest. 0, -1 after printing the help, or the exit code of a
+ * usage error. */
 static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **rest, int *nrest)
 {
     int have_prompt = 0, rc = 0;
@@ -108,6 +127,8 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
             rc = parse_seed(v, &o->seed);
         else if (missing)
             rc = dt_cli_usage("generate: %s needs a value", argv[i]);
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return fputs(generate_usage, stdout), -1;
         else if (!strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6)) {
             rest[(*nrest)++] = argv[i];
             if (!strcmp(argv[i], "--set") && i + 1 < argc)
@@ -174,6 +195,10 @@ int dt_cmd_generate(int argc, char **argv)
         return dt_cli_fail(dt_set_error(DT_ERR_NOMEM, "out of memory reading the command line"));
     rest[0] = argv[0];
     int rc = parse_opts(argc, argv, &o, rest, &nrest);
+    if (rc < 0) { /* --help */
+        free(rest);
+        return 0;
+    }
     if (rc == 0)
         rc = dt_cli_parse_job("generate", nrest, rest, &job, &print_only, &resume);
     free(rest);

@@ -152,6 +152,7 @@ expect 64 "runs on one rank.*2 ranks" -- $MPIRUN 2 "$DTRAIN" generate job.yaml \
 expect 0 "test loss [0-9.]+, perplexity [0-9.]+, next-token accuracy" -- "$DTRAIN" eval job.yaml \
   --checkpoint "$CKPT"
 expect 0 "generate JOB.yaml --checkpoint PATH --prompt TEXT" -- "$DTRAIN" --help
+expect 0 "usage: dtrain generate JOB.yaml" -- "$DTRAIN" generate --help
 
 echo "generate: $pass passed, $fail failed"
 [ "$fail" = 0 ]
