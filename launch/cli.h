@@ -6,6 +6,7 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include "../runtime/config.h"
 #include "../runtime/core/status.h"
 
 int dt_cmd_train(int argc, char **argv);
@@ -17,6 +18,13 @@ int dt_cmd_ckpt(int argc, char **argv);
 int dt_cmd_launch(int argc, char **argv);
 int dt_cmd_doctor(int argc, char **argv);
 int dt_cmd_findbatch(int argc, char **argv);
+int dt_cmd_generate(int argc, char **argv);
+
+/* Reads argv[1..argc) of subcommand cmd: one job file, --set key=value
+ * (applied in order after the file), --resume, --print-config; loads and
+ * validates the job. 0, or the exit code after printing the error. */
+int dt_cli_parse_job(const char *cmd, int argc, char **argv, struct dt_job *job, int *print_only,
+                     const char **resume);
 
 /* Prints "dtrain: <message>" for a failed status and returns its exit code. */
 int dt_cli_fail(dt_status st);

@@ -11,6 +11,7 @@
  * once, by rank 0; when the ranks fell out of step, the failing rank
  * prints its error and aborts the job so that no rank hangs.
  */
+#include <math.h>
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
@@ -45,7 +46,7 @@ static int print_expansion(const struct dt_job *job)
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
-static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only,
+int dt_cli_parse_job(const char *cmd, int argc, char **argv, struct dt_job *job, int *print_only,
                      const char **resume)
 {
     const char *path = NULL;
@@ -66,14 +67,14 @@ static int parse_job(int argc, char **argv, struct dt_job *job, int *print_only,
             if (!strcmp(argv[i], "--set") && ++i >= argc)
                 return dt_cli_usage("--set needs key=value");
         } else if (argv[i][0] == '-')
-            return dt_cli_usage("train: unknown option '%s'", argv[i]);
+            return dt_cli_usage("%s: unknown option '%s'", cmd, argv[i]);
         else if (path)
-            return dt_cli_usage("train: more than one job file ('%s' and '%s')", path, argv[i]);
+            return dt_cli_usage("%s: more than one job file ('%s' and '%s')", cmd, path, argv[i]);
         else
             path = argv[i];
     }
     if (!path)
-        return dt_cli_usage("train: no job file given (e.g. configs/fashion-mnist-mlp.yaml)");
+        return dt_cli_usage("%s: no job file given (e.g. configs/fashion-mnist-mlp.yaml)", cmd);
     if ((st = dt_job_load(path, job)) != DT_OK)
         return dt_cli_fail(st);
     for (int i = 1; i < argc; i++) {
@@ -152,7 +153,11 @@ static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
     }
     if (st != DT_OK && rank == 0) /* agreed: every rank has the same message */
         dt_cli_fail(st);
-    if (st == DT_OK && checkpoint && rank == 0)
+    if (st == DT_OK && checkpoint && rank == 0 && res.lm)
+        printf("test loss %.6f, perplexity %.4f, next-token accuracy %.4f (checkpoint %s, step "
+               "%lld)\n",
+               res.test_loss, exp(res.test_loss), res.test_acc, checkpoint, (long long)res.steps);
+    else if (st == DT_OK && checkpoint && rank == 0)
         printf("test loss %.6f, test accuracy %.4f (checkpoint %s, step %lld)\n", res.test_loss,
                res.test_acc, checkpoint, (long long)res.steps);
     dt_comm_destroy(comm);
@@ -171,7 +176,7 @@ int dt_cmd_train(int argc, char **argv)
     static struct dt_job job;
     int print_only;
     const char *resume;
-    int rc = parse_job(argc, argv, &job, &print_only, &resume);
+    int rc = dt_cli_parse_job("train", argc, argv, &job, &print_only, &resume);
     if (rc != 0)
         return rc;
     if (print_only) {
@@ -199,7 +204,7 @@ int dt_cmd_eval(int argc, char **argv)
         else
             rest[nrest++] = argv[i];
     }
-    int rc = ckpt ? parse_job(nrest, rest, &job, &print_only, &resume)
+    int rc = ckpt ? dt_cli_parse_job("eval", nrest, rest, &job, &print_only, &resume)
                   : dt_cli_usage("eval: --checkpoint PATH is required");
     free(rest);
     if (rc != 0)

@@ -20,6 +20,14 @@ static const char usage_text[] =
     "                       train the model the job file describes\n"
     "  eval JOB.yaml --checkpoint PATH [--set key=value ...]\n"
     "                       evaluate a checkpoint on the job's test split (any number of ranks)\n"
+    "  generate JOB.yaml --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T]\n"
+    "                  [--top-k K] [--seed S] [--set key=value ...]\n"
+    "                       write text from a language model the job trained (one rank; a\n"
+    "                       byte-tokenized dataset; PATH a checkpoint or the run's model.h5):\n"
+    "                       the prompt, then N new tokens (200);\n"
+    "                       temperature 0.8 (0: always the most likely token), top-k 0 (all),\n"
+    "                       seed 0 (the same seed, the same text); --prompt '' starts from a\n"
+    "                       newline. The text goes to stdout, messages to stderr\n"
     "  launch [-n N] [--max-restarts K] [--launcher mpirun|srun|none] -- train JOB ...\n"
     "                       run a training job and restart it after a restartable failure\n"
     "  ckpt list DIR | info PATH | verify PATH|DIR\n"
@@ -107,6 +115,8 @@ int main(int argc, char **argv)
         return dt_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval"))
         return dt_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate"))
+        return dt_cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt"))
         return dt_cmd_ckpt(argc - 1, argv + 1);
     if (!strcmp(cmd, "find-batch"))

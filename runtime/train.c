@@ -1037,6 +1037,7 @@ dt_status dt_eval_run(const struct dt_job *job, dt_comm_t *comm, const char *che
     DT_CHECK(dt_train_ckpt_load_params(&r, checkpoint));
     DT_CHECK(evaluate(&r, r.epoch, r.step, &res->test_loss, &res->test_acc));
     res->steps = r.step;
+    res->lm = r.lm;
     if (!isfinite(res->test_loss))
         st = dt_set_error(DT_ERR_USAGE,
                           "checkpoint %s gives a test loss of %s: its parameters are not usable "

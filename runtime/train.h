@@ -26,6 +26,8 @@ struct dt_train_result {
     double test_loss, test_acc; /* last evaluation (acc in [0, 1]) */
     double gflops;          /* achieved model GFLOP/s during training */
     int comm_failed;        /* the ranks fell out of step: abort the job */
+    int lm;                 /* a language model: test_loss is per token (perplexity
+                               exp(test_loss)), test_acc next-token accuracy */
 };
 
 struct dt_train_opts {

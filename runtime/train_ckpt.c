@@ -352,8 +352,9 @@ static dt_status load_params_local(struct run *r, const char *path)
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(staging_copy(r, &s, 0));
     r->step = meta.step;
-    DT_LOG_INFO("ckpt", "evaluating %s: step %lld, epoch %lld, %lld samples seen", path,
-                (long long)meta.step, (long long)meta.epoch + 1, (long long)meta.samples);
+    DT_LOG_INFO("ckpt", "%s %s: step %lld, epoch %lld, %lld samples seen",
+                r->gen_only ? "generating from" : "evaluating", path, (long long)meta.step,
+                (long long)meta.epoch + 1, (long long)meta.samples);
 out:
     free(s.host);
     free(s.t);

@@ -64,6 +64,7 @@ struct run {
     char stop_why[128]; /* the signals that asked for the stop, by rank count */
     int nan_injected; /* DTRAIN_FAULT nan fires once */
     int eval_only;    /* dtrain eval: no training loader, optimizer or reducer */
+    int gen_only;     /* dtrain generate (with eval_only): one row, no loaders at all */
     const struct dt_train_opts *opts;
     char ckpt_dir[4096 + 32];
     double last_ckpt_time; /* dt_now() of the last checkpoint or the start */

@@ -567,7 +567,7 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     need.optim = host ? times(p4, (uint64_t)states) : 0;
     need.activations = host ? ms.arena_bytes : 0;
     need.staging = times(p4, 1 + (uint64_t)states); /* checkpoints; model.h5 takes less */
-    uint64_t test = loader_bytes(r, r->test, eval_global_batch(r) / r->world);
+    uint64_t test = r->gen_only ? 0 : loader_bytes(r, r->test, eval_global_batch(r) / r->world);
     uint64_t train = r->eval_only ? 0 : loader_bytes(r, r->train, r->micro);
     need.loaders = test > UINT64_MAX - train ? UINT64_MAX : test + train;
     uint64_t per_param = 0; /* the reducer's host buffers */
@@ -584,11 +584,13 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
 }
 
 /* Rows of the activation arena: the micro-batch (evaluation runs its
- * batches in pieces of that size), or for an evaluation-only run its
- * batch per rank. */
+ * batches in pieces of that size), for an evaluation-only run its batch
+ * per rank, for generation one. */
 static int64_t arena_rows(const struct run *r)
 {
     int64_t eval_rows = eval_global_batch(r) / r->world;
+    if (r->gen_only)
+        return 1;
     if (!r->eval_only)
         return r->micro; /* evaluation runs its batches in pieces of this size */
     return eval_rows > 0 ? eval_rows : 1;
@@ -677,7 +679,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
     r->lm = info->lm;
     r->labels_per_row = (double)dt_model_labels_per_row(r->model);
-    DT_CHECK(create_loaders(r));
+    if (!r->gen_only)
+        DT_CHECK(create_loaders(r));
     if (r->world > 1 && !r->eval_only) {
         struct dt_reducer_opts ro = {.bucket_mb = job->comm.bucket_mb,
                                      .first_bucket_mb = FIRST_BUCKET_MB < job->comm.bucket_mb
@@ -846,7 +849,7 @@ static dt_status save_model_local(struct run *r)
             i < np ? dt_model_param(r->model, i) : dt_model_buffer(r->model, i - np);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
         t[i].shape = p->shape;
-        t[i].data = host + p->offset;
+        t[i].data = (i < np ? host : host + n) + p->offset; /* buffers follow the parameters */
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);

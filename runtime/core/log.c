@@ -13,6 +13,7 @@
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static int log_rank;
 static int log_all_ranks;
+static int log_stderr_only;
 static enum dt_log_level log_level = DT_LOG_LEVEL_INFO;
 static FILE *log_file;
 
@@ -21,6 +22,7 @@ int dt_log_rank(void) { return log_rank; }
 void dt_log_set_level(enum dt_log_level level) { log_level = level; }
 enum dt_log_level dt_log_get_level(void) { return log_level; }
 void dt_log_set_all_ranks(int on) { log_all_ranks = on; }
+void dt_log_set_stderr_only(int on) { log_stderr_only = on; }
 
 void dt_log_set_file(FILE *fp)
 {
@@ -90,7 +92,7 @@ void dt_log_write(enum dt_log_level level, const char *subsys, const char *fmt, 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
 
-    FILE *out = level <= DT_LOG_LEVEL_WARN ? stderr : stdout;
+    FILE *out = level <= DT_LOG_LEVEL_WARN || log_stderr_only ? stderr : stdout;
     char head[96];
     if (level <= DT_LOG_LEVEL_WARN)
         snprintf(head, sizeof head, "[dtrain r%d] %s: ", log_rank, tags[level]);

@@ -23,6 +23,9 @@ void dt_log_set_level(enum dt_log_level level);
 enum dt_log_level dt_log_get_level(void);
 /* Every rank prints INFO when on (default off: rank 0 only). */
 void dt_log_set_all_ranks(int on);
+/* Every level goes to stderr when on (default off): for a command whose
+ * stdout is its result alone. */
+void dt_log_set_stderr_only(int on);
 /* Parses "error|warn|info|debug"; returns -1 if unknown. */
 int dt_log_parse_level(const char *s);
 /* Applies DTRAIN_LOG if set; returns -1 if its value is unknown. */

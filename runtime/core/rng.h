@@ -26,6 +26,7 @@ enum dt_rng_purpose {
     DT_RNG_SHUFFLE = 2, /* per-epoch data permutation; step = epoch */
     DT_RNG_DROPOUT = 3, /* dropout masks; stream = layer id, step = optimizer step */
     DT_RNG_AUGMENT = 4, /* input augmentation (crop, flip); step = epoch, index = sample */
+    DT_RNG_SAMPLE = 5,  /* text generation: the draw of each new token; index = its number */
     DT_RNG_TEST = 99,   /* tests */
 };
 

@@ -4,6 +4,7 @@
 # them), imported with `dtrain data import npy`:
 #   - --print-config shows the layer list a family expands into;
 #   - a cnn and a resnet train and learn (test accuracy well above chance);
+#   - model.h5 holds the running statistics of the final checkpoint;
 #   - model.recompute gives bit-identical parameters, with the activation
 #     memory of both ways in the log and metrics.jsonl;
 #   - model.sync_bn on 2 ranks gives the parameters of 1 rank (to float
@@ -90,6 +91,12 @@ expect 0 'stage2.block1, kind: residual, out: 32, stride: 2' \
 expect 0 'activation memory .* per rank' -- "$DTRAIN" train cnn.yaml --set output.dir=plain
 a=$(acc plain)
 awk -v a="$a" 'BEGIN { exit !(a >= 0.9) }' && ok || bad "cnn test accuracy $a, expected >= 0.9"
+# model.h5 holds batch norm's running statistics as the final checkpoint does
+last=$(ls plain/checkpoints/ckpt-*.h5 | tail -n 1)
+h5dump -d /params/stage1.bn.running_var -b LE -o m.bin plain/model.h5 >/dev/null &&
+  h5dump -d /buffers/stage1.bn.running_var -b LE -o c.bin "$last" >/dev/null &&
+  [ -s m.bin ] && cmp -s m.bin c.bin && ok ||
+  bad "model.h5's stage1.bn.running_var is not the final checkpoint's"
 expect 0 'model.recompute: all; .* without recomputation' \
   -- "$DTRAIN" train cnn.yaml --set output.dir=rc --set model.recompute=all
 "$COMPARE" plain/model.h5 rc/model.h5 0 >/dev/null && ok || bad "recompute changed the parameters"

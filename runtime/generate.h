@@ -1,0 +1,58 @@
+/*
+ * generate.h - text from a trained language model (`dtrain generate`).
+ *
+ * The job's model is built for one row and gets the parameters of a
+ * checkpoint; the job's dataset names the vocabulary and the tokenizer.
+ * Only the byte tokenizer (token id = UTF-8 byte) is encoded and decoded
+ * here. Each new token is drawn from the model's next-token probabilities
+ * at the last position of the context (the last data.seq_len tokens,
+ * right-padded with token 0 while shorter: with causal attention the
+ * padding cannot change the probabilities at the real positions), after a
+ * temperature and a top-k cut. The draw is keyed by (seed, DT_RNG_SAMPLE,
+ * token number), so one seed gives one text on any machine that computes
+ * the same probabilities.
+ */
+#ifndef DT_GENERATE_H
+#define DT_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../collectives/comm.h"
+#include "config.h"
+#include "core/status.h"
+
+struct dt_generate_opts {
+    const char *checkpoint; /* a checkpoint file (as dtrain eval --checkpoint takes), or a
+                               run's model.h5 */
+    const char *prompt;     /* its bytes are the first tokens; "" starts from a newline */
+    size_t prompt_len;
+    int64_t tokens;     /* new tokens to generate (>= 0) */
+    double temperature; /* > 0; 0 takes the most likely token (greedy) */
+    int64_t top_k;      /* draw among the k most likely tokens; 0: all */
+    uint64_t seed;
+    /* Receives the prompt once the model is ready, then each new token's
+     * bytes as it is drawn; a non-OK status stops the generation. */
+    dt_status (*emit)(void *ctx, const char *bytes, size_t n);
+    void *ctx;
+};
+
+/* Generates o->tokens tokens after the prompt. comm must have one rank
+ * (DT_ERR_USAGE otherwise). Errors: DT_ERR_USAGE for a dataset whose
+ * tokenizer is not byte, a model that is not a causal language model or
+ * bad options; the checkpoint's own errors (DT_ERR_NOT_FOUND for a missing
+ * file, DT_ERR_BAD_DATA for one of another model). */
+dt_status dt_generate_run(const struct dt_job *job, dt_comm_t *comm,
+                          const struct dt_generate_opts *o);
+
+/* Picks the next token from probs[0..n) (probabilities, need not sum to
+ * one): with temperature 0 the first most likely; otherwise each weight is
+ * p^(1/temperature) (in double, through logs), only the top_k largest are
+ * kept (0: all; ties at the cut go to the lower ids), and one draw of
+ * (seed, DT_RNG_SAMPLE, index) picks among them in id order. work holds
+ * 2 n doubles. DT_ERR_BAD_DATA when a probability is not finite or none is
+ * positive. */
+dt_status dt_generate_pick(const float *probs, int64_t n, double temperature, int64_t top_k,
+                           uint64_t seed, uint64_t index, double *work, int64_t *out);
+
+#endif
