@@ -19,11 +19,11 @@ a final LayerNorm, and cross-entropy over the vocabulary. Dropout is 0 by
 default (--dropout to change).
 
 Training: AdamW (fused where PyTorch has it; lr 6e-4, betas 0.9/0.95,
-weight decay 0.1 on the weight matrices only: embeddings, biases and norms
-get none, dtrain's default parameter groups); --precision bf16 (default) is
-torch.autocast(bfloat16) around forward and loss with fp32 parameters and
-optimizer state, as dtrain's train.precision=bf16; fp32 lets matmuls use
-TF32 unless --no-tf32. --compile wraps the model in torch.compile (the
+weight decay 0.1 on every 2-D weight, the embeddings included, none on
+biases and norms, as dtrain's parameter groups for a GPT); --precision
+bf16 (default) is torch.autocast(bfloat16) around forward and loss with
+fp32 parameters and optimizer state, as dtrain's train.precision=bf16;
+fp32 lets matmuls use TF32 unless --no-tf32. --compile wraps the model in torch.compile (the
 compile time falls in the warm-up, not in the figure).
 
 PyTorch gets its best case for data: the tokens are random ids made once on
@@ -115,14 +115,11 @@ class GPT(nn.Module):
 
 
 def adamw(model, lr, weight_decay, fused):
-    """Decay on the weight matrices of the linear layers only (embeddings,
-    biases and norms excluded); a tied output weight is the embedding."""
-    emb = {id(model.wte.weight), id(model.wpe.weight)}
+    """Decay on every 2-D weight (embeddings included), none on biases and
+    norms; a tied output weight is counted once."""
     params = list(dict((id(p), p) for p in model.parameters()).values())
-    decay = [p for p in params if p.dim() >= 2 and id(p) not in emb]
-    other = [p for p in params if p.dim() < 2 or id(p) in emb]
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": other, "weight_decay": 0.0}]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     try:
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=fused), fused
     except (TypeError, RuntimeError):  # PyTorch without a fused AdamW
