@@ -41,7 +41,7 @@ values counted in full as in the PaLM paper's appendix B; causal masking
 halves the real work there), mfu against --peak-tflops (default 989, the
 H100/H200 SXM dense bf16 datasheet figure).
 
---device cpu runs the same code on the CPU (fp32, no compile), only to try
+--device cpu runs the same code on the CPU (fp32), only to try
 the script out on a small shape. Exit status: 0 measured; 1 the run failed
 (out of memory included: the JSON line then has "error"); 64 bad usage.
 """
@@ -232,10 +232,11 @@ def main():
     a = parse_args()
     device = torch.device(a.device)
     if device.type == "cpu":
-        a.precision, a.compile = "fp32", False
+        a.precision = "fp32"
     record = {"side": "torch", "model": "gpt", "layers": a.layers, "heads": a.heads,
               "dim": a.dim, "vocab": a.vocab, "seq": a.seq, "batch": a.batch,
-              "precision": a.precision, "tf32": a.tf32 and a.precision == "fp32",
+              "precision": a.precision,
+              "tf32": a.tf32 and a.precision == "fp32" and device.type == "cuda",
               "compile": a.compile, "torch": torch.__version__}
     if device.type == "cuda":
         if not torch.cuda.is_available():
