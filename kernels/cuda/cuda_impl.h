@@ -6,8 +6,9 @@
  *
  * Every op is queued on the backend's one stream and returns without
  * waiting, except those that hand a scalar back to the host (softmax_xent
- * forward, sumsq, all_finite), which synchronise that stream. Argument
- * checks match the CPU ops: DT_ERR_INVALID_ARG naming the op.
+ * forward, sumsq, all_finite) and embedding_fwd (which checks its token
+ * ids), which synchronise that stream. Argument checks match the CPU ops:
+ * DT_ERR_INVALID_ARG naming the op.
  *
  * With DT_HAVE_CUDNN (cuDNN found at configure time) the backend also holds
  * a cuDNN handle and the convolution algorithms chosen per shape, and has
@@ -124,8 +125,9 @@ void dt_cuda_note_usage(struct cuda_backend *cb);
 /* ---- ops (kernels/ops.h has the contract of each) ------------------- */
 /* Every op of the list in kernels/ops.h as dt_cuda_<op> (linear.cu,
  * activation.cu, dropout.cu, flatten.cu, softmax_xent.cu, optim.cu,
- * reduce.cu, cast.cu, elementwise.cu, norm.cu; conv.cu and pool.cu in
- * builds with cuDNN, which alone define the convolution and pooling ops). */
+ * reduce.cu, cast.cu, elementwise.cu, norm.cu, embedding.cu, attention.cu;
+ * conv.cu and pool.cu in builds with cuDNN, which alone define the
+ * convolution and pooling ops). */
 #define DT_CUDA_OP_PROTO(name, params) dt_status dt_cuda_##name params;
 DT_OP_LIST(DT_CUDA_OP_PROTO)
 #undef DT_CUDA_OP_PROTO

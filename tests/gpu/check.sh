@@ -23,7 +23,7 @@
 # unit (the CPU unit suites: does this build run here at all), the GPU
 # suites test_gpu_ops, test_gpu_op_table (every case of the shared op
 # table, convolution and pooling through cuDNN included, against the CPU),
-# test_gpu_comm and test_cuda_host (each when built),
+# test_gpu_attention, test_gpu_comm and test_cuda_host (each when built),
 # gpu_train (tests/gpu/gpu_train.sh), bench (bench/gpu_vs_torch.sh).
 # LOGDIR gets summary.txt (stage table and verdict), check.log (everything
 # printed), bench.txt (the benchmark's table and BENCH lines) and
@@ -236,7 +236,7 @@ main() {
   fi
 
   local t
-  for t in test_gpu_ops test_gpu_op_table test_gpu_comm test_cuda_host; do
+  for t in test_gpu_ops test_gpu_op_table test_gpu_attention test_gpu_comm test_cuda_host; do
     if [ -x "$BUILD/tests/gpu/$t" ]; then
       stage "$t" 150 "$BUILD/tests/gpu/$t"
     else
