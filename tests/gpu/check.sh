@@ -2,7 +2,7 @@
 # The GPU check: the one script to run on a machine with an NVIDIA GPU. It
 # runs dtrain's GPU test suites, the GPU training test and the GPU
 # benchmark against PyTorch, each stage under its own timeout and all of it
-# within a hard time budget (DTRAIN_CHECK_BUDGET_S, default 480 s), and
+# within a hard time budget (DTRAIN_CHECK_BUDGET_S, default 600 s), and
 # writes what it saw to a log folder. Root or not.
 #
 #   bash tests/gpu/check.sh [LOGDIR]          (default ./gpu-check-out)
@@ -24,7 +24,8 @@
 # suites test_gpu_ops, test_gpu_op_table (every case of the shared op
 # table, convolution and pooling through cuDNN included, against the CPU),
 # test_gpu_attention, test_gpu_comm and test_cuda_host (each when built),
-# gpu_train (tests/gpu/gpu_train.sh), bench (bench/gpu_vs_torch.sh).
+# gpu_train (tests/gpu/gpu_train.sh), bench (bench/gpu_vs_torch.sh), bench_gpt
+# (bench/gpu_gpt_vs_torch.sh: GPT-2 small in bf16 against PyTorch).
 # LOGDIR gets summary.txt (stage table and verdict), check.log (everything
 # printed), bench.txt (the benchmark's table and BENCH lines) and
 # runs.tar.gz (metrics and logs of gpu_train's runs).
@@ -36,7 +37,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 LOG=${1:-./gpu-check-out}
 mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)
-BUDGET=${DTRAIN_CHECK_BUDGET_S:-480}
+BUDGET=${DTRAIN_CHECK_BUDGET_S:-600}
 RESERVE_S=10 # kept back for packing the logs
 START=$(date +%s)
 WORK=$(mktemp -d)
@@ -249,8 +250,11 @@ main() {
   if [ "$GPU_SEEN" = 1 ]; then
     stage bench 200 bash -c 'DTRAIN=$1 bash "$2" | tee "$3"; exit "${PIPESTATUS[0]}"' _ \
       "$DTRAIN" "$REPO/bench/gpu_vs_torch.sh" "$LOG/bench.txt"
+    stage bench_gpt 200 bash -c 'DTRAIN=$1 bash "$2" | tee -a "$3"; exit "${PIPESTATUS[0]}"' _ \
+      "$DTRAIN" "$REPO/bench/gpu_gpt_vs_torch.sh" "$LOG/bench.txt"
   else
     record bench SKIP 0 "no GPU"
+    record bench_gpt SKIP 0 "no GPU"
   fi
 }
 
