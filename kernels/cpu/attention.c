@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "vexp.h"
 
 /* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
  * clashes with ops.h. */
@@ -233,52 +234,6 @@ dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *d
 
 /* ---- fast ------------------------------------------------------------ */
 
-/* e^x in blocks of DT_CPU_LANES that GCC vectorises at -O2 (libm's expf
- * is a call per element, a third of the fast path's time with it): x =
- * n ln2 + t with |t| <= ln2/2 (Cody-Waite: ln2 in a short high part, so
- * n*LN2_HI is exact, and a low part), e^t by its Taylor series to t^7
- * (relative error below 1e-8 on that interval, so the result is within a
- * few ulp), times 2^n built in the exponent bits. Below EXP_MIN_ARG the
- * result is 0 (e^x would be below the smallest normal float); above
- * EXP_MAX_ARG it is clamped (scores minus their max or their logsumexp
- * are <= 0 up to rounding); NaN stays NaN. */
-#define EXP_MIN_ARG -87.0f
-#define EXP_MAX_ARG 88.0f
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_LN2_HI 0.693359375f
-#define EXP_LN2_LO -2.12194440e-4f
-#define EXP_ROUND 12582912.0f /* 1.5 * 2^23: x + it - it rounds x to an integer */
-
-/* y[k] = e^(x[k] - sub) for k < DT_CPU_LANES; y may be x. One loop over
- * the lanes, its selects if-converted into vector blends: that needs
- * -fno-trapping-math, which CMakeLists.txt sets for this file. Inlined
- * into each clone of its callers. */
-static inline __attribute__((always_inline)) void exp_sub_lanes(float *y, const float *x, float sub)
-{
-    float e[DT_CPU_LANES];
-    for (int k = 0; k < DT_CPU_LANES; k++) {
-        float v = x[k] - sub;
-        float c = v >= EXP_MIN_ARG ? v : EXP_MIN_ARG; /* NaN becomes a number here */
-        c = c <= EXP_MAX_ARG ? c : EXP_MAX_ARG;
-        float n = (c * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
-        float t = (c - n * EXP_LN2_HI) - n * EXP_LN2_LO;
-        float q = 1.0f / 5040.0f;
-        q = q * t + 1.0f / 720.0f;
-        q = q * t + 1.0f / 120.0f;
-        q = q * t + 1.0f / 24.0f;
-        q = q * t + 1.0f / 6.0f;
-        q = q * t + 0.5f;
-        q = q * t + 1.0f;
-        q = q * t + 1.0f;
-        int32_t bits = ((int32_t)n + 127) << 23;
-        float p2; /* 2^n */
-        memcpy(&p2, &bits, sizeof p2);
-        float r = v < EXP_MIN_ARG ? 0.0f : q * p2;
-        e[k] = v == v ? r : v;
-    }
-    memcpy(y, e, sizeof e);
-}
-
 /* y(n) = e^(x(n) - sub); y may be x. Built for AVX-512, AVX2 and the
  * baseline and picked at load time, as dropout.c and optim.c do; the file
  * is compiled without FMA contraction, so every clone gives the same bits. */
@@ -287,11 +242,11 @@ exp_sub_row(float *y, const float *x, int n, float sub)
 {
     int j = 0;
     for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES)
-        exp_sub_lanes(y + j, x + j, sub);
+        dt_vexp_sub_lanes(y + j, x + j, sub);
     if (j < n) {
         float t[DT_CPU_LANES] = {0};
         memcpy(t, x + j, (size_t)(n - j) * sizeof *t);
-        exp_sub_lanes(t, t, sub);
+        dt_vexp_sub_lanes(t, t, sub);
         memcpy(y + j, t, (size_t)(n - j) * sizeof *t);
     }
 }

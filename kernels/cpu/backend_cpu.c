@@ -87,7 +87,7 @@ static const struct dt_ops cpu_ops_ref = {
     .attention_bwd = dt_cpu_attention_bwd_ref,
 };
 
-/* GELU, tanh and softmax-xent backward have no faster version than the
+/* tanh and softmax-xent backward have no faster version than the
  * reference (see activation.c, softmax_xent.c). */
 static const struct dt_ops cpu_ops_fast = {
     .linear_fwd = dt_cpu_linear_fwd,
@@ -96,8 +96,8 @@ static const struct dt_ops cpu_ops_fast = {
     .bias_bwd = dt_cpu_bias_bwd,
     .relu_fwd = dt_cpu_relu_fwd,
     .relu_bwd = dt_cpu_relu_bwd,
-    .gelu_fwd = dt_cpu_gelu_fwd_ref,
-    .gelu_bwd = dt_cpu_gelu_bwd_ref,
+    .gelu_fwd = dt_cpu_gelu_fwd,
+    .gelu_bwd = dt_cpu_gelu_bwd,
     .tanh_fwd = dt_cpu_tanh_fwd_ref,
     .tanh_bwd = dt_cpu_tanh_bwd_ref,
     .dropout_fwd = dt_cpu_dropout_fwd,

@@ -650,7 +650,11 @@ static void test_activation_fast_vs_ref(void)
                 OK(act_bwd(ops[k], backends[k], (enum act)a, d[k], dout, in, o[k], n));
             }
             CU_ASSERT(max_rel_err(o[FAST], o[REF], n, 1e-6) < ELEM_TOL);
-            CU_ASSERT(max_rel_err(d[FAST], d[REF], n, 1e-6) < ELEM_TOL);
+            /* GELU's derivative Phi(x) + x phi(x) is a sum of terms near 0.2
+             * that cancel around x = -0.75, where each version keeps only the
+             * terms' rounding (the fast one computes Phi and phi another
+             * way): there the error is measured against the terms' scale */
+            CU_ASSERT(max_rel_err(d[FAST], d[REF], n, a == ACT_GELU ? 0.2 : 1e-6) < ELEM_TOL);
             for (int k = 0; k < NBACKENDS; k++)
                 free(o[k]), free(d[k]);
         }
