@@ -33,7 +33,8 @@
  * the lanes, its selects if-converted into vector blends: that needs
  * -fno-trapping-math, which CMakeLists.txt sets for the files that use
  * it. Inlined into each clone of its callers. */
-static inline __attribute__((always_inline)) void dt_vexp_sub_lanes(float *y, const float *x, float sub)
+static inline __attribute__((always_inline)) void dt_vexp_sub_lanes(float *y, const float *x,
+                                                                    float sub)
 {
     float e[DT_CPU_LANES];
     for (int k = 0; k < DT_CPU_LANES; k++) {
