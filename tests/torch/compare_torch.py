@@ -8,7 +8,8 @@ layer norm, global average pooling), and for a small GPT (model.type
 gpt: token and learned position embeddings, pre-norm blocks of causal
 multi-head attention with a fused qkv projection and a GELU MLP, the head
 tied to the token embedding or not, the vocabulary padded or not,
-model.recompute none or all), torch_step runs dtrain's model for a
+model.recompute none or all, GPT-2's initialisation and one ten times as
+wide with random biases and norms), torch_step runs dtrain's model for a
 few optimizer steps on one batch; this script loads dtrain's initial
 weights into an identical torch.nn model, repeats the steps with
 torch.optim (the same parameter groups: weight decay on weights only,
@@ -67,7 +68,23 @@ GPT_CASES = [
     ("gpt-tied", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none"}),
     ("gpt-untied-padded", {"tie_embeddings": "false", "vocab_size": 80, "recompute": "none"}),
     ("gpt-recompute", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "all"}),
+    ("gpt-wide", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none"}),
 ]
+# GPT-2's initial weights (std 0.02) keep every GELU input and attention
+# score near 0, where a wrong GELU or softmax scale hardly shows; gpt-wide
+# starts from weights 10 times as large and random biases and norms.
+
+
+def widen(layout, params0):
+    rng = np.random.default_rng(7)
+    out = params0.copy()
+    for name, off, group, shape in layout:
+        n = int(np.prod(shape))
+        if group == "weight":
+            out[off:off + n] *= 10
+        else:
+            out[off:off + n] += rng.normal(0.0, 0.1, n).astype(np.float32)
+    return out
 
 
 class TorchGPT(torch.nn.Module):
@@ -239,6 +256,12 @@ def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
            str(len(x)), out, str(STEPS)]
     if kind == "gpt":
         cmd += [str(GPT_SEQ), str(GPT_VOCAB)]
+    if tag == "gpt-wide":  # the layout and initial weights first, then the steps from wider ones
+        subprocess.run(cmd[:6] + ["0"] + cmd[7:], check=True)
+        layout = [e for e in read_layout(os.path.join(out, "layout.txt")) if e[2] != "buffer"]
+        start = os.path.join(out, "start.bin")
+        widen(layout, np.fromfile(os.path.join(out, "params0.bin"), dtype=np.float32)).tofile(start)
+        cmd.append(start)
     subprocess.run(cmd, check=True)
     entries = read_layout(os.path.join(out, "layout.txt"))
     layout = [e for e in entries if e[2] != "buffer"]

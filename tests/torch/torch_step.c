@@ -3,13 +3,15 @@
  * initialises it, runs `steps` optimizer steps on one given batch and
  * writes everything compare_torch.py needs to redo the same in PyTorch.
  *
- *   torch_step JOB.yaml X.bin Y.bin ROWS OUTDIR STEPS [SEQ_LEN VOCAB]
+ *   torch_step JOB.yaml X.bin Y.bin ROWS OUTDIR STEPS [SEQ_LEN VOCAB [PARAMS.bin]]
  *
  * X.bin: ROWS x 28 x 28 float32; Y.bin: ROWS int32 (10 classes). With
  * SEQ_LEN and VOCAB the model is a language model, as the trainer builds
  * it for a token dataset of that vocabulary: X.bin holds ROWS x SEQ_LEN
  * token ids as float32, Y.bin ROWS x SEQ_LEN next tokens as int32, and
- * the classes are VOCAB or model.vocab_size if larger. Writes in OUTDIR:
+ * the classes are VOCAB or model.vocab_size if larger. PARAMS.bin, when
+ * given, replaces the initial parameters (float32 in the flat layout; run
+ * with STEPS 0 first for layout.txt and params0.bin). Writes in OUTDIR:
  * layout.txt (per tensor: name offset group dims...), buffers.txt (the
  * same for buffers such as batch-norm running statistics), params0.bin
  * (initial flat parameters), and per step k: loss_k.txt, grads_k.bin,
@@ -58,8 +60,9 @@ static int fail(dt_status st)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7 && argc != 9) {
-        fprintf(stderr, "usage: torch_step JOB X.bin Y.bin ROWS OUTDIR STEPS [SEQ_LEN VOCAB]\n");
+    if (argc != 7 && argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: torch_step JOB X.bin Y.bin ROWS OUTDIR STEPS [SEQ_LEN VOCAB "
+                        "[PARAMS.bin]]\n");
         return 64;
     }
     static struct dt_job job;
@@ -70,7 +73,7 @@ int main(int argc, char **argv)
     const char *out = argv[5];
     struct dt_model_io io = {.ndim = 2, .shape = {SIDE, SIDE}, .num_classes = CLASSES};
     size_t xper = SIDE * SIDE, yper = 1;
-    if (argc == 9) {
+    if (argc >= 9) {
         int64_t T = atoll(argv[7]), V = atoll(argv[8]);
         if (T < 1 || V < 2) {
             fprintf(stderr, "torch_step: SEQ_LEN must be at least 1 and VOCAB at least 2\n");
@@ -127,6 +130,11 @@ int main(int argc, char **argv)
     size_t nb = dt_model_num_buffer_elems(m);
     float *bufs = malloc((nb ? nb : 1) * sizeof(float));
     float *buf = malloc(n * sizeof(float));
+    if (!buf)
+        return 1;
+    if (argc == 10 &&
+        (read_file(argv[9], buf, n * sizeof(float)) || (st = dt_model_set_params(m, buf)) != DT_OK))
+        return st != DT_OK ? fail(st) : 1;
     if (dt_model_get_params(m, buf) != DT_OK || write_file(out, "params0.bin", buf, n * 4))
         return 1;
     for (int k = 1; k <= steps; k++) {
