@@ -64,10 +64,9 @@ OPENBLAS_NUM_THREADS=$THREADS "$BUILD"/dtrain train "$JOB" \
   --set train.steps="$STEPS" --set train.schedule.warmup_steps=0 \
   --set runtime.threads="$THREADS" --set runtime.progress=off \
   --set output.dir="$run/dt" --set train.log_every=1000000 --set output.tensorboard=false >/dev/null
-summary=$(grep '"type":"summary"' "$run/dt/metrics.jsonl")
-dt_sps=$(sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' <<<"$summary")
+dt_sps=$(grep '"type":"summary"' "$run/dt/metrics.jsonl" | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/')
 dt_tps=$(awk -v s="$dt_sps" -v t="$seq" 'BEGIN { print s * t }')
-dt_gf=$(sed 's/.*"gflops":\([0-9.]*\).*/\1/' <<<"$summary")
+dt_gf=$(grep '"type":"summary"' "$run/dt/metrics.jsonl" | sed 's/.*"gflops":\([0-9.]*\).*/\1/')
 
 OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS \
   "$PY" bench/torch_gpt.py "$(key path)" "$STEPS" "$THREADS" "$batch" "$seq" "$(key n_layer)" \
