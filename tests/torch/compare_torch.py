@@ -366,7 +366,15 @@ def main():
     for tag, keys in GPT_CASES:
         failures += run_case(args.driver, args.workdir, "gpt", "adamw", keys, GPT_HP, gx, gy,
                              tag=tag)
-    # Recomputation must not change a bit of the gradients.
+    # Recomputation must not change a bit of the gradients (and must happen).
+    arena = {}
+    for tag in ("gpt-tied", "gpt-recompute"):
+        with open(os.path.join(args.workdir, tag, "arena.txt")) as f:
+            arena[tag] = [int(v) for v in f.read().split()]
+    if not arena["gpt-recompute"][0] < arena["gpt-recompute"][1] == arena["gpt-tied"][0]:
+        failures.append(f"gpt-recompute: activation arena {arena['gpt-recompute'][0]} bytes "
+                        f"(without recomputation {arena['gpt-recompute'][1]}, gpt-tied "
+                        f"{arena['gpt-tied'][0]}): model.recompute all dropped nothing")
     for k in range(1, STEPS + 1):
         name = f"grads_{k}.bin"
         with open(os.path.join(args.workdir, "gpt-tied", name), "rb") as f:

@@ -12,11 +12,12 @@
  * the classes are VOCAB or model.vocab_size if larger. PARAMS.bin, when
  * given, replaces the initial parameters (float32 in the flat layout; run
  * with STEPS 0 first for layout.txt and params0.bin). Writes in OUTDIR:
- * layout.txt (per tensor: name offset group dims...), buffers.txt (the
- * same for buffers such as batch-norm running statistics), params0.bin
- * (initial flat parameters), and per step k: loss_k.txt, grads_k.bin,
- * params_k.bin, buffers_k.bin. The optimizer takes the trainer's
- * parameter groups.
+ * layout.txt (per tensor: name offset group dims..., then the buffers such
+ * as batch-norm running statistics with group "buffer"), params0.bin
+ * (initial flat parameters), arena.txt (the activation arena's bytes, and
+ * what they would be without model.recompute), and per step k:
+ * loss_k.txt, grads_k.bin, params_k.bin, buffers_k.bin. The optimizer
+ * takes the trainer's parameter groups.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,13 @@ int main(int argc, char **argv)
         }
     }
     fclose(lay);
+    snprintf(path, sizeof path, "%s/arena.txt", out);
+    FILE *ar = fopen(path, "w");
+    if (!ar)
+        return 1;
+    fprintf(ar, "%llu %llu\n", (unsigned long long)dt_model_arena_bytes(m),
+            (unsigned long long)dt_model_arena_bytes_full(m));
+    fclose(ar);
     size_t nb = dt_model_num_buffer_elems(m);
     float *bufs = malloc((nb ? nb : 1) * sizeof(float));
     float *buf = malloc(n * sizeof(float));
