@@ -4,12 +4,12 @@
 # embeddings included), fp32, dropout 0, one rank and the same thread count,
 # measured in the same run; tokens/s of both and their ratio.
 #   bash bench/gpt_vs_torch.sh [JOB] [STEPS] [THREADS]
-# JOB defaults to configs/text-gpt-tiny.yaml where it exists; without one,
-# the job is n_layer 4, n_head 4, n_embd 128, seq_len 128, batch 16 on the
-# UTF-8 bytes of this repository's C sources (vocabulary 256), written here.
-# dtrain's figure is its summary's samples/s (all training steps, the first
-# one included, the evaluation at the end not) times seq_len; PyTorch's
-# leaves out 5 warm-up steps.
+# JOB defaults to configs/text-gpt-tiny.yaml where it and its dataset exist;
+# without them, the job is n_layer 4, n_head 4, n_embd 128, seq_len 128,
+# batch 16 on the UTF-8 bytes of this repository's C sources (vocabulary
+# 256, byte tokens), written here.
+# Both figures leave out the first 5 steps (dtrain's first logged window)
+# and the evaluation; STEPS must be at least 10.
 # Needs: build/ (launch/setup.sh; BUILD_DIR to use another), python3-torch
 # and python3-h5py (/usr/bin/python3).
 set -euo pipefail
@@ -23,10 +23,23 @@ PY=/usr/bin/python3
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 
+DEFAULT=configs/text-gpt-tiny.yaml
+builtin=0
 if [ ! -f "$JOB" ]; then
-  [ "$JOB" = configs/text-gpt-tiny.yaml ] || { echo "gpt_vs_torch: no job file $JOB" >&2; exit 66; }
+  [ "$JOB" = "$DEFAULT" ] || { echo "gpt_vs_torch: no job file $JOB" >&2; exit 66; }
+  builtin=1
+elif [ "$JOB" = "$DEFAULT" ]; then
+  "$BUILD"/dtrain train "$JOB" --print-config > "$run/default.yaml"
+  data=$(awk 'index($0, "  path:") == 1 { sub("  path: *", ""); print; exit }' "$run/default.yaml")
+  if [ ! -f "$data" ]; then
+    echo "gpt_vs_torch: $data (of $JOB) is missing (its header says how to make it);" \
+         "using the built-in job instead" >&2
+    builtin=1
+  fi
+fi
+if [ "$builtin" = 1 ]; then
   # A byte-level token file: the C sources; val is a few windows (the
-# trainer evaluates it at the end, outside the figure but not the wall time).
+  # trainer evaluates it at the end, outside the figure but not the wall time).
   find runtime kernels io collectives -name '*.c' | sort | xargs cat > "$run/text.txt"
   "$PY" - "$run/text.txt" "$run/tokens.h5" <<'PYEOF'
 import sys
@@ -57,21 +70,30 @@ opt() { awk -v k="    $1:" 'index($0, k) == 1 { sub(k " *", ""); print; exit }' 
 [ "$(opt name)" = adamw ] || { echo "gpt_vs_torch: $JOB does not use adamw" >&2; exit 64; }
 awk -v d="$(key dropout)" 'BEGIN { exit !(d + 0 == 0) }' ||
   { echo "gpt_vs_torch: $JOB has dropout; this comparison is for dropout 0" >&2; exit 64; }
+[ "$STEPS" -ge 10 ] || { echo "gpt_vs_torch: STEPS must be at least 10 (5 are warm-up)" >&2; exit 64; }
 batch=$(key global_batch)
 seq=$(key seq_len)
 
 OPENBLAS_NUM_THREADS=$THREADS "$BUILD"/dtrain train "$JOB" \
   --set train.steps="$STEPS" --set train.schedule.warmup_steps=0 \
   --set runtime.threads="$THREADS" --set runtime.progress=off \
-  --set output.dir="$run/dt" --set train.log_every=1000000 --set output.tensorboard=false >/dev/null
-dt_sps=$(grep '"type":"summary"' "$run/dt/metrics.jsonl" | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/')
-dt_tps=$(awk -v s="$dt_sps" -v t="$seq" 'BEGIN { print s * t }')
-dt_gf=$(grep '"type":"summary"' "$run/dt/metrics.jsonl" | sed 's/.*"gflops":\([0-9.]*\).*/\1/')
+  --set output.dir="$run/dt" --set train.log_every=5 --set output.tensorboard=false >/dev/null
+# Steps after the first logged window of 5 (PyTorch's side leaves out 5
+# warm-up steps too): their tokens over their time.
+dt_tps=$(grep '"type":"train"' "$run/dt/metrics.jsonl" |
+  sed 's/.*"step":\([0-9]*\).*"step_s":\([0-9.e+-]*\).*/\1 \2/' |
+  awk -v bt="$((batch * seq))" 'NR > 1 { n = $1 - prev; tok += n * bt; t += n * $2 } { prev = $1 }
+    END { if (t > 0) print tok / t; else print "nan" }')
+# GFLOP/s at that rate: the summary's GFLOP per sample (its gflops over its samples/s).
+summary=$(grep '"type":"summary"' "$run/dt/metrics.jsonl")
+dt_gf=$(echo "$summary" | sed 's/.*"gflops":\([0-9.]*\).*"samples_per_s":\([0-9.]*\).*/\1 \2/;
+  s/.*"samples_per_s":\([0-9.]*\).*"gflops":\([0-9.]*\).*/\2 \1/' |
+  awk -v tps="$dt_tps" -v t="$seq" '{ print $1 / $2 * tps / t }')
 
 OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS \
   "$PY" bench/torch_gpt.py "$(key path)" "$STEPS" "$THREADS" "$batch" "$seq" "$(key n_layer)" \
   "$(key n_head)" "$(key n_embd)" "$(key vocab_size)" "$(key tie_embeddings)" "$(opt lr)" \
-  "$(opt weight_decay)" > "$run/torch.txt"
+  "$(opt weight_decay)" "$(key clip_norm)" > "$run/torch.txt"
 th_tps=$(awk '/torch_tokens_per_s/ {print $2}' "$run/torch.txt")
 
 printf '%-40s %12s\n' "GPT L$(key n_layer) H$(key n_head) C$(key n_embd) T$seq, b=$batch" "tokens/s"

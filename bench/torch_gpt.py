@@ -7,7 +7,8 @@ included), trained for a fixed number of steps on the given thread count.
 Prints 'torch_tokens_per_s X'.
 
 Usage: torch_gpt.py H5 STEPS THREADS BATCH SEQ_LEN N_LAYER N_HEAD N_EMBD VOCAB TIED LR WD
-(VOCAB: model.vocab_size, 0 for the file's; TIED: true or false). The
+[CLIP] (VOCAB: model.vocab_size, 0 for the file's; TIED: true or false;
+CLIP: train.clip_norm, clipping by global norm when above 0). The
 model is GPT-2's layout as dtrain builds it (pre-norm blocks, fused qkv,
 exact GELU, learned positions, head without bias), with PyTorch's fused
 causal attention (F.scaled_dot_product_attention) where the PyTorch has
@@ -78,6 +79,7 @@ def main():
     path, steps, threads, batch, seq = a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5])
     layers, heads, width, vocab = int(a[6]), int(a[7]), int(a[8]), int(a[9])
     tied, lr, wd = a[10] == "true", float(a[11]), float(a[12])
+    clip = float(a[13]) if len(a) > 13 else 0.0
     torch.set_num_threads(threads)
     with h5py.File(path, "r") as f:
         vocab = max(vocab, int(f.attrs["vocab_size"]))
@@ -98,6 +100,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x).view(-1, vocab), y.reshape(-1))
         loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
     dt = time.perf_counter() - t0
     print(f"torch_tokens_per_s {steps * batch * seq / dt:.1f}")
