@@ -70,7 +70,8 @@ opt() { awk -v k="    $1:" 'index($0, k) == 1 { sub(k " *", ""); print; exit }' 
 [ "$(opt name)" = adamw ] || { echo "gpt_vs_torch: $JOB does not use adamw" >&2; exit 64; }
 awk -v d="$(key dropout)" 'BEGIN { exit !(d + 0 == 0) }' ||
   { echo "gpt_vs_torch: $JOB has dropout; this comparison is for dropout 0" >&2; exit 64; }
-[ "$STEPS" -ge 10 ] || { echo "gpt_vs_torch: STEPS must be at least 10 (5 are warm-up)" >&2; exit 64; }
+[ "$STEPS" -ge 10 ] ||
+  { echo "gpt_vs_torch: STEPS must be at least 10 (5 are warm-up)" >&2; exit 64; }
 batch=$(key global_batch)
 seq=$(key seq_len)
 

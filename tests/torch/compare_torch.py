@@ -21,8 +21,9 @@ embeddings included, unless a case says otherwise), and checks:
     gradients on both sides, match within 1e-5 relative to the tensor's
     largest value;
   - batch norm's running statistics after each step match within 1e-5;
-  - with model.recompute all, dtrain's gradients are bit-identical to those
-    of the same GPT without recomputation.
+  - with model.recompute all, dtrain's activation arena is smaller and its
+    gradients are bit-identical to those of the same GPT without
+    recomputation.
 Exit 0 when all match, 1 on a mismatch, 77 (skipped) without PyTorch.
 """
 import argparse
