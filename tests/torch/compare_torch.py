@@ -4,22 +4,31 @@
 For an MLP with SGD (momentum, Nesterov, weight decay) and AdamW and each
 activation, and for a convolutional network (conv2d with padding, stride,
 dilation and groups, batch norm, max and average pooling, a residual sum,
-layer norm, global average pooling), torch_step runs dtrain's model for a
+layer norm, global average pooling), and for a small GPT (model.type
+gpt: token and learned position embeddings, pre-norm blocks of causal
+multi-head attention with a fused qkv projection and a GELU MLP, the head
+tied to the token embedding or not, the vocabulary padded or not,
+model.recompute none or all, GPT-2's initialisation and one ten times as
+wide with random biases and norms), torch_step runs dtrain's model for a
 few optimizer steps on one batch; this script loads dtrain's initial
 weights into an identical torch.nn model, repeats the steps with
-torch.optim (the same parameter groups: weight decay on weights only
-unless a case says otherwise), and checks:
+torch.optim (the same parameter groups: weight decay on weights only,
+embeddings included, unless a case says otherwise), and checks:
   - the loss matches within 1e-4 relative, every step;
   - every parameter gradient matches within 1e-4 relative to the tensor's
     largest gradient, every step;
   - the parameters after each optimizer step, taken from the same
     gradients on both sides, match within 1e-5 relative to the tensor's
     largest value;
-  - batch norm's running statistics after each step match within 1e-5.
+  - batch norm's running statistics after each step match within 1e-5;
+  - with model.recompute all, dtrain's activation arena is smaller and its
+    gradients are bit-identical to those of the same GPT without
+    recomputation.
 Exit 0 when all match, 1 on a mismatch, 77 (skipped) without PyTorch.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -48,6 +57,87 @@ CASES = [
     ("cnn", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.05, "beta1": 0.9, "beta2": 0.999,
                               "eps": 1e-8}),
 ]
+
+# The GPT cases: 2 layers, 2 heads, width 32, windows of 16 tokens over a
+# vocabulary of 64; AdamW with decay on weights and embeddings only. The
+# recompute case is the tied one with model.recompute all.
+GPT_ROWS, GPT_SEQ, GPT_VOCAB = 8, 16, 64
+GPT_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "dropout": 0}
+GPT_HP = {"lr": 0.003, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+          "bias_weight_decay": 0.0, "norm_weight_decay": 0.0}
+GPT_CASES = [
+    ("gpt-tied", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none"}),
+    ("gpt-untied-padded", {"tie_embeddings": "false", "vocab_size": 80, "recompute": "none"}),
+    ("gpt-recompute", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "all"}),
+    ("gpt-wide", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none"}),
+]
+# GPT-2's initial weights (std 0.02) keep every GELU input and attention
+# score near 0, where a wrong GELU or softmax scale hardly shows; gpt-wide
+# starts from weights 10 times as large and random biases and norms.
+
+
+def widen(layout, params0):
+    rng = np.random.default_rng(7)
+    out = params0.copy()
+    for name, off, group, shape in layout:
+        n = int(np.prod(shape))
+        if group == "weight":
+            out[off:off + n] *= 10
+        else:
+            out[off:off + n] += rng.normal(0.0, 0.1, n).astype(np.float32)
+    return out
+
+
+class TorchGPT(torch.nn.Module):
+    """GPT-2's layout written out: pre-norm blocks, causal attention with
+    explicit scores, exact GELU, the head without bias (tied: wte's
+    weight). Attribute names follow dtrain's tensor names (h.0.qkv for
+    h0.qkv)."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, c, heads):
+            super().__init__()
+            nn = torch.nn
+            self.heads = heads
+            self.ln1 = nn.LayerNorm(c)
+            self.qkv = nn.Linear(c, 3 * c)
+            self.proj = nn.Linear(c, c)
+            self.ln2 = nn.LayerNorm(c)
+            self.fc = nn.Linear(c, 4 * c)
+            self.fc2 = nn.Linear(4 * c, c)
+
+        def attention(self, x):
+            b, t, c = x.shape
+            dh = c // self.heads
+            q, k, v = self.qkv(x).split(c, dim=2)
+            q, k, v = (z.view(b, t, self.heads, dh).transpose(1, 2) for z in (q, k, v))
+            scores = q @ k.transpose(-2, -1) / (dh ** 0.5)
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            scores = scores.masked_fill(~mask, float("-inf"))
+            out = torch.softmax(scores, dim=-1) @ v
+            return self.proj(out.transpose(1, 2).reshape(b, t, c))
+
+        def forward(self, x):
+            x = x + self.attention(self.ln1(x))
+            return x + self.fc2(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+    def __init__(self, vocab, seq, c, layers, heads, tied):
+        super().__init__()
+        nn = torch.nn
+        self.wte = nn.Embedding(vocab, c)
+        self.wpe = nn.Embedding(seq, c)
+        self.h = nn.ModuleList([TorchGPT.Block(c, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(c)
+        self.head = None if tied else nn.Linear(c, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        w = self.wte.weight if self.head is None else self.head.weight
+        return x @ w.t()
+
 
 # The convolutional case, as dtrain layers and as the same torch module.
 CNN_LAYERS = [
@@ -114,8 +204,11 @@ def write_job(path, model, opt, act, hp):
     if model == "mlp":
         lines = ["model:", "  type: mlp", f"  hidden: [{', '.join(map(str, HIDDEN))}]",
                  f"  activation: {act}", "  dropout: 0", "  init: kaiming"]
-    else:
+    elif model == "cnn":
         lines = ["model:", "  type: layers", "  layers:"] + [f"    - {l}" for l in CNN_LAYERS]
+    else:  # gpt: act holds the case's model keys
+        lines = ["model:", "  type: gpt"] + [f"  {k}: {v}" for k, v in {**GPT_MODEL, **act}.items()]
+        lines += ["data:", f"  seq_len: {GPT_SEQ}"]
     lines += ["train:", "  seed: 5", "  optimizer:", f"    name: {opt}"]
     lines += [f"    {k}: {v}" for k, v in hp.items()]
     lines += ["  schedule:", "    name: constant", "    warmup_steps: 0"]
@@ -140,8 +233,10 @@ def flat_view(flat, entry):
 
 
 def tensor_of(model, name):
+    """The torch tensor of a dtrain name; a GPT's h<i>.x is h.<i>.x here."""
+    name = re.sub(r"^h(\d+)\.", r"h.\1.", name)
     mod, attr = name.rsplit(".", 1)
-    return getattr(getattr(model, mod), attr)
+    return getattr(model.get_submodule(mod), attr)
 
 
 def rel_err(a, b):
@@ -149,20 +244,40 @@ def rel_err(a, b):
     return float((a - b).abs().max()) / scale
 
 
-def run_case(driver, work, kind, opt, act, hp, x, y):
-    tag = f"{kind}-{opt}-{act}"
+def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
+    """One case: kind mlp or cnn (act: the activation, x images, y
+    classes), or gpt (act: the model keys, x token ids, y next tokens)."""
+    tag = tag or f"{kind}-{opt}-{act}"
     out = os.path.join(work, tag)
     os.makedirs(out, exist_ok=True)
     job = os.path.join(out, "job.yaml")
     write_job(job, kind, opt, act, hp)
-    subprocess.run([driver, job, os.path.join(work, "x.bin"), os.path.join(work, "y.bin"),
-                    str(ROWS), out, str(STEPS)], check=True)
+    prefix = "gpt_" if kind == "gpt" else ""
+    cmd = [driver, job, os.path.join(work, prefix + "x.bin"), os.path.join(work, prefix + "y.bin"),
+           str(len(x)), out, str(STEPS)]
+    if kind == "gpt":
+        cmd += [str(GPT_SEQ), str(GPT_VOCAB)]
+    if tag == "gpt-wide":  # the layout and initial weights first, then the steps from wider ones
+        subprocess.run(cmd[:6] + ["0"] + cmd[7:], check=True)
+        layout = [e for e in read_layout(os.path.join(out, "layout.txt")) if e[2] != "buffer"]
+        start = os.path.join(out, "start.bin")
+        widen(layout, np.fromfile(os.path.join(out, "params0.bin"), dtype=np.float32)).tofile(start)
+        cmd.append(start)
+    subprocess.run(cmd, check=True)
     entries = read_layout(os.path.join(out, "layout.txt"))
     layout = [e for e in entries if e[2] != "buffer"]
     buffers = [e for e in entries if e[2] == "buffer"]
     load = lambda name: np.fromfile(os.path.join(out, name), dtype=np.float32)
 
-    model = TorchMLP(act) if kind == "mlp" else TorchCNN()
+    if kind == "gpt":
+        vocab = max(GPT_VOCAB, int(act["vocab_size"]))
+        model = TorchGPT(vocab, GPT_SEQ, GPT_MODEL["n_embd"], GPT_MODEL["n_layer"],
+                         GPT_MODEL["n_head"], act["tie_embeddings"] == "true")
+        forward = lambda: model(x).view(-1, vocab)
+        target = y.reshape(-1)
+    else:
+        model = TorchMLP(act) if kind == "mlp" else TorchCNN()
+        forward, target = lambda: model(x), y
     model.train()
     params0 = load("params0.bin")
     tparams = {}
@@ -191,7 +306,7 @@ def run_case(driver, work, kind, opt, act, hp, x, y):
     failures = []
     for k in range(1, STEPS + 1):
         topt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = torch.nn.functional.cross_entropy(forward(), target)
         loss.backward()
         dloss = float(open(os.path.join(out, f"loss_{k}.txt")).read())
         e = abs(dloss - loss.item()) / abs(loss.item())
@@ -241,12 +356,39 @@ def main():
     y = torch.randint(0, CLASSES, (ROWS,), dtype=torch.int64)
     x.numpy().tofile(os.path.join(args.workdir, "x.bin"))
     y.to(torch.int32).numpy().tofile(os.path.join(args.workdir, "y.bin"))
+    # windows of GPT_SEQ + 1 tokens: the input and the next tokens
+    tokens = torch.randint(0, GPT_VOCAB, (GPT_ROWS, GPT_SEQ + 1), dtype=torch.int64)
+    gx, gy = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    gx.to(torch.float32).numpy().tofile(os.path.join(args.workdir, "gpt_x.bin"))
+    gy.to(torch.int32).numpy().tofile(os.path.join(args.workdir, "gpt_y.bin"))
     failures = []
     for kind, opt, act, hp in CASES:
         failures += run_case(args.driver, args.workdir, kind, opt, act, hp, x, y)
+    for tag, keys in GPT_CASES:
+        failures += run_case(args.driver, args.workdir, "gpt", "adamw", keys, GPT_HP, gx, gy,
+                             tag=tag)
+    # Recomputation must not change a bit of the gradients (and must happen).
+    arena = {}
+    for tag in ("gpt-tied", "gpt-recompute"):
+        with open(os.path.join(args.workdir, tag, "arena.txt")) as f:
+            arena[tag] = [int(v) for v in f.read().split()]
+    if not arena["gpt-recompute"][0] < arena["gpt-recompute"][1] == arena["gpt-tied"][0]:
+        failures.append(f"gpt-recompute: activation arena {arena['gpt-recompute'][0]} bytes "
+                        f"(without recomputation {arena['gpt-recompute'][1]}, gpt-tied "
+                        f"{arena['gpt-tied'][0]}): model.recompute all dropped nothing")
+    for k in range(1, STEPS + 1):
+        name = f"grads_{k}.bin"
+        with open(os.path.join(args.workdir, "gpt-tied", name), "rb") as f:
+            plain = f.read()
+        with open(os.path.join(args.workdir, "gpt-recompute", name), "rb") as f:
+            again = f.read()
+        if plain != again:
+            failures.append(f"gpt-recompute step {k}: gradients differ from gpt-tied's "
+                            "(model.recompute all must give identical gradients)")
+    ncases = len(CASES) + len(GPT_CASES)
     for f in failures:
         print("MISMATCH:", f)
-    print(f"torch_compare: {len(CASES)} cases x {STEPS} steps, {len(failures)} mismatches")
+    print(f"torch_compare: {ncases} cases x {STEPS} steps, {len(failures)} mismatches")
     return 1 if failures else 0
 
 

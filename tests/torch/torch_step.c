@@ -3,14 +3,21 @@
  * initialises it, runs `steps` optimizer steps on one given batch and
  * writes everything compare_torch.py needs to redo the same in PyTorch.
  *
- *   torch_step JOB.yaml X.bin Y.bin ROWS OUTDIR STEPS
+ *   torch_step JOB.yaml X.bin Y.bin ROWS OUTDIR STEPS [SEQ_LEN VOCAB [PARAMS.bin]]
  *
- * X.bin: ROWS x 28 x 28 float32; Y.bin: ROWS int32. Writes in OUTDIR:
- * layout.txt (per tensor: name offset group dims...), buffers.txt (the
- * same for buffers such as batch-norm running statistics), params0.bin
- * (initial flat parameters), and per step k: loss_k.txt, grads_k.bin,
- * params_k.bin, buffers_k.bin. The optimizer takes the trainer's
- * parameter groups.
+ * X.bin: ROWS x 28 x 28 float32; Y.bin: ROWS int32 (10 classes). With
+ * SEQ_LEN and VOCAB the model is a language model, as the trainer builds
+ * it for a token dataset of that vocabulary: X.bin holds ROWS x SEQ_LEN
+ * token ids as float32, Y.bin ROWS x SEQ_LEN next tokens as int32, and
+ * the classes are VOCAB or model.vocab_size if larger. PARAMS.bin, when
+ * given, replaces the initial parameters (float32 in the flat layout; run
+ * with STEPS 0 first for layout.txt and params0.bin). Writes in OUTDIR:
+ * layout.txt (per tensor: name offset group dims..., then the buffers such
+ * as batch-norm running statistics with group "buffer"), params0.bin
+ * (initial flat parameters), arena.txt (the activation arena's bytes, and
+ * what they would be without model.recompute), and per step k:
+ * loss_k.txt, grads_k.bin, params_k.bin, buffers_k.bin. The optimizer
+ * takes the trainer's parameter groups.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +61,9 @@ static int fail(dt_status st)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: torch_step JOB X.bin Y.bin ROWS OUTDIR STEPS\n");
+    if (argc != 7 && argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: torch_step JOB X.bin Y.bin ROWS OUTDIR STEPS [SEQ_LEN VOCAB "
+                        "[PARAMS.bin]]\n");
         return 64;
     }
     static struct dt_job job;
@@ -64,15 +72,27 @@ int main(int argc, char **argv)
         return fail(st);
     int rows = atoi(argv[4]), steps = atoi(argv[6]);
     const char *out = argv[5];
-    float *x = malloc((size_t)rows * SIDE * SIDE * sizeof(float));
-    int32_t *y = malloc((size_t)rows * sizeof(int32_t));
-    if (read_file(argv[2], x, (size_t)rows * SIDE * SIDE * sizeof(float)) ||
-        read_file(argv[3], y, (size_t)rows * sizeof(int32_t)))
+    struct dt_model_io io = {.ndim = 2, .shape = {SIDE, SIDE}, .num_classes = CLASSES};
+    size_t xper = SIDE * SIDE, yper = 1;
+    if (argc >= 9) {
+        int64_t T = atoll(argv[7]), V = atoll(argv[8]);
+        if (T < 1 || V < 2) {
+            fprintf(stderr, "torch_step: SEQ_LEN must be at least 1 and VOCAB at least 2\n");
+            return 64;
+        }
+        io = (struct dt_model_io){.ndim = 1, .shape = {T}, .num_classes = V};
+        if (job.model.vocab_size > V)
+            io.num_classes = job.model.vocab_size;
+        xper = yper = (size_t)T;
+    }
+    float *x = malloc((size_t)rows * xper * sizeof(float));
+    int32_t *y = malloc((size_t)rows * yper * sizeof(int32_t));
+    if (!x || !y || read_file(argv[2], x, (size_t)rows * xper * sizeof(float)) ||
+        read_file(argv[3], y, (size_t)rows * yper * sizeof(int32_t)))
         return 1;
 
     dt_backend_t *be;
     struct dt_backend_opts bo = {.threads = 1};
-    struct dt_model_io io = {.ndim = 2, .shape = {SIDE, SIDE}, .num_classes = CLASSES};
     dt_model_t *m;
     dt_optim_t *o;
     if ((st = dt_backend_create("cpu", &bo, &be)) != DT_OK ||
@@ -81,6 +101,14 @@ int main(int argc, char **argv)
         (st = dt_optim_create(&job, be, dt_model_num_params(m), &o)) != DT_OK ||
         (st = dt_optim_groups_from_model(o, &job, m)) != DT_OK)
         return fail(st);
+    if ((size_t)dt_model_input_numel(m) != xper || (size_t)dt_model_labels_per_row(m) != yper) {
+        fprintf(stderr,
+                "torch_step: the model takes %lld inputs and %lld labels per row, the files "
+                "%zu and %zu\n",
+                (long long)dt_model_input_numel(m), (long long)dt_model_labels_per_row(m), xper,
+                yper);
+        return 1;
+    }
 
     size_t n = dt_model_num_params(m);
     char path[4096];
@@ -100,9 +128,21 @@ int main(int argc, char **argv)
         }
     }
     fclose(lay);
+    snprintf(path, sizeof path, "%s/arena.txt", out);
+    FILE *ar = fopen(path, "w");
+    if (!ar)
+        return 1;
+    fprintf(ar, "%llu %llu\n", (unsigned long long)dt_model_arena_bytes(m),
+            (unsigned long long)dt_model_arena_bytes_full(m));
+    fclose(ar);
     size_t nb = dt_model_num_buffer_elems(m);
     float *bufs = malloc((nb ? nb : 1) * sizeof(float));
     float *buf = malloc(n * sizeof(float));
+    if (!buf)
+        return 1;
+    if (argc == 10 &&
+        (read_file(argv[9], buf, n * sizeof(float)) || (st = dt_model_set_params(m, buf)) != DT_OK))
+        return st != DT_OK ? fail(st) : 1;
     if (dt_model_get_params(m, buf) != DT_OK || write_file(out, "params0.bin", buf, n * 4))
         return 1;
     for (int k = 1; k <= steps; k++) {
