@@ -422,6 +422,18 @@ out:
     return st;
 }
 
+void dt_import_report_written(FILE *progress, const char *out_path, double t0)
+{
+    if (!progress)
+        return;
+    struct stat sb;
+    char took[32];
+    dt_format_duration(dt_now() - t0, took, sizeof took);
+    fprintf(progress, "wrote %s (%.1f MiB) in %s\n", out_path,
+            stat(out_path, &sb) == 0 ? (double)sb.st_size / (1 << 20) : 0.0, took);
+    fflush(progress);
+}
+
 dt_status dt_import_write(const char *out_path, const struct dt_import_split *splits, int nsplits,
                           int num_classes, const struct dt_class_list *cl, FILE *progress)
 {
@@ -433,14 +445,7 @@ dt_status dt_import_write(const char *out_path, const struct dt_import_split *sp
     DT_CHECK(write_file(tmp, out_path, splits, nsplits, num_classes, cl, progress, &made));
     DT_CHECK(dt_outfile_commit("dataset", tmp, out_path));
     made = 0;
-    if (progress) {
-        struct stat sb;
-        char took[32];
-        dt_format_duration(dt_now() - t0, took, sizeof took);
-        fprintf(progress, "wrote %s (%.1f MiB) in %s\n", out_path,
-                stat(out_path, &sb) == 0 ? (double)sb.st_size / (1 << 20) : 0.0, took);
-        fflush(progress);
-    }
+    dt_import_report_written(progress, out_path, t0);
 out:
     if (made)
         unlink(tmp);

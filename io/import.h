@@ -71,6 +71,10 @@ struct dt_import_split {
 dt_status dt_import_write(const char *out_path, const struct dt_import_split *splits, int nsplits,
                           int num_classes, const struct dt_class_list *cl, FILE *progress);
 
+/* The importers' last line on progress (when not NULL): "wrote OUT (N
+ * MiB) in T", T counted from t0 (dt_now()). */
+void dt_import_report_written(FILE *progress, const char *out_path, double t0);
+
 /* float16 bits to float (for statistics and checks). */
 float dt_import_half_to_float(uint16_t h);
 

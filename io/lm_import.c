@@ -312,14 +312,7 @@ static dt_status write_lm(const char *out_path, const struct lm_split *sp, int n
     DT_CHECK(write_file(&w, sp, nsplits, tokenizer, &made));
     DT_CHECK(dt_outfile_commit("dataset", tmp, out_path));
     made = 0;
-    if (progress) {
-        struct stat sb;
-        char took[32];
-        dt_format_duration(dt_now() - t0, took, sizeof took);
-        fprintf(progress, "wrote %s (%.1f MiB) in %s\n", out_path,
-                stat(out_path, &sb) == 0 ? (double)sb.st_size / (1 << 20) : 0.0, took);
-        fflush(progress);
-    }
+    dt_import_report_written(progress, out_path, t0);
 out:
     if (made)
         unlink(tmp);

@@ -13,29 +13,26 @@
 #     without the causal mask (64), bad options (64), a missing checkpoint
 #     (66) and several ranks under mpirun;
 #   - dtrain eval reports perplexity for a language model.
-#   generate_test.sh DTRAIN MAKE_LM_H5 TEXT_FILE WORKDIR
+# The datasets come from the importers: the text as byte tokens, and the
+# same bytes as a "gpt2" token file (valid data that dtrain trains on but
+# cannot decode, which is what the refusal needs).
+#   generate_test.sh DTRAIN TEXT_FILE WORKDIR
 set -uo pipefail
 DTRAIN=$1
-MAKE=$2
-TEXT=$3
-W=$4
+TEXT=$2
+W=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 MPIRUN="bash $HERE/../mpi/mpirun.sh"
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect() {
-  local code=$1 pat=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
-  ok
-}
+source "$HERE/lib.sh"
 
-"$MAKE" byte.h5 byte 256 "$TEXT" || { echo "cannot write byte.h5"; exit 1; }
-"$MAKE" gpt2.h5 gpt2 50257 "$TEXT" || { echo "cannot write gpt2.h5"; exit 1; }
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+"$DTRAIN" data import text "$TEXT" -o byte.h5 >/dev/null || { echo "cannot write byte.h5"; exit 1; }
+"$PY" -c 'import array, sys
+array.array("H", list(open(sys.argv[1], "rb").read())).tofile(open(sys.argv[2], "wb"))' "$TEXT" bytes.bin &&
+  "$DTRAIN" data import tokens --train bytes.bin --val bytes.bin -o gpt2.h5 >/dev/null ||
+  { echo "cannot write gpt2.h5"; exit 1; }
 cat > job.yaml <<'YEOF'
 model:
   type: gpt

@@ -25,17 +25,7 @@ MPIRUN="bash $HERE/../mpi/mpirun.sh"
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect() {
-  local code=$1 pat=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
-  ok
-}
+source "$HERE/lib.sh"
 # same DIR1 DIR2: the parameters agree as said above
 same() {
   "$COMPARE" "$1/model.h5" "$2/model.h5" 1 | awk '

@@ -12,18 +12,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MPIRUN="bash $HERE/../mpi/mpirun.sh"
 rm -rf "$W" && mkdir -p "$W"
 cd "$W"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-# expect CODE PATTERN -- command...: exit code and a pattern in stdout+stderr
-expect() {
-  local code=$1 pat=$2; shift 3
-  local out rc
-  out=$(timeout 120 "$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
-  ok
-}
+source "$HERE/lib.sh"
 # every line of a metrics file parses as JSON
 json_ok() { python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$1"; }
 

@@ -12,18 +12,7 @@ W=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$W" && mkdir -p "$W/d"
 cd "$W"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-# expect CODE PATTERN -- command...: exit code and a pattern in stdout+stderr
-expect() {
-  local code=$1 pat=$2; shift 3
-  local out rc
-  out=$(timeout 120 "$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
-  ok
-}
+source "$HERE/lib.sh"
 # nothing by the output's name or its temporary name
 no_output() {
   if ls "$1" "$1".tmp.* >/dev/null 2>&1; then bad "output $1 left behind: $(ls "$1"*)"; else ok; fi

@@ -14,17 +14,7 @@ W=$4
 HERE=$(cd "$(dirname "$0")" && pwd)
 MPIRUN="bash $HERE/../mpi/mpirun.sh"
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect() {
-  local code=$1 pat=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
-  ok
-}
+source "$HERE/lib.sh"
 losses() { grep -o '"[a-z_]*loss":[-0-9.e]*' "$1/metrics.jsonl"; }
 same_run() { # same_run A B: identical losses and bit-identical parameters
   if [ -z "$(losses "$1")" ]; then bad "$1: no losses in metrics.jsonl"; return; fi
