@@ -16,7 +16,9 @@
 # dtrain on PATH), PYTHON (default python3, with torch), LAYERS, HEADS,
 # DIM, VOCAB, SEQ (the shape), TARGET_S (seconds of timed PyTorch steps,
 # default 8), STEPS1/STEPS2 (dtrain's short and long run, default 4 and
-# 14), NO_COMPILE=1 (skip the torch.compile run).
+# 14), NO_COMPILE=1 (skip the torch.compile run), TORCH_TIMEOUT_S (each
+# PyTorch run's limit, default 90 s: a torch.compile that takes longer is
+# reported as unavailable, not as a failure).
 #
 # The tokens are random ids in [0, VOCAB) written as a nanoGPT-style .bin
 # and imported with `dtrain data import tokens` (throughput does not depend
@@ -32,6 +34,7 @@ PY=${PYTHON:-python3}
 LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} DIM=${DIM:-768} VOCAB=${VOCAB:-50257} SEQ=${SEQ:-1024}
 PEAK=${PEAK_TFLOPS:-989}
 TARGET_S=${TARGET_S:-8}
+TORCH_TIMEOUT=${TORCH_TIMEOUT_S:-90}
 S1=${STEPS1:-4} S2=${STEPS2:-14}
 if [ -z "${DTRAIN:-}" ]; then
   for d in build-gpu/dtrain build/dtrain "$(command -v dtrain || true)"; do
@@ -84,7 +87,7 @@ fi
 torch_side() { # NAME EXTRA-ARGS...
   local name=$1
   shift
-  env LD_LIBRARY_PATH="${DTRAIN_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}" \
+  timeout -k 5 "$TORCH_TIMEOUT" env LD_LIBRARY_PATH="${DTRAIN_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}" \
     "$PY" bench/gpu_gpt_vs_torch.py --batch "$BATCH" --seq "$SEQ" --layers "$LAYERS" \
     --heads "$HEADS" --dim "$DIM" --vocab "$VOCAB" --precision bf16 --target-s "$TARGET_S" \
     --peak-tflops "$PEAK" "$@" >"$work/$name.json" 2>"$work/$name.err" || true
@@ -95,7 +98,7 @@ pt=$(torch_side eager)
 ptc=0
 if [ "${NO_COMPILE:-0}" != 1 ]; then
   ptc=$(torch_side compiled --compile)
-  [ -n "$ptc" ] || { ptc=0; echo "PyTorch (torch.compile) failed or is unavailable:"; tail -3 "$work/compiled.err"; }
+  [ -n "$ptc" ] || { ptc=0; echo "PyTorch (torch.compile) failed, is unavailable or took over ${TORCH_TIMEOUT}s:"; tail -3 "$work/compiled.err"; }
 fi
 fpt=$(sed -n 's/.*"flops_per_token": *\([0-9.e+]*\).*/\1/p' "$work/eager.json" | tail -1)
 [ -n "$fpt" ] || fpt=$(awk -v L="$LAYERS" -v C="$DIM" -v V="$VOCAB" -v T="$SEQ" \
