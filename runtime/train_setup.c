@@ -531,7 +531,10 @@ static dt_status open_wire(struct run *r, size_t n)
 static uint64_t loader_bytes(const struct run *r, const struct dt_split_info *s, int64_t rows)
 {
     const struct dt_job *job = r->job;
-    int64_t row = s->sample_elems * (int64_t)sizeof(float) + 4 + 8, slots, reads, perm, all;
+    /* a row: its inputs, its labels (a language model's: one per token) and its id */
+    int64_t labels = dt_dataset_get_info(r->ds)->lm ? s->sample_elems : 1;
+    int64_t row = s->sample_elems * (int64_t)sizeof(float) + 4 * labels + 8, slots, reads, perm,
+            all;
     int64_t staging = s->sample_elems * (int64_t)sizeof(float) + 32;
     if (!dt_mul_i64(job->data.prefetch * rows, row, &slots) ||
         !dt_mul_i64(job->data.workers * rows, staging, &reads) || !dt_mul_i64(s->n, 8, &perm) ||
