@@ -72,9 +72,11 @@ expect 75 "in use by another dtrain run \(pid $pid" -- $MPIRUN 2 $DTRAIN train j
 kill -0 "$pid" 2>/dev/null && ok || bad "the first run died: $(tail -3 busy1.out)"
 kill -9 "$pid"; wait "$pid" 2>/dev/null
 expect 0 "final test accuracy" -- $T --set output.dir=busy
-# two runs started together: one trains, the other exits 75 at once
-$T --set output.dir=race > race1.out 2>&1 & p1=$!
-$T --set output.dir=race > race2.out 2>&1 & p2=$!
+# two runs started together: one trains, the other exits 75 at once (the
+# runs are long enough, a few seconds, that the first cannot finish before
+# the second starts, however the two are scheduled)
+$T --set output.dir=race --set train.epochs=600 > race1.out 2>&1 & p1=$!
+$T --set output.dir=race --set train.epochs=600 > race2.out 2>&1 & p2=$!
 wait $p1; r1=$?; wait $p2; r2=$?
 codes=$(printf '%s\n' $r1 $r2 | sort | tr '\n' ' ')
 [ "$codes" = "0 75 " ] && ok || bad "two runs on one directory exited $r1 and $r2: $(tail -n 2 race1.out; tail -n 2 race2.out)"
