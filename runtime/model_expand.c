@@ -111,8 +111,7 @@ static void gpt(struct list *s, const struct dt_job *job)
         if (p > 0)
             dt_layer_spec_arg(add(s, "dropout", "h%lld.drop2", i), "p", "%.17g", p);
         e = add(s, "add", "h%lld.res2", i);
-        snprintf(e->inputs, sizeof e->inputs, "h%lld.res1,h%lld.%s", i, i,
-                 p > 0 ? "drop2" : "fc2");
+        snprintf(e->inputs, sizeof e->inputs, "h%lld.res1,h%lld.%s", i, i, p > 0 ? "drop2" : "fc2");
         snprintf(prev, sizeof prev, "h%lld.res2", i);
     }
     add(s, "layernorm", "ln_f");

@@ -182,9 +182,10 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
         /* in pieces of the rows the model was sized for (the training
          * micro-batch): the evaluation batch sets no memory floor */
         int64_t chunk = dt_model_max_rows(r->model), numel = dt_model_input_numel(r->model);
+        int64_t labels = dt_model_labels_per_row(r->model);
         for (int64_t off = 0; off < b.rows && st == DT_OK; off += chunk) {
             int64_t n = b.rows - off < chunk ? b.rows - off : chunk;
-            st = dt_model_forward(r->model, b.x + off * numel, b.y + off * (int64_t)r->labels_per_row, n, 0,
+            st = dt_model_forward(r->model, b.x + off * numel, b.y + off * labels, n, 0,
                                   (uint64_t)r->job->train.seed, step, b.row0 + off,
                                   &v[OUT_LOSS], &correct);
         }

@@ -43,8 +43,8 @@ static dt_status fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     if (l->labels_per_row == 1)
         return x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels, (int)x->rows, C,
                                         x->loss_sum, x->correct);
-    dt_status st = x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels,
-                                            (int)(x->rows * l->labels_per_row), C, &sum, x->correct);
+    dt_status st = x->ops->softmax_xent_fwd(
+        x->be, x->out, x->in, x->labels, (int)(x->rows * l->labels_per_row), C, &sum, x->correct);
     *x->loss_sum += sum / (double)l->labels_per_row;
     return st;
 }

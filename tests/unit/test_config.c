@@ -615,8 +615,8 @@ static void test_set_errors(void)
     expect_set_error("lr=0.1", "--set lr=0.1: lr: unknown key; did you mean 'train.optimizer.lr'?");
     expect_set_error("model.name=x", "--set model.name=x: model.name: unknown key; the keys of "
                                      "model are type, hidden, channels, blocks, activation, dropout, "
-                                     "init, sync_bn, n_layer, n_head, n_embd, vocab_size, tie_embeddings, "
-                                     "recompute, layers");
+                                     "init, sync_bn, n_layer, n_head, n_embd, vocab_size, "
+                                     "tie_embeddings, recompute, layers");
     expect_set_error("train=5", "--set train=5: train: is a section with keys epochs, steps, "
                                 "global_batch, micro_batch, seed, eval_batch, log_every, "
                                 "clip_norm, precision, optimizer, schedule; set one key in it, e.g. --set "

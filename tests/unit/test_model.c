@@ -331,7 +331,8 @@ static void test_errors(void)
     expect_error("    - {kind: conv2d, out: 4, stride: [1, 2, 3]}\n", NULL,
                  "stride: expected an integer from 1 to 1024, or a list of two");
     expect_error("    - {kind: flatten}\n    - {kind: linear, out: 7}\n", NULL,
-                 "needs one score per class (5 values per sample, or per position of a sequence), but its input is 7");
+                 "needs one score per class (5 values per sample, or per position of a sequence), "
+                 "but its input is 7");
     expect_error("    - {name: a, kind: flatten}\n    - {kind: add, inputs: [a, x]}\n", NULL,
                  "summed inputs must have one shape, got 36 and 1x6x6");
     expect_error("    - {kind: flatten}\n    - {kind: conv2d, out: 2}\n", NULL,
