@@ -44,6 +44,8 @@ struct dt_bench_allreduce_opts {
     size_t max_bytes; /* largest size (the largest power of two <= it); 0: 256 MiB */
     int iters;        /* timed ops per size; 0: adaptive, about DT_BENCH_TARGET_S per size */
     int warmup;       /* untimed ops per size before timing; 0: DT_BENCH_WARMUP */
+    int nonblocking;  /* 1: dt_comm_iallreduce then dt_comm_wait, as the gradient
+                         reducer does; 0: dt_comm_allreduce */
     /* Device-buffer communicators only (NULL for mpi): the backend whose
      * memory is all-reduced (the communicator bound to its stream), and a
      * host-buffer communicator over the same ranks for the bookkeeping. */

@@ -36,6 +36,7 @@ struct bench {
     const struct dt_bench_device *dev; /* NULL: host buffers */
     int rank, size;
     int iters, warmup;
+    int nonblocking;
     FILE *out;     /* rank 0 only */
     float *buf;    /* max size, reused for every size (device memory with dev) */
     float *host;   /* where the pattern is written and checked: buf, or its host copy */
@@ -168,6 +169,16 @@ static dt_status fetch(const struct bench *b, size_t count)
     return st != DT_OK ? st : b->dev->sync(b->dev->be);
 }
 
+/* One in-place fp32 sum of the buffer's first count elements. */
+static dt_status one_op(const struct bench *b, size_t count)
+{
+    if (!b->nonblocking)
+        return dt_comm_allreduce(b->c, b->buf, count, DT_F32, DT_COMM_SUM);
+    dt_comm_req_t *req = NULL;
+    dt_status st = dt_comm_iallreduce(b->c, b->buf, count, DT_F32, DT_COMM_SUM, &req);
+    return st != DT_OK ? st : dt_comm_wait(b->c, req);
+}
+
 /* Runs n all-reduces after a barrier; *max_s gets the slowest rank's time. */
 static dt_status timed_ops(struct bench *b, size_t count, int n, double *max_s)
 {
@@ -175,7 +186,7 @@ static dt_status timed_ops(struct bench *b, size_t count, int n, double *max_s)
     DT_CHECK(dt_comm_barrier(b->c));
     double t0 = dt_now();
     for (int i = 0; i < n; i++)
-        DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_F32, DT_COMM_SUM));
+        DT_CHECK(one_op(b, count));
     *max_s = dt_now() - t0;
     DT_CHECK(dt_comm_allreduce(b->ctl, max_s, 1, DT_F64, DT_COMM_MAX));
 out:
@@ -196,7 +207,7 @@ static dt_status check_size(struct bench *b, size_t bytes, long long *wrong)
     int64_t local = 0;
     dt_status st;
     DT_CHECK(fill(b, count));
-    DT_CHECK(dt_comm_allreduce(b->c, b->buf, count, DT_F32, DT_COMM_SUM));
+    DT_CHECK(one_op(b, count));
     DT_CHECK(fetch(b, count));
     for (size_t i = 0, j = 0; i < count; i++, j = j + 1 == b->period ? 0 : j + 1) {
         float want = (float)((uint64_t)b->size * j + b->rank_term);
@@ -261,11 +272,12 @@ static dt_status print_header(const struct bench *b)
                      hosts > 1 ? ", " : "", h);
     }
     fprintf(b->out,
-            "# dtrain bench allreduce: backend %s, %d rank%s on %d host%s (%s%s)\n"
+            "# dtrain bench allreduce: backend %s%s, %d rank%s on %d host%s (%s%s)\n"
             "# float32 sum in place; time = slowest rank's mean per op; algbw = size / time;"
             " busbw = algbw * 2(n-1)/n\n#\n"
             "# %12s %12s %6s %6s %12s %12s %12s %7s\n",
-            dt_comm_backend(b->c), b->size, b->size == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s",
+            dt_comm_backend(b->c), b->nonblocking ? " (non-blocking, as in training)" : "",
+            b->size, b->size == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s",
             shown, hosts > HOSTS_SHOWN ? ", ..." : "", "size(B)", "count", "type", "iters",
             "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 out:
@@ -313,6 +325,7 @@ dt_status dt_bench_allreduce(dt_comm_t *c, const struct dt_bench_allreduce_opts 
     DT_CHECK(resolve_sizes(o, &lo, &hi));
     b.iters = o->iters;
     b.warmup = o->warmup ? o->warmup : DT_BENCH_WARMUP;
+    b.nonblocking = o->nonblocking;
     b.out = b.rank == 0 ? out : NULL;
     init_pattern(&b);
     DT_CHECK(alloc_agreed(&b, hi));

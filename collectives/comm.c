@@ -231,6 +231,11 @@ int dt_comm_device_buffers(const dt_comm_t *c)
     return c->ops->device_buffers;
 }
 
+void dt_comm_set_ring_min_bytes(dt_comm_t *c, size_t bytes)
+{
+    c->ring_min_bytes = bytes;
+}
+
 void dt_comm_set_timeout(dt_comm_t *c, double seconds)
 {
     c->timeout_s = seconds > 0 && isfinite(seconds) ? seconds : 0;

@@ -88,6 +88,14 @@ int dt_comm_device_buffers(const dt_comm_t *c);
  * that cannot interrupt a collective (mpi) leave that to the watchdog. */
 void dt_comm_set_timeout(dt_comm_t *c, double seconds);
 
+/* Host-buffer backends (mpi): non-blocking fp32 and bf16 sums of at least
+ * `bytes` run as dtrain's own ring (a reduce-scatter then an all-gather of
+ * point-to-point messages, the same work on every rank) instead of the MPI
+ * library's all-reduce; SIZE_MAX keeps the library's for every size.
+ * Default DT_COMM_RING_MIN_BYTES. Other backends ignore it. */
+#define DT_COMM_RING_MIN_BYTES 65536
+void dt_comm_set_ring_min_bytes(dt_comm_t *c, size_t bytes);
+
 /* The MPI communicator (a pointer to an MPI_Comm) this communicator runs
  * on or was bootstrapped from, for libraries that take one (parallel
  * HDF5). Never NULL. */

@@ -53,6 +53,9 @@ struct dt_comm {
      * from (dt_comm_mpi_handle). */
     const void *mpi_handle;
     double timeout_s; /* dt_comm_set_timeout; 0 = none */
+    /* mpi: fp32/bf16 sums of at least this many bytes in iallreduce run
+     * as dtrain's ring (comm_mpi.c); SIZE_MAX: never. Tests lower it. */
+    size_t ring_min_bytes;
 };
 
 /* collectives/mpi/comm_mpi.c */

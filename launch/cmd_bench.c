@@ -35,17 +35,21 @@
 
 static const char bench_usage[] =
     "usage: dtrain bench allreduce [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-    "                              [--backend mpi|nccl]\n"
+    "                              [--backend mpi|nccl] [--mode blocking|ring|library]\n"
     "Times in-place float32 sum all-reduces of power-of-two sizes between --min-bytes\n"
     "(default 8) and --max-bytes (default 256M) and checks every result on every rank.\n"
     "Sizes take K, M or G (powers of 1024). --iters 0 (default) picks about 0.2 s per\n"
     "size. --backend mpi (default) all-reduces host memory; --backend nccl all-reduces\n"
     "GPU memory with NCCL, one GPU per rank (local rank modulo the visible GPUs).\n"
+    "--mode (mpi only): blocking (default) times MPI_Allreduce; ring and library time\n"
+    "the non-blocking all-reduce training uses for gradient buckets, as dtrain's ring\n"
+    "or as the MPI library's (comm.mpi_allreduce).\n"
     "Run it under mpirun, e.g. mpirun -np 4 dtrain bench allreduce --backend nccl.\n";
 
 struct bench_args {
     struct dt_bench_allreduce_opts opts;
     const char *backend;
+    const char *mode; /* blocking | ring | library */
 };
 
 /* "64", "4K", "1M", "2G" (powers of 1024, optionally followed by B or iB). */
@@ -87,6 +91,11 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
         int *slot = !strcmp(opt, "--iters") ? &a->opts.iters : &a->opts.warmup;
         if (parse_count(val, slot) != 0)
             return dt_cli_usage("bench allreduce: %s '%s' is not a count >= 0", opt, val);
+    } else if (!strcmp(opt, "--mode")) {
+        if (strcmp(val, "blocking") != 0 && strcmp(val, "ring") != 0 && strcmp(val, "library") != 0)
+            return dt_cli_usage("bench allreduce: --mode '%s' is not blocking, ring or library",
+                                val);
+        a->mode = val;
     } else if (!strcmp(opt, "--backend")) {
         if (strcmp(val, "mpi") != 0 && strcmp(val, "nccl") != 0)
             return dt_cli_usage("bench allreduce: --backend '%s' is not mpi or nccl", val);
@@ -109,6 +118,8 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
     }
     if (a->opts.min_bytes && a->opts.max_bytes && a->opts.min_bytes > a->opts.max_bytes)
         return dt_cli_usage("bench allreduce: --min-bytes is larger than --max-bytes");
+    if (strcmp(a->mode, "blocking") != 0 && strcmp(a->backend, "mpi") != 0)
+        return dt_cli_usage("bench allreduce: --mode %s applies to --backend mpi only", a->mode);
     return 0;
 }
 
@@ -185,6 +196,8 @@ static int run(const struct bench_args *a)
     struct dt_bench_device dev = {0};
     if (strcmp(a->backend, "mpi") == 0) {
         c = ctl;
+        opts.nonblocking = strcmp(a->mode, "blocking") != 0;
+        dt_comm_set_ring_min_bytes(c, strcmp(a->mode, "ring") == 0 ? 0 : SIZE_MAX);
     } else {
         st = open_device_comm(a->backend, ctl, &be, &c);
         dev = (struct dt_bench_device){.be = be,
@@ -216,7 +229,7 @@ static int run(const struct bench_args *a)
 
 int dt_cmd_bench(int argc, char **argv)
 {
-    struct bench_args a = {.backend = "mpi"};
+    struct bench_args a = {.backend = "mpi", .mode = "blocking"};
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
         return fputs(bench_usage, stdout), 0;
     if (argc < 2 || strcmp(argv[1], "allreduce") != 0)

@@ -139,6 +139,7 @@ struct dt_job {
         double bucket_mb;            /* gradient bucket size, MiB */
         char grad_dtype[DT_JOB_STR]; /* fp32 | bf16: gradients on the wire */
         int overlap;                 /* all-reduce buckets while backward runs */
+        char mpi_allreduce[DT_JOB_STR]; /* ring | library: buckets over mpi */
     } comm;
     struct {
         char dir[DT_JOB_PATH];       /* run directory */

@@ -40,6 +40,7 @@ static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const progress_modes[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "nccl", NULL};
+static const char *const mpi_allreduces[] = {"ring", "library", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wire_types[] = {"fp32", "bf16", NULL};
 static const char *const ckpt_errors[] = {"stop", "continue", NULL};
@@ -235,6 +236,11 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "type gradients travel in between ranks: bf16 halves the bytes of every all-reduce "
         "(each rank's gradients and each partial sum rounded to bf16; the optimizer still "
         "works in fp32)", ONE_OF(wire_types)),
+    ROW("comm.mpi_allreduce", E, comm.mpi_allreduce, "ring",
+        "mpi: how gradient buckets (64 KiB and more) are summed: ring = dtrain's ring of "
+        "point-to-point messages (the same work on every rank), library = the MPI library's "
+        "non-blocking all-reduce (for libraries with offloaded collectives)",
+        ONE_OF(mpi_allreduces)),
     ROW("comm.overlap", B, comm.overlap, "true",
         "all-reduce buckets while backward is still running; false waits for the whole "
         "backward (for comparison)", ANY),

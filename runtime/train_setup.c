@@ -691,6 +691,9 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
                                                             : job->comm.bucket_mb,
                                      .overlap = job->comm.overlap};
         size_t n = dt_model_num_params(r->model);
+        dt_comm_set_ring_min_bytes(r->grad_comm, strcmp(job->comm.mpi_allreduce, "library") == 0
+                                                     ? SIZE_MAX
+                                                     : DT_COMM_RING_MIN_BYTES);
         if (r->stage_grads) {
             DT_CHECK(dt_malloc(n * sizeof(float), "host copies of the gradients",
                                (void **)&r->host_grads));
@@ -823,9 +826,12 @@ dt_status dt_train_build(struct run *r)
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);
     if (r->red)
-        DT_LOG_INFO("comm", "%s gradients all-reduced over %s%s in %zu bucket%s of up to "
+        DT_LOG_INFO("comm", "%s gradients all-reduced over %s%s%s in %zu bucket%s of up to "
                             "%.3g MiB, overlap %s",
                     job->comm.grad_dtype, dt_comm_backend(r->grad_comm),
+                    strcmp(dt_comm_backend(r->grad_comm), "mpi") != 0 ? ""
+                    : strcmp(job->comm.mpi_allreduce, "library") == 0 ? " (the library's all-reduce)"
+                                                                       : " (ring)",
                     r->stage_grads ? " (through host memory)" : "",
                     dt_reducer_bucket_count(r->red),
                     dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,

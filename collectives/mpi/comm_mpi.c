@@ -13,6 +13,21 @@
  * world size, done when the data is final (after the wait for iallreduce).
  * dt_mpi_bootstrap (the duplicate, rank, node-local rank, host) is shared
  * with the nccl backend, which bootstraps over MPI the same way.
+ *
+ * Non-blocking all-reduces of fp32 or bf16 sums of at least ring_min_bytes
+ * (the gradient buckets) run as a ring of point-to-point messages instead
+ * of MPI_Iallreduce: a reduce-scatter of P chunks in P-1 steps, then an
+ * all-gather in P-1 steps, each step one Isend to the right neighbour and
+ * one Irecv from the left, advanced by test and wait. Each rank sends and
+ * sums 1/P of the buffer per step, so the work is the same on every rank;
+ * Open MPI's non-blocking all-reduce on few ranks reduces to one root and
+ * broadcasts back, which leaves the root with the whole sum and the others
+ * waiting (about twice the time of the ring for a 2.7 MB bucket on two
+ * ranks of one node). Chunk c is summed in ring order starting at rank c
+ * and then copied everywhere, so every rank gets the same bits and the sum
+ * is the same run to run. The ring's messages go over a communicator of
+ * their own, one tag per request, so buckets in flight together never
+ * match each other's messages.
  */
 #include <limits.h>
 #include <mpi.h>
@@ -25,19 +40,39 @@
 #include "../../runtime/core/util.h"
 #include "../comm_impl.h"
 
+#define RING_TAGS 32768 /* MPI guarantees tags up to 32767 */
+
+/* A receive buffer of the ring, kept between steps so that a bucket's
+ * megabytes are not mapped and faulted in again every step. */
+struct scratch {
+    void *p;
+    size_t bytes;
+    int busy;
+};
+
 struct mpi_comm {
     struct dt_comm base; /* first, so a dt_comm_t * is a struct mpi_comm * */
     MPI_Comm world;      /* duplicate of MPI_COMM_WORLD, errors return */
+    MPI_Comm ring;       /* another duplicate, for the ring's messages */
     MPI_Op bf16_sum;     /* SUM on bf16 bits (MPI has no bf16 type) */
+    unsigned ring_seq;   /* ring all-reduces started: the next tag */
+    struct scratch *scratch; /* the ring's receive buffers, nscratch of them */
+    int nscratch;
 };
 
-/* One iallreduce: a request per piece, and what AVG needs at the end. */
+/* One iallreduce: a request per piece, and what AVG needs at the end; or,
+ * when ring is set, the ring's state (parts[0..1]: the step's receive and
+ * send). */
 struct dt_comm_req {
     struct mpi_comm *owner;
     void *buf;
     size_t count;
     enum dt_dtype dtype;
     enum dt_comm_op op;
+    int ring;         /* 1: the ring below, not MPI_Iallreduce */
+    int tag, step;    /* ring: its tag; steps done (2(P-1) in all) */
+    int posted;       /* ring: parts hold the current step's requests */
+    int tmp;          /* ring: its receive buffer in owner->scratch; -1: none */
     int nparts;
     MPI_Request parts[];
 };
@@ -257,6 +292,187 @@ static dt_status mpi_barrier(dt_comm_t *c)
     return check_rc(MPI_Barrier(impl(c)->world), c->rank, "MPI_Barrier");
 }
 
+/* ---- the ring all-reduce --------------------------------------------- */
+
+/* Frees a request, giving a ring's receive buffer back. */
+static void req_free(dt_comm_req_t *r)
+{
+    if (r->ring && r->tmp >= 0)
+        r->owner->scratch[r->tmp].busy = 0;
+    free(r);
+}
+
+/* First element of chunk k of the ring's P chunks of r's buffer. */
+static size_t chunk_lo(const dt_comm_req_t *r, int k)
+{
+    int p = r->owner->base.size;
+    return (size_t)(((unsigned __int128)r->count * (unsigned)k) / (unsigned)p);
+}
+
+static int mod(int a, int p)
+{
+    return ((a % p) + p) % p;
+}
+
+/* The chunks rank `rank` sends and receives at ring step s: the
+ * reduce-scatter for s < P-1 (after it, rank r holds the sum of chunk
+ * r+1), the all-gather after. */
+static void ring_chunks(int rank, int p, int s, int *send, int *recv)
+{
+    if (s < p - 1) {
+        *send = mod(rank - s, p);
+        *recv = mod(rank - s - 1, p);
+    } else {
+        int t = s - (p - 1);
+        *send = mod(rank + 1 - t, p);
+        *recv = mod(rank - t, p);
+    }
+}
+
+/* A receive buffer of at least `bytes`, reused when one is free; the pool
+ * grows with the requests in flight at once. Sets *out to its index. */
+static dt_status take_scratch(struct mpi_comm *m, size_t bytes, int *out)
+{
+    int pick = -1;
+    for (int i = 0; i < m->nscratch; i++) {
+        struct scratch *s = &m->scratch[i];
+        if (s->busy)
+            continue;
+        if (s->bytes >= bytes) {
+            pick = i;
+            break;
+        }
+        if (pick < 0 || s->bytes > m->scratch[pick].bytes)
+            pick = i;
+    }
+    dt_status st = DT_OK;
+    if (pick < 0) {
+        struct scratch *more = realloc(m->scratch, ((size_t)m->nscratch + 1) * sizeof *more);
+        if (!more)
+            return dt_set_error(DT_ERR_NOMEM, "out of memory for the ring all-reduce's buffers");
+        m->scratch = more;
+        m->scratch[m->nscratch] = (struct scratch){0};
+        pick = m->nscratch++;
+    }
+    struct scratch *s = &m->scratch[pick];
+    if (s->bytes < bytes) {
+        free(s->p);
+        s->p = NULL;
+        s->bytes = 0;
+        DT_CHECK(dt_malloc(bytes ? bytes : 1, "the ring all-reduce's receive buffer", &s->p));
+        s->bytes = bytes;
+    }
+    s->busy = 1;
+    *out = pick;
+out:
+    return st;
+}
+
+/* Posts step r->step's receive (from the left) and send (to the right). */
+static dt_status ring_post(dt_comm_t *c, dt_comm_req_t *r)
+{
+    struct mpi_comm *m = impl(c);
+    int p = c->size, sc, rc;
+    size_t esz = dt_dtype_size(r->dtype);
+    ring_chunks(c->rank, p, r->step, &sc, &rc);
+    size_t rlo = chunk_lo(r, rc), rn = chunk_lo(r, rc + 1) - rlo;
+    size_t slo = chunk_lo(r, sc), sn = chunk_lo(r, sc + 1) - slo;
+    void *into = r->step < p - 1 ? m->scratch[r->tmp].p : (char *)r->buf + rlo * esz;
+    MPI_Datatype t = mpi_dtype(r->dtype);
+    int rcv = MPI_Irecv(into, (int)rn, t, mod(c->rank - 1, p), r->tag, m->ring, &r->parts[0]);
+    if (rcv != MPI_SUCCESS)
+        return mpi_fail(rcv, c->rank, "MPI_Irecv of step %d of a ring all-reduce of %zu %s",
+                        r->step + 1, r->count, dtype_plural(r->dtype));
+    int snd = MPI_Isend((char *)r->buf + slo * esz, (int)sn, t, mod(c->rank + 1, p), r->tag,
+                        m->ring, &r->parts[1]);
+    if (snd != MPI_SUCCESS) {
+        MPI_Cancel(&r->parts[0]);
+        MPI_Request_free(&r->parts[0]);
+        return mpi_fail(snd, c->rank, "MPI_Isend of step %d of a ring all-reduce of %zu %s",
+                        r->step + 1, r->count, dtype_plural(r->dtype));
+    }
+    r->posted = 1;
+    return DT_OK;
+}
+
+/* dst += src over n elements: fp32, or bf16 summed in fp32 and rounded. */
+static void ring_add(enum dt_dtype t, void *dst, void *src, size_t n)
+{
+    if (t == DT_BF16) {
+        int len = (int)n;
+        bf16_sum(src, dst, &len, NULL);
+        return;
+    }
+    float *restrict d = dst;
+    const float *restrict a = src;
+    for (size_t i = 0; i < n; i++)
+        d[i] += a[i];
+}
+
+/* Advances the ring as far as it can: waiting for each step when `block`,
+ * else only through steps already complete. *done = 1 when every step is. */
+static dt_status ring_advance(dt_comm_t *c, dt_comm_req_t *r, int block, int *done)
+{
+    int p = c->size, steps = 2 * (p - 1);
+    *done = 0;
+    while (r->step < steps) {
+        if (!r->posted) {
+            dt_status st = ring_post(c, r);
+            if (st != DT_OK)
+                return st;
+        }
+        int flag = 1, rc;
+        if (block)
+            rc = MPI_Waitall(2, r->parts, MPI_STATUSES_IGNORE);
+        else
+            rc = MPI_Testall(2, r->parts, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, c->rank, "waiting for step %d of a ring all-reduce of %zu %s",
+                            r->step + 1, r->count, dtype_plural(r->dtype));
+        if (!flag)
+            return DT_OK;
+        r->posted = 0;
+        if (r->step < p - 1) {
+            int sc, rcv;
+            ring_chunks(c->rank, p, r->step, &sc, &rcv);
+            size_t lo = chunk_lo(r, rcv), esz = dt_dtype_size(r->dtype);
+            ring_add(r->dtype, (char *)r->buf + lo * esz, r->owner->scratch[r->tmp].p,
+                     chunk_lo(r, rcv + 1) - lo);
+        }
+        r->step++;
+    }
+    *done = 1;
+    return DT_OK;
+}
+
+/* Starts a ring all-reduce; the first step is posted at once. */
+static dt_status ring_start(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
+                            enum dt_comm_op op, dt_comm_req_t **out)
+{
+    struct mpi_comm *m = impl(c);
+    dt_comm_req_t *r = NULL;
+    dt_status st = DT_OK;
+    DT_CHECK(dt_malloc(sizeof *r + 2 * sizeof(MPI_Request), "an allreduce request", (void **)&r));
+    *r = (struct dt_comm_req){.owner = m,
+                              .buf = buf,
+                              .count = count,
+                              .dtype = t,
+                              .op = op,
+                              .ring = 1,
+                              .tag = (int)(m->ring_seq++ % RING_TAGS),
+                              .tmp = -1,
+                              .nparts = 2};
+    size_t most = count / (size_t)c->size + 1;
+    DT_CHECK(take_scratch(m, most * dt_dtype_size(t), &r->tmp));
+    DT_CHECK(ring_post(c, r));
+    *out = r;
+    r = NULL;
+out:
+    if (r)
+        req_free(r);
+    return st;
+}
+
 /* ---- non-blocking allreduce --------------------------------------------- */
 
 static dt_status mpi_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
@@ -268,6 +484,9 @@ static dt_status mpi_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_d
     int started = 0;
     char note[96];
     dt_status st = DT_OK;
+    if (c->size > 1 && (t == DT_F32 || t == DT_BF16) && (op == DT_COMM_SUM || op == DT_COMM_AVG) &&
+        count <= lim && count * esz >= c->ring_min_bytes)
+        return ring_start(c, buf, count, t, op, out);
     if (nparts > (size_t)INT_MAX) {
         st = dt_set_error(DT_ERR_UNSUPPORTED, "dt_comm_iallreduce: %zu %s need too many pieces",
                           count, dtype_plural(t));
@@ -302,20 +521,33 @@ out:
 static void req_done(dt_comm_t *c, dt_comm_req_t *r)
 {
     if (r->op == DT_COMM_AVG) scale_avg(r->buf, r->count, r->dtype, c->size);
-    free(r);
+    req_free(r);
 }
 
 static dt_status req_fail(dt_comm_t *c, dt_comm_req_t *r, int rc, const char *call)
 {
     dt_status st = mpi_fail(rc, c->rank, "%s on an MPI_Iallreduce of %zu %s", call, r->count,
                             dtype_plural(r->dtype));
-    free(r);
+    req_free(r);
+    return st;
+}
+
+/* A ring request's test or wait: done or failed, the request is freed. */
+static dt_status ring_finish(dt_comm_t *c, dt_comm_req_t *r, int block, int *done)
+{
+    dt_status st = ring_advance(c, r, block, done);
+    if (st != DT_OK)
+        req_free(r);
+    else if (*done)
+        req_done(c, r);
     return st;
 }
 
 static dt_status mpi_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 {
     DT_ASSERT(r->owner == impl(c));
+    if (r->ring)
+        return ring_finish(c, r, 0, done);
     int flag = 0;
     int rc = MPI_Testall(r->nparts, r->parts, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return req_fail(c, r, rc, "MPI_Testall");
@@ -329,6 +561,10 @@ static dt_status mpi_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 static dt_status mpi_wait(dt_comm_t *c, dt_comm_req_t *r)
 {
     DT_ASSERT(r->owner == impl(c));
+    if (r->ring) {
+        int done = 0;
+        return ring_finish(c, r, 1, &done);
+    }
     int rc = MPI_Waitall(r->nparts, r->parts, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return req_fail(c, r, rc, "MPI_Waitall");
     req_done(c, r);
@@ -354,6 +590,11 @@ static void free_comm(struct mpi_comm *m)
 {
     if (dt_mpi_usable() && m->bf16_sum != MPI_OP_NULL)
         MPI_Op_free(&m->bf16_sum);
+    if (dt_mpi_usable() && m->ring != MPI_COMM_NULL && MPI_Comm_free(&m->ring) != MPI_SUCCESS)
+        DT_LOG_WARN("comm", "MPI_Comm_free of the ring's duplicate failed");
+    for (int i = 0; i < m->nscratch; i++)
+        free(m->scratch[i].p);
+    free(m->scratch);
     if (dt_mpi_usable() && m->world != MPI_COMM_NULL && MPI_Comm_free(&m->world) != MPI_SUCCESS)
         DT_LOG_WARN("comm", "MPI_Comm_free of the world duplicate failed");
     free(m);
@@ -434,9 +675,11 @@ dt_status dt_mpi_comm_create(dt_comm_t **out)
     }
     DT_CHECK(dt_calloc(1, sizeof *m, "the mpi communicator", (void **)&m));
     m->world = MPI_COMM_NULL;
+    m->ring = MPI_COMM_NULL;
     m->bf16_sum = MPI_OP_NULL;
     m->base.ops = &mpi_ops;
     m->base.max_count = INT_MAX;
+    m->base.ring_min_bytes = DT_COMM_RING_MIN_BYTES;
     m->base.mpi_handle = &m->world;
     DT_CHECK(dt_mpi_bootstrap(&m->base, &m->world));
     if (MPI_Op_create(bf16_sum, 1, &m->bf16_sum) != MPI_SUCCESS) {
@@ -444,6 +687,8 @@ dt_status dt_mpi_comm_create(dt_comm_t **out)
         st = dt_set_error(DT_ERR_COMM, "MPI_Op_create of the bf16 sum failed");
         goto out;
     }
+    DT_CHECK(check_rc(MPI_Comm_dup(m->world, &m->ring), m->base.rank,
+                      "MPI_Comm_dup for the ring all-reduce"));
     DT_LOG_DEBUG("comm", "mpi communicator: rank %d of %d, local %d of %d on %s", m->base.rank,
                  m->base.size, m->base.local_rank, m->base.local_size, m->base.host);
     *out = &m->base;

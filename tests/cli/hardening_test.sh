@@ -133,6 +133,13 @@ expect 66 "checkpoint fifo: not a regular file \(it is a FIFO\)" -- $DTRAIN ckpt
 expect 66 "not a regular file \(it is a FIFO\)" -- $T --set output.dir=f2 --resume fifo
 # a benchmark buffer larger than the machine is a usage error, not "out of memory" (75)
 expect 64 "--max-bytes 99999999999999 \(90.9 TiB\) is more than rank 0" -- $DTRAIN bench allreduce --max-bytes 99999999999999
+expect 64 "--mode 'fast' is not blocking, ring or library" -- $DTRAIN bench allreduce --mode fast
+expect 64 "--mode ring applies to --backend mpi only" -- $DTRAIN bench allreduce --mode ring --backend nccl
+# the training all-reduce, both ways, checked on every rank
+for mode in ring library; do
+  expect 0 "non-blocking, as in training" -- \
+    $MPIRUN 2 $DTRAIN bench allreduce --min-bytes 64K --max-bytes 1M --iters 3 --mode $mode
+done
 
 # a FIFO where the run writes its metrics is an error, not a hang
 mkdir -p fiforun && expect 0 "final test accuracy" -- $T --set output.dir=fiforun

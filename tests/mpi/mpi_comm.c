@@ -667,6 +667,87 @@ static void test_bench(void)
     run_bench(&o, 16, 64);
 }
 
+/* ---- the ring all-reduce ------------------------------------------------- */
+
+/* The second suite reruns the non-blocking and reducer tests with every
+ * fp32/bf16 sum on the ring (its threshold lowered to 0). */
+static int ring_on(void)
+{
+    dt_comm_set_ring_min_bytes(comm, 0);
+    return 0;
+}
+
+static int ring_off(void)
+{
+    dt_comm_set_ring_min_bytes(comm, DT_COMM_RING_MIN_BYTES);
+    return 0;
+}
+
+static uint64_t fnv1a(const void *p, size_t bytes)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Sizes around the chunking (fewer elements than ranks, one more, odd),
+ * exact data checked against the known sums, then full-precision data:
+ * every rank must hold the same bits, close to the library's all-reduce,
+ * and the same bits again on a repeat. */
+static void test_ring_sizes(void)
+{
+    const size_t sizes[] = {1, (size_t)size - 1, (size_t)size, (size_t)size + 1, 4099, 1000003};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        if (n == 0)
+            continue;
+        float *buf = xcalloc(n, sizeof *buf), *ref = xcalloc(n, sizeof *ref);
+        float *again = xcalloc(n, sizeof *again);
+        uint16_t *h = xcalloc(n, sizeof *h);
+        const enum dt_comm_op ops[] = {DT_COMM_SUM, DT_COMM_AVG};
+        for (int o = 0; o < 2; o++) {
+            fill_typed(buf, DT_F32, n);
+            dt_comm_req_t *req = NULL;
+            CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, buf, n, DT_F32, ops[o], &req), DT_OK);
+            CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
+            CU_ASSERT_EQUAL(count_wrong(buf, DT_F32, ops[o], n), 0);
+        }
+        fill_typed(h, DT_BF16, n);
+        dt_comm_req_t *req = NULL;
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, h, n, DT_BF16, DT_COMM_SUM, &req), DT_OK);
+        CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
+        CU_ASSERT_EQUAL(count_wrong(h, DT_BF16, DT_COMM_SUM, n), 0);
+
+        random_grads(buf, n, 0, 1234 + k);
+        memcpy(ref, buf, n * sizeof *buf);
+        memcpy(again, buf, n * sizeof *buf);
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, buf, n, DT_F32, DT_COMM_SUM, &req), DT_OK);
+        int done = 0;
+        while (req && !done && dt_comm_test(comm, req, &done) == DT_OK)
+            ;
+        CU_ASSERT(done);
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(comm, again, n, DT_F32, DT_COMM_SUM, &req), DT_OK);
+        CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
+        CU_ASSERT_EQUAL(memcmp(buf, again, n * sizeof *buf), 0);
+        CU_ASSERT_EQUAL(dt_comm_allreduce(comm, ref, n, DT_F32, DT_COMM_SUM), DT_OK);
+        size_t far = 0;
+        for (size_t i = 0; i < n; i++)
+            far += !(fabsf(buf[i] - ref[i]) <= 1e-5f * (float)size);
+        CU_ASSERT_EQUAL(far, 0);
+        uint64_t mine = fnv1a(buf, n * sizeof *buf), *all = xcalloc((size_t)size, sizeof *all);
+        CU_ASSERT_EQUAL(dt_comm_allgather(comm, &mine, all, sizeof mine), DT_OK);
+        for (int r = 0; r < size; r++)
+            CU_ASSERT_EQUAL(all[r], mine);
+        free(all);
+        free(buf);
+        free(ref);
+        free(again);
+        free(h);
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static void add_suites(void)
@@ -688,6 +769,16 @@ static void add_suites(void)
     CU_ADD(s, test_reducer_restart);
     CU_ADD(s, test_reducer_bf16_wire);
     CU_ADD(s, test_bench);
+
+    CU_pSuite ring = CU_add_suite("mpi_comm_ring", ring_on, ring_off);
+    CU_ADD(ring, test_iallreduce_test_loop);
+    CU_ADD(ring, test_many_in_flight);
+    CU_ADD(ring, test_pieces);
+    CU_ADD(ring, test_ring_sizes);
+    CU_ADD(ring, test_reducer_matches_allreduce);
+    CU_ADD(ring, test_reducer_deterministic);
+    CU_ADD(ring, test_reducer_restart);
+    CU_ADD(ring, test_reducer_bf16_wire);
 }
 
 int main(int argc, char **argv)
