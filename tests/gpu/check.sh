@@ -267,6 +267,16 @@ pf_glibc() {
   pf_say "glibc: $have, the bundle needs $need or newer"
 }
 
+# py_run ARGS...: the python (PYTHON) with the host's library path, as the
+# benchmarks run it, from / (a folder named torch in the current one would
+# pass for the package).
+py_run() {
+  local py
+  py=$(command -v "$PY") || return 1
+  [[ $py == /* ]] || py=$PWD/$py
+  (cd / && timeout 60 env LD_LIBRARY_PATH="${DTRAIN_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}" "$py" "$@")
+}
+
 # lib_dirs: folders that can hold a CUDA library the loader does not search,
 # one a line as "FOLDER<tab>WHAT IT IS": the CUDA toolkit's, the python's
 # nvidia.* packages (pip's wheels: nvidia/nccl/lib, nvidia/cu13/lib, ...) and
@@ -285,7 +295,7 @@ lib_dirs() {
     done
   done
   if command -v "$PY" >/dev/null 2>&1; then
-    timeout 60 env LD_LIBRARY_PATH="${DTRAIN_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}" "$PY" -c '
+    py_run -c '
 import importlib.util, os, sys
 def spec(name):
     try:
@@ -340,12 +350,15 @@ pf_libraries() {
   fi
   missing=$(not_found <<<"$out")
   if [ -n "$missing" ]; then
-    local names="" todo="add the folder that holds it to LD_LIBRARY_PATH (CUDA 13's libraries come with the toolkit or pip's nvidia-* wheels)"
+    local names="" todo
+    todo="add the folder that holds it to LD_LIBRARY_PATH (CUDA 13's libraries come with the toolkit"
+    todo="$todo or pip's nvidia-* wheels)"
     for lib in $missing; do
       case $lib in
         libnccl*)
           names="$names${names:+, }$lib (NCCL)"
-          todo="install NCCL for CUDA 13 (pip install nvidia-nccl-cu13, or the toolkit's libnccl2) or add the folder that holds $lib to LD_LIBRARY_PATH"
+          todo="install NCCL for CUDA 13 (pip install nvidia-nccl-cu13, or the toolkit's libnccl2)"
+          todo="$todo or add the folder that holds $lib to LD_LIBRARY_PATH"
           ;;
         *) names="$names${names:+, }$lib" ;;
       esac
@@ -369,14 +382,15 @@ pf_libraries() {
 pf_python() {
   local has=""
   if command -v "$PY" >/dev/null 2>&1; then
-    has=$(timeout 60 env LD_LIBRARY_PATH="${DTRAIN_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}" "$PY" -c '
+    has=$(py_run -c '
 import importlib.util
 for m in ("torch", "h5py"):
     try:
-        if importlib.util.find_spec(m) is not None:
-            print(m)
+        s = importlib.util.find_spec(m)
     except Exception:
-        pass' 2>/dev/null || true)
+        s = None
+    if s is not None and s.origin not in (None, "namespace"):  # a package, not a bare folder
+        print(m)' 2>/dev/null || true)
   fi
   local lack=()
   grep -qx torch <<<"$has" || lack+=(PyTorch)
@@ -457,7 +471,9 @@ pf_space() {
         export DTRAIN_BENCH_TMP=$WORK
         also=", and the benchmarks' run folders go there too (DTRAIN_BENCH_TMP)"
       fi
-      pf_say "/dev/shm: $([ -d /dev/shm ] && [ -w /dev/shm ] && echo "$shm_free MiB free" || echo "not writable here")," \
+      local have="not writable here"
+      [ -d /dev/shm ] && [ -w /dev/shm ] && have="$shm_free MiB free"
+      pf_say "/dev/shm: $have," \
         "$SHM_MB needed: Open MPI's shared memory goes to $WORK (OMPI_MCA_btl_vader_backing_directory)," \
         "NCCL's shared-memory transport is off (NCCL_SHM_DISABLE=1)$also"
       PF_NOTES+=("/dev/shm short: MPI and NCCL off it")

@@ -114,19 +114,27 @@ printf '%s\n' "dtrain GPU bundle" "made:    by tests/gpu/preflight_test.sh" \
 touch "$W/data.h5" # setup asks only that the dataset exists
 
 # ---- running the check ------------------------------------------------------------------
-# check NAME SCRIPT [VAR=VALUE ...]: runs the check, output in $W/NAME.out,
-# logs in $W/NAME/, exit status in RC.
+# check NAME SCRIPT [VAR=VALUE ...]: runs the check (in the folder RUN_IN,
+# default the current one), output in $W/NAME.out, logs in $W/NAME/, exit
+# status in RC.
+TOP=$PWD
+RUN_IN=$TOP
 check() {
   local name=$1 script=$2
   shift 2
   set +e
-  env -u CUDA_HOME -u CUDA_PATH -u TMPDIR -u PYTHON -u DTRAIN_CHECK_STAGES -u PYTHONPATH -u DTRAIN_BUNDLE \
+  cd "$RUN_IN" && env -u CUDA_HOME -u CUDA_PATH -u TMPDIR -u PYTHON -u DTRAIN_CHECK_STAGES -u PYTHONPATH -u DTRAIN_BUNDLE \
     -u DTRAIN_BUILD_DIR DTRAIN_DATA="$W/data.h5" PATH="$W/shims:$PATH" DTRAIN_CHECK_BUDGET_S=120 \
     "$@" bash "$script" "$W/$name" >"$W/$name.out" 2>&1
   RC=$?
+  cd - >/dev/null
   set -e
 }
-rows() { sed -n 's/^\([a-z_0-9]*\) \{1,\}\([A-Z][A-Z ]*[A-Z]\) \{1,\}[0-9]*s .*/\1 \2/p' "$W/$1/summary.txt" | paste -sd, -; }
+# rows NAME: the stage table of summary.txt as "stage VERDICT,..."
+rows() {
+  sed -n 's/^\([a-z_0-9]*\) \{1,\}\([A-Z][A-Z ]*[A-Z]\) \{1,\}[0-9]*s .*/\1 \2/p' "$W/$1/summary.txt" |
+    paste -sd, -
+}
 row() { grep -E "^$2 " "$W/$1/summary.txt" || true; }
 
 # expect_stop NAME PATTERN: the check ended at the preflight with one line matching PATTERN
@@ -135,7 +143,8 @@ expect_stop() {
   lines=$(grep -c '^preflight FAILED: ' "$W/$name.out" || true)
   [ "$RC" = 1 ] || fail "$name: exit $RC, want 1"
   [ "$lines" = 1 ] || fail "$name: $lines 'preflight FAILED:' lines, want 1"
-  grep -qE "^preflight FAILED: .*$pattern" "$W/$name.out" || fail "$name: no 'preflight FAILED:' line matching '$pattern'"
+  grep -qE "^preflight FAILED: .*$pattern" "$W/$name.out" ||
+    fail "$name: no 'preflight FAILED:' line matching '$pattern'"
   [ "$(rows "$name")" = "setup PASS,preflight FAIL" ] ||
     fail "$name: stage table '$(rows "$name")', want 'setup PASS,preflight FAIL' (an early stop)"
   grep -q '^dtrain GPU check: FAILED at preflight: ' "$W/$name/summary.txt" ||
@@ -178,11 +187,13 @@ run_case nccl_nowhere "$CHECK" expect_stop DTRAIN_BUILD_DIR="$FB" -- \
   "$LIB \(NCCL\), found neither by the loader.*pip install nvidia-nccl-cu13"
 run_case nccl_pip "$CHECK" expect_pass DTRAIN_BUILD_DIR="$FB" PYTHONPATH="$W/site" \
   DTRAIN_CHECK_STAGES="preflight info" -- \
-  "^preflight: libraries: $LIB is in $W/site/nvidia/nccl/lib \(the python3 package nvidia.nccl\).*added to LD_LIBRARY_PATH"
+  "^preflight: libraries: $LIB is in $W/site/nvidia/nccl/lib \(the python3 package nvidia.nccl\)" \
+  "added to LD_LIBRARY_PATH$"
 # the info stage runs ldd and dtrain after the preflight: it sees the folder added
 [ -n "$(row nccl_pip 'info +PASS')" ] || fail "nccl_pip: info did not pass with the folder the preflight added"
 run_case nccl_torch "$CHECK" expect_pass DTRAIN_BUILD_DIR="$FB" PYTHONPATH="$W/torchsite" \
-  DTRAIN_CHECK_STAGES=preflight -- "^preflight: libraries: $LIB is in $W/torchsite/torch/lib \(the python3 package torch"
+  DTRAIN_CHECK_STAGES=preflight -- \
+  "^preflight: libraries: $LIB is in $W/torchsite/torch/lib \(the python3 package torch \(torch/lib\)\)"
 run_case nccl_toolkit "$CHECK" expect_pass DTRAIN_BUILD_DIR="$FB" CUDA_HOME="$W/cuda" \
   DTRAIN_CHECK_STAGES=preflight -- "^preflight: libraries: $LIB is in $W/cuda/lib64 \(the CUDA toolkit in $W/cuda\)"
 
@@ -208,7 +219,8 @@ run_case no_room "$CHECK" expect_stop DTRAIN_BUILD_DIR="$BUILD" FAKE_DF="/=10" -
   "no folder has the 1056 MiB free that the check's scratch files need \(/tmp 10 MiB.*set TMPDIR"
 run_case shm_short "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
   FAKE_DF="/dev/shm=8 /=100000" -- \
-  "^preflight: /dev/shm: 8 MiB free, 32 needed: Open MPI's shared memory goes to .*OMPI_MCA_btl_vader_backing_directory.*NCCL_SHM_DISABLE=1"
+  "^preflight: /dev/shm: 8 MiB free, 32 needed: Open MPI's shared memory goes to .*" \
+  "OMPI_MCA_btl_vader_backing_directory.*NCCL_SHM_DISABLE=1"
 # a GPU and PyTorch: the benchmarks' run folders need /dev/shm room as well
 run_case shm_bench "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
   PATH="$W/gpu-shims:$W/shims:$PATH" PYTHONPATH="$W/pkgs" FAKE_DF="/dev/shm=1000 /=100000" -- \
@@ -222,19 +234,31 @@ run_case no_torch "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_ST
   "^preflight: python: PyTorch and h5py missing for python3"
 [ "$(rows no_torch)" = "setup PASS,preflight PASS,bench SKIP,bench_gpt SKIP" ] ||
   fail "no_torch: stage table '$(rows no_torch)'"
-row no_torch 'bench +SKIP' | grep -q 'PyTorch and h5py missing$' || fail "no_torch: bench's reason: $(row no_torch bench)"
-row no_torch 'bench_gpt +SKIP' | grep -q 'PyTorch missing$' || fail "no_torch: bench_gpt's reason: $(row no_torch bench_gpt)"
-grep -q '^dtrain GPU check: PASSED the stages asked for .*skipped: bench (PyTorch and h5py missing), bench_gpt (PyTorch missing)' \
+row no_torch 'bench +SKIP' | grep -q 'PyTorch and h5py missing$' ||
+  fail "no_torch: bench's reason: $(row no_torch bench)"
+row no_torch 'bench_gpt +SKIP' | grep -q 'PyTorch missing$' ||
+  fail "no_torch: bench_gpt's reason: $(row no_torch bench_gpt)"
+grep -q '^dtrain GPU check: PASSED .*skipped: bench (PyTorch and h5py missing), bench_gpt (PyTorch missing)' \
   "$W/no_torch/summary.txt" || fail "no_torch: verdict '$(head -1 "$W/no_torch/summary.txt")'"
 run_case no_h5py "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench" \
   PATH="$W/gpu-shims:$W/shims:$PATH" PYTHONPATH="$W/hide:$W/pkgs" FAKE_HIDE="h5py" -- \
   "^preflight: python: h5py missing for python3 .*: bench will be skipped"
 [ "$(rows no_h5py)" = "setup PASS,preflight PASS,bench SKIP" ] || fail "no_h5py: stage table '$(rows no_h5py)'"
 row no_h5py 'bench +SKIP' | grep -q 'h5py missing$' || fail "no_h5py: bench's reason: $(row no_h5py bench)"
+# a python without site-packages (PYTHON), run from a folder that holds
+# folders named torch and h5py: those are no packages
+mkdir -p "$W/cwd/torch" "$W/cwd/h5py"
+printf '%s\n' '#!/bin/sh' 'exec python3 -S "$@"' >"$W/python-nosite"
+chmod +x "$W/python-nosite"
+RUN_IN=$W/cwd
+run_case nosite "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
+  PYTHON="$W/python-nosite" -- "^preflight: python: PyTorch and h5py missing for $W/python-nosite "
+RUN_IN=$TOP
 # no GPU: the benchmarks skip for that, whatever the python has
 run_case no_gpu "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench bench_gpt" \
   PYTHONPATH="$W/pkgs" -- "^preflight: python: python3 has PyTorch and h5py"
-[ "$(rows no_gpu)" = "setup PASS,preflight PASS,bench SKIP,bench_gpt SKIP" ] || fail "no_gpu: stage table '$(rows no_gpu)'"
+[ "$(rows no_gpu)" = "setup PASS,preflight PASS,bench SKIP,bench_gpt SKIP" ] ||
+  fail "no_gpu: stage table '$(rows no_gpu)'"
 row no_gpu 'bench +SKIP' | grep -q 'no GPU$' || fail "no_gpu: bench's reason: $(row no_gpu bench)"
 
 if [ "$FAILS" = 0 ]; then echo "preflight_test: all passed"; else echo "preflight_test: $FAILS FAILED"; fi
