@@ -320,6 +320,7 @@ if s and s.submodule_search_locations:
     /usr/local/lib/python3*/dist-packages/{nvidia/*,torch}/lib /usr/lib/python3/dist-packages/{nvidia/*,torch}/lib; do
     [ -d "$d" ] && printf '%s\t%s\n' "$d" "a python package folder"
   done
+  return 0
 }
 
 not_found() { awk '$2 == "=>" && $3 == "not" { print $1 }' | sort -u; }
