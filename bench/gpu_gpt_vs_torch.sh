@@ -18,7 +18,9 @@
 # default 8), STEPS1/STEPS2 (dtrain's short and long run, default 4 and
 # 14), NO_COMPILE=1 (skip the torch.compile run), TORCH_TIMEOUT_S (each
 # PyTorch run's limit, default 90 s: a torch.compile that takes longer is
-# reported as unavailable, not as a failure).
+# reported as unavailable, not as a failure), DTRAIN_BENCH_TMP (where the
+# run folders go, default /dev/shm; the two runs of GPT-2 small take about
+# 4 GB).
 #
 # The tokens are random ids in [0, VOCAB) written as a nanoGPT-style .bin
 # and imported with `dtrain data import tokens` (throughput does not depend
@@ -42,7 +44,7 @@ if [ -z "${DTRAIN:-}" ]; then
   done
 fi
 [ -n "${DTRAIN:-}" ] || { echo "gpu_gpt_vs_torch: no dtrain (set DTRAIN)" >&2; exit 1; }
-work=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
+work=$(mktemp -d -p "${DTRAIN_BENCH_TMP:-/dev/shm}" 2>/dev/null || mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # ---- data: enough random tokens for the long run and an evaluation ------------------

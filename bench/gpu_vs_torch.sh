@@ -14,7 +14,8 @@
 # dtrain on PATH), DTRAIN_DATA (default data/fashion-mnist.h5), PYTHON
 # (default python3, the one with torch and h5py), TARGET_S (seconds of timed
 # training per run and side, default 1.5), DATA_WORKERS (dtrain loader
-# threads, default 4).
+# threads, default 4), DTRAIN_BENCH_TMP (where the run folders go, default
+# /dev/shm; about 1.2 GB at most).
 #
 # dtrain's samples/s come from the summary record of metrics.jsonl (training
 # time, evaluation excluded). Each configuration runs twice, a short run and
@@ -44,7 +45,7 @@ fi
 [ -f "$DATA" ] || { echo "gpu_vs_torch: $DATA is missing (launch/setup.sh, or set DTRAIN_DATA)" >&2; exit 1; }
 # Run folders in memory where possible: every run ends with a checkpoint
 # and model.h5 (about 0.6 GB for the wide model), deleted once read.
-work=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
+work=$(mktemp -d -p "${DTRAIN_BENCH_TMP:-/dev/shm}" 2>/dev/null || mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # name hidden batch precision first-run-steps

@@ -38,7 +38,9 @@
 # MPI, and compile time out of a short GPU lease. Open MPI plugins for
 # network fabrics (UCX, libfabric, PSM, verbs) and OpenSHMEM are left out:
 # the check runs on one node over shared memory, and they would add their
-# libraries for nothing. The host glibc must be 2.36 or newer (libevent).
+# libraries for nothing. The host glibc must be 2.36 or newer (libevent):
+# the newest GLIBC_ symbol version the bundled files need goes into
+# MANIFEST, and check.sh stops at once, with one line, on an older glibc.
 #
 # Then, as root (it needs `unshare -m`), it proves the bundle does not lean
 # on this machine's copies: in a private mount namespace it hides every
@@ -174,6 +176,9 @@ cp -L data/fashion-mnist.h5 "$B/data/fashion-mnist.h5"
 elfs_all=("${elfs[@]}" "$B"/lib/*.so* "$B"/lib/fallback/*.so* "$B"/lib/cudnn/*.so*)
 glibc_min=$(for f in "${elfs_all[@]}"; do objdump -T "$f" 2>/dev/null; done |
   grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1 | sed 's/GLIBC_//')
+# check.sh's preflight compares this (MANIFEST's "glibc:" line) with the
+# GPU machine's glibc and stops at once where that is older.
+[ -n "$glibc_min" ] || die "could not read which glibc the bundle's programs need (objdump -T: binutils)"
 
 cat >"$B/env" <<'EOF'
 # Sourced by bash to run the dtrain GPU bundle this file sits in (made by
