@@ -53,6 +53,7 @@ struct dt_comm {
      * from (dt_comm_mpi_handle). */
     const void *mpi_handle;
     double timeout_s; /* dt_comm_set_timeout; 0 = none */
+    int abort_any_thread; /* dt_comm_abort_from_any_thread */
 };
 
 /* collectives/mpi/comm_mpi.c */
