@@ -52,7 +52,7 @@ struct dt_comm {
     /* Pointer to the MPI_Comm the backend runs on or was bootstrapped
      * from (dt_comm_mpi_handle). */
     const void *mpi_handle;
-    double timeout_s; /* dt_comm_set_timeout; 0 = none */
+    double timeout_s;     /* dt_comm_set_timeout; 0 = none */
     int abort_any_thread; /* dt_comm_abort_from_any_thread */
 };
 

@@ -44,11 +44,13 @@ struct mpi_comm {
     int broken;          /* a wait timed out: collectives are out of step */
 };
 
-/* A bounded wait yields the CPU for its first MPI_SPIN_S (a collective
- * usually completes within that), then naps MPI_POLL_SLEEP_NS between
- * tests. */
-#define MPI_SPIN_S 1e-3
-#define MPI_POLL_SLEEP_NS 100000L
+/* A bounded wait tests without pause (yielding the CPU) for its first
+ * MPI_SPIN_S, then naps MPI_POLL_SLEEP_NS between tests. MPI progresses a
+ * non-blocking collective only inside MPI calls, so the spin is what
+ * MPI_Waitall itself does, and it covers an ordinary collective and the
+ * usual imbalance between ranks; the naps spare the CPU in long waits. */
+#define MPI_SPIN_S 0.1
+#define MPI_POLL_SLEEP_NS 50000L
 
 /* One iallreduce: a request per piece, and what AVG needs at the end. */
 struct dt_comm_req {
@@ -273,9 +275,9 @@ static dt_status mpi_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
         snprintf(what, sizeof what, "MPI_Bcast of %zu bytes from root %d%s", n, root,
                  piece_note(note, sizeof note, off, n, bytes));
         if (c->timeout_s > 0)
-            st = bounded(c, MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world,
-                                       &req),
-                         &req, what);
+            st = bounded(
+                c, MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world, &req),
+                &req, what);
         else
             st = check_rc(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world),
                           c->rank, what);
