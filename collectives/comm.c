@@ -85,6 +85,8 @@ void dt_comm_abort(dt_comm_t *c, int exit_code)
 
 const void *dt_comm_mpi_handle(const dt_comm_t *c) { return c->mpi_handle; }
 
+int dt_comm_abort_from_any_thread(const dt_comm_t *c) { return c->abort_any_thread; }
+
 const char *dt_comm_backend(const dt_comm_t *c)
 {
     return c->ops->name;

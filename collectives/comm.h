@@ -9,6 +9,10 @@
  *
  * abort() is the non-blocking teardown after an error, so no peer is left
  * waiting in a collective; destroy() is the clean one.
+ * A wait can be bounded (dt_comm_set_timeout): a rank whose collective
+ * does not complete in time is the one that acts, so the first rank to see
+ * a stalled peer ends the job rather than every rank waiting out its own
+ * watchdog.
  */
 #ifndef DT_COMM_H
 #define DT_COMM_H
@@ -33,8 +37,15 @@ enum dt_comm_op { DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN };
 dt_status dt_comm_create(const char *backend, dt_comm_t **out);
 void dt_comm_destroy(dt_comm_t *c);
 /* Tears the whole job down without waiting for peers (MPI_Abort for mpi),
- * exiting with `exit_code`. Does not return. */
+ * exiting with `exit_code`. Does not return. Call it from the thread that
+ * uses the communicator, unless dt_comm_abort_from_any_thread says
+ * otherwise. */
 void dt_comm_abort(dt_comm_t *c, int exit_code) __attribute__((noreturn));
+/* 1 when another thread (a watchdog) may call dt_comm_abort while the
+ * owning thread is inside the library: mpi when MPI was initialised with
+ * MPI_THREAD_MULTIPLE (dtrain asks for MPI_THREAD_FUNNELED, so normally
+ * 0); nccl never. */
+int dt_comm_abort_from_any_thread(const dt_comm_t *c);
 
 const char *dt_comm_backend(const dt_comm_t *c);
 int dt_comm_rank(const dt_comm_t *c);
@@ -83,9 +94,18 @@ void dt_comm_library_version(const char *backend, char *buf, size_t len);
 dt_status dt_comm_bind_stream(dt_comm_t *c, void *stream);
 /* 1 when the backend's buffers are device memory (nccl), 0 for host (mpi). */
 int dt_comm_device_buffers(const dt_comm_t *c);
-/* Longest a blocking wait may take before the communicator is aborted and
- * the call fails with DT_ERR_TIMEOUT (seconds; 0 = no limit). Backends
- * that cannot interrupt a collective (mpi) leave that to the watchdog. */
+/* Longest one wait for a collective may take (seconds; 0 = no limit, the
+ * default). Past it the call fails with DT_ERR_TIMEOUT naming the
+ * collective, the limit and the rank, and the communicator is given up:
+ * nccl aborts its NCCL communicator, mpi (whose collectives cannot be
+ * cancelled) marks itself broken so that every later call fails at once
+ * with DT_ERR_TIMEOUT. Either way the caller should end the job with
+ * dt_comm_abort, which makes the other ranks hear of it at once instead of
+ * at their own limits. With a limit set the mpi backend runs even its
+ * blocking collectives as non-blocking ones that it polls against the
+ * limit. Training sets runtime.timeout_s here for the training loop; the
+ * watchdog (runtime/watchdog.h) waits longer, as a backstop for hangs
+ * outside a collective. */
 void dt_comm_set_timeout(dt_comm_t *c, double seconds);
 
 /* Host-buffer backends (mpi): non-blocking fp32 and bf16 sums of at least

@@ -52,7 +52,8 @@ struct dt_comm {
     /* Pointer to the MPI_Comm the backend runs on or was bootstrapped
      * from (dt_comm_mpi_handle). */
     const void *mpi_handle;
-    double timeout_s; /* dt_comm_set_timeout; 0 = none */
+    double timeout_s;     /* dt_comm_set_timeout; 0 = none */
+    int abort_any_thread; /* dt_comm_abort_from_any_thread */
     /* mpi: fp32/bf16 sums of at least this many bytes in iallreduce run
      * as dtrain's ring (comm_mpi.c); SIZE_MAX: never. Tests lower it. */
     size_t ring_min_bytes;

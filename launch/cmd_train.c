@@ -147,8 +147,11 @@ static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
         st = dt_train_run(job, comm, opts, &res);
     rc = dt_status_exit_code(st);
     if (st != DT_OK && res.comm_failed) {
-        /* the ranks are out of step: say why here and end the whole job */
-        fprintf(stderr, "dtrain: rank %d: %s\n", rank, dt_last_error());
+        /* the ranks are out of step: say why here and end the whole job at
+         * once (MPI_Abort from the main thread, which MPI_THREAD_FUNNELED
+         * allows); the other ranks are ended by the MPI runtime */
+        fprintf(stderr, "dtrain: rank %d: %s; ending the whole job (exit %d)\n", rank,
+                dt_last_error(), rc);
         dt_comm_abort(comm, rc);
     }
     if (st != DT_OK && rank == 0) /* agreed: every rank has the same message */

@@ -219,8 +219,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "rollbacks to the last checkpoint before the run stops as diverged",
         FROM_TO(0, DT_JOB_MAX_COUNT)),
     ROW("runtime.timeout_s", F, runtime.timeout_s, "600",
-        "watchdog: a step, collective or checkpoint taking longer ends the rank with exit 75 "
-        "(restartable); 0 = off", AT_LEAST(0)),
+        "longest wait of one collective in the training loop; past it that rank gives up, "
+        "aborts the job (exit 75, restartable) and notes it in <output.dir>/hang.txt. A step "
+        "phase hung outside any collective is ended by the watchdog at this plus a grace of "
+        "max(10 s, 10%); 0 = off", AT_LEAST(0)),
     ROW("runtime.memory_limit", F, runtime.memory_limit, "0",
         "GiB of host memory one rank may use; a job estimated to need more is refused before it "
         "allocates (exit 64). 0 = the rank's share of the node's memory (or its cgroup limit)",

@@ -23,6 +23,7 @@
  */
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@
 #define STARVE_WINDOWS 3
 #define STARVE_DATA_SHARE 0.5
 #define TB_DIR "tensorboard"
+#define HANG_NOTE_PATH (DT_JOB_PATH + sizeof DT_WATCHDOG_NOTE + 1)
 
 /* Progress accumulated between two log points: loss, accuracy and rows
  * are global values, times are this rank's. */
@@ -286,7 +288,7 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
         if (st == DT_OK)
             st = dt_model_backward(r->model, b->rows, (float)(loss_scale / (double)b->global_rows),
                                    reduce && !r->stage_grads ? &hook : NULL);
-        if (st == DT_ERR_COMM) {
+        if (st == DT_ERR_COMM || st == DT_ERR_TIMEOUT) {
             *comm_st = st;
             st = DT_OK;
         }
@@ -599,7 +601,7 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     dt_status st = run_batch(r, step, w, end, v, &local);
     if (st != DT_OK) {
         *comm_failed = 1;
-        return st; /* communication failed: the caller aborts the job */
+        return dt_error_context(st, "step %lld", (long long)step + 1); /* the caller aborts */
     }
     if (*end && local == DT_OK)
         return DT_OK;
@@ -612,6 +614,8 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     dt_watchdog_phase(r->wd, "step agreement all-reduce", step);
     st = agree_outcome(r, local, v);
     w->comm_s += dt_now() - t0;
+    if (st == DT_ERR_TIMEOUT)
+        return dt_error_context(st, "step %lld: the step agreement", (long long)step + 1);
     if (st != DT_OK)
         return st;
     *stop = v[OUT_STOP] > 0;
@@ -661,6 +665,8 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
     double start = dt_now(), last_bar = 0, eval_s = 0;
     struct window w = {.t0 = dt_now()};
     r->seg_start = start;
+    /* the collectives of the loop give up first, the watchdog later */
+    dt_comm_set_timeout(r->comm, job->runtime.timeout_s);
     while (r->epoch < r->epochs && r->step < r->total_steps) {
         int64_t epoch = r->epoch, rollbacks = r->rollbacks;
         DT_CHECK(dt_loader_start_epoch(r->train_ld, epoch, r->batch));
@@ -706,6 +712,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
         }
     }
     dt_watchdog_idle(r->wd);
+    dt_comm_set_timeout(r->comm, 0);
     res->steps = r->step;
     res->samples = r->samples;
     res->seconds = dt_now() - start;
@@ -789,20 +796,50 @@ static void record_slurm(struct dt_metrics_rec *rec)
     dt_metrics_int(rec, "slurm_restart_count", n);
 }
 
+static void hang_note_path(const struct run *r, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", r->job->output.dir, DT_WATCHDOG_NOTE);
+}
+
+/* Rank 0: the note a rank of the previous run left when it gave up on a
+ * hang (watchdog.h), into this run's log; then removed, so it is told
+ * once. */
+static void show_hang_note(const struct run *r)
+{
+    char path[HANG_NOTE_PATH], line[4096];
+    hang_note_path(r, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0])
+            DT_LOG_WARN("train", "the previous run in %s ended on a hang (%s): %s",
+                        r->job->output.dir, DT_WATCHDOG_NOTE, line);
+    }
+    fclose(f);
+    if (unlink(path) != 0)
+        DT_LOG_WARN("train", "cannot remove %s: %s", path, strerror(errno));
+}
+
 static dt_status start(struct run *r)
 {
     dt_status st;
+    char note[HANG_NOTE_PATH];
+    hang_note_path(r, note, sizeof note);
     DT_CHECK(dt_dist_check_job(r->comm, r->job));
     DT_CHECK(dt_train_open_run_dir(r));
     DT_LOG_INFO("train", "run directory %s (job %s), %d rank%s", r->job->output.dir,
                 r->job->source[0] ? r->job->source : "defaults", r->world,
                 r->world == 1 ? "" : "s");
+    if (r->rank == 0)
+        show_hang_note(r);
     DT_CHECK(dt_train_open_data(r));
     DT_CHECK(dt_train_choose_backend(r));
     DT_CHECK(dt_train_build(r));
     DT_CHECK(dt_train_ckpt_resume(r));
     DT_CHECK(monitor_open(r));
-    DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, &r->wd));
+    DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, r->comm, note, &r->wd));
     r->last_ckpt_time = dt_now();
     struct dt_metrics_rec rec;
     dt_metrics_begin(&rec, "start");
@@ -1016,7 +1053,12 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct d
 out:
     /* every failure past start-up that is not a communication failure was
      * agreed by all ranks (see agree_outcome) */
-    res->comm_failed = res->comm_failed || st == DT_ERR_COMM;
+    res->comm_failed = res->comm_failed || st == DT_ERR_COMM || st == DT_ERR_TIMEOUT;
+    if (st == DT_ERR_TIMEOUT && res->comm_failed && r.ckpt_dir[0]) { /* this rank gave up first */
+        char note[HANG_NOTE_PATH];
+        hang_note_path(&r, note, sizeof note);
+        dt_watchdog_note(note, r.rank, dt_last_error());
+    }
     dt_watchdog_stop(r.wd);
     monitor_close(&r);
     dt_train_close(&r, st);
@@ -1045,7 +1087,7 @@ dt_status dt_eval_run(const struct dt_job *job, dt_comm_t *comm, const char *che
                           "(the run that wrote it diverged)",
                           checkpoint, nonfinite_name(res->test_loss));
 out:
-    res->comm_failed = st == DT_ERR_COMM;
+    res->comm_failed = st == DT_ERR_COMM || st == DT_ERR_TIMEOUT;
     dt_train_close(&r, st);
     return st;
 }

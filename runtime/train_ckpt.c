@@ -212,7 +212,8 @@ dt_status dt_train_ckpt_save(struct run *r, const char *why)
             DT_LOG_WARN("ckpt", "retention: %s", dt_last_error());
         return DT_OK;
     }
-    if (st == DT_ERR_COMM || strcmp(r->job->checkpoint.on_error, "continue") != 0)
+    if (st == DT_ERR_COMM || st == DT_ERR_TIMEOUT ||
+        strcmp(r->job->checkpoint.on_error, "continue") != 0)
         return dt_error_context(st, "checkpoint at step %lld", (long long)r->step);
     DT_LOG_WARN("ckpt", "step %lld: checkpoint not written, training continues "
                         "(checkpoint.on_error=continue): %s",

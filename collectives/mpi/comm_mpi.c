@@ -28,12 +28,24 @@
  * is the same run to run. The ring's messages go over a communicator of
  * their own, one tag per request, so buckets in flight together never
  * match each other's messages.
+ *
+ * With a timeout set (dt_comm_set_timeout), no wait is unbounded: the
+ * blocking collectives run as their non-blocking forms, and every wait
+ * polls MPI_Testall (yielding at first, then napping) until the requests
+ * are done or the limit has passed, as the nccl backend does. A wait that
+ * gives up fails with DT_ERR_TIMEOUT naming the collective, the limit and
+ * the rank; the communicator is then broken (MPI cannot cancel a
+ * collective): every later call fails at once with the same status, so the
+ * caller gets to abort() without waiting again. Without a timeout the
+ * blocking MPI calls are used as they are.
  */
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../runtime/core/bf16.h"
 #include "../../runtime/core/log.h"
@@ -55,10 +67,19 @@ struct mpi_comm {
     MPI_Comm world;      /* duplicate of MPI_COMM_WORLD, errors return */
     MPI_Comm ring;       /* another duplicate, for the ring's messages */
     MPI_Op bf16_sum;     /* SUM on bf16 bits (MPI has no bf16 type) */
+    int broken;          /* a wait timed out: collectives are out of step */
     unsigned ring_seq;   /* ring all-reduces started: the next tag */
     struct scratch *scratch; /* the ring's receive buffers, nscratch of them */
     int nscratch;
 };
+
+/* A bounded wait tests without pause (yielding the CPU) for its first
+ * MPI_SPIN_S, then naps MPI_POLL_SLEEP_NS between tests. MPI progresses a
+ * non-blocking collective only inside MPI calls, so the spin is what
+ * MPI_Waitall itself does, and it covers an ordinary collective and the
+ * usual imbalance between ranks; the naps spare the CPU in long waits. */
+#define MPI_SPIN_S 0.1
+#define MPI_POLL_SLEEP_NS 50000L
 
 /* One iallreduce: a request per piece, and what AVG needs at the end; or,
  * when ring is set, the ring's state (parts[0..1]: the step's receive and
@@ -193,21 +214,87 @@ static void scale_avg(void *buf, size_t count, enum dt_dtype t, int size)
     }
 }
 
+/* ---- bounded waits ---------------------------------------------------------- */
+
+/* DT_ERR_TIMEOUT for any call on a communicator whose earlier wait timed
+ * out. */
+static dt_status check_broken(dt_comm_t *c, const char *call)
+{
+    if (!impl(c)->broken) return DT_OK;
+    return dt_set_error(DT_ERR_TIMEOUT,
+                        "%s on rank %d: refused, an earlier collective on this communicator "
+                        "timed out and the ranks are out of step",
+                        call, c->rank);
+}
+
+static dt_status timeout_fail(dt_comm_t *c, const char *what, double limit_s)
+{
+    impl(c)->broken = 1;
+    return dt_set_error(DT_ERR_TIMEOUT,
+                        "%s did not complete within %g s on rank %d (runtime.timeout_s; a peer "
+                        "may have failed or stalled)",
+                        what, limit_s, c->rank);
+}
+
+/* Completes n requests: MPI_Waitall without a timeout, else MPI_Testall
+ * until done or past the limit. `what` names the collective for messages. */
+static dt_status wait_reqs(dt_comm_t *c, int n, MPI_Request *reqs, const char *what)
+{
+    double limit = c->timeout_s;
+    if (limit <= 0) {
+        int rc = MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+        return rc == MPI_SUCCESS ? DT_OK : mpi_fail(rc, c->rank, "MPI_Waitall on %s", what);
+    }
+    double t0 = dt_now();
+    for (;;) {
+        int flag = 0;
+        int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, c->rank, "MPI_Testall on %s", what);
+        if (flag) return DT_OK;
+        double waited = dt_now() - t0;
+        if (waited > limit) return timeout_fail(c, what, limit);
+        if (waited < MPI_SPIN_S) {
+            sched_yield();
+        } else {
+            struct timespec nap = {0, MPI_POLL_SLEEP_NS};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+/* A collective started as a non-blocking call (rc, *req), waited for
+ * within the timeout. */
+static dt_status bounded(dt_comm_t *c, int rc, MPI_Request *req, const char *what)
+{
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, c->rank, "%s", what);
+    return wait_reqs(c, 1, req, what);
+}
+
 /* ---- blocking collectives ----------------------------------------------- */
 
 static dt_status mpi_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                                enum dt_comm_op op)
 {
     size_t lim = piece_limit(c), esz = dt_dtype_size(t);
-    char note[96];
-    for (size_t off = 0; off < count; off += lim) {
+    char note[96], what[192];
+    dt_status st = check_broken(c, "MPI_Allreduce");
+    for (size_t off = 0; off < count && st == DT_OK; off += lim) {
         size_t n = count - off < lim ? count - off : lim;
-        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)n, mpi_dtype(t),
-                               mpi_op(impl(c), op, t), impl(c)->world);
-        if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, c->rank, "MPI_Allreduce of %zu %s%s", n, dtype_plural(t),
-                            piece_note(note, sizeof note, off, n, count));
+        void *p = (char *)buf + off * esz;
+        MPI_Request req = MPI_REQUEST_NULL;
+        snprintf(what, sizeof what, "MPI_Allreduce of %zu %s%s", n, dtype_plural(t),
+                 piece_note(note, sizeof note, off, n, count));
+        if (c->timeout_s > 0)
+            st = bounded(c,
+                         MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, mpi_dtype(t),
+                                        mpi_op(impl(c), op, t), impl(c)->world, &req),
+                         &req, what);
+        else
+            st = check_rc(MPI_Allreduce(MPI_IN_PLACE, p, (int)n, mpi_dtype(t),
+                                        mpi_op(impl(c), op, t), impl(c)->world),
+                          c->rank, what);
     }
+    if (st != DT_OK) return st;
     if (op == DT_COMM_AVG) scale_avg(buf, count, t, c->size);
     return DT_OK;
 }
@@ -215,15 +302,22 @@ static dt_status mpi_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dt
 static dt_status mpi_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
 {
     size_t lim = piece_limit(c);
-    char note[96];
-    for (size_t off = 0; off < bytes; off += lim) {
+    char note[96], what[192];
+    dt_status st = check_broken(c, "MPI_Bcast");
+    for (size_t off = 0; off < bytes && st == DT_OK; off += lim) {
         size_t n = bytes - off < lim ? bytes - off : lim;
-        int rc = MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world);
-        if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, c->rank, "MPI_Bcast of %zu bytes from root %d%s", n, root,
-                            piece_note(note, sizeof note, off, n, bytes));
+        MPI_Request req = MPI_REQUEST_NULL;
+        snprintf(what, sizeof what, "MPI_Bcast of %zu bytes from root %d%s", n, root,
+                 piece_note(note, sizeof note, off, n, bytes));
+        if (c->timeout_s > 0)
+            st = bounded(
+                c, MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world, &req),
+                &req, what);
+        else
+            st = check_rc(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, impl(c)->world),
+                          c->rank, what);
     }
-    return DT_OK;
+    return st;
 }
 
 /* Bytes [off, off+n) of every rank's block: received through a datatype of
@@ -239,10 +333,20 @@ static dt_status allgather_piece(dt_comm_t *c, const char *send, char *recv, siz
     if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&strided);
     dt_status st = check_rc(rc, c->rank, "creating the datatype for a split MPI_Allgather");
     if (st != DT_OK) goto out;
-    rc = MPI_Allgather(send + off, (int)n, MPI_BYTE, recv + off, 1, strided, impl(c)->world);
-    if (rc != MPI_SUCCESS)
-        st = mpi_fail(rc, c->rank, "MPI_Allgather of %zu bytes per rank%s", n,
-                      piece_note(note, sizeof note, off, n, bytes));
+    char what[192];
+    snprintf(what, sizeof what, "MPI_Allgather of %zu bytes per rank%s", n,
+             piece_note(note, sizeof note, off, n, bytes));
+    if (c->timeout_s > 0) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        st = bounded(c,
+                     MPI_Iallgather(send + off, (int)n, MPI_BYTE, recv + off, 1, strided,
+                                    impl(c)->world, &req),
+                     &req, what);
+    } else {
+        st = check_rc(
+            MPI_Allgather(send + off, (int)n, MPI_BYTE, recv + off, 1, strided, impl(c)->world),
+            c->rank, what);
+    }
 out:
     if (strided != MPI_DATATYPE_NULL) MPI_Type_free(&strided);
     if (piece != MPI_DATATYPE_NULL) MPI_Type_free(&piece);
@@ -253,18 +357,27 @@ static dt_status mpi_allgather(dt_comm_t *c, const void *send, void *recv, size_
 {
     size_t lim = piece_limit(c);
     if (bytes == 0) return DT_OK;
+    dt_status st = check_broken(c, "MPI_Allgather");
+    if (st != DT_OK) return st;
     if (bytes > lim) {
-        dt_status st = DT_OK;
         for (size_t off = 0; off < bytes && st == DT_OK; off += lim)
             st = allgather_piece(c, send, recv, bytes, off, bytes - off < lim ? bytes - off : lim);
         return st;
     }
     /* MPI forbids overlapping send and recv unless it is told so. */
     const void *s = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
-    int rc = MPI_Allgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, impl(c)->world);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(rc, c->rank, "MPI_Allgather of %zu bytes per rank", bytes);
-    return DT_OK;
+    char what[96];
+    snprintf(what, sizeof what, "MPI_Allgather of %zu bytes per rank", bytes);
+    if (c->timeout_s > 0) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        return bounded(c,
+                       MPI_Iallgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                                      impl(c)->world, &req),
+                       &req, what);
+    }
+    return check_rc(
+        MPI_Allgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, impl(c)->world),
+        c->rank, what);
 }
 
 static dt_status mpi_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
@@ -272,23 +385,41 @@ static dt_status mpi_reduce_scatter(dt_comm_t *c, const void *send, void *recv, 
 {
     size_t lim = piece_limit(c);
     if (count == 0) return DT_OK;
+    dt_status st = check_broken(c, "MPI_Reduce_scatter_block");
+    if (st != DT_OK) return st;
     if (count > lim)
         return dt_set_error(DT_ERR_UNSUPPORTED,
                             "dt_comm_reduce_scatter: %zu %s per rank is more than one MPI call "
                             "takes (%zu); split the call into smaller ones",
                             count, dtype_plural(t), lim);
-    int rc =
-        MPI_Reduce_scatter_block(send, recv, (int)count, mpi_dtype(t), mpi_op(impl(c), op, t),
-                                 impl(c)->world);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(rc, c->rank, "MPI_Reduce_scatter_block of %zu %s per rank", count,
-                        dtype_plural(t));
+    char what[128];
+    snprintf(what, sizeof what, "MPI_Reduce_scatter_block of %zu %s per rank", count,
+             dtype_plural(t));
+    MPI_Op mop = mpi_op(impl(c), op, t);
+    if (c->timeout_s > 0) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        st = bounded(c,
+                     MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_dtype(t), mop,
+                                               impl(c)->world, &req),
+                     &req, what);
+    } else {
+        st = check_rc(MPI_Reduce_scatter_block(send, recv, (int)count, mpi_dtype(t), mop,
+                                               impl(c)->world),
+                      c->rank, what);
+    }
+    if (st != DT_OK) return st;
     if (op == DT_COMM_AVG) scale_avg(recv, count, t, c->size);
     return DT_OK;
 }
 
 static dt_status mpi_barrier(dt_comm_t *c)
 {
+    dt_status st = check_broken(c, "MPI_Barrier");
+    if (st != DT_OK) return st;
+    if (c->timeout_s > 0) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        return bounded(c, MPI_Ibarrier(impl(c)->world, &req), &req, "MPI_Barrier");
+    }
     return check_rc(MPI_Barrier(impl(c)->world), c->rank, "MPI_Barrier");
 }
 
@@ -421,16 +552,20 @@ static dt_status ring_advance(dt_comm_t *c, dt_comm_req_t *r, int block, int *do
             if (st != DT_OK)
                 return st;
         }
-        int flag = 1, rc;
-        if (block)
-            rc = MPI_Waitall(2, r->parts, MPI_STATUSES_IGNORE);
-        else
-            rc = MPI_Testall(2, r->parts, &flag, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, c->rank, "waiting for step %d of a ring all-reduce of %zu %s",
-                            r->step + 1, r->count, dtype_plural(r->dtype));
-        if (!flag)
-            return DT_OK;
+        char what[128];
+        snprintf(what, sizeof what, "step %d of %d of a ring all-reduce of %zu %s", r->step + 1,
+                 steps, r->count, dtype_plural(r->dtype));
+        if (block) {
+            dt_status st = wait_reqs(c, 2, r->parts, what);
+            if (st != DT_OK)
+                return st;
+        } else {
+            int flag = 0, rc = MPI_Testall(2, r->parts, &flag, MPI_STATUSES_IGNORE);
+            if (rc != MPI_SUCCESS)
+                return mpi_fail(rc, c->rank, "MPI_Testall on %s", what);
+            if (!flag)
+                return DT_OK;
+        }
         r->posted = 0;
         if (r->step < p - 1) {
             int sc, rcv;
@@ -483,7 +618,8 @@ static dt_status mpi_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_d
     dt_comm_req_t *r = NULL;
     int started = 0;
     char note[96];
-    dt_status st = DT_OK;
+    dt_status st = check_broken(c, "MPI_Iallreduce");
+    if (st != DT_OK) return st;
     if (c->size > 1 && (t == DT_F32 || t == DT_BF16) && (op == DT_COMM_SUM || op == DT_COMM_AVG) &&
         count <= lim && count * esz >= c->ring_min_bytes)
         return ring_start(c, buf, count, t, op, out);
@@ -543,9 +679,18 @@ static dt_status ring_finish(dt_comm_t *c, dt_comm_req_t *r, int block, int *don
     return st;
 }
 
+/* A request on a broken communicator is dropped without waiting: its
+ * collective will not complete, and the job is about to be aborted. */
+static dt_status req_drop(dt_comm_t *c, dt_comm_req_t *r, const char *call)
+{
+    req_free(r);
+    return check_broken(c, call);
+}
+
 static dt_status mpi_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 {
     DT_ASSERT(r->owner == impl(c));
+    if (impl(c)->broken) return req_drop(c, r, "MPI_Testall");
     if (r->ring)
         return ring_finish(c, r, 0, done);
     int flag = 0;
@@ -561,12 +706,18 @@ static dt_status mpi_test(dt_comm_t *c, dt_comm_req_t *r, int *done)
 static dt_status mpi_wait(dt_comm_t *c, dt_comm_req_t *r)
 {
     DT_ASSERT(r->owner == impl(c));
+    if (impl(c)->broken) return req_drop(c, r, "MPI_Waitall");
     if (r->ring) {
         int done = 0;
         return ring_finish(c, r, 1, &done);
     }
-    int rc = MPI_Waitall(r->nparts, r->parts, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return req_fail(c, r, rc, "MPI_Waitall");
+    char what[128];
+    snprintf(what, sizeof what, "an MPI_Iallreduce of %zu %s", r->count, dtype_plural(r->dtype));
+    dt_status st = wait_reqs(c, r->nparts, r->parts, what);
+    if (st != DT_OK) {
+        req_free(r);
+        return st;
+    }
     req_done(c, r);
     return DT_OK;
 }
@@ -590,12 +741,16 @@ static void free_comm(struct mpi_comm *m)
 {
     if (dt_mpi_usable() && m->bf16_sum != MPI_OP_NULL)
         MPI_Op_free(&m->bf16_sum);
-    if (dt_mpi_usable() && m->ring != MPI_COMM_NULL && MPI_Comm_free(&m->ring) != MPI_SUCCESS)
+    /* after a timeout a collective is still pending on the duplicates:
+     * freeing them could wait for it */
+    if (dt_mpi_usable() && m->ring != MPI_COMM_NULL && !m->broken &&
+        MPI_Comm_free(&m->ring) != MPI_SUCCESS)
         DT_LOG_WARN("comm", "MPI_Comm_free of the ring's duplicate failed");
     for (int i = 0; i < m->nscratch; i++)
         free(m->scratch[i].p);
     free(m->scratch);
-    if (dt_mpi_usable() && m->world != MPI_COMM_NULL && MPI_Comm_free(&m->world) != MPI_SUCCESS)
+    if (dt_mpi_usable() && m->world != MPI_COMM_NULL && !m->broken &&
+        MPI_Comm_free(&m->world) != MPI_SUCCESS)
         DT_LOG_WARN("comm", "MPI_Comm_free of the world duplicate failed");
     free(m);
 }
@@ -682,6 +837,9 @@ dt_status dt_mpi_comm_create(dt_comm_t **out)
     m->base.ring_min_bytes = DT_COMM_RING_MIN_BYTES;
     m->base.mpi_handle = &m->world;
     DT_CHECK(dt_mpi_bootstrap(&m->base, &m->world));
+    int level = MPI_THREAD_SINGLE;
+    m->base.abort_any_thread = MPI_Query_thread(&level) == MPI_SUCCESS &&
+                               level == MPI_THREAD_MULTIPLE;
     if (MPI_Op_create(bf16_sum, 1, &m->bf16_sum) != MPI_SUCCESS) {
         m->bf16_sum = MPI_OP_NULL;
         st = dt_set_error(DT_ERR_COMM, "MPI_Op_create of the bf16 sum failed");

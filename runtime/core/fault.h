@@ -12,7 +12,8 @@
  *   kill:STEP      the rank kills itself (SIGKILL) in the middle of step STEP
  *   ckptkill:STEP  the rank kills itself in the middle of writing the
  *                  checkpoint of step STEP (after the temporary file exists)
- *   hang:STEP      the rank stops responding in step STEP (watchdog test)
+ *   hang:STEP      the rank stops responding in step STEP (its peers' collective
+ *                  timeout ends the job; when every rank hangs, the watchdog)
  *   nan:STEP       the rank's loss is NaN at step STEP
  *   overflow:STEP  the rank's gradients overflow to infinity at step STEP
  *                  (every step when STEP is left out), as fp16 ones can

@@ -11,7 +11,11 @@
  * collective, so one failing rank cannot leave the others waiting. Only
  * rank 0 prints CUnit's report; other ranks print their own failures, and
  * the failure count is summed over ranks so every rank exits non-zero if
- * any failed.
+ * any failed. The collective tests run twice: as they are, and in the
+ * suite "mpi_comm_bounded" with a timeout set (dt_comm_set_timeout), which
+ * makes the communicator run its blocking collectives as non-blocking ones
+ * polled against the limit; a last test makes rank 0 give up on ranks
+ * that come late.
  */
 #include <math.h>
 #include <mpi.h>
@@ -748,6 +752,99 @@ static void test_ring_sizes(void)
     }
 }
 
+/* ---- bounded waits ------------------------------------------------------------- */
+
+#define BOUNDED_LIMIT_S 60.0 /* the bounded suite's limit: never reached */
+#define SHORT_LIMIT_S 0.2    /* rank 0's limit in the late-peer test */
+#define LATE_S 1.0           /* how late the other ranks come */
+
+static int bounded_begin(void)
+{
+    dt_comm_set_timeout(comm, BOUNDED_LIMIT_S);
+    return 0;
+}
+
+static int bounded_end(void)
+{
+    dt_comm_set_timeout(comm, 0);
+    return 0;
+}
+
+/* The ring with a timeout set: its waits are bounded too. */
+static int ring_bounded_begin(void)
+{
+    ring_on();
+    return bounded_begin();
+}
+
+static int ring_bounded_end(void)
+{
+    ring_off();
+    return bounded_end();
+}
+
+/* Rank 0 waits SHORT_LIMIT_S for an allreduce the others join LATE_S
+ * later: its wait gives up with DT_ERR_TIMEOUT naming the collective, the
+ * limit and the rank, and its communicator refuses every later call at
+ * once. The late ranks still complete the collective (rank 0's MPI goes on
+ * progressing it), so the test ends cleanly on every rank. */
+static void test_timeout_gives_up(void)
+{
+    static int32_t early = 1; /* rank 0's buffer outlives the test: MPI still owns it */
+    int32_t late = 1;
+    dt_comm_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_comm_create("mpi", &c), DT_OK);
+    if (rank == 0) {
+        dt_comm_set_timeout(c, SHORT_LIMIT_S);
+        CU_ASSERT_EQUAL(dt_comm_allreduce(c, &early, 1, DT_I32, DT_COMM_SUM), DT_ERR_TIMEOUT);
+        const char *msg = dt_last_error();
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "MPI_Allreduce of 1 "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "did not complete within 0.2 s on rank 0"));
+        if (!strstr(msg, "did not complete within 0.2 s on rank 0"))
+            fprintf(stderr, "rank 0: %s\n", msg);
+        dt_comm_req_t *req = NULL;
+        CU_ASSERT_EQUAL(dt_comm_barrier(c), DT_ERR_TIMEOUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "MPI_Barrier on rank 0: refused"));
+        CU_ASSERT_EQUAL(dt_comm_iallreduce(c, &late, 1, DT_I32, DT_COMM_SUM, &req),
+                        DT_ERR_TIMEOUT);
+    } else {
+        struct timespec nap = {(time_t)LATE_S, (long)((LATE_S - (time_t)LATE_S) * 1e9)};
+        nanosleep(&nap, NULL);
+        dt_comm_set_timeout(c, BOUNDED_LIMIT_S);
+        CU_ASSERT_EQUAL(dt_comm_allreduce(c, &late, 1, DT_I32, DT_COMM_SUM), DT_OK);
+        CU_ASSERT_EQUAL(late, size);
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* rank 0 progresses its pending allreduce meanwhile */
+    dt_comm_destroy(c);
+}
+
+/* The ring's waits are bounded: rank 0 waits for a ring all-reduce the
+ * other ranks never join, gives up with DT_ERR_TIMEOUT naming the ring's
+ * step, and its communicator refuses the next one. */
+static void test_ring_timeout_gives_up(void)
+{
+    enum { N = 4096 };
+    static float early[N]; /* rank 0's buffer outlives the test: MPI still owns it */
+    dt_comm_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_comm_create("mpi", &c), DT_OK);
+    if (rank == 0) {
+        dt_comm_set_ring_min_bytes(c, 0);
+        dt_comm_set_timeout(c, SHORT_LIMIT_S);
+        dt_comm_req_t *req = NULL;
+        CU_ASSERT_EQUAL_FATAL(dt_comm_iallreduce(c, early, N, DT_F32, DT_COMM_SUM, &req), DT_OK);
+        CU_ASSERT_EQUAL(dt_comm_wait(c, req), DT_ERR_TIMEOUT);
+        const char *msg = dt_last_error();
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "step 1 of "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "ring all-reduce of 4096 floats"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "did not complete within 0.2 s on rank 0"));
+        if (!strstr(msg, "ring all-reduce"))
+            fprintf(stderr, "rank 0: %s\n", msg);
+        CU_ASSERT_EQUAL(dt_comm_iallreduce(c, early, N, DT_F32, DT_COMM_SUM, &req), DT_ERR_TIMEOUT);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dt_comm_destroy(c);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static void add_suites(void)
@@ -779,6 +876,30 @@ static void add_suites(void)
     CU_ADD(ring, test_reducer_deterministic);
     CU_ADD(ring, test_reducer_restart);
     CU_ADD(ring, test_reducer_bf16_wire);
+
+    CU_pSuite b = CU_add_suite("mpi_comm_bounded", bounded_begin, bounded_end);
+    CU_ADD(b, test_allreduce_types);
+    CU_ADD(b, test_allreduce_bf16_rounds);
+    CU_ADD(b, test_iallreduce_test_loop);
+    CU_ADD(b, test_many_in_flight);
+    CU_ADD(b, test_broadcast);
+    CU_ADD(b, test_allgather);
+    CU_ADD(b, test_reduce_scatter);
+    CU_ADD(b, test_barrier);
+    CU_ADD(b, test_pieces);
+    CU_ADD(b, test_reducer_matches_allreduce);
+    CU_ADD(b, test_reducer_deterministic);
+    CU_ADD(b, test_reducer_bf16_wire);
+    CU_ADD(b, test_timeout_gives_up);
+
+    CU_pSuite rb = CU_add_suite("mpi_comm_ring_bounded", ring_bounded_begin, ring_bounded_end);
+    CU_ADD(rb, test_iallreduce_test_loop);
+    CU_ADD(rb, test_many_in_flight);
+    CU_ADD(rb, test_ring_sizes);
+    CU_ADD(rb, test_reducer_matches_allreduce);
+    CU_ADD(rb, test_reducer_deterministic);
+    CU_ADD(rb, test_reducer_bf16_wire);
+    CU_ADD(rb, test_ring_timeout_gives_up);
 }
 
 int main(int argc, char **argv)

@@ -228,11 +228,23 @@ static void test_mpi_streams_and_timeout(void)
     CU_ASSERT_EQUAL(comm->timeout_s, 0.0);
     dt_comm_set_timeout(comm, INFINITY); /* no limit */
     CU_ASSERT_EQUAL(comm->timeout_s, 0.0);
-    /* the timeout changes nothing for mpi collectives */
-    dt_comm_set_timeout(comm, 1e-9);
-    float f[3] = {1, 2, 3};
+    /* with a limit, every collective runs as a bounded non-blocking one */
+    dt_comm_set_timeout(comm, 60);
+    float f[3] = {1, 2, 3}, g[3] = {0};
+    unsigned char b[4] = {1, 2, 3, 4};
+    dt_comm_req_t *req = NULL;
     CU_ASSERT_EQUAL(dt_comm_allreduce(comm, f, 3, DT_F32, DT_COMM_SUM), DT_OK);
     CU_ASSERT_EQUAL(f[2], 3.0f);
+    CU_ASSERT_EQUAL(dt_comm_broadcast(comm, b, sizeof b, 0), DT_OK);
+    CU_ASSERT_EQUAL(b[3], 4);
+    CU_ASSERT_EQUAL(dt_comm_allgather(comm, f, g, sizeof f), DT_OK);
+    CU_ASSERT_EQUAL(g[1], 2.0f);
+    CU_ASSERT_EQUAL(dt_comm_reduce_scatter(comm, f, g, 3, DT_F32, DT_COMM_SUM), DT_OK);
+    CU_ASSERT_EQUAL(g[2], 3.0f);
+    CU_ASSERT_EQUAL(dt_comm_barrier(comm), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_iallreduce(comm, f, 3, DT_F32, DT_COMM_AVG, &req), DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_wait(comm, req), DT_OK);
+    CU_ASSERT_EQUAL(f[0], 1.0f);
     dt_comm_set_timeout(comm, 0);
 }
 
