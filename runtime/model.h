@@ -44,7 +44,7 @@ typedef struct dt_model dt_model_t;
 /* One parameter (or buffer) tensor: a named slice of the flat buffers. */
 struct dt_param_info {
     char name[64];   /* e.g. "fc1.weight", "stage1.block1.bn1.running_mean" */
-    size_t offset;   /* in floats, into the flat buffers; a multiple of DT_MODEL_ALIGN_BYTES / 4 */
+    size_t offset;   /* in floats, into the flat buffers; DT_MODEL_ALIGN_BYTES aligned */
     size_t numel;
     struct dt_shape shape;
     int64_t fan_in, fan_out;
