@@ -1030,7 +1030,6 @@ dt_status dt_model_zero_grads(dt_model_t *m)
 }
 
 size_t dt_model_num_params(const dt_model_t *m) { return m->total; }
-
 size_t dt_model_param_numel(const dt_model_t *m) { return m->param_numel; }
 int64_t dt_model_max_rows(const dt_model_t *m) { return m->max_rows; }
 int64_t dt_model_input_numel(const dt_model_t *m) { return m->in_numel; }

@@ -15,9 +15,9 @@
  * the padding between tensors is zero in every flat buffer and stays zero
  * (no layer reads or writes it, its gradient is zero). Checkpoints and
  * model files hold each tensor by name, so they do not depend on the
- * layout. Activations, gradients of activations and
- * scratch come from one arena sized at creation for `max_rows` rows;
- * forward and backward never allocate. A model is used by one thread.
+ * layout. Activations, gradients of activations and scratch come from one
+ * arena sized at creation for `max_rows` rows; forward and backward never
+ * allocate. A model is used by one thread.
  */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
