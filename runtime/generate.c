@@ -137,7 +137,8 @@ static dt_status set_from_model_file(struct run *r, const struct dt_named_tensor
     int count = dt_model_param_count(r->model) + dt_model_buffer_count(r->model);
     float *host = NULL;
     dt_status st;
-    DT_CHECK(dt_malloc((np + dt_model_num_buffer_elems(r->model) + 1) * sizeof(float),
+    /* zeroed: the padding between tensors */
+    DT_CHECK(dt_calloc(np + dt_model_num_buffer_elems(r->model) + 1, sizeof(float),
                        "the model file's tensors", (void **)&host));
     for (int i = 0; i < count; i++) {
         int is_param = i < dt_model_param_count(r->model);

@@ -34,6 +34,7 @@
 
 #define MAX_INPUTS 8
 #define ALIGN 16 /* floats: every arena region starts on 64 bytes */
+#define PARAM_ALIGN (DT_MODEL_ALIGN_BYTES / sizeof(float)) /* floats */
 
 struct node {
     struct dt_layer l;
@@ -74,7 +75,8 @@ struct dt_model {
     struct block *blocks;
     int nparams, nbuffers;
     struct dt_param_info *params, *buffers;
-    size_t total, buf_total;
+    size_t total, buf_total; /* floats per flat buffer, padding included */
+    size_t param_numel;      /* the parameter tensors' elements alone */
     float *param_buf, *grad_buf, *buf_buf;
     /* arena plan (floats) */
     size_t arena_floats, arena_full;
@@ -98,6 +100,8 @@ struct dt_model {
 };
 
 static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static size_t param_up(size_t n) { return (n + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN; }
 
 static size_t numel(const struct dt_shape *s) { return (size_t)dt_shape_numel(s); }
 
@@ -480,26 +484,32 @@ static dt_status plan_recompute(dt_model_t *m, const char *want)
 }
 
 /* Offsets in reverse node order: backward finishes the last node first.
+ * Each tensor starts on a multiple of PARAM_ALIGN floats; the buffer ends
+ * where its last tensor ends, so the padding lies only between tensors.
  * (Each tensor has at most 2^40 elements and there are at most
- * DT_MODEL_MAX_PARAMS of them, so the sum fits.) */
+ * DT_MODEL_MAX_PARAMS of them, so the sum with padding fits.) */
 static void layout_params(dt_model_t *m)
 {
-    size_t off = 0, boff = 0;
+    size_t off = 0, boff = 0, count = 0;
     for (int i = m->nnodes - 1; i >= 0; i--) {
         const struct node *n = &m->nodes[i];
         for (int k = 0; k < n->l.nparams; k++) {
             if (!n->owns[k])
                 continue; /* laid out with its owner, whose backward comes last */
+            off = param_up(off);
             m->params[n->pidx[k]].offset = off;
             off += m->params[n->pidx[k]].numel;
+            count += m->params[n->pidx[k]].numel;
         }
         for (int k = 0; k < n->l.nbuffers; k++) {
+            boff = param_up(boff);
             m->buffers[n->bidx[k]].offset = boff;
             boff += m->buffers[n->bidx[k]].numel;
         }
     }
     m->total = off;
     m->buf_total = boff;
+    m->param_numel = count;
 }
 
 /* Gradient slots, sized per row: see the file comment. */
@@ -823,13 +833,15 @@ dt_status dt_model_init_params(dt_model_t *m, uint64_t seed)
 {
     float *host = NULL;
     size_t n = m->total > m->buf_total ? m->total : m->buf_total;
-    dt_status st = dt_malloc((n ? n : 1) * sizeof(float), "initial parameters", (void **)&host);
+    /* zeroed: the padding between tensors */
+    dt_status st = dt_calloc(n ? n : 1, sizeof(float), "initial parameters", (void **)&host);
     if (st != DT_OK)
         return st;
     double gain = activation_gain(m->activation);
     for (int i = 0; i < m->nparams; i++)
         fill_init(&m->params[i], host + m->params[i].offset, m->init, gain, seed, (uint32_t)i);
     st = dt_model_set_params(m, host);
+    memset(host, 0, (n ? n : 1) * sizeof(float));
     for (int i = 0; i < m->nbuffers && st == DT_OK; i++)
         fill_init(&m->buffers[i], host + m->buffers[i].offset, m->init, gain, seed, 0);
     if (st == DT_OK)
@@ -1018,6 +1030,7 @@ dt_status dt_model_zero_grads(dt_model_t *m)
 }
 
 size_t dt_model_num_params(const dt_model_t *m) { return m->total; }
+size_t dt_model_param_numel(const dt_model_t *m) { return m->param_numel; }
 int64_t dt_model_max_rows(const dt_model_t *m) { return m->max_rows; }
 int64_t dt_model_input_numel(const dt_model_t *m) { return m->in_numel; }
 int64_t dt_model_labels_per_row(const dt_model_t *m) { return m->labels_per_row; }
@@ -1073,8 +1086,30 @@ dt_status dt_model_get_params(dt_model_t *m, float *host)
     return dt_backend_copy(m->be, host, m->param_buf, m->total * sizeof(float), DT_COPY_D2H);
 }
 
+/* The padding after each tensor (up to the next aligned offset, which is
+ * where the next tensor starts) must be zero in a host copy that is set:
+ * a value there would stay in the flat buffers for good. */
+static dt_status check_padding(const struct dt_param_info *t, int count, size_t total,
+                               const float *host, const char *what)
+{
+    for (int i = 0; i < count; i++) {
+        size_t end = t[i].offset + t[i].numel, stop = param_up(end);
+        for (size_t e = end; e < stop && e < total; e++)
+            if (host[e] != 0.0f)
+                return dt_set_error(DT_ERR_INVALID_ARG,
+                                    "model: setting the %s: float %zu, padding after tensor %s, "
+                                    "holds %g; the padding between tensors must be zero (fill a "
+                                    "zeroed host copy at the tensors' offsets)",
+                                    what, e, t[i].name, (double)host[e]);
+    }
+    return DT_OK;
+}
+
 dt_status dt_model_set_params(dt_model_t *m, const float *host)
 {
+    dt_status st = check_padding(m->params, m->nparams, m->total, host, "parameters");
+    if (st != DT_OK)
+        return st;
     return dt_backend_copy(m->be, m->param_buf, host, m->total * sizeof(float), DT_COPY_H2D);
 }
 
@@ -1090,5 +1125,8 @@ dt_status dt_model_get_buffers(dt_model_t *m, float *host)
 
 dt_status dt_model_set_buffers(dt_model_t *m, const float *host)
 {
+    dt_status st = check_padding(m->buffers, m->nbuffers, m->buf_total, host, "buffers");
+    if (st != DT_OK)
+        return st;
     return dt_backend_copy(m->be, m->buf_buf, host, m->buf_total * sizeof(float), DT_COPY_H2D);
 }

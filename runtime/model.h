@@ -9,9 +9,15 @@
  * in another of the same layout, laid out in the order backward finishes
  * them (last node first) so a later gradient bucket is a contiguous slice.
  * Buffers (state that is not trained, such as batch norm's running
- * statistics) live in a third. Activations, gradients of activations and
- * scratch come from one arena sized at creation for `max_rows` rows;
- * forward and backward never allocate. A model is used by one thread.
+ * statistics) live in a third. Each tensor starts at a multiple of
+ * DT_MODEL_ALIGN_BYTES from its buffer's base (which the backends align at
+ * least as much), so GEMM and convolution libraries get aligned operands;
+ * the padding between tensors is zero in every flat buffer and stays zero
+ * (no layer reads or writes it, its gradient is zero). Checkpoints and
+ * model files hold each tensor by name, so they do not depend on the
+ * layout. Activations, gradients of activations and scratch come from one
+ * arena sized at creation for `max_rows` rows; forward and backward never
+ * allocate. A model is used by one thread.
  */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
@@ -28,13 +34,17 @@
 
 #define DT_MODEL_MAX_LAYERS 512
 #define DT_MODEL_MAX_PARAMS 1024
+/* Where each parameter and buffer tensor starts in its flat buffer: a
+ * multiple of this many bytes (cuBLAS, cuDNN and Hopper's tensor-memory
+ * copies prefer 256-byte aligned operands). */
+#define DT_MODEL_ALIGN_BYTES 256
 
 typedef struct dt_model dt_model_t;
 
 /* One parameter (or buffer) tensor: a named slice of the flat buffers. */
 struct dt_param_info {
     char name[64];   /* e.g. "fc1.weight", "stage1.block1.bn1.running_mean" */
-    size_t offset;   /* in floats, into the flat buffers */
+    size_t offset;   /* in floats, into the flat buffers; DT_MODEL_ALIGN_BYTES aligned */
     size_t numel;
     struct dt_shape shape;
     int64_t fan_in, fan_out;
@@ -58,7 +68,7 @@ dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io
  * shapes and sizes (DT_ERR_USAGE naming the key, DT_ERR_BAD_DATA for a
  * sample too large for a layer). */
 struct dt_model_size {
-    size_t params;
+    size_t params; /* floats per flat buffer, padding included (dt_model_num_params) */
     uint64_t arena_bytes;
     /* the arena without model.recompute (equal when nothing is recomputed) */
     uint64_t arena_bytes_full;
@@ -109,7 +119,12 @@ dt_status dt_model_zero_grads(dt_model_t *m);
  * that layer's output values. */
 dt_status dt_model_get_output(dt_model_t *m, float *host);
 
-size_t dt_model_num_params(const dt_model_t *m);   /* elements */
+/* Floats in each flat buffer (parameters, gradients, each optimizer
+ * state): the parameters and the alignment padding between them. What
+ * host copies, optimizer state and the gradient reducer are sized by. */
+size_t dt_model_num_params(const dt_model_t *m);
+/* Parameters as a user counts them: the tensors' elements, no padding. */
+size_t dt_model_param_numel(const dt_model_t *m);
 int64_t dt_model_max_rows(const dt_model_t *m);    /* rows one forward takes */
 int64_t dt_model_input_numel(const dt_model_t *m); /* floats per input sample */
 /* Labels per sample the loss reads: 1, or the sequence length of a
@@ -128,7 +143,8 @@ double dt_model_flops_per_sample(const dt_model_t *m, int training);
 /* One line per layer ("fc1 linear 784 -> 512"), for logs. */
 void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *s), void *ctx);
 
-/* Buffers: state that is not trained (batch norm running statistics). */
+/* Buffers: state that is not trained (batch norm running statistics).
+ * dt_model_num_buffer_elems: floats in their flat buffer, padding included. */
 size_t dt_model_num_buffer_elems(const dt_model_t *m);
 int dt_model_buffer_count(const dt_model_t *m);
 const struct dt_param_info *dt_model_buffer(const dt_model_t *m, int i);
@@ -139,7 +155,10 @@ dt_status dt_model_set_buffers(dt_model_t *m, const float *host);
 uint64_t dt_model_arena_bytes(const dt_model_t *m);
 uint64_t dt_model_arena_bytes_full(const dt_model_t *m);
 
-/* Host copies of the flat buffers (n = dt_model_num_params floats). */
+/* Host copies of the flat buffers (n = dt_model_num_params floats, or
+ * dt_model_num_buffer_elems for the buffers). A host buffer passed to a
+ * set function must hold zeros in the padding between tensors (allocate
+ * it zeroed, then fill the tensors at their offsets). */
 dt_status dt_model_get_params(dt_model_t *m, float *host);
 dt_status dt_model_set_params(dt_model_t *m, const float *host);
 dt_status dt_model_get_grads(dt_model_t *m, float *host);

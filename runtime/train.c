@@ -845,7 +845,7 @@ static dt_status start(struct run *r)
     dt_metrics_begin(&rec, "start");
     dt_metrics_str(&rec, "version", DT_VERSION);
     dt_metrics_int(&rec, "world", r->world);
-    dt_metrics_int(&rec, "params", (int64_t)dt_model_num_params(r->model));
+    dt_metrics_int(&rec, "params", (int64_t)dt_model_param_numel(r->model));
     dt_metrics_int(&rec, "activation_bytes", (int64_t)dt_model_arena_bytes(r->model));
     dt_metrics_int(&rec, "activation_bytes_without_recompute",
                    (int64_t)dt_model_arena_bytes_full(r->model));

@@ -77,9 +77,9 @@ static dt_status staging_open(struct run *r, struct staging *s)
 {
     size_t total = dt_model_num_params(r->model);
     s->nbuf = 1 + dt_optim_state_count(r->opt);
-    dt_status st = dt_malloc(((size_t)s->nbuf * total + dt_model_num_buffer_elems(r->model)) *
-                                 sizeof(float),
-                             "checkpoint staging", (void **)&s->host);
+    /* zeroed: the padding between tensors, which loading does not fill */
+    dt_status st = dt_calloc((size_t)s->nbuf * total + dt_model_num_buffer_elems(r->model),
+                             sizeof(float), "checkpoint staging", (void **)&s->host);
     if (st == DT_OK)
         st = dt_calloc(MAX_CKPT_TENSORS, sizeof *s->t, "checkpoint staging", (void **)&s->t);
     if (st == DT_OK)
@@ -344,9 +344,8 @@ static dt_status load_params_local(struct run *r, const char *path)
     struct staging s = {0};
     struct dt_ckpt_meta meta;
     dt_status st;
-    DT_CHECK(dt_malloc((dt_model_num_params(r->model) + dt_model_num_buffer_elems(r->model)) *
-                           sizeof(float),
-                       "checkpoint staging", (void **)&s.host));
+    DT_CHECK(dt_calloc(dt_model_num_params(r->model) + dt_model_num_buffer_elems(r->model),
+                       sizeof(float), "checkpoint staging", (void **)&s.host));
     DT_CHECK(dt_calloc(MAX_CKPT_TENSORS, sizeof *s.t, "checkpoint staging", (void **)&s.t));
     s.nbuf = 1;
     stage_names(r, &s);

@@ -800,8 +800,13 @@ dt_status dt_train_build(struct run *r)
     if (st != DT_OK)
         return st;
     DT_LOG_INFO("model", "%s: %zu parameters in %d tensors, %.2f MFLOP per sample forward",
-                job->model.type, dt_model_num_params(r->model), dt_model_param_count(r->model),
+                job->model.type, dt_model_param_numel(r->model), dt_model_param_count(r->model),
                 dt_model_flops_per_sample(r->model, 0) / 1e6);
+    DT_LOG_DEBUG("model",
+                 "flat buffers of %zu floats: each tensor starts on %d bytes, %zu floats "
+                 "of padding between them",
+                 dt_model_num_params(r->model), DT_MODEL_ALIGN_BYTES,
+                 dt_model_num_params(r->model) - dt_model_param_numel(r->model));
     dt_model_describe(r->model, log_layer, NULL);
     {
         char a[32], f[32];

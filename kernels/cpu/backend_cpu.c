@@ -2,14 +2,14 @@
  * backend_cpu.c - the CPU compute backend: host memory and the CPU op
  * tables.
  *
- * "Device" memory is host memory, 64-byte aligned (one cache line, one
- * AVX-512 vector) and zero-filled, so copies are memcpy and sync has
- * nothing to wait for. The backend carries two op tables: the plain C
- * reference ops (opts.reference_kernels, for tests and for checking other
- * backends) and the fast ops (BLAS and vectorised loops), which are what
- * training uses. Each op's two versions live in the op-family files beside
- * this one (linear.c, activation.c, ...), with the same stems as the CUDA
- * backend's files.
+ * "Device" memory is host memory, 256-byte aligned (whole cache lines and
+ * AVX-512 vectors; the model's tensor alignment) and zero-filled, so
+ * copies are memcpy and sync has nothing to wait for. The backend carries
+ * two op tables: the plain C reference ops (opts.reference_kernels, for
+ * tests and for checking other backends) and the fast ops (BLAS and
+ * vectorised loops), which are what training uses. Each op's two versions
+ * live in the op-family files beside this one (linear.c, activation.c,
+ * ...), with the same stems as the CUDA backend's files.
  *
  * The BLAS thread count is process-wide in OpenBLAS, so creating a backend
  * sets it for every backend in the process; dtrain runs one per process.
@@ -26,7 +26,10 @@
 #include <cblas.h>
 #undef I
 
-#define CPU_ALIGN 64
+/* Every allocation starts on this many bytes: the alignment the model
+ * gives each tensor within its flat buffers (DT_MODEL_ALIGN_BYTES), so a
+ * tensor's address is as aligned as its offset. */
+#define CPU_ALIGN 256
 
 struct cpu_backend {
     struct dt_backend base;

@@ -4,8 +4,12 @@
  * differences), linear over the last dimension of N-d inputs,
  * recomputation (bit-identical gradients, a smaller arena), batch norm's
  * running statistics, parameter groups in the optimizer, the model
- * families' layer names, and the messages for bad layer lists.
+ * families' layer names, the messages for bad layer lists, and the flat
+ * buffers' layout (aligned tensors, zero padding).
  */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../kernels/backend.h"
@@ -60,6 +64,18 @@ static double loss_of(dt_model_t *m, const float *x, const int32_t *y, int rows,
     return loss;
 }
 
+/* Whether float i of the flat buffers belongs to a parameter tensor (not
+ * to the alignment padding between them). */
+static int in_tensor(const dt_model_t *m, size_t i)
+{
+    for (int t = 0; t < dt_model_param_count(m); t++) {
+        const struct dt_param_info *p = dt_model_param(m, t);
+        if (i >= p->offset && i < p->offset + p->numel)
+            return 1;
+    }
+    return 0;
+}
+
 /* Every `stride`-th parameter's gradient against central differences of
  * the summed loss (training forward: batch statistics, no dropout). */
 static double worst_fd(dt_model_t *m, const float *x, const int32_t *y, int rows, size_t stride,
@@ -75,15 +91,19 @@ static double worst_fd(dt_model_t *m, const float *x, const int32_t *y, int rows
     CU_ASSERT_EQUAL(dt_model_get_grads(m, g), DT_OK);
     CU_ASSERT_EQUAL(dt_model_get_params(m, p), DT_OK);
     for (size_t i = 0; i < n; i += stride) {
+        if (!in_tensor(m, i)) {
+            CU_ASSERT_EQUAL(g[i], 0.0f); /* padding: no gradient */
+            continue;
+        }
         float keep = p[i];
         p[i] = keep + (float)h;
-        dt_model_set_params(m, p);
+        CU_ASSERT_EQUAL(dt_model_set_params(m, p), DT_OK);
         double lp = loss_of(m, x, y, rows, 1);
         p[i] = keep - (float)h;
-        dt_model_set_params(m, p);
+        CU_ASSERT_EQUAL(dt_model_set_params(m, p), DT_OK);
         double lm = loss_of(m, x, y, rows, 1);
         p[i] = keep;
-        dt_model_set_params(m, p);
+        CU_ASSERT_EQUAL(dt_model_set_params(m, p), DT_OK);
         double fd = (lp - lm) / (2 * h);
         worst = fmax(worst, fabs(fd - g[i]) / fmax(1e-1, fabs(fd)));
     }
@@ -110,7 +130,7 @@ static void test_residual_gradient(void)
     dt_model_t *m = NULL;
     CU_ASSERT_EQUAL_FATAL(try_model(4, &m), DT_OK);
     /* a: 6x6+6, b: 6x6+6, norm 6+6, out: 36x5+5 */
-    CU_ASSERT_EQUAL(dt_model_num_params(m), (size_t)(42 + 42 + 12 + 185));
+    CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(42 + 42 + 12 + 185));
     float x[4 * IN_H * IN_W];
     int32_t y[4];
     random_batch(x, y, 4, 11);
@@ -133,6 +153,10 @@ static const char *const CNN =
     "    - {name: gap, kind: global_avgpool}\n"
     "    - {name: fc, kind: linear, out: classes}\n";
 
+/* room for the CNN's flat gradient and buffer copies below */
+#define CNN_MAX_FLOATS 4096
+#define CNN_MAX_BUFFER_FLOATS 256
+
 static void cnn_grads(const char *recompute, float *g, size_t *n, uint64_t *arena, float *bufs)
 {
     char extra[128];
@@ -147,6 +171,7 @@ static void cnn_grads(const char *recompute, float *g, size_t *n, uint64_t *aren
     int64_t correct = 0;
     *n = dt_model_num_params(m);
     *arena = dt_model_arena_bytes(m);
+    CU_ASSERT_FATAL(*n <= CNN_MAX_FLOATS && dt_model_num_buffer_elems(m) <= CNN_MAX_BUFFER_FLOATS);
     CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
     CU_ASSERT_EQUAL(dt_model_forward(m, x, y, 8, 1, 3, 2, 0, &loss, &correct), DT_OK);
     CU_ASSERT_EQUAL(dt_model_backward(m, 8, 0.125f, NULL), DT_OK);
@@ -160,7 +185,8 @@ static void cnn_grads(const char *recompute, float *g, size_t *n, uint64_t *aren
  * once), in a smaller arena. */
 static void test_recompute(void)
 {
-    static float g0[4096], g1[4096], g2[4096], b0[64], b1[64], b2[64];
+    static float g0[CNN_MAX_FLOATS], g1[CNN_MAX_FLOATS], g2[CNN_MAX_FLOATS];
+    static float b0[CNN_MAX_BUFFER_FLOATS], b1[CNN_MAX_BUFFER_FLOATS], b2[CNN_MAX_BUFFER_FLOATS];
     size_t n0, n1, n2;
     uint64_t a0, a1, a2;
     cnn_grads("none", g0, &n0, &a0, b0);
@@ -168,11 +194,11 @@ static void test_recompute(void)
     cnn_grads("all", g2, &n2, &a2, b2);
     CU_ASSERT_EQUAL(n0, n1);
     CU_ASSERT_EQUAL(n0, n2);
-    CU_ASSERT(n0 < 4096);
     CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
     CU_ASSERT(memcmp(g0, g2, n0 * sizeof(float)) == 0);
-    CU_ASSERT(memcmp(b0, b1, 16 * sizeof(float)) == 0);
-    CU_ASSERT(memcmp(b0, b2, 16 * sizeof(float)) == 0);
+    /* the running statistics (4 tensors of 4, each on a 64-float boundary) */
+    CU_ASSERT(memcmp(b0, b1, sizeof b0) == 0);
+    CU_ASSERT(memcmp(b0, b2, sizeof b0) == 0);
     /* one block moves its inner outputs to the shared region; two share it */
     CU_ASSERT(a1 <= a0);
     CU_ASSERT(a2 < a0);
@@ -234,9 +260,10 @@ static void test_groups(void)
     CU_ASSERT_EQUAL_FATAL(dt_optim_groups_from_model(o, &job, m), DT_OK);
     float *before = malloc(n * sizeof(float)), *after = malloc(n * sizeof(float));
     CU_ASSERT_EQUAL(dt_model_get_params(m, before), DT_OK);
-    /* biases start at zero: give every parameter a value */
+    /* biases start at zero: give every parameter a value (the padding
+     * between tensors stays zero) */
     for (size_t i = 0; i < n; i++)
-        before[i] = 1.0f + (float)(i % 7);
+        before[i] = in_tensor(m, i) ? 1.0f + (float)(i % 7) : 0.0f;
     CU_ASSERT_EQUAL(dt_model_set_params(m, before), DT_OK);
     CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
     CU_ASSERT_EQUAL(dt_optim_step(o, dt_model_params(m), dt_model_grads(m), 0.1), DT_OK);
@@ -449,7 +476,7 @@ static void test_gpt(void)
     /* wte 11x8, wpe 6x8; per block ln1 16, qkv 8x24+24, proj 8x8+8, ln2 16, fc 8x32+32,
      * fc2 32x8+8; ln_f 16; the head has no tensor of its own */
     const size_t block = 16 + 216 + 72 + 16 + 288 + 264;
-    CU_ASSERT_EQUAL(dt_model_num_params(m), (size_t)(88 + 48 + 2 * block + 16));
+    CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(88 + 48 + 2 * block + 16));
     CU_ASSERT_EQUAL(dt_model_param_count(m), 2 + 2 * 12 + 2);
     CU_ASSERT_EQUAL(dt_model_labels_per_row(m), GPT_T);
     const struct dt_param_info *wte = dt_model_param(m, 0);
@@ -486,9 +513,144 @@ static void test_gpt(void)
 
     /* untied, with a padded vocabulary: the head has its own weight */
     CU_ASSERT_EQUAL_FATAL(gpt_model("  tie_embeddings: false\n", GPT_ROWS, &m), DT_OK);
-    CU_ASSERT_EQUAL(dt_model_num_params(m), (size_t)(88 + 48 + 2 * block + 16 + 88));
+    CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(88 + 48 + 2 * block + 16 + 88));
     dt_model_destroy(m);
     CU_ASSERT_EQUAL(gpt_model("  n_head: 3\n", GPT_ROWS, &m), DT_ERR_USAGE);
+}
+
+/* ---- the flat buffers' layout -------------------------------------------- */
+
+/* Whether tensors [0, count) start on DT_MODEL_ALIGN_BYTES, lie inside
+ * [0, total) without overlapping, and add up to numel elements; and
+ * whether every float of host outside them (the padding) is zero. */
+static void check_tensors(const struct dt_param_info *t, int count, size_t total, size_t numel,
+                          const float *host, const char *what)
+{
+    size_t sum = 0, end = 0, nonzero = 0;
+    for (int i = 0; i < count; i++) {
+        CU_ASSERT_EQUAL(t[i].offset * sizeof(float) % DT_MODEL_ALIGN_BYTES, 0);
+        CU_ASSERT(t[i].offset + t[i].numel <= total);
+        for (int j = 0; j < i; j++)
+            CU_ASSERT(t[i].offset >= t[j].offset + t[j].numel ||
+                      t[j].offset >= t[i].offset + t[i].numel);
+        sum += t[i].numel;
+        end = t[i].offset + t[i].numel > end ? t[i].offset + t[i].numel : end;
+    }
+    CU_ASSERT_EQUAL(sum, numel);
+    CU_ASSERT_EQUAL(end, total); /* no padding after the last tensor */
+    for (size_t e = 0; e < total; e++) {
+        int inside = 0;
+        for (int i = 0; i < count && !inside; i++)
+            inside = e >= t[i].offset && e < t[i].offset + t[i].numel;
+        nonzero += !inside && host[e] != 0.0f;
+    }
+    CU_ASSERT_EQUAL(nonzero, 0);
+    if (nonzero)
+        fprintf(stderr, "\n    %s: %zu floats of padding are not zero\n", what, nonzero);
+}
+
+static struct dt_param_info *params_of(dt_model_t *m, int buffers)
+{
+    int n = buffers ? dt_model_buffer_count(m) : dt_model_param_count(m);
+    struct dt_param_info *t = calloc((size_t)n + 1, sizeof *t);
+    for (int i = 0; i < n && t; i++)
+        t[i] = buffers ? *dt_model_buffer(m, i) : *dt_model_param(m, i);
+    return t;
+}
+
+/* The model's flat buffers after init, backward and an AdamW step with
+ * weight decay on every group: aligned tensors, zero padding in the
+ * parameters, gradients and optimizer state, finite values; and a host
+ * copy with a value in the padding is refused. */
+static void check_layout(dt_model_t *m, const float *x, const int32_t *y, int rows)
+{
+    size_t n = dt_model_num_params(m), nb = dt_model_num_buffer_elems(m);
+    int np = dt_model_param_count(m), nbt = dt_model_buffer_count(m);
+    float *h = calloc(n + nb + 1, sizeof(float));
+    struct dt_param_info *pt = params_of(m, 0), *bt = params_of(m, 1);
+    dt_optim_t *o = NULL;
+    double loss = 0;
+    int64_t correct = 0;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pt);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bt);
+    CU_ASSERT_EQUAL((uintptr_t)dt_model_params(m) % DT_MODEL_ALIGN_BYTES, 0);
+    CU_ASSERT_EQUAL((uintptr_t)dt_model_grads(m) % DT_MODEL_ALIGN_BYTES, 0);
+    CU_ASSERT(n > dt_model_param_numel(m)); /* these models have padding */
+    CU_ASSERT_EQUAL(dt_model_get_params(m, h), DT_OK);
+    check_tensors(pt, np, n, dt_model_param_numel(m), h, "initial parameters");
+    size_t bsum = 0;
+    for (int i = 0; i < nbt; i++)
+        bsum += bt[i].numel;
+    CU_ASSERT_EQUAL(dt_model_get_buffers(m, h), DT_OK);
+    check_tensors(bt, nbt, nb, bsum, h, "initial buffers");
+
+    snprintf(job.train.optimizer.name, sizeof job.train.optimizer.name, "adamw");
+    job.train.optimizer.weight_decay = 0.1;
+    job.train.optimizer.bias_weight_decay = 0.1;
+    job.train.optimizer.norm_weight_decay = 0.1;
+    CU_ASSERT_EQUAL_FATAL(dt_optim_create(&job, be, n, &o), DT_OK);
+    CU_ASSERT_EQUAL(dt_optim_groups_from_model(o, &job, m), DT_OK);
+    for (int step = 0; step < 2; step++) {
+        CU_ASSERT_EQUAL(dt_model_zero_grads(m), DT_OK);
+        CU_ASSERT_EQUAL(dt_model_forward(m, x, y, rows, 1, 1, step, 0, &loss, &correct), DT_OK);
+        CU_ASSERT_EQUAL(dt_model_backward(m, rows, 1.0f, NULL), DT_OK);
+        CU_ASSERT_EQUAL(dt_model_get_grads(m, h), DT_OK);
+        check_tensors(pt, np, n, dt_model_param_numel(m), h, "gradients");
+        CU_ASSERT_EQUAL(dt_optim_step(o, dt_model_params(m), dt_model_grads(m), 1e-2), DT_OK);
+    }
+    for (int s = 0; s < dt_optim_state_count(o); s++) {
+        const char *name = NULL;
+        float *state = dt_optim_state(o, s, &name);
+        CU_ASSERT_EQUAL(dt_backend_copy(be, h, state, n * sizeof(float), DT_COPY_D2H), DT_OK);
+        check_tensors(pt, np, n, dt_model_param_numel(m), h, name);
+    }
+    CU_ASSERT_EQUAL(dt_model_get_buffers(m, h), DT_OK);
+    check_tensors(bt, nbt, nb, bsum, h, "running statistics");
+    CU_ASSERT_EQUAL(dt_model_get_params(m, h), DT_OK);
+    check_tensors(pt, np, n, dt_model_param_numel(m), h, "trained parameters");
+    size_t finite = 0;
+    for (size_t e = 0; e < n; e++)
+        finite += isfinite(h[e]) != 0;
+    CU_ASSERT_EQUAL(finite, n);
+
+    /* a value in the padding is refused, naming where it is */
+    size_t pad = n, align = DT_MODEL_ALIGN_BYTES / sizeof(float);
+    for (int i = 0; i < np; i++) /* the first float after a tensor that ends off a boundary */
+        if (pt[i].offset + pt[i].numel < n && (pt[i].offset + pt[i].numel) % align != 0)
+            pad = pt[i].offset + pt[i].numel;
+    CU_ASSERT_FATAL(pad < n);
+    h[pad] = 1.0f;
+    CU_ASSERT_EQUAL(dt_model_set_params(m, h), DT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "padding"));
+    h[pad] = 0.0f;
+    CU_ASSERT_EQUAL(dt_model_set_params(m, h), DT_OK);
+    dt_optim_destroy(o);
+    free(pt);
+    free(bt);
+    free(h);
+}
+
+/* A CNN with batch norm (buffers, a bias-free convolution) and a GPT
+ * (tied embedding): the layout of their flat buffers. */
+static void test_aligned_layout(void)
+{
+    CU_ASSERT_EQUAL_FATAL(layers_job(CNN, NULL), DT_OK);
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(8, &m), DT_OK);
+    CU_ASSERT(dt_model_buffer_count(m) > 0);
+    float x[8 * IN_H * IN_W];
+    int32_t y[8];
+    random_batch(x, y, 8, 21);
+    check_layout(m, x, y, 8);
+    dt_model_destroy(m);
+
+    float gx[GPT_ROWS * GPT_T];
+    int32_t gy[GPT_ROWS * GPT_T];
+    gpt_batch(gx, gy);
+    CU_ASSERT_EQUAL_FATAL(gpt_model(NULL, GPT_ROWS, &m), DT_OK);
+    check_layout(m, gx, gy, GPT_ROWS);
+    dt_model_destroy(m);
 }
 
 static void test_tie_errors(void)
@@ -545,6 +707,7 @@ int main(void)
     CU_ADD(s, test_tensor_core);
     CU_ADD(s, test_gpt);
     CU_ADD(s, test_tie_errors);
+    CU_ADD(s, test_aligned_layout);
     int rc = cu_run_all();
     dt_backend_destroy(be);
     return rc;

@@ -214,7 +214,7 @@ static void test_backend_memory(void)
         unsigned char *p = NULL;
         CU_ASSERT_EQUAL_FATAL(dt_backend_alloc(be, sizes[s], (void **)&p), DT_OK);
         CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-        CU_ASSERT_EQUAL((uintptr_t)p % 64, 0);
+        CU_ASSERT_EQUAL((uintptr_t)p % 256, 0);
         size_t nonzero = 0;
         for (size_t i = 0; i < sizes[s]; i++)
             nonzero += p[i] != 0;
