@@ -1237,8 +1237,7 @@ static dt_status nonfinite_row_error(const struct dsfile *ds, const char *split,
         return dt_set_error(DT_ERR_BAD_DATA,
                             "dataset %s: split '%s', row %llu: x holds %g at element %lld; "
                             "inputs must be finite",
-                            in->path, split, (unsigned long long)row, (double)stored,
-                            (long long)e);
+                            in->path, split, (unsigned long long)row, (double)stored, (long long)e);
     return dt_set_error(DT_ERR_BAD_DATA,
                         "dataset %s: split '%s', row %llu: x holds %g at element %lld, which "
                         "normalisation ((v * %g - %g) / %g) turns into %g",
@@ -1757,10 +1756,10 @@ struct dt_row_cache {
     char split[DT_NAME_MAX];
     int s; /* split index */
     int64_t rows, per_row;
-    size_t row_bytes;   /* stored bytes of one row in memory (uint8 or float32 values) */
-    unsigned char *x;   /* rows x row_bytes */
-    int32_t *y;         /* rows labels */
-    uint64_t *ids;      /* rows dataset row numbers */
+    size_t row_bytes; /* stored bytes of one row in memory (uint8 or float32 values) */
+    unsigned char *x; /* rows x row_bytes */
+    int32_t *y;       /* rows labels */
+    uint64_t *ids;    /* rows dataset row numbers */
     uint64_t bytes_read;
 };
 
@@ -1916,13 +1915,12 @@ dt_status dt_row_cache_read(const dt_row_cache_t *c, const uint64_t *pos, size_t
                                 "holds %lld",
                                 c->ds->info.path, (unsigned long long)pos[i], c->split,
                                 (long long)c->rows);
-        if (cf && (cf[i].top < 0 || cf[i].top > 2 * pad || cf[i].left < 0 ||
-                   cf[i].left > 2 * pad))
+        if (cf && (cf[i].top < 0 || cf[i].top > 2 * pad || cf[i].left < 0 || cf[i].left > 2 * pad))
             return dt_set_error(DT_ERR_INVALID_ARG,
                                 "dataset %s: crop %zu at (%d, %d) is outside [0, %d] for "
                                 "padding %d",
-                                c->ds->info.path, i, (int)cf[i].top, (int)cf[i].left,
-                                2 * (int)pad, (int)pad);
+                                c->ds->info.path, i, (int)cf[i].top, (int)cf[i].left, 2 * (int)pad,
+                                (int)pad);
     }
     for (size_t i = 0; i < n; i++) {
         const unsigned char *src = c->x + (size_t)pos[i] * c->row_bytes;
@@ -1946,10 +1944,9 @@ dt_status dt_row_cache_read(const dt_row_cache_t *c, const uint64_t *pos, size_t
                             "dataset %s: split '%s', row %llu: normalisation ((v * %g - mean) / "
                             "std) turns a value of x into %g (element %lld after the crop)",
                             c->ds->info.path, c->split, (unsigned long long)c->ids[pos[i]],
-                            (double)f0->info.norm_scale, (double)x[k],
-                            (long long)(k % c->per_row));
-    return nonfinite_row_error(f0, c->split, c->ids[pos[i]],
-                               c->x + (size_t)pos[i] * c->row_bytes, x, k, c->per_row);
+                            (double)f0->info.norm_scale, (double)x[k], (long long)(k % c->per_row));
+    return nonfinite_row_error(f0, c->split, c->ids[pos[i]], c->x + (size_t)pos[i] * c->row_bytes,
+                               x, k, c->per_row);
 }
 
 /* ---- language-model windows -------------------------------------------- */

@@ -199,8 +199,8 @@ dt_status dt_row_cache_create(dt_dataset_t *ds, const char *split, const int64_t
 void dt_row_cache_destroy(dt_row_cache_t *c);
 
 int64_t dt_row_cache_rows(const dt_row_cache_t *c);
-uint64_t dt_row_cache_bytes(const dt_row_cache_t *c);      /* memory held */
-uint64_t dt_row_cache_bytes_read(const dt_row_cache_t *c); /* bytes read from the file */
+uint64_t dt_row_cache_bytes(const dt_row_cache_t *c);               /* memory held */
+uint64_t dt_row_cache_bytes_read(const dt_row_cache_t *c);          /* bytes read from the file */
 uint64_t dt_row_cache_row_id(const dt_row_cache_t *c, int64_t pos); /* dataset row at pos */
 
 /* dt_dataset_read (cf NULL) or dt_dataset_read_crop_flip (cf given, pad

@@ -76,7 +76,7 @@ struct slot {
     float *x;
     int32_t *y;
     uint64_t *ids;
-    uint64_t *pos; /* cache positions of the rows (cached loaders only) */
+    uint64_t *pos;           /* cache positions of the rows (cached loaders only) */
     struct dt_crop_flip *cf; /* rows crops and flips when augmenting, else NULL */
     dt_status st;
     char err[LOADER_ERRMSG_MAX];
@@ -93,8 +93,8 @@ struct dt_loader {
     int64_t full_micro;   /* micro-batches per full global batch */
     enum dt_loader_cache_mode cache_mode;
     dt_row_cache_t *cache;
-    int64_t nperm;   /* positions permuted each epoch: n, or the shard's rows */
-    int64_t slice;   /* this rank's rows of a full global batch */
+    int64_t nperm; /* positions permuted each epoch: n, or the shard's rows */
+    int64_t slice; /* this rank's rows of a full global batch */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;  /* workers: an item may be claimable, or quit */
@@ -243,8 +243,8 @@ static void *worker_main(void *arg)
                 dt_loader_augment_draw(ld->o.seed, epoch, s->ids[i], ld->o.crop_padding,
                                        ld->o.hflip, &s->cf[i]);
         if (ld->cache) {
-            st = dt_row_cache_read(ld->cache, s->pos, (size_t)s->it.rows, ld->o.crop_padding,
-                                   s->cf, s->x, s->y);
+            st = dt_row_cache_read(ld->cache, s->pos, (size_t)s->it.rows, ld->o.crop_padding, s->cf,
+                                   s->x, s->y);
         } else if (s->cf) {
             st = dt_dataset_read_crop_flip(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows,
                                            ld->o.crop_padding, s->cf, s->x, s->y, &bytes);
@@ -400,8 +400,7 @@ static void free_loader(struct dt_loader *ld)
 uint64_t dt_loader_split_cache_bytes(const struct dt_split_info *si)
 {
     uint64_t b;
-    return __builtin_mul_overflow((uint64_t)si->n, dt_row_cache_row_bytes(si), &b) ? UINT64_MAX
-                                                                                    : b;
+    return __builtin_mul_overflow((uint64_t)si->n, dt_row_cache_row_bytes(si), &b) ? UINT64_MAX : b;
 }
 
 static uint64_t mib_up(uint64_t bytes) { return bytes / LOADER_MIB + (bytes % LOADER_MIB != 0); }

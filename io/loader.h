@@ -87,7 +87,7 @@ struct dt_loader_opts {
     int hflip;        /* data.augment.hflip: flip left-right with probability 0.5 */
     int shift_windows; /* language-model data: move the window boundaries every epoch
                           (dt_loader_window_shift); else windows start at offset 0 */
-    int cache;            /* data.cache: DT_LOADER_CACHE_NONE or DT_LOADER_CACHE_MEMORY */
+    int cache;         /* data.cache: DT_LOADER_CACHE_NONE or DT_LOADER_CACHE_MEMORY */
     int64_t cache_max_mb; /* data.cache_max_mb: the most MiB the cache of this rank may hold */
 };
 

@@ -3218,7 +3218,6 @@ static void test_cache_three_files(void)
     dt_dataset_close(ds);
 }
 
-
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
