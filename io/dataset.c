@@ -43,6 +43,15 @@
  * read is split into one read per file holding requested rows, so a rank
  * reads only its own rows whichever file they are in. One file is read
  * exactly as before, with no extra copy.
+ *
+ * A row cache (dt_row_cache_*, data.cache: memory) holds chosen rows of a
+ * split as read from the file (uint8, or float32 for float16 and float32
+ * x), read once in runs of up to DT_ROW_CACHE_READ_BYTES per H5Dread.
+ * A read from it skips the sort and the HDF5 lock: it normalises each
+ * requested row straight from memory with the same normalise_row and
+ * normalise_crop_flip (files of one dataset share their normalisation,
+ * so the first file's tables serve), hence the same floats bit for bit.
+ * Stored non-finite floats are refused at the fill, once.
  */
 #define _GNU_SOURCE
 #include "dataset.h"
@@ -1224,12 +1233,12 @@ static int64_t first_nonfinite(const float *x, int64_t n)
 }
 
 /* The message for the non-finite input at position k of a read's output,
- * whose output row k / per_row is dataset row `row`, stored at `stored_row`. */
-static dt_status nonfinite_row_error(const struct dsfile *ds, const char *split, uint64_t row,
-                                     const unsigned char *stored_row, const float *x, int64_t k,
-                                     int64_t per_row)
+ * whose output row k / per_row is dataset row `row`, stored at `stored_row`
+ * (in: the file's description, or the whole dataset's for a cache). */
+static dt_status nonfinite_row_error(const struct dt_dataset_info *in, const char *split,
+                                     uint64_t row, const unsigned char *stored_row, const float *x,
+                                     int64_t k, int64_t per_row)
 {
-    const struct dt_dataset_info *in = &ds->info;
     int64_t e = k % per_row;
     float stored;
     memcpy(&stored, stored_row + (size_t)e * sizeof(float), sizeof stored);
@@ -1251,7 +1260,7 @@ static dt_status nonfinite_error(const struct dsfile *ds, const char *split, con
                                  const size_t *uidx, const unsigned char *buf, size_t row_bytes,
                                  const float *x, int64_t k, int64_t per_row)
 {
-    return nonfinite_row_error(ds, split, idx[k / per_row], buf + uidx[k / per_row] * row_bytes, x,
+    return nonfinite_row_error(&ds->info, split, idx[k / per_row], buf + uidx[k / per_row] * row_bytes, x,
                                k, per_row);
 }
 
@@ -1945,7 +1954,7 @@ dt_status dt_row_cache_read(const dt_row_cache_t *c, const uint64_t *pos, size_t
                             "std) turns a value of x into %g (element %lld after the crop)",
                             c->ds->info.path, c->split, (unsigned long long)c->ids[pos[i]],
                             (double)f0->info.norm_scale, (double)x[k], (long long)(k % c->per_row));
-    return nonfinite_row_error(f0, c->split, c->ids[pos[i]], c->x + (size_t)pos[i] * c->row_bytes,
+    return nonfinite_row_error(&c->ds->info, c->split, c->ids[pos[i]], c->x + (size_t)pos[i] * c->row_bytes,
                                x, k, c->per_row);
 }
 
