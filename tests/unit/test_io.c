@@ -3174,6 +3174,40 @@ static void test_cache_refused(void)
     ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_USAGE);
     ASSERT_MSG("data.cache=memory is not implemented for language-model datasets");
     dt_dataset_close(ds);
+
+    /* a NaN stored in x: refused when the cache is read, naming the row;
+     * a normalisation that overflows: refused by the batch that meets it */
+    float x[8 * 3];
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)i;
+    x[5 * 3 + 1] = NAN;
+    tpath(p, sizeof p, "cache-nan.h5");
+    make_float_ds(p, H5T_IEEE_F32LE, 8, 3, x, 1, 0, 1);
+    ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    o = seq_opts(ds, 4, 4, 0, 1);
+    o.cache = DT_LOADER_CACHE_MEMORY;
+    o.cache_max_mb = 1;
+    ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_ERR_BAD_DATA);
+    ASSERT_MSG("split 'train', row 5: x holds nan at element 1; inputs must be finite");
+    dt_dataset_close(ds);
+    x[5 * 3 + 1] = 3e38f;
+    make_float_ds(p, H5T_IEEE_F32LE, 8, 3, x, 10, 0, 1);
+    ds = NULL;
+    ASSERT_STATUS(dt_dataset_open(p, &ds), DT_OK);
+    CU_ASSERT_FATAL(ds != NULL);
+    dt_row_cache_t *rc = NULL;
+    const int64_t from[1] = {0}, all[1] = {8};
+    ASSERT_STATUS(dt_row_cache_create(ds, "train", from, all, 1, &rc), DT_OK);
+    uint64_t pos[2] = {4, 5};
+    float out[2 * 3];
+    ASSERT_STATUS(dt_row_cache_read(rc, pos, 1, 0, NULL, out, NULL), DT_OK);
+    ASSERT_STATUS(dt_row_cache_read(rc, pos, 2, 0, NULL, out, NULL), DT_ERR_BAD_DATA);
+    ASSERT_MSG("row 5: x holds 3e+38 at element 1, which normalisation");
+    dt_row_cache_destroy(rc);
+    dt_dataset_close(ds);
 }
 
 /* A cache over several files: rows that cross file boundaries, the same
