@@ -4,8 +4,8 @@
 #     parameters as none bit for bit;
 #   - memory, the split over data.cache_max_mb: each rank caches its own
 #     shard (the log says so), training differs from none (other batches),
-#     and a run resumed from its checkpoint ends bit-identical to the run
-#     that never stopped;
+#     each rank reads half of the split from the file, and a run resumed
+#     from its checkpoint ends bit-identical to the run that never stopped;
 #   - a shard over data.cache_max_mb (1 rank) and a bad data.cache value
 #     are refused with 64 naming the key.
 #   cache_test.sh DTRAIN COMPARE_MODELS WORKDIR
@@ -95,6 +95,12 @@ grep -q "each rank caches its own shard (3000 rows here" shard.out && ok ||
   bad "shard: no shard warning: $(cat shard.out)"
 "$COMPARE" none/model.h5 shard/model.h5 0 >/dev/null 2>&1 &&
   bad "cache memory in shards trained exactly as none: the batches did not change" || ok
+
+# bytes each rank read from the file: the whole split (6000 x 192) when
+# cached whole, its half when cached as shards
+reads() { grep -o '"train_bytes_read_per_rank":\[[0-9, ]*\]' "$1/metrics.jsonl" | tail -1 | sed 's/.*\[//; s/\]//; s/ //g'; }
+[ "$(reads whole)" = "1152000,1152000" ] && ok || bad "whole: bytes read per rank $(reads whole), expected 1152000,1152000"
+[ "$(reads shard)" = "576000,576000" ] && ok || bad "shard: bytes read per rank $(reads shard), expected 576000,576000"
 
 # a run resumed from the shard run's step-20 checkpoint ends the same
 mkdir -p part/checkpoints && cp shard/checkpoints/ckpt-0000000020.h5 part/checkpoints/ &&
