@@ -43,6 +43,7 @@
 #include "loader.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -405,6 +406,20 @@ uint64_t dt_loader_split_cache_bytes(const struct dt_split_info *si)
 
 static uint64_t mib_up(uint64_t bytes) { return bytes / LOADER_MIB + (bytes % LOADER_MIB != 0); }
 
+/* Appends rows [from, from + n) to the ranges, extending the last one
+ * when they follow it (one rank: the shard is one range). */
+static void add_range(int64_t *start, int64_t *count, int *nranges, int64_t from, int64_t n)
+{
+    if (n <= 0)
+        return;
+    if (*nranges > 0 && start[*nranges - 1] + count[*nranges - 1] == from) {
+        count[*nranges - 1] += n;
+        return;
+    }
+    start[*nranges] = from;
+    count[(*nranges)++] = n;
+}
+
 /* Reads this rank's cache: the whole split when it fits cache_max_mb,
  * else this rank's shard (the ranges of its slices of the global batches
  * in identity order), else refuses. Logs what it read and how long it
@@ -414,43 +429,42 @@ static dt_status make_cache(struct dt_loader *ld, const struct dt_split_info *si
     dt_status st = DT_OK;
     int64_t *start = NULL, *count = NULL;
     int64_t G = ld->o.global_batch, full = ld->full_batches, rest = ld->n - full * G;
+    int64_t lo, hi, rest_lo, rest_hi;
     uint64_t max = (uint64_t)ld->o.cache_max_mb, whole = dt_loader_split_cache_bytes(si);
     int nranges = 0;
-    DT_CHECK(dt_calloc((size_t)full + 1, sizeof *start, "cache ranges", (void **)&start));
-    DT_CHECK(dt_calloc((size_t)full + 1, sizeof *count, "cache ranges", (void **)&count));
-    if (mib_up(whole) <= max) {
-        ld->cache_mode = DT_LOADER_CACHED_SPLIT;
-        start[0] = 0;
-        count[0] = ld->n;
-        nranges = 1;
+    rank_slice(G, ld->o.rank, ld->o.world, &lo, &hi);
+    rank_slice(rest, ld->o.rank, ld->o.world, &rest_lo, &rest_hi);
+    int shard = mib_up(whole) > max;
+    int64_t rows = shard ? full * ld->slice + (rest_hi - rest_lo) : ld->n;
+    uint64_t need = (uint64_t)rows * dt_row_cache_row_bytes(si);
+    if (mib_up(need) > max)
+        return dt_set_error(DT_ERR_USAGE,
+                            "data.cache=memory: rank %d's shard of split '%s' (%lld of %lld "
+                            "rows) needs %llu MiB, more than data.cache_max_mb=%llu (the whole "
+                            "split needs %llu MiB); raise data.cache_max_mb, run on more ranks, "
+                            "or set data.cache: none",
+                            ld->o.rank, si->name, (long long)rows, (long long)ld->n,
+                            (unsigned long long)mib_up(need), (unsigned long long)max,
+                            (unsigned long long)mib_up(whole));
+    /* ranges: one per global batch at most, merged where they touch */
+    int64_t most = shard && ld->o.world > 1 ? full + 1 : 1;
+    if (most > INT_MAX)
+        return dt_set_error(DT_ERR_USAGE,
+                            "data.cache=memory: split '%s' has %lld global batches, too many "
+                            "shard pieces to cache; use a larger train.global_batch or "
+                            "data.cache: none",
+                            si->name, (long long)full);
+    DT_CHECK(dt_calloc((size_t)most, sizeof *start, "cache ranges", (void **)&start));
+    DT_CHECK(dt_calloc((size_t)most, sizeof *count, "cache ranges", (void **)&count));
+    if (!shard) {
+        add_range(start, count, &nranges, 0, ld->n);
     } else {
-        int64_t lo, hi, rows;
-        rank_slice(G, ld->o.rank, ld->o.world, &lo, &hi);
-        for (int64_t g = 0; g < full; g++, nranges++) {
-            start[nranges] = g * G + lo;
-            count[nranges] = hi - lo;
-        }
-        rank_slice(rest, ld->o.rank, ld->o.world, &lo, &hi);
-        if (hi > lo) {
-            start[nranges] = full * G + lo;
-            count[nranges++] = hi - lo;
-        }
-        rows = full * ld->slice + (hi - lo);
-        uint64_t need = (uint64_t)rows * dt_row_cache_row_bytes(si);
-        if (mib_up(need) > max) {
-            st = dt_set_error(DT_ERR_USAGE,
-                              "data.cache=memory: rank %d's shard of split '%s' (%lld of %lld "
-                              "rows) needs %llu MiB, more than data.cache_max_mb=%llu (the whole "
-                              "split needs %llu MiB); raise data.cache_max_mb, run on more "
-                              "ranks, or set data.cache: none",
-                              ld->o.rank, si->name, (long long)rows, (long long)ld->n,
-                              (unsigned long long)mib_up(need), (unsigned long long)max,
-                              (unsigned long long)mib_up(whole));
-            goto out;
-        }
-        ld->cache_mode = DT_LOADER_CACHED_SHARD;
-        ld->nperm = rows;
+        for (int64_t g = 0; g < full; g++)
+            add_range(start, count, &nranges, g * G + lo, hi - lo);
+        add_range(start, count, &nranges, full * G + rest_lo, rest_hi - rest_lo);
     }
+    ld->cache_mode = shard ? DT_LOADER_CACHED_SHARD : DT_LOADER_CACHED_SPLIT;
+    ld->nperm = rows;
     double t0 = dt_now();
     DT_CHECK(dt_row_cache_create(ld->o.ds, ld->o.split, start, count, nranges, &ld->cache));
     uint64_t read = dt_row_cache_bytes_read(ld->cache);
