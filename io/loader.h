@@ -39,7 +39,9 @@
  *  - Otherwise rank r caches only its shard: the rows it would read in
  *    epoch order without shuffling, i.e. its slice [r*G/W, (r+1)*G/W) of
  *    every global batch of the identity order (and its slice of the short
- *    last one), so it reads about 1/W of the split from disk. Each epoch
+ *    last one), so it reads about 1/W of the split from disk, and its
+ *    rows come from every part of the file (a file sorted by class still
+ *    gives each rank every class, as contiguous blocks would not). Each epoch
  *    it permutes its shard (a Fisher-Yates shuffle keyed by (seed,
  *    DT_RNG_SHUFFLE, stream 1 + rank, step epoch)) and fills its slice of
  *    each global batch from that order. Batch counts, sizes and micro
