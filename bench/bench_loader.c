@@ -15,15 +15,31 @@
  *   bench_loader DATASET SPLIT BATCH WORKERS PAD ROUNDS
  * prints one line per setting: batches/s, ratio to off, CPU us per batch,
  * ratio to off.
+ *
+ *   bench_loader DATASET SPLIT cache ROUNDS
+ * compares data.cache none and memory instead: micro-batches of 128 and
+ * 4096 rows, 1 and 2 reader threads, one rank, shuffled. Each setting's
+ * loader is created once (the cache is read then, outside the timing) and
+ * kept; every round runs CACHE_EPOCHS epochs of each setting in turn, and
+ * the best round counts. It prints batches/s, samples/s and CPU us per
+ * batch of each, the ratio memory / none at the same batch and threads,
+ * and the samples/s a GPU would consume training the quick-start MLP
+ * (784-512-512-10 on this data's sample size) at GPU_TFLOPS x GPU_MFU,
+ * counting 3 x its forward FLOPs per sample.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "../io/loader.h"
 #include "../runtime/core/util.h"
 
 #define READ_ITERS 200
+#define CACHE_EPOCHS 2   /* epochs per timed run of a cache setting */
+#define GPU_TFLOPS 400.0 /* a round bf16 dense figure for an H100/H200-class GPU */
+#define GPU_MFU 0.5      /* the fraction of it a training step reaches */
+#define MLP_HIDDEN 512   /* the quick-start MLP: two hidden layers this wide */
 
 struct setting {
     const char *name;
@@ -108,10 +124,130 @@ out:
     return cost;
 }
 
+struct cache_setting {
+    int64_t batch;
+    int workers;
+    int cache;
+    dt_loader_t *ld;
+    double best, cpu; /* batches/s of the best round, CPU s per batch */
+};
+
+/* CACHE_EPOCHS epochs of a kept loader from epoch `first`; batches/s, or
+ * -1 on an error (printed), and CPU seconds per batch in *cpu. */
+static double kept_epochs(dt_loader_t *ld, int64_t first, double *cpu)
+{
+    int64_t batches = 0;
+    double t0 = dt_now(), c0 = cpu_seconds();
+    for (int64_t e = first; e < first + CACHE_EPOCHS; e++) {
+        if (dt_loader_start_epoch(ld, e, 0) != DT_OK)
+            goto fail;
+        for (;;) {
+            struct dt_batch b;
+            int end = 0;
+            if (dt_loader_next(ld, &b, &end) != DT_OK)
+                goto fail;
+            if (end)
+                break;
+            batches++;
+            dt_loader_release(ld, &b);
+        }
+    }
+    *cpu = (cpu_seconds() - c0) / (double)batches;
+    return (double)batches / (dt_now() - t0);
+fail:
+    fprintf(stderr, "bench_loader: %s\n", dt_last_error());
+    return -1;
+}
+
+static int cache_main(dt_dataset_t *ds, const char *split, int rounds)
+{
+    struct cache_setting set[8];
+    const int64_t batches[2] = {128, 4096};
+    const struct dt_split_info *si = NULL;
+    int nset = 0, rc = 0;
+    if (dt_dataset_split(ds, split, &si) != DT_OK) {
+        fprintf(stderr, "bench_loader: %s\n", dt_last_error());
+        return 66;
+    }
+    for (int b = 0; b < 2; b++)
+        for (int w = 1; w <= 2; w++)
+            for (int c = 0; c < 2; c++) {
+                struct cache_setting *cs = &set[nset++];
+                *cs = (struct cache_setting){.batch = batches[b], .workers = w, .cache = c};
+                struct dt_loader_opts o = {.ds = ds,
+                                           .split = split,
+                                           .global_batch = cs->batch,
+                                           .micro_batch = cs->batch,
+                                           .world = 1,
+                                           .seed = 1,
+                                           .shuffle = 1,
+                                           .drop_last = 1,
+                                           .workers = w,
+                                           .prefetch = 2 * w,
+                                           .cache =
+                                               c ? DT_LOADER_CACHE_MEMORY : DT_LOADER_CACHE_NONE,
+                                           .cache_max_mb = 1 << 20};
+                if (dt_loader_create(&o, &cs->ld) != DT_OK) {
+                    fprintf(stderr, "bench_loader: %s\n", dt_last_error());
+                    rc = 70;
+                    goto out;
+                }
+            }
+    for (int r = 0; r < rounds; r++)
+        for (int s = 0; s < nset; s++) {
+            double cpu = 0, rate = kept_epochs(set[s].ld, (int64_t)r * CACHE_EPOCHS, &cpu);
+            if (rate < 0) {
+                rc = 70;
+                goto out;
+            }
+            if (rate > set[s].best)
+                set[s].best = rate;
+            if (r == 0 || cpu < set[s].cpu)
+                set[s].cpu = cpu;
+        }
+    printf("loader on split '%s' (%lld rows of %lld values), one rank, shuffled, best of %d x %d "
+           "epochs:\n",
+           split, (long long)si->n, (long long)si->sample_elems, rounds, CACHE_EPOCHS);
+    printf("%6s %7s %-6s %10s %12s %12s %10s %10s\n", "batch", "threads", "cache", "batches/s",
+           "samples/s", "us CPU/batch", "memory/none", "CPU ratio");
+    double top = 0;
+    for (int s = 0; s < nset; s++) {
+        const struct cache_setting *cs = &set[s], *none = cs->cache ? cs - 1 : cs;
+        double samples = cs->best * (double)cs->batch;
+        top = samples > top ? samples : top;
+        printf("%6lld %7d %-6s %10.1f %12.0f %12.1f %10.2fx %9.2fx\n", (long long)cs->batch,
+               cs->workers, cs->cache ? "memory" : "none", cs->best, samples, 1e6 * cs->cpu,
+               cs->best / none->best, cs->cpu / none->cpu);
+    }
+    double classes = dt_dataset_get_info(ds)->num_classes;
+    double h = MLP_HIDDEN, d = (double)si->sample_elems;
+    double fwd = 2 * (d * h + h * h + h * classes), need = GPU_TFLOPS * 1e12 * GPU_MFU / (3 * fwd);
+    printf("a GPU step would consume: the quick-start MLP (%lld-%d-%d-%d) costs %.2f MFLOP a "
+           "sample forward, %.2f with backward (3x); at %.0f TFLOP/s x %.2f MFU that is %.3g "
+           "samples/s, %.0fx the best loader rate here (%.0f samples/s)\n",
+           (long long)si->sample_elems, MLP_HIDDEN, MLP_HIDDEN, (int)classes, fwd / 1e6,
+           3 * fwd / 1e6, GPU_TFLOPS, GPU_MFU, need, need / top, top);
+out:
+    for (int s = 0; s < nset; s++)
+        dt_loader_destroy(set[s].ld);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && strcmp(argv[3], "cache") == 0) {
+        dt_dataset_t *ds = NULL;
+        if (dt_dataset_open(argv[1], &ds) != DT_OK) {
+            fprintf(stderr, "bench_loader: %s\n", dt_last_error());
+            return 66;
+        }
+        int rc = cache_main(ds, argv[2], atoi(argv[4]) > 0 ? atoi(argv[4]) : 1);
+        dt_dataset_close(ds);
+        return rc;
+    }
     if (argc != 7) {
-        fprintf(stderr, "usage: bench_loader DATASET SPLIT BATCH WORKERS PAD ROUNDS\n");
+        fprintf(stderr, "usage: bench_loader DATASET SPLIT BATCH WORKERS PAD ROUNDS\n"
+                        "       bench_loader DATASET SPLIT cache ROUNDS\n");
         return 64;
     }
     dt_dataset_t *ds = NULL;

@@ -43,6 +43,15 @@
  * read is split into one read per file holding requested rows, so a rank
  * reads only its own rows whichever file they are in. One file is read
  * exactly as before, with no extra copy.
+ *
+ * A row cache (dt_row_cache_*, data.cache: memory) holds chosen rows of a
+ * split as read from the file (uint8, or float32 for float16 and float32
+ * x), read once in runs of up to DT_ROW_CACHE_READ_BYTES per H5Dread.
+ * A read from it skips the sort and the HDF5 lock: it normalises each
+ * requested row straight from memory with the same normalise_row and
+ * normalise_crop_flip (files of one dataset share their normalisation,
+ * so the first file's tables serve), hence the same floats bit for bit.
+ * Stored non-finite floats are refused at the fill, once.
  */
 #define _GNU_SOURCE
 #include "dataset.h"
@@ -1104,6 +1113,23 @@ out:
     return st;
 }
 
+/* Reads rows [row, row + count) of x into buf (one run of read_runs).
+ * Lock held. */
+static dt_status read_block(const struct dsfile *ds, const char *split, const struct split *sp,
+                            const struct dt_split_info *si, uint64_t row, size_t count,
+                            unsigned char *buf)
+{
+    dt_status st = DT_OK;
+    uint64_t *rows = NULL;
+    DT_CHECK(dt_calloc(count, sizeof *rows, "cache read", (void **)&rows));
+    for (size_t i = 0; i < count; i++)
+        rows[i] = row + i;
+    st = read_runs(ds, split, sp, si, rows, count, buf);
+out:
+    free(rows);
+    return st;
+}
+
 /* Normalises one row of n stored values into dst: nch channel planes of
  * n / nch values each (one plane of n without per-channel attributes). */
 static void normalise_row(const struct dsfile *ds, const struct split *sp, const void *src,
@@ -1206,27 +1232,36 @@ static int64_t first_nonfinite(const float *x, int64_t n)
     return -1;
 }
 
+/* The message for the non-finite input at position k of a read's output,
+ * whose output row k / per_row is dataset row `row`, stored at `stored_row`
+ * (in: the file's description, or the whole dataset's for a cache). */
+static dt_status nonfinite_row_error(const struct dt_dataset_info *in, const char *split,
+                                     uint64_t row, const unsigned char *stored_row, const float *x,
+                                     int64_t k, int64_t per_row)
+{
+    int64_t e = k % per_row;
+    float stored;
+    memcpy(&stored, stored_row + (size_t)e * sizeof(float), sizeof stored);
+    if (!isfinite(stored))
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: split '%s', row %llu: x holds %g at element %lld; "
+                            "inputs must be finite",
+                            in->path, split, (unsigned long long)row, (double)stored, (long long)e);
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "dataset %s: split '%s', row %llu: x holds %g at element %lld, which "
+                        "normalisation ((v * %g - %g) / %g) turns into %g",
+                        in->path, split, (unsigned long long)row, (double)stored, (long long)e,
+                        (double)in->norm_scale, (double)in->norm_mean, (double)in->norm_std,
+                        (double)x[k]);
+}
+
 /* The message for the non-finite input at position k of a read's output. */
 static dt_status nonfinite_error(const struct dsfile *ds, const char *split, const uint64_t *idx,
                                  const size_t *uidx, const unsigned char *buf, size_t row_bytes,
                                  const float *x, int64_t k, int64_t per_row)
 {
-    const struct dt_dataset_info *in = &ds->info;
-    int64_t i = k / per_row, e = k % per_row;
-    float stored;
-    memcpy(&stored, buf + uidx[i] * row_bytes + (size_t)e * sizeof(float), sizeof stored);
-    if (!isfinite(stored))
-        return dt_set_error(DT_ERR_BAD_DATA,
-                            "dataset %s: split '%s', row %llu: x holds %g at element %lld; "
-                            "inputs must be finite",
-                            in->path, split, (unsigned long long)idx[i], (double)stored,
-                            (long long)e);
-    return dt_set_error(DT_ERR_BAD_DATA,
-                        "dataset %s: split '%s', row %llu: x holds %g at element %lld, which "
-                        "normalisation ((v * %g - %g) / %g) turns into %g",
-                        in->path, split, (unsigned long long)idx[i], (double)stored, (long long)e,
-                        (double)in->norm_scale, (double)in->norm_mean, (double)in->norm_std,
-                        (double)x[k]);
+    return nonfinite_row_error(&ds->info, split, idx[k / per_row], buf + uidx[k / per_row] * row_bytes, x,
+                               k, per_row);
 }
 
 /* A crop-and-flip read of float x: a non-finite stored value anywhere in
@@ -1721,6 +1756,206 @@ dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const u
                                 ds->info.path, i, (int)cf[i].top, (int)cf[i].left, 2 * (int)pad,
                                 (int)pad);
     return read_rows(ds, split, idx, n, pad, cf, x, y, bytes_read);
+}
+
+/* ---- rows held in memory ------------------------------------------------ */
+
+struct dt_row_cache {
+    dt_dataset_t *ds;
+    char split[DT_NAME_MAX];
+    int s; /* split index */
+    int64_t rows, per_row;
+    size_t row_bytes; /* stored bytes of one row in memory (uint8 or float32 values) */
+    unsigned char *x; /* rows x row_bytes */
+    int32_t *y;       /* rows labels */
+    uint64_t *ids;    /* rows dataset row numbers */
+    uint64_t bytes_read;
+};
+
+uint64_t dt_row_cache_row_bytes(const struct dt_split_info *si)
+{
+    uint64_t v = si->x_dtype == DT_U8 ? 1 : sizeof(float);
+    return (uint64_t)si->sample_elems * v + sizeof(int32_t) + sizeof(uint64_t);
+}
+
+/* Stored non-finite floats in rows [0, count) of a block read at dataset
+ * row `row0` are refused here, once, as a read would refuse them. */
+static dt_status cache_check_block(const struct dt_row_cache *c, const struct dsfile *f,
+                                   uint64_t row0, const unsigned char *buf, size_t count)
+{
+    if (f->splits[c->s].x_mem_size == 1)
+        return DT_OK;
+    int64_t k = first_nonfinite((const float *)buf, (int64_t)count * c->per_row);
+    if (k < 0)
+        return DT_OK;
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "dataset %s: split '%s', row %llu: x holds %g at element %lld; inputs "
+                        "must be finite",
+                        c->ds->info.path, c->split, (unsigned long long)(row0 + k / c->per_row),
+                        (double)((const float *)buf)[k], (long long)(k % c->per_row));
+}
+
+/* Rows [row, row + count) of the dataset into cache positions from `at`:
+ * one H5Dread per file part of at most DT_ROW_CACHE_READ_BYTES. */
+static dt_status cache_fill(struct dt_row_cache *c, uint64_t row, uint64_t count, int64_t at)
+{
+    dt_status st = DT_OK;
+    dt_dataset_t *ds = c->ds;
+    int nf = ds->nfiles;
+    uint64_t piece = DT_ROW_CACHE_READ_BYTES / c->row_bytes;
+    if (piece < 1)
+        piece = 1;
+    while (count > 0) {
+        int f = nf == 1 ? 0 : file_of(ds->first + c->s * (nf + 1), nf, row);
+        uint64_t base = nf == 1 ? 0 : (uint64_t)ds->first[c->s * (nf + 1) + f];
+        const struct dsfile *file = ds->files[f];
+        const struct split *sp = &file->splits[c->s];
+        const struct dt_split_info *fsi = &file->info.splits[c->s];
+        uint64_t local = row - base, take = count < piece ? count : piece;
+        if (take > (uint64_t)fsi->n - local)
+            take = (uint64_t)fsi->n - local;
+        unsigned char *dst = c->x + (size_t)at * c->row_bytes;
+        dt_h5_lock();
+        st = read_block(file, c->split, sp, fsi, local, (size_t)take, dst);
+        dt_h5_unlock();
+        if (st != DT_OK)
+            return st;
+        DT_CHECK(cache_check_block(c, file, row, dst, (size_t)take));
+        memcpy(c->y + at, sp->labels + local, (size_t)take * sizeof *c->y);
+        for (uint64_t i = 0; i < take; i++)
+            c->ids[at + (int64_t)i] = row + i;
+        c->bytes_read += take * (uint64_t)fsi->sample_elems * sp->x_file_size;
+        row += take;
+        count -= take;
+        at += (int64_t)take;
+    }
+out:
+    return st;
+}
+
+dt_status dt_row_cache_create(dt_dataset_t *ds, const char *split, const int64_t *start,
+                              const int64_t *count, int nranges, dt_row_cache_t **out)
+{
+    dt_status st = DT_OK;
+    struct dt_row_cache *c = NULL;
+    const struct dt_split_info *si;
+    *out = NULL;
+    if (ds->info.lm)
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "dataset %s: data.cache=memory is not implemented for "
+                            "language-model datasets in this version; set data.cache: none",
+                            ds->info.path);
+    DT_CHECK(dt_dataset_split(ds, split, &si));
+    int64_t rows = 0;
+    for (int k = 0; k < nranges; k++) {
+        if (start[k] < 0 || count[k] < 0 || start[k] > si->n - count[k])
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: cannot cache rows %lld..%lld of split '%s', which "
+                                "has %lld rows",
+                                ds->info.path, (long long)start[k],
+                                (long long)(start[k] + count[k]), split, (long long)si->n);
+        rows += count[k];
+    }
+    DT_CHECK(dt_calloc(1, sizeof *c, "row cache", (void **)&c));
+    c->ds = ds;
+    copy_name(c->split, sizeof c->split, split);
+    c->s = (int)(si - ds->info.splits);
+    c->rows = rows;
+    c->per_row = si->sample_elems;
+    c->row_bytes = (size_t)si->sample_elems * ds->files[0]->splits[c->s].x_mem_size;
+    size_t all = 0;
+    if (!dt_mul_size((size_t)rows, c->row_bytes, &all)) {
+        st = dt_set_error(DT_ERR_NOMEM, "dataset %s: %lld rows of split '%s' do not fit in memory",
+                          ds->info.path, (long long)rows, split);
+        goto out;
+    }
+    DT_CHECK(dt_malloc(all ? all : 1, "cached rows of the dataset", (void **)&c->x));
+    DT_CHECK(dt_calloc((size_t)rows + 1, sizeof *c->y, "cached labels", (void **)&c->y));
+    DT_CHECK(dt_calloc((size_t)rows + 1, sizeof *c->ids, "cached row ids", (void **)&c->ids));
+    int64_t at = 0;
+    for (int k = 0; k < nranges; k++) {
+        DT_CHECK(cache_fill(c, (uint64_t)start[k], (uint64_t)count[k], at));
+        at += count[k];
+    }
+    *out = c;
+    c = NULL;
+out:
+    dt_row_cache_destroy(c);
+    return st;
+}
+
+void dt_row_cache_destroy(dt_row_cache_t *c)
+{
+    if (!c)
+        return;
+    free(c->x);
+    free(c->y);
+    free(c->ids);
+    free(c);
+}
+
+int64_t dt_row_cache_rows(const dt_row_cache_t *c) { return c->rows; }
+
+uint64_t dt_row_cache_bytes(const dt_row_cache_t *c)
+{
+    return (uint64_t)c->rows * (c->row_bytes + sizeof *c->y + sizeof *c->ids);
+}
+
+uint64_t dt_row_cache_bytes_read(const dt_row_cache_t *c) { return c->bytes_read; }
+
+uint64_t dt_row_cache_row_id(const dt_row_cache_t *c, int64_t pos) { return c->ids[pos]; }
+
+dt_status dt_row_cache_read(const dt_row_cache_t *c, const uint64_t *pos, size_t n, int32_t pad,
+                            const struct dt_crop_flip *cf, float *x, int32_t *y)
+{
+    const struct dsfile *f0 = c->ds->files[0];
+    const struct split *sp = &f0->splits[c->s];
+    const struct dt_split_info *si = &c->ds->info.splits[c->s];
+    struct geom g = {.pad = pad};
+    if (cf && (pad < 0 || !dt_split_image_shape(si, &g.c, &g.h, &g.w)))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dataset %s: split '%s' cannot be cropped or flipped (vectors, or a "
+                            "negative padding)",
+                            c->ds->info.path, c->split);
+    for (size_t i = 0; i < n; i++) {
+        if (pos[i] >= (uint64_t)c->rows)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: cached row %llu of split '%s' requested; the cache "
+                                "holds %lld",
+                                c->ds->info.path, (unsigned long long)pos[i], c->split,
+                                (long long)c->rows);
+        if (cf && (cf[i].top < 0 || cf[i].top > 2 * pad || cf[i].left < 0 || cf[i].left > 2 * pad))
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dataset %s: crop %zu at (%d, %d) is outside [0, %d] for "
+                                "padding %d",
+                                c->ds->info.path, i, (int)cf[i].top, (int)cf[i].left, 2 * (int)pad,
+                                (int)pad);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *src = c->x + (size_t)pos[i] * c->row_bytes;
+        float *dst = x + i * (size_t)c->per_row;
+        if (cf)
+            normalise_crop_flip(f0, sp, src, dst, &g, &cf[i]);
+        else
+            normalise_row(f0, sp, src, dst, c->per_row);
+        if (y)
+            y[i] = c->y[pos[i]];
+    }
+    if (sp->x_mem_size == 1)
+        return DT_OK; /* the table was checked at open */
+    /* stored values were checked when cached; what normalisation overflows is caught here */
+    int64_t k = first_nonfinite(x, (int64_t)n * c->per_row);
+    if (k < 0)
+        return DT_OK;
+    int64_t i = k / c->per_row;
+    if (cf)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "dataset %s: split '%s', row %llu: normalisation ((v * %g - mean) / "
+                            "std) turns a value of x into %g (element %lld after the crop)",
+                            c->ds->info.path, c->split, (unsigned long long)c->ids[pos[i]],
+                            (double)f0->info.norm_scale, (double)x[k], (long long)(k % c->per_row));
+    return nonfinite_row_error(&c->ds->info, c->split, c->ids[pos[i]], c->x + (size_t)pos[i] * c->row_bytes,
+                               x, k, c->per_row);
 }
 
 /* ---- language-model windows -------------------------------------------- */

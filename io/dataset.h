@@ -172,6 +172,44 @@ dt_status dt_dataset_read_crop_flip(dt_dataset_t *ds, const char *split, const u
                                     size_t n, int32_t pad, const struct dt_crop_flip *cf, float *x,
                                     int32_t *y, uint64_t *bytes_read);
 
+/* A split's rows held in memory as stored (data.cache: memory): uint8 x
+ * stays uint8, float16 and float32 x are held as float32, with each row's
+ * label and dataset row number. A read from it gathers rows from memory
+ * and normalises (and crops and flips) them exactly as dt_dataset_read and
+ * dt_dataset_read_crop_flip do, with no HDF5 call and no lock, so any
+ * number of threads may read one cache at once. */
+typedef struct dt_row_cache dt_row_cache_t;
+
+/* Largest single H5Dread of a cache fill. */
+#define DT_ROW_CACHE_READ_BYTES ((uint64_t)64 << 20)
+
+/* Memory a cache holds per row of split si. */
+uint64_t dt_row_cache_row_bytes(const struct dt_split_info *si);
+
+/* Reads the rows [start[k], start[k] + count[k]) of `split`, k = 0 ..
+ * nranges - 1, into a new cache, under the HDF5 lock, in contiguous reads
+ * of at most DT_ROW_CACHE_READ_BYTES (several files: one read per file
+ * part). Cache position p is the p-th of those rows in range order.
+ * Stored non-finite floats are refused here (DT_ERR_BAD_DATA naming the
+ * row), not at the first read of the row. A language-model dataset is
+ * DT_ERR_UNSUPPORTED; an allocation that fails is DT_ERR_NOMEM. The
+ * dataset must stay open while the cache lives. */
+dt_status dt_row_cache_create(dt_dataset_t *ds, const char *split, const int64_t *start,
+                              const int64_t *count, int nranges, dt_row_cache_t **out);
+void dt_row_cache_destroy(dt_row_cache_t *c);
+
+int64_t dt_row_cache_rows(const dt_row_cache_t *c);
+uint64_t dt_row_cache_bytes(const dt_row_cache_t *c);               /* memory held */
+uint64_t dt_row_cache_bytes_read(const dt_row_cache_t *c);          /* bytes read from the file */
+uint64_t dt_row_cache_row_id(const dt_row_cache_t *c, int64_t pos); /* dataset row at pos */
+
+/* dt_dataset_read (cf NULL) or dt_dataset_read_crop_flip (cf given, pad
+ * its padding) of the cached rows at positions pos[0..n): the same floats
+ * and labels, bit for bit. A normalisation that overflows float32 is
+ * DT_ERR_BAD_DATA naming the dataset row. Thread-safe. */
+dt_status dt_row_cache_read(const dt_row_cache_t *c, const uint64_t *pos, size_t n, int32_t pad,
+                            const struct dt_crop_flip *cf, float *x, int32_t *y);
+
 /* Language-model datasets: makes every split a set of windows of seq_len
  * + 1 tokens. With W = (tokens - 1) / seq_len whole windows in a split,
  * a split of 2 or more windows offers W - 1 of them and window_shifts =

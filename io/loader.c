@@ -25,6 +25,14 @@
  * the worker, after the rows are known, and hands them to the dataset
  * read, which applies them while it normalises: no pass of its own.
  *
+ * Cache (see loader.h): ld->perm then holds cache positions. With the
+ * whole split cached they are the dataset rows, permuted as without the
+ * cache; with a shard, a permutation of the shard's n_shard positions,
+ * where this rank's slice of global batch g starts at g * (its slice of a
+ * full batch). Both give an item's rows as one run of ld->perm, so the
+ * workers do not care which; the dataset row of a position comes from
+ * the cache.
+ *
  * A read error is kept in its slot with the worker's message and returned
  * by the dt_loader_next that reaches it; the loader then keeps returning
  * it until the next dt_loader_start_epoch. start_epoch waits for reads in
@@ -35,6 +43,7 @@
 #include "loader.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -42,6 +51,7 @@
 #include <time.h>
 
 #include "../runtime/core/fault.h"
+#include "../runtime/core/log.h"
 #include "../runtime/core/rng.h"
 #include "../runtime/core/util.h"
 
@@ -49,6 +59,7 @@
 #define LOADER_MAX_PREFETCH 1024
 #define LOADER_ERRMSG_MAX 1024
 #define LOADER_GEN_MOD 65536 /* generations encoded in dt_batch.slot */
+#define LOADER_MIB ((uint64_t)1 << 20)
 
 enum slot_state { SLOT_EMPTY = 0, SLOT_READING, SLOT_READY, SLOT_HANDED };
 
@@ -66,6 +77,7 @@ struct slot {
     float *x;
     int32_t *y;
     uint64_t *ids;
+    uint64_t *pos;           /* cache positions of the rows (cached loaders only) */
     struct dt_crop_flip *cf; /* rows crops and flips when augmenting, else NULL */
     dt_status st;
     char err[LOADER_ERRMSG_MAX];
@@ -80,6 +92,10 @@ struct dt_loader {
     int64_t full_batches; /* global batches of G rows */
     int64_t batches;      /* per epoch, after drop_last */
     int64_t full_micro;   /* micro-batches per full global batch */
+    enum dt_loader_cache_mode cache_mode;
+    dt_row_cache_t *cache;
+    int64_t nperm; /* positions permuted each epoch: n, or the shard's rows */
+    int64_t slice; /* this rank's rows of a full global batch */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;  /* workers: an item may be claimable, or quit */
@@ -168,6 +184,17 @@ static struct item item_at(const struct dt_loader *ld, int64_t first, int64_t k)
     return it;
 }
 
+/* Where item it's rows start in ld->perm: its permutation position, or
+ * with a cached shard its position in the shard order (see the top). */
+static int64_t perm_start(const struct dt_loader *ld, const struct item *it)
+{
+    if (ld->cache_mode != DT_LOADER_CACHED_SHARD)
+        return it->pos0;
+    int64_t lo, hi;
+    rank_slice(it->global_rows, ld->o.rank, ld->o.world, &lo, &hi);
+    return it->batch * ld->slice + (it->row0 - lo);
+}
+
 /* ---- workers -------------------------------------------------------------- */
 
 static int claimable(const struct dt_loader *ld)
@@ -192,7 +219,14 @@ static void *worker_main(void *arg)
         s->state = SLOT_READING;
         s->k = k;
         s->it = item_at(ld, ld->first_batch, k);
-        memcpy(s->ids, ld->perm + s->it.pos0, (size_t)s->it.rows * sizeof *s->ids);
+        const uint64_t *from = ld->perm + perm_start(ld, &s->it);
+        if (ld->cache) {
+            memcpy(s->pos, from, (size_t)s->it.rows * sizeof *s->pos);
+            for (int64_t i = 0; i < s->it.rows; i++)
+                s->ids[i] = dt_row_cache_row_id(ld->cache, (int64_t)s->pos[i]);
+        } else {
+            memcpy(s->ids, from, (size_t)s->it.rows * sizeof *s->ids);
+        }
         int64_t epoch = ld->epoch;
         ld->busy++;
         pthread_mutex_unlock(&ld->mu);
@@ -205,10 +239,14 @@ static void *worker_main(void *arg)
         }
         uint64_t bytes = 0;
         dt_status st;
-        if (s->cf) {
+        if (s->cf)
             for (int64_t i = 0; i < s->it.rows; i++)
                 dt_loader_augment_draw(ld->o.seed, epoch, s->ids[i], ld->o.crop_padding,
                                        ld->o.hflip, &s->cf[i]);
+        if (ld->cache) {
+            st = dt_row_cache_read(ld->cache, s->pos, (size_t)s->it.rows, ld->o.crop_padding, s->cf,
+                                   s->x, s->y);
+        } else if (s->cf) {
             st = dt_dataset_read_crop_flip(ld->o.ds, ld->o.split, s->ids, (size_t)s->it.rows,
                                            ld->o.crop_padding, s->cf, s->x, s->y, &bytes);
         } else if (ld->lm) {
@@ -292,6 +330,18 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
                                                 : "data.augment.hflip",
                             si->name, shape);
     }
+    if (o->cache != DT_LOADER_CACHE_NONE && o->cache != DT_LOADER_CACHE_MEMORY)
+        return dt_set_error(DT_ERR_INVALID_ARG, "loader: cache mode %d is not none or memory",
+                            o->cache);
+    if (o->cache == DT_LOADER_CACHE_MEMORY && o->cache_max_mb < 1)
+        return dt_set_error(DT_ERR_USAGE, "data.cache_max_mb=%lld: it must be at least 1",
+                            (long long)o->cache_max_mb);
+    if (o->cache == DT_LOADER_CACHE_MEMORY && dt_dataset_get_info(o->ds)->lm)
+        return dt_set_error(DT_ERR_USAGE,
+                            "data.cache=memory is not implemented for language-model datasets "
+                            "(split '%s' holds token windows) in this version; set data.cache: "
+                            "none",
+                            si->name);
     if (si->n < 1)
         return dt_set_error(DT_ERR_BAD_DATA, "loader: split '%s' is empty", si->name);
     if (o->drop_last && si->n < o->global_batch)
@@ -321,6 +371,8 @@ static dt_status alloc_slots(struct dt_loader *ld)
         DT_CHECK(dt_calloc(m * (size_t)(ld->lm ? ld->sample_elems : 1), sizeof *s->y,
                            "loader batch labels", (void **)&s->y));
         DT_CHECK(dt_calloc(m, sizeof *s->ids, "loader batch ids", (void **)&s->ids));
+        if (ld->o.cache == DT_LOADER_CACHE_MEMORY)
+            DT_CHECK(dt_calloc(m, sizeof *s->pos, "loader batch positions", (void **)&s->pos));
         if (ld->o.crop_padding > 0 || ld->o.hflip)
             DT_CHECK(dt_calloc(m, sizeof *s->cf, "loader batch crops", (void **)&s->cf));
     }
@@ -336,12 +388,105 @@ static void free_loader(struct dt_loader *ld)
             free(ld->slots[i].x);
             free(ld->slots[i].y);
             free(ld->slots[i].ids);
+            free(ld->slots[i].pos);
             free(ld->slots[i].cf);
         }
     free(ld->slots);
     free(ld->perm);
     free(ld->threads);
+    dt_row_cache_destroy(ld->cache);
     free(ld);
+}
+
+uint64_t dt_loader_split_cache_bytes(const struct dt_split_info *si)
+{
+    uint64_t b;
+    return __builtin_mul_overflow((uint64_t)si->n, dt_row_cache_row_bytes(si), &b) ? UINT64_MAX : b;
+}
+
+static uint64_t mib_up(uint64_t bytes) { return bytes / LOADER_MIB + (bytes % LOADER_MIB != 0); }
+
+/* Appends rows [from, from + n) to the ranges, extending the last one
+ * when they follow it (one rank: the shard is one range). */
+static void add_range(int64_t *start, int64_t *count, int *nranges, int64_t from, int64_t n)
+{
+    if (n <= 0)
+        return;
+    if (*nranges > 0 && start[*nranges - 1] + count[*nranges - 1] == from) {
+        count[*nranges - 1] += n;
+        return;
+    }
+    start[*nranges] = from;
+    count[(*nranges)++] = n;
+}
+
+/* Reads this rank's cache: the whole split when it fits cache_max_mb,
+ * else this rank's shard (the ranges of its slices of the global batches
+ * in identity order), else refuses. Logs what it read and how long it
+ * took. */
+static dt_status make_cache(struct dt_loader *ld, const struct dt_split_info *si)
+{
+    dt_status st = DT_OK;
+    int64_t *start = NULL, *count = NULL;
+    int64_t G = ld->o.global_batch, full = ld->full_batches, rest = ld->n - full * G;
+    int64_t lo, hi, rest_lo, rest_hi;
+    uint64_t max = (uint64_t)ld->o.cache_max_mb, whole = dt_loader_split_cache_bytes(si);
+    int nranges = 0;
+    rank_slice(G, ld->o.rank, ld->o.world, &lo, &hi);
+    rank_slice(rest, ld->o.rank, ld->o.world, &rest_lo, &rest_hi);
+    int shard = mib_up(whole) > max;
+    int64_t rows = shard ? full * ld->slice + (rest_hi - rest_lo) : ld->n;
+    uint64_t need = (uint64_t)rows * dt_row_cache_row_bytes(si);
+    if (mib_up(need) > max)
+        return dt_set_error(DT_ERR_USAGE,
+                            "data.cache=memory: rank %d's shard of split '%s' (%lld of %lld "
+                            "rows) needs %llu MiB, more than data.cache_max_mb=%llu (the whole "
+                            "split needs %llu MiB); raise data.cache_max_mb, run on more ranks, "
+                            "or set data.cache: none",
+                            ld->o.rank, si->name, (long long)rows, (long long)ld->n,
+                            (unsigned long long)mib_up(need), (unsigned long long)max,
+                            (unsigned long long)mib_up(whole));
+    /* ranges: one per global batch at most, merged where they touch */
+    int64_t most = shard && ld->o.world > 1 ? full + 1 : 1;
+    if (most > INT_MAX)
+        return dt_set_error(DT_ERR_USAGE,
+                            "data.cache=memory: split '%s' has %lld global batches, too many "
+                            "shard pieces to cache; use a larger train.global_batch or "
+                            "data.cache: none",
+                            si->name, (long long)full);
+    DT_CHECK(dt_calloc((size_t)most, sizeof *start, "cache ranges", (void **)&start));
+    DT_CHECK(dt_calloc((size_t)most, sizeof *count, "cache ranges", (void **)&count));
+    if (!shard) {
+        add_range(start, count, &nranges, 0, ld->n);
+    } else {
+        for (int64_t g = 0; g < full; g++)
+            add_range(start, count, &nranges, g * G + lo, hi - lo);
+        add_range(start, count, &nranges, full * G + rest_lo, rest_hi - rest_lo);
+    }
+    ld->cache_mode = shard ? DT_LOADER_CACHED_SHARD : DT_LOADER_CACHED_SPLIT;
+    ld->nperm = rows;
+    double t0 = dt_now();
+    DT_CHECK(dt_row_cache_create(ld->o.ds, ld->o.split, start, count, nranges, &ld->cache));
+    uint64_t read = dt_row_cache_bytes_read(ld->cache);
+    atomic_fetch_add(&ld->bytes, read);
+    if (ld->cache_mode == DT_LOADER_CACHED_SPLIT)
+        DT_LOG_INFO("data",
+                    "cached split '%s' in memory: %lld rows, %.1f MiB held, %.1f MiB read in "
+                    "%.2f s",
+                    si->name, (long long)ld->n, (double)dt_row_cache_bytes(ld->cache) / LOADER_MIB,
+                    (double)read / LOADER_MIB, dt_now() - t0);
+    else
+        DT_LOG_WARN("data",
+                    "split '%s' needs %llu MiB, more than data.cache_max_mb=%llu: each rank caches "
+                    "its own shard (%lld rows here, %.1f MiB held, %.1f MiB read in %.2f s) and "
+                    "shuffles within it, so batches differ from data.cache: none",
+                    si->name, (unsigned long long)mib_up(whole), (unsigned long long)max,
+                    (long long)ld->nperm, (double)dt_row_cache_bytes(ld->cache) / LOADER_MIB,
+                    (double)read / LOADER_MIB, dt_now() - t0);
+out:
+    free(start);
+    free(count);
+    return st;
 }
 
 dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
@@ -365,9 +510,13 @@ dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
     int64_t lo, hi;
     rank_slice(opts->global_batch, opts->rank, opts->world, &lo, &hi);
     ld->full_micro = (hi - lo) / opts->micro_batch;
+    ld->slice = hi - lo;
+    ld->nperm = si->n;
     atomic_init(&ld->bytes, 0);
     if (!dt_fault_value("slowdata", opts->rank, &ld->delay_ms))
         ld->delay_ms = 0;
+    if (opts->cache == DT_LOADER_CACHE_MEMORY)
+        DT_CHECK(make_cache(ld, si));
     DT_CHECK(alloc_slots(ld));
     DT_CHECK(dt_calloc((size_t)opts->workers, sizeof *ld->threads, "loader threads",
                        (void **)&ld->threads));
@@ -456,6 +605,33 @@ uint64_t dt_loader_bytes_read(const dt_loader_t *ld)
     return atomic_load(&((struct dt_loader *)ld)->bytes);
 }
 
+enum dt_loader_cache_mode dt_loader_cache_mode(const dt_loader_t *ld) { return ld->cache_mode; }
+
+uint64_t dt_loader_cache_bytes(const dt_loader_t *ld)
+{
+    return ld->cache ? dt_row_cache_bytes(ld->cache) : 0;
+}
+
+/* The shard order of an epoch: a Fisher-Yates shuffle of the shard's
+ * positions, swap i drawing from (seed, DT_RNG_SHUFFLE, stream 1 + rank,
+ * step epoch) at index i - 1 (stream 0 is the global permutation's). */
+static void shard_permutation(struct dt_loader *ld, int64_t epoch)
+{
+    struct dt_rng_key key = {.seed = ld->o.seed,
+                             .purpose = DT_RNG_SHUFFLE,
+                             .stream = 1u + (uint32_t)ld->o.rank,
+                             .step = (uint64_t)epoch};
+    uint64_t n = (uint64_t)ld->nperm, *perm = ld->perm;
+    for (uint64_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = dt_rng_below(&key, i - 1, i);
+        uint64_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}
+
 /* ---- the caller's side --------------------------------------------------------- */
 
 dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_batch)
@@ -469,10 +645,12 @@ dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_ba
     ld->started = 0; /* no new claims */
     while (ld->busy > 0)
         pthread_cond_wait(&ld->idle_cv, &ld->mu);
-    if (ld->o.shuffle) {
+    if (ld->o.shuffle && ld->cache_mode == DT_LOADER_CACHED_SHARD) {
+        shard_permutation(ld, epoch);
+    } else if (ld->o.shuffle) {
         dt_rng_permutation(ld->o.seed, (uint64_t)epoch, ld->perm, (uint64_t)ld->n);
     } else {
-        for (int64_t i = 0; i < ld->n; i++)
+        for (int64_t i = 0; i < ld->nperm; i++)
             ld->perm[i] = (uint64_t)i;
     }
     for (int i = 0; i < ld->o.prefetch; i++)

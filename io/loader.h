@@ -28,6 +28,34 @@
  * epoch, dataset row), so a sample gets the same crop and flip in the same
  * epoch whichever rank, micro-batch or worker reads it, and on resume.
  *
+ * Cache (cache = DT_LOADER_CACHE_MEMORY, data.cache: memory): the rows
+ * are read once, at create, into memory as stored (dt_row_cache_create:
+ * contiguous reads under the HDF5 lock), and every batch is gathered and
+ * normalised from there, with no HDF5 call. Normalisation, augmentation
+ * and labels are applied per batch exactly as without the cache.
+ *  - When the whole split fits in cache_max_mb MiB, each rank caches the
+ *    whole split and the epoch permutation is unchanged: the batches
+ *    (rows, x, y, sample ids) are bit-identical to cache none.
+ *  - Otherwise rank r caches only its shard: the rows it would read in
+ *    epoch order without shuffling, i.e. its slice [r*G/W, (r+1)*G/W) of
+ *    every global batch of the identity order (and its slice of the short
+ *    last one), so it reads about 1/W of the split from disk, and its
+ *    rows come from every part of the file (a file sorted by class still
+ *    gives each rank every class, as contiguous blocks would not). Each epoch
+ *    it permutes its shard (a Fisher-Yates shuffle keyed by (seed,
+ *    DT_RNG_SHUFFLE, stream 1 + rank, step epoch)) and fills its slice of
+ *    each global batch from that order. Batch counts, sizes and micro
+ *    splits are those of cache none; a sample stays on its rank for the
+ *    whole run, so which samples meet in one global batch depends on the
+ *    world size, and a run resumed on another world size sees other
+ *    batches. With drop_last, the rows past the full batches of the shard
+ *    order are the ones dropped that epoch. Without shuffling, the shard
+ *    order is the identity and the batches again equal cache none's.
+ *    Positions stay a pure function of (seed, epoch, batch, rank, world).
+ *  - A shard that does not fit either is DT_ERR_USAGE naming
+ *    data.cache_max_mb and the MiB needed. A language-model split is
+ *    DT_ERR_USAGE: caching token windows is not implemented.
+ *
  * Errors: a read error is returned by the dt_loader_next that reaches the
  * failed micro-batch, with the reader's message, and again by every later
  * call until dt_loader_start_epoch. start_epoch drops what was read ahead
@@ -61,6 +89,17 @@ struct dt_loader_opts {
     int hflip;        /* data.augment.hflip: flip left-right with probability 0.5 */
     int shift_windows; /* language-model data: move the window boundaries every epoch
                           (dt_loader_window_shift); else windows start at offset 0 */
+    int cache;         /* data.cache: DT_LOADER_CACHE_NONE or DT_LOADER_CACHE_MEMORY */
+    int64_t cache_max_mb; /* data.cache_max_mb: the most MiB the cache of this rank may hold */
+};
+
+enum { DT_LOADER_CACHE_NONE = 0, DT_LOADER_CACHE_MEMORY = 1 };
+
+/* What dt_loader_create did about the cache. */
+enum dt_loader_cache_mode {
+    DT_LOADER_CACHED_NONE = 0,  /* data.cache: none; every batch is read from the file */
+    DT_LOADER_CACHED_SPLIT = 1, /* the whole split in memory; the same batches as none */
+    DT_LOADER_CACHED_SHARD = 2, /* this rank's shard in memory, shuffled within the shard */
 };
 
 #define DT_LOADER_MAX_CROP_PADDING 1024
@@ -107,7 +146,17 @@ int64_t dt_loader_window_shift(uint64_t seed, int64_t epoch, int64_t shifts);
 void dt_loader_augment_draw(uint64_t seed, int64_t epoch, uint64_t sample, int pad, int hflip,
                             struct dt_crop_flip *out);
 
-/* Bytes this loader has read from the dataset file so far. */
+/* Bytes this loader has read from the dataset file so far (the cache fill
+ * included). */
 uint64_t dt_loader_bytes_read(const dt_loader_t *ld);
+
+/* The cache this loader holds: its mode, and the memory it takes (0 with
+ * none). */
+enum dt_loader_cache_mode dt_loader_cache_mode(const dt_loader_t *ld);
+uint64_t dt_loader_cache_bytes(const dt_loader_t *ld);
+
+/* Bytes the cache of the whole split si would hold (cache_max_mb is
+ * compared with this, in MiB rounded up). */
+uint64_t dt_loader_split_cache_bytes(const struct dt_split_info *si);
 
 #endif

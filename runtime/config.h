@@ -81,6 +81,8 @@ struct dt_job {
         int64_t workers;             /* loader threads */
         int64_t prefetch;            /* micro-batches read ahead */
         int64_t seq_len;             /* language-model datasets: tokens per sample */
+        char cache[DT_JOB_STR];      /* none | memory: training rows held in memory */
+        int64_t cache_max_mb;        /* the most MiB one rank's cache may hold */
         struct {
             int64_t crop_padding;    /* random crop of the padded image; 0 = off */
             int hflip;               /* random left-right flip */

@@ -44,6 +44,7 @@ static const char *const mpi_allreduces[] = {"ring", "library", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wire_types[] = {"fp32", "bf16", NULL};
 static const char *const ckpt_errors[] = {"stop", "continue", NULL};
+static const char *const data_caches[] = {"none", "memory", NULL};
 
 /* Short type names for the rows. */
 #define I DT_CFG_INT
@@ -127,6 +128,18 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "language-model datasets: tokens per sample; a sample is a window of seq_len + 1 "
         "tokens (inputs and the next token of each), the windows' start moved each epoch by a "
         "draw from train.seed", FROM_TO(1, 1 << 20)),
+    ROW("data.cache", E, data.cache, "none",
+        "none: every training batch is read from the dataset file; memory: each rank reads the "
+        "training split into memory once at start (contiguous reads) and gathers its batches "
+        "there. When the whole split fits data.cache_max_mb it is cached whole and the batches "
+        "are the same as with none; otherwise each rank caches only its shard (its slice of "
+        "every global batch in file order, about 1/world of the split) and shuffles within it "
+        "each epoch, so samples then stay on one rank and batches differ from none. Not for "
+        "language-model datasets", ONE_OF(data_caches)),
+    ROW("data.cache_max_mb", I, data.cache_max_mb, "4096",
+        "data.cache memory: the most MiB of cached rows one rank may hold (uint8 inputs take a "
+        "byte a value, float16 and float32 four, plus 12 bytes a row); a shard larger than this "
+        "is refused at start", FROM_TO(1, (int64_t)1 << 30)),
     ROW("data.augment.crop_padding", I, data.augment.crop_padding, "0",
         "training images only: a random crop of the original H x W from the image padded by "
         "this many pixels on each side with 0 (after normalisation), drawn per sample from "

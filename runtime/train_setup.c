@@ -473,7 +473,11 @@ static dt_status create_loaders(struct run *r)
                                 .prefetch = (int)job->data.prefetch,
                                 .crop_padding = (int)job->data.augment.crop_padding,
                                 .hflip = job->data.augment.hflip,
-                                .shift_windows = 1};
+                                .shift_windows = 1,
+                                .cache = strcmp(job->data.cache, "memory") == 0
+                                             ? DT_LOADER_CACHE_MEMORY
+                                             : DT_LOADER_CACHE_NONE,
+                                .cache_max_mb = job->data.cache_max_mb};
     if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */
@@ -486,6 +490,7 @@ static dt_status create_loaders(struct run *r)
     lo.crop_padding = 0; /* the test split is never augmented */
     lo.hflip = 0;
     lo.shift_windows = 0; /* the same windows at every evaluation */
+    lo.cache = DT_LOADER_CACHE_NONE; /* data.cache is the training split's */
     if ((st = dt_loader_create(&lo, &r->test_ld)) != DT_OK || r->eval_only)
         return st;
     r->bpe = dt_loader_batches_per_epoch(r->train_ld);
@@ -572,6 +577,12 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     need.staging = times(p4, 1 + (uint64_t)states); /* checkpoints; model.h5 takes less */
     uint64_t test = r->gen_only ? 0 : loader_bytes(r, r->test, eval_global_batch(r) / r->world);
     uint64_t train = r->eval_only ? 0 : loader_bytes(r, r->train, r->micro);
+    if (!r->eval_only && strcmp(job->data.cache, "memory") == 0) { /* the split, or a shard */
+        uint64_t cap = (uint64_t)job->data.cache_max_mb << 20,
+                 cache = dt_loader_split_cache_bytes(r->train);
+        cache = cache < cap ? cache : cap;
+        train = cache > UINT64_MAX - train ? UINT64_MAX : train + cache;
+    }
     need.loaders = test > UINT64_MAX - train ? UINT64_MAX : test + train;
     uint64_t per_param = 0; /* the reducer's host buffers */
     if (!r->eval_only && r->world > 1) {

@@ -587,6 +587,8 @@ static void test_set_overrides(void)
     CU_ASSERT_EQUAL(j.train.epochs, 5);
     CU_ASSERT_EQUAL(dt_job_set(&j, "data.shuffle=off"), DT_OK);
     CU_ASSERT_EQUAL(j.data.shuffle, 0);
+    CU_ASSERT_EQUAL(dt_job_set(&j, "data.cache=memory"), DT_OK);
+    CU_ASSERT_STRING_EQUAL(j.data.cache, "memory");
     CU_ASSERT_EQUAL(dt_job_set(&j, "model.activation=tanh"), DT_OK);
     CU_ASSERT_STRING_EQUAL(j.model.activation, "tanh");
     CU_ASSERT_EQUAL(dt_job_set(&j, "model.hidden=[256,128]"), DT_OK);
@@ -639,6 +641,10 @@ static void test_set_errors(void)
     expect_set_error("train.optimizer.lr",
                      "--set train.optimizer.lr: expected key=value, e.g. train.optimizer.lr=0.01");
     expect_set_error("=5", "--set =5: no key before '='");
+    expect_set_error("data.cache=disk", "--set data.cache=disk: data.cache: expected one of none, "
+                                        "memory, got 'disk'");
+    expect_set_error("data.cache_max_mb=0", "--set data.cache_max_mb=0: data.cache_max_mb: "
+                                            "expected an integer from 1 to 1073741824, got '0'");
 }
 
 static void test_set_syntax_error_and_atomicity(void)
