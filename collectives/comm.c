@@ -233,6 +233,32 @@ int dt_comm_device_buffers(const dt_comm_t *c)
     return c->ops->device_buffers;
 }
 
+dt_status dt_comm_iring(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
+                        enum dt_comm_ring_part part, dt_comm_req_t **req)
+{
+    *req = NULL;
+    if (!c->ops->iring)
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "dt_comm_iring: the %s communicator has no ring all-reduce",
+                            c->ops->name);
+    if (t != DT_F32 && t != DT_BF16)
+        return dt_set_error(DT_ERR_INVALID_ARG, "dt_comm_iring: only fp32 and bf16 are summed");
+    dt_status st = check_buf("dt_comm_iring", buf, count, "the buffer");
+    return st != DT_OK ? st : c->ops->iring(c, buf, count, t, part, req);
+}
+
+int dt_comm_has_ring(const dt_comm_t *c)
+{
+    return c->ops->iring != NULL;
+}
+
+void dt_comm_ring_owned(const dt_comm_t *c, size_t count, size_t *lo, size_t *hi)
+{
+    unsigned p = (unsigned)c->size, k = ((unsigned)c->rank + 1) % p;
+    *lo = (size_t)(((unsigned __int128)count * k) / p);
+    *hi = (size_t)(((unsigned __int128)count * (k + 1)) / p);
+}
+
 void dt_comm_set_ring_min_bytes(dt_comm_t *c, size_t bytes)
 {
     c->ring_min_bytes = bytes;

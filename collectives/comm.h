@@ -64,6 +64,22 @@ dt_status dt_comm_allreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype
  * dt_comm_wait (or dt_comm_test until done) before buf is touched. */
 dt_status dt_comm_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                              enum dt_comm_op op, dt_comm_req_t **req);
+/* The two halves of the ring all-reduce (mpi backend; see
+ * dt_comm_set_ring_min_bytes), for a sharded optimizer update. The buffer
+ * is cut into size chunks, chunk k = elements [count*k/size,
+ * count*(k+1)/size). DT_RING_REDUCE_SCATTER leaves this rank's chunk
+ * (dt_comm_ring_owned) holding the sum over ranks, and the other chunks
+ * partial sums; DT_RING_ALLGATHER copies each rank's own chunk to every
+ * rank. In place, fp32 or bf16, SUM; completed by dt_comm_test or
+ * dt_comm_wait. Backends without it return DT_ERR_UNSUPPORTED. */
+enum dt_comm_ring_part { DT_RING_ALL, DT_RING_REDUCE_SCATTER, DT_RING_ALLGATHER };
+dt_status dt_comm_iring(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
+                        enum dt_comm_ring_part part, dt_comm_req_t **req);
+/* 1 when the backend has dt_comm_iring. */
+int dt_comm_has_ring(const dt_comm_t *c);
+/* [*lo, *hi): the chunk of a count-element buffer this rank holds summed
+ * after a reduce-scatter and sends in the all-gather. */
+void dt_comm_ring_owned(const dt_comm_t *c, size_t count, size_t *lo, size_t *hi);
 /* *done = 1 and the request is freed when it has completed; lets the
  * library progress it meanwhile. */
 dt_status dt_comm_test(dt_comm_t *c, dt_comm_req_t *req, int *done);

@@ -22,6 +22,9 @@ struct dt_comm_ops {
                            enum dt_comm_op op);
     dt_status (*iallreduce)(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
                             enum dt_comm_op op, dt_comm_req_t **req);
+    /* Optional (NULL: dt_comm_iring is unsupported). */
+    dt_status (*iring)(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
+                       enum dt_comm_ring_part part, dt_comm_req_t **req);
     /* test and wait free the request when they report it done, and also
      * when they fail (the caller cannot use it again either way). */
     dt_status (*test)(dt_comm_t *c, dt_comm_req_t *req, int *done);

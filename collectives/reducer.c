@@ -12,6 +12,14 @@
  * unpacked as soon as it completes, so the fp32 buffer is final after
  * finish() either way.
  *
+ * Sharded (opts.shard, communicators with a ring): each bucket is only
+ * reduce-scattered, so after finish() this rank holds the sum of its own
+ * chunk of every bucket (dt_reducer_owned) and partial sums elsewhere; the
+ * optimizer updates those chunks only, and dt_reducer_gather then copies
+ * every rank's updated chunks to all (the ring's all-gather, on the
+ * parameters instead of the gradients). The traffic is an all-reduce's,
+ * and each rank's optimizer work is 1/N of the model's.
+ *
  * State per step: buckets [0, next) have been started; reqs[k] is non-NULL
  * while bucket k is in flight; buckets before `oldest` are all complete.
  */
@@ -40,6 +48,7 @@ struct dt_reducer {
     size_t next;          /* first bucket not yet started */
     size_t oldest;        /* first bucket that may still be in flight */
     int in_step;          /* between begin() and finish() */
+    int shard;            /* reduce-scatter only: see the file comment */
 };
 
 size_t dt_bucket_plan(size_t total, size_t first_elems, size_t bucket_elems, size_t *offsets,
@@ -79,6 +88,9 @@ static dt_status check_opts(const float *grads, size_t total, const struct dt_re
     if (o->wire && (!o->wire->pack || !o->wire->unpack || (!o->wire->wire && total > 0)))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "gradient reducer: a bf16 wire needs pack, unpack and a buffer");
+    if (o->shard && o->wire)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: a sharded update takes fp32 gradients on the wire");
     if (!(o->first_bucket_mb > 0) || !(o->first_bucket_mb <= o->bucket_mb))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "gradient reducer: the first bucket (%g MiB) must be positive and "
@@ -94,6 +106,13 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
     *out = NULL;
     dt_status st = check_opts(grads, total, o);
     if (st != DT_OK) goto out;
+    if (o->shard && !dt_comm_has_ring(c)) {
+        st = dt_set_error(DT_ERR_UNSUPPORTED,
+                          "gradient reducer: the %s communicator cannot reduce-scatter buckets "
+                          "for a sharded update",
+                          dt_comm_backend(c));
+        goto out;
+    }
     size_t first = mib_to_elems(o->first_bucket_mb), bucket = mib_to_elems(o->bucket_mb);
     size_t n = dt_bucket_plan(total, first, bucket, NULL, 0);
     if (n > DT_REDUCER_MAX_BUCKETS) {
@@ -110,6 +129,7 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
                              .grads = grads,
                              .total = total,
                              .overlap = o->overlap,
+                             .shard = o->shard,
                              .wire = o->wire ? *o->wire : (struct dt_reducer_wire){0},
                              .nbuckets = n,
                              .start = r->start,
@@ -145,6 +165,9 @@ static dt_status start_bucket(dt_reducer_t *r)
         if (st == DT_OK)
             st = dt_comm_iallreduce(r->comm, r->wire.wire + lo, hi - lo, DT_BF16,
                                     DT_COMM_SUM, &r->reqs[k]);
+    } else if (r->shard) {
+        st = dt_comm_iring(r->comm, r->grads + lo, hi - lo, DT_F32, DT_RING_REDUCE_SCATTER,
+                           &r->reqs[k]);
     } else {
         st = dt_comm_iallreduce(r->comm, r->grads + lo, hi - lo, DT_F32, DT_COMM_SUM,
                                 &r->reqs[k]);
@@ -247,6 +270,50 @@ dt_status dt_reducer_finish(dt_reducer_t *r, double *wait_s)
 out:
     if (wait_s) *wait_s = dt_now() - t0;
     return st;
+}
+
+int dt_reducer_sharded(const dt_reducer_t *r)
+{
+    return r->shard;
+}
+
+void dt_reducer_owned(const dt_reducer_t *r, size_t k, size_t *lo, size_t *hi)
+{
+    size_t a = 0, b = 0;
+    if (r->shard) {
+        dt_comm_ring_owned(r->comm, r->start[k + 1] - r->start[k], &a, &b);
+    } else {
+        b = r->start[k + 1] - r->start[k];
+    }
+    *lo = r->start[k] + a;
+    *hi = r->start[k] + b;
+}
+
+dt_status dt_reducer_gather(dt_reducer_t *r, float *buf, const char *what)
+{
+    dt_status st = DT_OK;
+    if (!r->shard) return DT_OK;
+    if (r->in_step || r->oldest < r->next)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_gather called while gradient buckets are in flight");
+    size_t k = 0;
+    for (; k < r->nbuckets && st == DT_OK; k++) {
+        size_t lo = r->start[k], hi = r->start[k + 1];
+        st = dt_comm_iring(r->comm, buf + lo, hi - lo, DT_F32, DT_RING_ALLGATHER, &r->reqs[k]);
+        if (st != DT_OK) {
+            st = dt_error_context(st, "gathering the %s of bucket %zu of %zu", what, k,
+                                  r->nbuckets);
+            break;
+        }
+    }
+    r->oldest = 0;
+    r->next = k; /* drain waits for what started, even after a failure */
+    char msg[1024] = "";
+    if (st != DT_OK) snprintf(msg, sizeof msg, "%s", dt_last_error());
+    dt_status dst = drain(r);
+    r->oldest = r->next = 0;
+    if (st != DT_OK) return dt_set_error(st, "%s", msg);
+    return dst == DT_OK ? DT_OK : dt_error_context(dst, "gathering the %s", what);
 }
 
 void dt_reducer_destroy(dt_reducer_t *r)

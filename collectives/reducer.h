@@ -43,6 +43,9 @@ struct dt_reducer_opts {
     double first_bucket_mb; /* the first bucket's size in MiB (> 0, <= bucket_mb) */
     int overlap;            /* 0: start every bucket only in finish() */
     const struct dt_reducer_wire *wire; /* NULL: fp32 on the wire */
+    /* 1: a sharded update (fp32 wire, a communicator with dt_comm_iring):
+     * buckets are only reduce-scattered; see dt_reducer_owned. */
+    int shard;
 };
 
 /* Cuts `total` elements into buckets: the first of first_elems, the rest of
@@ -66,5 +69,15 @@ dt_status dt_reducer_ready(dt_reducer_t *r, size_t done);
 /* Starts the remaining buckets and waits for all. *wait_s gets the time
  * spent waiting here (communication not hidden behind backward). */
 dt_status dt_reducer_finish(dt_reducer_t *r, double *wait_s);
+
+/* Sharded: after finish(), this rank holds the summed gradients of
+ * [*lo, *hi) of bucket k (its ring chunk) and partial sums elsewhere in the
+ * bucket. Not sharded: the whole bucket. */
+int dt_reducer_sharded(const dt_reducer_t *r);
+void dt_reducer_owned(const dt_reducer_t *r, size_t k, size_t *lo, size_t *hi);
+/* Sharded: every rank's own chunks of `buf` (laid out as the gradients:
+ * the parameters, an optimizer state) copied to every rank; collective,
+ * between steps. `what` names the buffer in errors. Not sharded: nothing. */
+dt_status dt_reducer_gather(dt_reducer_t *r, float *buf, const char *what);
 
 #endif

@@ -142,6 +142,7 @@ struct dt_job {
         char grad_dtype[DT_JOB_STR]; /* fp32 | bf16: gradients on the wire */
         int overlap;                 /* all-reduce buckets while backward runs */
         char mpi_allreduce[DT_JOB_STR]; /* ring | library: buckets over mpi */
+        int sharded_update;             /* mpi ring: each rank updates its chunks */
     } comm;
     struct {
         char dir[DT_JOB_PATH];       /* run directory */

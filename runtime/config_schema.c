@@ -256,6 +256,11 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "point-to-point messages (the same work on every rank), library = the MPI library's "
         "non-blocking all-reduce (for libraries with offloaded collectives)",
         ONE_OF(mpi_allreduces)),
+    ROW("comm.sharded_update", B, comm.sharded_update, "true",
+        "mpi with the ring: each rank sums, clips and updates only its 1/N of the parameters "
+        "(its chunk of every bucket) and the updated chunks are then gathered, instead of every "
+        "rank updating all of them (the same result, 1/N of the optimizer's work per rank); "
+        "off with fp16 or a bf16 wire", ANY),
     ROW("comm.overlap", B, comm.overlap, "true",
         "all-reduce buckets while backward is still running; false waits for the whole "
         "backward (for comparison)", ANY),

@@ -188,14 +188,42 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
     return o->ops->adamw_update(o->be, params + off, grads + off, o->m + off, o->v + off, n, &a);
 }
 
-dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr)
+/* The update of elements [lo, hi) only, run by run. */
+static dt_status update_within(dt_optim_t *o, float *params, const float *grads, double lr,
+                               size_t lo, size_t hi)
 {
     dt_status st = DT_OK;
     if (!o->runs)
-        st = update(o, params, grads, 0, o->n, lr, o->weight_decay);
-    for (int i = 0; i < o->nruns && st == DT_OK; i++)
-        st = update(o, params, grads, o->runs[i].offset, o->runs[i].numel, lr,
-                    o->runs[i].weight_decay);
+        return lo < hi ? update(o, params, grads, lo, hi - lo, lr, o->weight_decay) : DT_OK;
+    for (int i = 0; i < o->nruns && st == DT_OK; i++) {
+        size_t a = o->runs[i].offset, b = a + o->runs[i].numel;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a < b)
+            st = update(o, params, grads, a, b - a, lr, o->runs[i].weight_decay);
+    }
+    return st;
+}
+
+dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr)
+{
+    dt_status st = update_within(o, params, grads, lr, 0, o->n);
+    if (st == DT_OK)
+        o->t++;
+    return st;
+}
+
+dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads, double lr,
+                               const size_t *lo, const size_t *hi, size_t count)
+{
+    dt_status st = DT_OK;
+    for (size_t k = 0; k < count && st == DT_OK; k++) {
+        if (lo[k] > hi[k] || hi[k] > o->n)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "dt_optim_step_ranges: range %zu is [%zu, %zu) of %zu elements", k,
+                                lo[k], hi[k], o->n);
+        st = update_within(o, params, grads, lr, lo[k], hi[k]);
+    }
     if (st == DT_OK)
         o->t++;
     return st;

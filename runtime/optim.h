@@ -39,6 +39,12 @@ dt_status dt_optim_groups_from_model(dt_optim_t *o, const struct dt_job *job, co
 
 /* One update of params from grads with learning rate lr. */
 dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr);
+/* The same step for the elements in [lo[k], hi[k]) only, k < count (a
+ * sharded update: each rank's own chunks); the rest of params and of the
+ * state is left as it is. Every element gets the update dt_optim_step
+ * would give it. */
+dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads, double lr,
+                               const size_t *lo, const size_t *hi, size_t count);
 
 /* Steps taken so far; set when resuming from a checkpoint. */
 int64_t dt_optim_steps(const dt_optim_t *o);

@@ -94,6 +94,7 @@ enum {
     OUT_SIGUSR1,
     OUT_SIGINT,
     OUT_CKPT,
+    OUT_SUMSQ, /* sharded update: each rank's sum of squares of its own gradients */
     OUT_N
 };
 
@@ -318,6 +319,24 @@ static dt_status finish_reduction(struct run *r, double *wait)
     return st;
 }
 
+/* Sharded update: the sum of squares of this rank's own (summed)
+ * gradients; the step's agreement adds up the ranks'. */
+static dt_status own_sumsq(struct run *r, double *out)
+{
+    const struct dt_ops *ops = dt_backend_ops(r->be);
+    const float *g = dt_model_grads(r->model);
+    double total = 0;
+    for (size_t k = 0; k < r->nown; k++) {
+        double part = 0;
+        dt_status st = ops->sumsq(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k], &part);
+        if (st != DT_OK)
+            return st;
+        total += part;
+    }
+    *out = total;
+    return DT_OK;
+}
+
 /* Runs this rank's micro-batches of one global batch and reduces the
  * gradients. A local failure (data, compute) is returned in *local after
  * the rank has still taken part in the reduction, so no peer waits; the
@@ -368,6 +387,8 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
             comm_st = dt_reducer_finish(r->red, &wait);
     }
     v[OUT_CORRECT] = (double)correct;
+    if (comm_st == DT_OK && *local == DT_OK && r->nown)
+        *local = own_sumsq(r, &v[OUT_SUMSQ]);
     return comm_st;
 }
 
@@ -396,12 +417,45 @@ static dt_status unscale(struct run *r, int64_t step, int *overflow)
     return DT_OK;
 }
 
+/* Sharded update: clips this rank's own gradients by the global norm
+ * (from the agreed sums of squares), updates its own chunks and gathers
+ * every rank's chunks of the parameters. A failed gather is a
+ * communication failure (*comm_failed = 1). */
+static dt_status sharded_step(struct run *r, int64_t step, double loss, double sumsq,
+                              struct window *w, int *skipped, int *comm_failed)
+{
+    const struct dt_ops *ops = dt_backend_ops(r->be);
+    float *g = dt_model_grads(r->model), *p = dt_model_params(r->model);
+    double norm = sqrt(sumsq), clip = r->job->train.clip_norm;
+    dt_status st = DT_OK;
+    *skipped = !(isfinite(loss) && isfinite(norm));
+    if (*skipped)
+        return DT_OK; /* the parameters are unchanged on every rank */
+    if (clip > 0 && norm > clip)
+        for (size_t k = 0; k < r->nown && st == DT_OK; k++)
+            st = ops->scale(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k],
+                            (float)(clip / (norm + 1e-6)));
+    if (st == DT_OK)
+        st = dt_optim_step_ranges(r->opt, p, g, dt_schedule_lr(r->job, step, r->total_steps),
+                                  r->own_lo, r->own_hi, r->nown);
+    if (st != DT_OK)
+        return st;
+    dt_watchdog_phase(r->wd, "gathering the updated parameters", step);
+    st = dt_reducer_gather(r->red, p, "parameters");
+    if (st != DT_OK)
+        *comm_failed = 1;
+    w->grad_norm = norm;
+    return st;
+}
+
 /* Clips (and measures) the gradients, then updates the parameters unless
  * the loss or the gradients are not finite: *skipped = 1 then. The
  * gradients are the same on every rank, so every rank decides alike.
- * An fp16 overflow skips the update too, without counting as a bad step. */
-static dt_status optimizer_step(struct run *r, int64_t step, double loss, struct window *w,
-                                int *skipped)
+ * An fp16 overflow skips the update too, without counting as a bad step.
+ * Sharded (r->nown), see sharded_step; sumsq is the agreed sum of squares
+ * of the gradients there. */
+static dt_status optimizer_step(struct run *r, int64_t step, double loss, double sumsq,
+                                struct window *w, int *skipped, int *comm_failed)
 {
     double t0 = dt_now(), norm = 0;
     size_t n = dt_model_num_params(r->model);
@@ -409,6 +463,12 @@ static dt_status optimizer_step(struct run *r, int64_t step, double loss, struct
     dt_status st = DT_OK;
     dt_watchdog_phase(r->wd, "optimizer", step);
     *skipped = 0;
+    if (r->nown) {
+        st = sharded_step(r, step, loss, sumsq, w, skipped, comm_failed);
+        w->optim_s += dt_now() - t0;
+        w->steps++;
+        return st;
+    }
     if (r->scaling && isfinite(loss))
         st = unscale(r, step, &overflow);
     if (st == DT_OK && !overflow) {
@@ -623,7 +683,8 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
         describe_stop(r, v);
     *ckpt = v[OUT_CKPT] > 0;
     int skipped = 0;
-    if ((st = optimizer_step(r, step, v[OUT_LOSS], w, &skipped)) != DT_OK)
+    if ((st = optimizer_step(r, step, v[OUT_LOSS], v[OUT_SUMSQ], w, &skipped, comm_failed)) !=
+        DT_OK)
         return st;
     r->step++;
     r->buffers_synced = 0; /* training forwards moved the running statistics */

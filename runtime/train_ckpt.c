@@ -198,7 +198,17 @@ dt_status dt_train_ckpt_save(struct run *r, const char *why)
         return DT_OK; /* this state is already on disk */
     double t0 = dt_now();
     dt_watchdog_phase(r->wd, "checkpoint", r->step);
-    dt_status st = save(r, path, sizeof path);
+    dt_status st = DT_OK;
+    /* a sharded update leaves each rank the optimizer state of its own
+     * chunks only: the checkpoint holds all of it */
+    for (int i = 0; r->nown && i < dt_optim_state_count(r->opt) && st == DT_OK; i++) {
+        const char *name = NULL;
+        float *state = dt_optim_state(r->opt, i, &name);
+        st = dt_reducer_gather(r->red, state, name);
+    }
+    if (st != DT_OK)
+        return dt_error_context(st, "checkpoint at step %lld", (long long)r->step);
+    st = save(r, path, sizeof path);
     dt_watchdog_idle(r->wd);
     if (st == DT_OK) {
         r->last_ckpt_time = dt_now();

@@ -653,6 +653,20 @@ static dt_status sum_ranks_f64(void *ctx, double *host, size_t n)
     return dt_comm_allreduce((dt_comm_t *)ctx, host, n, DT_F64, DT_COMM_SUM);
 }
 
+/* Sharded update: this rank's chunk of every gradient bucket. */
+static dt_status own_chunks(struct run *r)
+{
+    size_t n = dt_reducer_bucket_count(r->red);
+    dt_status st;
+    DT_CHECK(dt_calloc(n, sizeof *r->own_lo, "the sharded update's ranges", (void **)&r->own_lo));
+    DT_CHECK(dt_calloc(n, sizeof *r->own_hi, "the sharded update's ranges", (void **)&r->own_hi));
+    for (size_t k = 0; k < n; k++)
+        dt_reducer_owned(r->red, k, &r->own_lo[k], &r->own_hi[k]);
+    r->nown = n;
+out:
+    return st;
+}
+
 /* micro_cap > 0: the micro-batch the out-of-memory fallback chose. */
 static dt_status build_local(struct run *r, int64_t micro_cap)
 {
@@ -714,9 +728,14 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
             DT_CHECK(open_wire(r, n));
             ro.wire = &r->wire;
         }
+        ro.shard = job->comm.sharded_update && !r->stage_grads && !ro.wire && !r->scaling &&
+                   dt_comm_has_ring(r->grad_comm) &&
+                   strcmp(job->comm.mpi_allreduce, "ring") == 0;
         DT_CHECK(dt_reducer_create(r->grad_comm, r->stage_grads ? r->host_grads
                                                                 : dt_model_grads(r->model),
                                    n, &ro, &r->red));
+        if (ro.shard)
+            DT_CHECK(own_chunks(r));
     }
 out:
     return st;
@@ -749,6 +768,8 @@ static dt_status check_params(struct run *r)
 static void unbuild(struct run *r)
 {
     dt_reducer_destroy(r->red);
+    free(r->own_lo);
+    free(r->own_hi);
     free(r->host_grads);
     if (!r->stage_grads)
         dt_backend_free(r->be, r->wire.wire);
@@ -842,16 +863,19 @@ dt_status dt_train_build(struct run *r)
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);
     if (r->red)
-        DT_LOG_INFO("comm", "%s gradients all-reduced over %s%s%s in %zu bucket%s of up to "
-                            "%.3g MiB, overlap %s",
-                    job->comm.grad_dtype, dt_comm_backend(r->grad_comm),
+        DT_LOG_INFO("comm", "%s gradients %s over %s%s%s in %zu bucket%s of up to %.3g MiB, "
+                            "overlap %s%s",
+                    job->comm.grad_dtype, r->nown ? "reduce-scattered" : "all-reduced",
+                    dt_comm_backend(r->grad_comm),
                     strcmp(dt_comm_backend(r->grad_comm), "mpi") != 0 ? ""
                     : strcmp(job->comm.mpi_allreduce, "library") == 0 ? " (the library's all-reduce)"
                                                                        : " (ring)",
                     r->stage_grads ? " (through host memory)" : "",
                     dt_reducer_bucket_count(r->red),
                     dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
-                    job->comm.overlap ? "on" : "off");
+                    job->comm.overlap ? "on" : "off",
+                    r->nown ? "; each rank updates its 1/world of the parameters, then they are gathered"
+                            : "");
     return check_params(r);
 }
 

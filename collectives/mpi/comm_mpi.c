@@ -91,7 +91,8 @@ struct dt_comm_req {
     enum dt_dtype dtype;
     enum dt_comm_op op;
     int ring;         /* 1: the ring below, not MPI_Iallreduce */
-    int tag, step;    /* ring: its tag; steps done (2(P-1) in all) */
+    int tag, step;    /* ring: its tag; the next step (of 2(P-1) in all) */
+    int end;          /* ring: the step it stops before (P-1 after a reduce-scatter) */
     int posted;       /* ring: parts hold the current step's requests */
     int tmp;          /* ring: its receive buffer in owner->scratch; -1: none */
     int nparts;
@@ -526,6 +527,15 @@ static dt_status ring_post(dt_comm_t *c, dt_comm_req_t *r)
     return DT_OK;
 }
 
+/* d += a over n floats, built for AVX-512, AVX2 and the baseline (picked
+ * at load time): it runs over every chunk the ring receives. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+add_f32(float *restrict d, const float *restrict a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] += a[i];
+}
+
 /* dst += src over n elements: fp32, or bf16 summed in fp32 and rounded. */
 static void ring_add(enum dt_dtype t, void *dst, void *src, size_t n)
 {
@@ -534,10 +544,7 @@ static void ring_add(enum dt_dtype t, void *dst, void *src, size_t n)
         bf16_sum(src, dst, &len, NULL);
         return;
     }
-    float *restrict d = dst;
-    const float *restrict a = src;
-    for (size_t i = 0; i < n; i++)
-        d[i] += a[i];
+    add_f32(dst, src, n);
 }
 
 /* Advances the ring as far as it can: waiting for each step when `block`,
@@ -546,7 +553,7 @@ static dt_status ring_advance(dt_comm_t *c, dt_comm_req_t *r, int block, int *do
 {
     int p = c->size, steps = 2 * (p - 1);
     *done = 0;
-    while (r->step < steps) {
+    while (r->step < r->end) {
         if (!r->posted) {
             dt_status st = ring_post(c, r);
             if (st != DT_OK)
@@ -580,9 +587,10 @@ static dt_status ring_advance(dt_comm_t *c, dt_comm_req_t *r, int block, int *do
     return DT_OK;
 }
 
-/* Starts a ring all-reduce; the first step is posted at once. */
+/* Starts steps [first, end) of a ring all-reduce; the first is posted at
+ * once. */
 static dt_status ring_start(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
-                            enum dt_comm_op op, dt_comm_req_t **out)
+                            enum dt_comm_op op, int first, int end, dt_comm_req_t **out)
 {
     struct mpi_comm *m = impl(c);
     dt_comm_req_t *r = NULL;
@@ -595,17 +603,38 @@ static dt_status ring_start(dt_comm_t *c, void *buf, size_t count, enum dt_dtype
                               .op = op,
                               .ring = 1,
                               .tag = (int)(m->ring_seq++ % RING_TAGS),
+                              .step = first,
+                              .end = end,
                               .tmp = -1,
                               .nparts = 2};
-    size_t most = count / (size_t)c->size + 1;
-    DT_CHECK(take_scratch(m, most * dt_dtype_size(t), &r->tmp));
-    DT_CHECK(ring_post(c, r));
+    if (first < c->size - 1) { /* a reduce-scatter step needs a receive buffer */
+        size_t most = count / (size_t)c->size + 1;
+        DT_CHECK(take_scratch(m, most * dt_dtype_size(t), &r->tmp));
+    }
+    if (first < end)
+        DT_CHECK(ring_post(c, r));
     *out = r;
     r = NULL;
 out:
     if (r)
         req_free(r);
     return st;
+}
+
+/* One part of the ring on its own (see comm.h). */
+static dt_status mpi_iring(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
+                           enum dt_comm_ring_part part, dt_comm_req_t **out)
+{
+    dt_status st = check_broken(c, "a ring all-reduce");
+    if (st != DT_OK) return st;
+    if (count > piece_limit(c))
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "dt_comm_iring: %zu %s are more than one MPI call takes (%zu)", count,
+                            dtype_plural(t), piece_limit(c));
+    int p = c->size;
+    int first = part == DT_RING_ALLGATHER ? p - 1 : 0;
+    int end = part == DT_RING_REDUCE_SCATTER ? p - 1 : 2 * (p - 1);
+    return ring_start(c, buf, count, t, DT_COMM_SUM, first, end, out);
 }
 
 /* ---- non-blocking allreduce --------------------------------------------- */
@@ -622,7 +651,7 @@ static dt_status mpi_iallreduce(dt_comm_t *c, void *buf, size_t count, enum dt_d
     if (st != DT_OK) return st;
     if (c->size > 1 && (t == DT_F32 || t == DT_BF16) && (op == DT_COMM_SUM || op == DT_COMM_AVG) &&
         count <= lim && count * esz >= c->ring_min_bytes)
-        return ring_start(c, buf, count, t, op, out);
+        return ring_start(c, buf, count, t, op, 0, 2 * (c->size - 1), out);
     if (nparts > (size_t)INT_MAX) {
         st = dt_set_error(DT_ERR_UNSUPPORTED, "dt_comm_iallreduce: %zu %s need too many pieces",
                           count, dtype_plural(t));
@@ -764,6 +793,7 @@ static const struct dt_comm_ops mpi_ops = {
     .name = "mpi",
     .allreduce = mpi_allreduce,
     .iallreduce = mpi_iallreduce,
+    .iring = mpi_iring,
     .test = mpi_test,
     .wait = mpi_wait,
     .broadcast = mpi_broadcast,
