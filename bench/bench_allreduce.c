@@ -276,10 +276,10 @@ static dt_status print_header(const struct bench *b)
             "# float32 sum in place; time = slowest rank's mean per op; algbw = size / time;"
             " busbw = algbw * 2(n-1)/n\n#\n"
             "# %12s %12s %6s %6s %12s %12s %12s %7s\n",
-            dt_comm_backend(b->c), b->nonblocking ? " (non-blocking, as in training)" : "",
-            b->size, b->size == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s",
-            shown, hosts > HOSTS_SHOWN ? ", ..." : "", "size(B)", "count", "type", "iters",
-            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+            dt_comm_backend(b->c), b->nonblocking ? " (non-blocking, as in training)" : "", b->size,
+            b->size == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s", shown,
+            hosts > HOSTS_SHOWN ? ", ..." : "", "size(B)", "count", "type", "iters", "time(us)",
+            "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 out:
     free(all);
     return st;

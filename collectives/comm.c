@@ -247,10 +247,7 @@ dt_status dt_comm_iring(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
     return st != DT_OK ? st : c->ops->iring(c, buf, count, t, part, req);
 }
 
-int dt_comm_has_ring(const dt_comm_t *c)
-{
-    return c->ops->iring != NULL;
-}
+int dt_comm_has_ring(const dt_comm_t *c) { return c->ops->iring != NULL; }
 
 void dt_comm_ring_owned(const dt_comm_t *c, size_t count, size_t *lo, size_t *hi)
 {
@@ -259,10 +256,7 @@ void dt_comm_ring_owned(const dt_comm_t *c, size_t count, size_t *lo, size_t *hi
     *hi = (size_t)(((unsigned __int128)count * (k + 1)) / p);
 }
 
-void dt_comm_set_ring_min_bytes(dt_comm_t *c, size_t bytes)
-{
-    c->ring_min_bytes = bytes;
-}
+void dt_comm_set_ring_min_bytes(dt_comm_t *c, size_t bytes) { c->ring_min_bytes = bytes; }
 
 void dt_comm_set_timeout(dt_comm_t *c, double seconds)
 {

@@ -729,8 +729,7 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
             ro.wire = &r->wire;
         }
         ro.shard = job->comm.sharded_update && !r->stage_grads && !ro.wire && !r->scaling &&
-                   dt_comm_has_ring(r->grad_comm) &&
-                   strcmp(job->comm.mpi_allreduce, "ring") == 0;
+                   dt_comm_has_ring(r->grad_comm) && strcmp(job->comm.mpi_allreduce, "ring") == 0;
         DT_CHECK(dt_reducer_create(r->grad_comm, r->stage_grads ? r->host_grads
                                                                 : dt_model_grads(r->model),
                                    n, &ro, &r->red));
@@ -863,19 +862,20 @@ dt_status dt_train_build(struct run *r)
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);
     if (r->red)
-        DT_LOG_INFO("comm", "%s gradients %s over %s%s%s in %zu bucket%s of up to %.3g MiB, "
-                            "overlap %s%s",
-                    job->comm.grad_dtype, r->nown ? "reduce-scattered" : "all-reduced",
-                    dt_comm_backend(r->grad_comm),
-                    strcmp(dt_comm_backend(r->grad_comm), "mpi") != 0 ? ""
-                    : strcmp(job->comm.mpi_allreduce, "library") == 0 ? " (the library's all-reduce)"
-                                                                       : " (ring)",
-                    r->stage_grads ? " (through host memory)" : "",
-                    dt_reducer_bucket_count(r->red),
-                    dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
-                    job->comm.overlap ? "on" : "off",
-                    r->nown ? "; each rank updates its 1/world of the parameters, then they are gathered"
-                            : "");
+        DT_LOG_INFO(
+            "comm",
+            "%s gradients %s over %s%s%s in %zu bucket%s of up to %.3g MiB, "
+            "overlap %s%s",
+            job->comm.grad_dtype, r->nown ? "reduce-scattered" : "all-reduced",
+            dt_comm_backend(r->grad_comm),
+            strcmp(dt_comm_backend(r->grad_comm), "mpi") != 0 ? ""
+            : strcmp(job->comm.mpi_allreduce, "library") == 0 ? " (the library's all-reduce)"
+                                                              : " (ring)",
+            r->stage_grads ? " (through host memory)" : "", dt_reducer_bucket_count(r->red),
+            dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
+            job->comm.overlap ? "on" : "off",
+            r->nown ? "; each rank updates its 1/world of the parameters, then they are gathered"
+                    : "");
     return check_params(r);
 }
 

@@ -805,8 +805,7 @@ static void test_timeout_gives_up(void)
         dt_comm_req_t *req = NULL;
         CU_ASSERT_EQUAL(dt_comm_barrier(c), DT_ERR_TIMEOUT);
         CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "MPI_Barrier on rank 0: refused"));
-        CU_ASSERT_EQUAL(dt_comm_iallreduce(c, &late, 1, DT_I32, DT_COMM_SUM, &req),
-                        DT_ERR_TIMEOUT);
+        CU_ASSERT_EQUAL(dt_comm_iallreduce(c, &late, 1, DT_I32, DT_COMM_SUM, &req), DT_ERR_TIMEOUT);
     } else {
         struct timespec nap = {(time_t)LATE_S, (long)((LATE_S - (time_t)LATE_S) * 1e9)};
         nanosleep(&nap, NULL);
