@@ -612,24 +612,12 @@ uint64_t dt_loader_cache_bytes(const dt_loader_t *ld)
     return ld->cache ? dt_row_cache_bytes(ld->cache) : 0;
 }
 
-/* The shard order of an epoch: a Fisher-Yates shuffle of the shard's
- * positions, swap i drawing from (seed, DT_RNG_SHUFFLE, stream 1 + rank,
- * step epoch) at index i - 1 (stream 0 is the global permutation's). */
+/* The shard order of an epoch: the shuffle of dt_rng_permutation drawn
+ * from stream 1 + rank (stream 0 is the global permutation's). */
 static void shard_permutation(struct dt_loader *ld, int64_t epoch)
 {
-    struct dt_rng_key key = {.seed = ld->o.seed,
-                             .purpose = DT_RNG_SHUFFLE,
-                             .stream = 1u + (uint32_t)ld->o.rank,
-                             .step = (uint64_t)epoch};
-    uint64_t n = (uint64_t)ld->nperm, *perm = ld->perm;
-    for (uint64_t i = 0; i < n; i++)
-        perm[i] = i;
-    for (uint64_t i = n; i > 1; i--) {
-        uint64_t j = dt_rng_below(&key, i - 1, i);
-        uint64_t t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
-    }
+    dt_rng_permutation_stream(ld->o.seed, (uint64_t)epoch, 1u + (uint32_t)ld->o.rank, ld->perm,
+                              (uint64_t)ld->nperm);
 }
 
 /* ---- the caller's side --------------------------------------------------------- */

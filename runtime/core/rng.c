@@ -66,7 +66,14 @@ uint64_t dt_rng_below(const struct dt_rng_key *key, uint64_t index, uint64_t n)
 
 void dt_rng_permutation(uint64_t seed, uint64_t epoch, uint64_t *perm, uint64_t n)
 {
-    struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_SHUFFLE, .stream = 0, .step = epoch};
+    dt_rng_permutation_stream(seed, epoch, 0, perm, n);
+}
+
+void dt_rng_permutation_stream(uint64_t seed, uint64_t epoch, uint32_t stream, uint64_t *perm,
+                               uint64_t n)
+{
+    struct dt_rng_key key = {
+        .seed = seed, .purpose = DT_RNG_SHUFFLE, .stream = stream, .step = epoch};
     for (uint64_t i = 0; i < n; i++)
         perm[i] = i;
     for (uint64_t i = n; i > 1; i--) {

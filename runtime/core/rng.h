@@ -93,5 +93,9 @@ static inline DT_RNG_HD float dt_rng_u32_to_unit(uint32_t x) { return (float)(x 
 /* Fills perm[0..n) with the permutation of 0..n-1 for (seed, epoch):
  * a Fisher-Yates shuffle whose i-th swap uses draw i of the key. */
 void dt_rng_permutation(uint64_t seed, uint64_t epoch, uint64_t *perm, uint64_t n);
+/* The same shuffle drawn from stream `stream` of DT_RNG_SHUFFLE (0 is
+ * dt_rng_permutation's): independent permutations for the same epoch. */
+void dt_rng_permutation_stream(uint64_t seed, uint64_t epoch, uint32_t stream, uint64_t *perm,
+                               uint64_t n);
 
 #endif

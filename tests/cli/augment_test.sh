@@ -29,31 +29,7 @@ expect() {
 # Images whose class is their brightest channel, written as .npy in plain
 # Python (the format byte for byte, no numpy needed); vectors for the
 # refusal.
-python3 - <<'PY' || { echo "cannot make data"; exit 1; }
-import random, struct
-def npy(path, descr, shape, payload):
-    shp = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-    hb = ("{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shp)).encode()
-    pad = (64 - (10 + len(hb) + 1) % 64) % 64
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hb) + pad + 1) + hb + b" " * pad + b"\n")
-        f.write(payload)
-rng = random.Random(7)
-C, H, Wd = 3, 8, 8
-for split, n in (("train", 384), ("test", 96)):
-    xs, ys = bytearray(), []
-    for i in range(n):
-        k = i % C
-        for c in range(C):
-            base = 150 if c == k else 60 + 20 * c
-            xs += bytes(min(255, max(0, base + rng.randint(-40, 40))) for _ in range(H * Wd))
-        ys.append(k)
-    npy(f"{split}_x.npy", "|u1", (n, C, H, Wd), bytes(xs))
-    npy(f"{split}_x1.npy", "|u1", (n * C, H, Wd), bytes(xs))
-    npy(f"{split}_y.npy", "<i4", (n,), struct.pack("<%di" % n, *ys))
-    npy(f"{split}_y1.npy", "<i4", (n * C,), struct.pack("<%di" % (n * C), *[y for y in ys for _ in range(C)]))
-    npy(f"{split}_v.npy", "<f4", (n, 16), struct.pack("<%df" % (n * 16), *[rng.random() for _ in range(n * 16)]))
-PY
+python3 "$HERE/make_bright_npy.py" 7 384 96 || { echo "cannot make data"; exit 1; }
 
 NPY="$DTRAIN data import npy"
 expect 0 "per-channel normalisation of 3 channels" -- $NPY --train-x train_x.npy --train-y train_y.npy \

@@ -16,42 +16,11 @@ W=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 MPIRUN="bash $HERE/../mpi/mpirun.sh"
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect() {
-  local code=$1 pat=$2; shift 3
-  local out rc
-  out=$(timeout 300 "$@" 2>&1); rc=$?
-  if [ "$rc" != "$code" ]; then bad "'$*' exited $rc, expected $code: $out"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "'$*' output lacks /$pat/: $out"; return; fi
-  ok
-}
+source "$HERE/lib.sh"
 
 # 6000 uint8 images of 3 x 8 x 8 whose class is their brightest channel:
 # 1.2 MB cached whole (2 MiB rounded up), 0.6 MB per rank as shards.
-python3 - <<'PY' || { echo "cannot make data"; exit 1; }
-import random, struct
-def npy(path, descr, shape, payload):
-    shp = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-    hb = ("{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shp)).encode()
-    pad = (64 - (10 + len(hb) + 1) % 64) % 64
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hb) + pad + 1) + hb + b" " * pad + b"\n")
-        f.write(payload)
-rng = random.Random(11)
-C, H, Wd = 3, 8, 8
-for split, n in (("train", 6000), ("test", 96)):
-    xs, ys = bytearray(), []
-    for i in range(n):
-        k = i % C
-        for c in range(C):
-            base = 150 if c == k else 60 + 20 * c
-            xs += bytes(min(255, max(0, base + rng.randint(-40, 40))) for _ in range(H * Wd))
-        ys.append(k)
-    npy(f"{split}_x.npy", "|u1", (n, C, H, Wd), bytes(xs))
-    npy(f"{split}_y.npy", "<i4", (n,), struct.pack("<%di" % n, *ys))
-PY
+python3 "$HERE/make_bright_npy.py" 11 6000 96 || { echo "cannot make data"; exit 1; }
 expect 0 "wrote img.h5" -- "$DTRAIN" data import npy --train-x train_x.npy --train-y train_y.npy \
   --test-x test_x.npy --test-y test_y.npy -o img.h5
 
