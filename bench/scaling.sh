@@ -7,10 +7,12 @@
 # and off.
 # Then the machine's ceiling (dropout off, 128 samples per rank): N
 # independent 1-rank runs started together, each pinned to its own core,
-# against one N-rank run pinned one rank per core, with dtrain's ring
-# all-reduce (the default) and with the MPI library's; the ratio to the
-# ceiling is what data parallelism costs on top of the ranks' own work.
-#   bash bench/scaling.sh [STEPS] [RANKS]
+# against one N-rank run pinned one rank per core: with dtrain's ring
+# all-reduce and the sharded update (the defaults), the ring with every
+# rank updating everything, and the MPI library's all-reduce. The ratio to
+# the ceiling is what data parallelism costs on top of the ranks' own work;
+# ROUNDS (default 3) alternating rounds, and their median.
+#   [ROUNDS=3] bash bench/scaling.sh [STEPS] [RANKS]
 # Needs: build/ (launch/setup.sh), data/fashion-mnist.h5, python3-torch,
 # taskset (util-linux) and at least RANKS cores.
 set -euo pipefail
@@ -51,10 +53,12 @@ ceiling() { # NAME
   for ((k = 0; k < N; k++)); do field "$1$k" summary samples_per_s; done |
     awk '{ s += $1 } END { printf "%.1f", s }'
 }
-weak() { # NAME ALLREDUCE
-  dtrain_run "$1" "$N" --set model.dropout=0 --set train.global_batch=$((128 * N)) \
-    --set comm.mpi_allreduce="$2"
-  field "$1" summary samples_per_s
+weak() { # NAME ALLREDUCE [--set ...]
+  local name=$1 how=$2
+  shift 2
+  dtrain_run "$name" "$N" --set model.dropout=0 --set train.global_batch=$((128 * N)) \
+    --set comm.mpi_allreduce="$how" "$@"
+  field "$name" summary samples_per_s
 }
 
 dtrain_run one 1
@@ -77,26 +81,31 @@ printf '%-40s %10.0f\n' "PyTorch DDP gloo 1 process" "$t1"
 printf '%-40s %10.0f\n' "PyTorch DDP gloo $N processes" "$tn"
 awk -v a="$tn" -v b="$t1" -v n="$N" 'BEGIN { printf "%-40s %10.2f\n", "DDP scaling (" n " / 1)", a / b }'
 awk -v a="$dn" -v b="$tn" 'BEGIN { printf "%-40s %10.2f\n", "dtrain / DDP at the same process count", a / b }'
-ceil=$(ceiling solo)
-ring=$(weak weak_ring ring)
-lib=$(weak weak_lib library)
-ceil2=$(ceiling again)
-printf '\nThe %s-core ceiling (dropout off, 128 samples per rank, 1 thread each)   samples/s\n' "$N"
-printf '%-48s %10.0f\n' "$N independent 1-rank runs, pinned, together" "$ceil"
-printf '%-48s %10.0f\n' "  (again, after the $N-rank runs)" "$ceil2"
-printf '%-48s %10.0f\n' "dtrain $N ranks, ring all-reduce" "$ring"
-printf '%-48s %10.0f\n' "dtrain $N ranks, the MPI library's all-reduce" "$lib"
-awk -v a="$ring" -v b="$ceil" -v c="$ceil2" \
-  'BEGIN { printf "%-48s %10.2f\n", "ring / ceiling (mean of both)", 2 * a / (b + c) }'
-awk -v a="$lib" -v b="$ceil" -v c="$ceil2" \
-  'BEGIN { printf "%-48s %10.2f\n", "library / ceiling (mean of both)", 2 * a / (b + c) }'
+# The ceiling and the N-rank runs alternate, ROUNDS times, so that a change
+# in the machine's speed during the benchmark (a shared host) falls on both
+# sides of each ratio; the median ratio is the result.
+ROUNDS=${ROUNDS:-3}
+printf '\nThe %s-core ceiling (dropout off, 128 samples per rank, 1 thread each), samples/s\n' "$N"
+printf '%-6s %12s %12s %8s %12s %8s %14s %8s\n' round ceiling sharded ratio "ring, full" ratio \
+  "library" ratio
+for ((i = 1; i <= ROUNDS; i++)); do
+  ceil=$(ceiling "solo$i.")
+  shard=$(weak "shard$i" ring)
+  full=$(weak "full$i" ring --set comm.sharded_update=false)
+  lib=$(weak "lib$i" library)
+  awk -v i="$i" -v c="$ceil" -v s="$shard" -v f="$full" -v l="$lib" 'BEGIN {
+    printf "%-6s %12.0f %12.0f %8.3f %12.0f %8.3f %14.0f %8.3f\n", i, c, s, s / c, f, f / c, l, l / c }'
+done | tee "$work/rounds.txt"
+med() { awk -v c="$1" '{ print $c }' "$work/rounds.txt" | sort -g | sed -n "$(((ROUNDS + 1) / 2))p"; }
+printf '%-6s %12s %12s %8.3f %12s %8.3f %14s %8.3f\n' median "" "" "$(med 4)" "" "$(med 6)" "" "$(med 8)"
 printf '\ndtrain per step (ms):           step  data  compute  comm exposed  optimizer\n'
-for run in one many many_nooverlap weak_ring weak_lib; do
+for run in one many many_nooverlap shard1 full1 lib1; do
   case $run in
     one) label="1 rank" ;;
     many) label="$N ranks, overlap on" ;;
     many_nooverlap) label="$N ranks, overlap off" ;;
-    weak_ring) label="$N x 128, ring" ;;
+    shard1) label="$N x 128, ring, sharded" ;;
+    full1) label="$N x 128, ring, full update" ;;
     *) label="$N x 128, library" ;;
   esac
   printf '  %-26s %7s %5s %8s %13s %10s\n' "$label" "$(mean_ms $run step_s)" \
