@@ -251,9 +251,9 @@ int dt_comm_has_ring(const dt_comm_t *c) { return c->ops->iring != NULL; }
 
 void dt_comm_ring_owned(const dt_comm_t *c, size_t count, size_t *lo, size_t *hi)
 {
-    unsigned p = (unsigned)c->size, k = ((unsigned)c->rank + 1) % p;
-    *lo = (size_t)(((unsigned __int128)count * k) / p);
-    *hi = (size_t)(((unsigned __int128)count * (k + 1)) / p);
+    int k = (c->rank + 1) % c->size;
+    *lo = dt_ring_chunk_start(count, c->size, k);
+    *hi = dt_ring_chunk_start(count, c->size, k + 1);
 }
 
 void dt_comm_set_ring_min_bytes(dt_comm_t *c, size_t bytes) { c->ring_min_bytes = bytes; }

@@ -62,6 +62,13 @@ struct dt_comm {
     size_t ring_min_bytes;
 };
 
+/* First element of chunk k (0..size) of a count-element buffer cut into
+ * size chunks for the ring all-reduce (comm.h): count * k / size. */
+static inline size_t dt_ring_chunk_start(size_t count, int size, int k)
+{
+    return (size_t)(((unsigned __int128)count * (unsigned)k) / (unsigned)size);
+}
+
 /* collectives/mpi/comm_mpi.c */
 dt_status dt_mpi_comm_create(dt_comm_t **out);
 /* MPI-side helpers every backend bootstraps with (MPI handles are passed

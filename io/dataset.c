@@ -1260,8 +1260,8 @@ static dt_status nonfinite_error(const struct dsfile *ds, const char *split, con
                                  const size_t *uidx, const unsigned char *buf, size_t row_bytes,
                                  const float *x, int64_t k, int64_t per_row)
 {
-    return nonfinite_row_error(&ds->info, split, idx[k / per_row], buf + uidx[k / per_row] * row_bytes, x,
-                               k, per_row);
+    int64_t i = k / per_row;
+    return nonfinite_row_error(&ds->info, split, idx[i], buf + uidx[i] * row_bytes, x, k, per_row);
 }
 
 /* A crop-and-flip read of float x: a non-finite stored value anywhere in
@@ -1788,11 +1788,9 @@ static dt_status cache_check_block(const struct dt_row_cache *c, const struct ds
     int64_t k = first_nonfinite((const float *)buf, (int64_t)count * c->per_row);
     if (k < 0)
         return DT_OK;
-    return dt_set_error(DT_ERR_BAD_DATA,
-                        "dataset %s: split '%s', row %llu: x holds %g at element %lld; inputs "
-                        "must be finite",
-                        c->ds->info.path, c->split, (unsigned long long)(row0 + k / c->per_row),
-                        (double)((const float *)buf)[k], (long long)(k % c->per_row));
+    int64_t i = k / c->per_row;
+    return nonfinite_row_error(&c->ds->info, c->split, row0 + (uint64_t)i,
+                               buf + (size_t)i * c->row_bytes, (const float *)buf, k, c->per_row);
 }
 
 /* Rows [row, row + count) of the dataset into cache positions from `at`:
@@ -1954,8 +1952,8 @@ dt_status dt_row_cache_read(const dt_row_cache_t *c, const uint64_t *pos, size_t
                             "std) turns a value of x into %g (element %lld after the crop)",
                             c->ds->info.path, c->split, (unsigned long long)c->ids[pos[i]],
                             (double)f0->info.norm_scale, (double)x[k], (long long)(k % c->per_row));
-    return nonfinite_row_error(&c->ds->info, c->split, c->ids[pos[i]], c->x + (size_t)pos[i] * c->row_bytes,
-                               x, k, c->per_row);
+    return nonfinite_row_error(&c->ds->info, c->split, c->ids[pos[i]],
+                               c->x + (size_t)pos[i] * c->row_bytes, x, k, c->per_row);
 }
 
 /* ---- language-model windows -------------------------------------------- */

@@ -612,14 +612,6 @@ uint64_t dt_loader_cache_bytes(const dt_loader_t *ld)
     return ld->cache ? dt_row_cache_bytes(ld->cache) : 0;
 }
 
-/* The shard order of an epoch: the shuffle of dt_rng_permutation drawn
- * from stream 1 + rank (stream 0 is the global permutation's). */
-static void shard_permutation(struct dt_loader *ld, int64_t epoch)
-{
-    dt_rng_permutation_stream(ld->o.seed, (uint64_t)epoch, 1u + (uint32_t)ld->o.rank, ld->perm,
-                              (uint64_t)ld->nperm);
-}
-
 /* ---- the caller's side --------------------------------------------------------- */
 
 dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_batch)
@@ -633,10 +625,12 @@ dt_status dt_loader_start_epoch(dt_loader_t *ld, int64_t epoch, int64_t first_ba
     ld->started = 0; /* no new claims */
     while (ld->busy > 0)
         pthread_cond_wait(&ld->idle_cv, &ld->mu);
-    if (ld->o.shuffle && ld->cache_mode == DT_LOADER_CACHED_SHARD) {
-        shard_permutation(ld, epoch);
-    } else if (ld->o.shuffle) {
-        dt_rng_permutation(ld->o.seed, (uint64_t)epoch, ld->perm, (uint64_t)ld->n);
+    if (ld->o.shuffle) {
+        /* a cached shard shuffles its own positions, from stream 1 + rank
+         * (stream 0 is the global permutation's) */
+        uint32_t stream = ld->cache_mode == DT_LOADER_CACHED_SHARD ? 1u + (uint32_t)ld->o.rank : 0;
+        dt_rng_permutation_stream(ld->o.seed, (uint64_t)epoch, stream, ld->perm,
+                                  (uint64_t)ld->nperm);
     } else {
         for (int64_t i = 0; i < ld->nperm; i++)
             ld->perm[i] = (uint64_t)i;

@@ -260,6 +260,11 @@ dt_status dt_clip_grad_norm(dt_backend_t *be, float *grads, size_t n, double max
         return st;
     *norm = sqrt(ss);
     if (max_norm > 0 && *norm > max_norm)
-        st = ops->scale(be, grads, n, (float)(max_norm / (*norm + 1e-6)));
+        st = ops->scale(be, grads, n, dt_clip_factor(*norm, max_norm));
     return st;
+}
+
+float dt_clip_factor(double norm, double max_norm)
+{
+    return (float)(max_norm / (norm + 1e-6));
 }

@@ -69,5 +69,8 @@ double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total);
  * clipping. */
 dt_status dt_clip_grad_norm(dt_backend_t *be, float *grads, size_t n, double max_norm,
                             double *norm);
+/* The scale clipping applies to gradients whose global norm `norm` exceeds
+ * max_norm: max_norm / (norm + 1e-6). */
+float dt_clip_factor(double norm, double max_norm);
 
 #endif

@@ -434,7 +434,7 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
     if (clip > 0 && norm > clip)
         for (size_t k = 0; k < r->nown && st == DT_OK; k++)
             st = ops->scale(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k],
-                            (float)(clip / (norm + 1e-6)));
+                            dt_clip_factor(norm, clip));
     if (st == DT_OK)
         st = dt_optim_step_ranges(r->opt, p, g, dt_schedule_lr(r->job, step, r->total_steps),
                                   r->own_lo, r->own_hi, r->nown);

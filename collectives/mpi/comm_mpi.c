@@ -437,8 +437,7 @@ static void req_free(dt_comm_req_t *r)
 /* First element of chunk k of the ring's P chunks of r's buffer. */
 static size_t chunk_lo(const dt_comm_req_t *r, int k)
 {
-    int p = r->owner->base.size;
-    return (size_t)(((unsigned __int128)r->count * (unsigned)k) / (unsigned)p);
+    return dt_ring_chunk_start(r->count, r->owner->base.size, k);
 }
 
 static int mod(int a, int p)
@@ -547,6 +546,14 @@ static void ring_add(enum dt_dtype t, void *dst, void *src, size_t n)
     add_f32(dst, src, n);
 }
 
+/* "step S of N of a ring all-reduce of C floats", for waits and errors. */
+static const char *ring_what(const dt_comm_req_t *r, int steps, char *buf, size_t len)
+{
+    snprintf(buf, len, "step %d of %d of a ring all-reduce of %zu %s", r->step + 1, steps,
+             r->count, dtype_plural(r->dtype));
+    return buf;
+}
+
 /* Advances the ring as far as it can: waiting for each step when `block`,
  * else only through steps already complete. *done = 1 when every step is. */
 static dt_status ring_advance(dt_comm_t *c, dt_comm_req_t *r, int block, int *done)
@@ -560,16 +567,16 @@ static dt_status ring_advance(dt_comm_t *c, dt_comm_req_t *r, int block, int *do
                 return st;
         }
         char what[128];
-        snprintf(what, sizeof what, "step %d of %d of a ring all-reduce of %zu %s", r->step + 1,
-                 steps, r->count, dtype_plural(r->dtype));
         if (block) {
+            ring_what(r, steps, what, sizeof what);
             dt_status st = wait_reqs(c, 2, r->parts, what);
             if (st != DT_OK)
                 return st;
         } else {
             int flag = 0, rc = MPI_Testall(2, r->parts, &flag, MPI_STATUSES_IGNORE);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, c->rank, "MPI_Testall on %s", what);
+                return mpi_fail(rc, c->rank, "MPI_Testall on %s",
+                                ring_what(r, steps, what, sizeof what));
             if (!flag)
                 return DT_OK;
         }
