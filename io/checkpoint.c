@@ -71,6 +71,11 @@
 #define CKPT_PATH 4352     /* a directory (PATH_MAX) plus a file name */
 #define AGREE_MSG 1024     /* bytes of the failing rank's message shared */
 #define MAX_STEP_DIGITS 19 /* an int64 step */
+/* Files one step may have: ckpt-<step>.h5, then ckpt-<step>-2.h5 ... when
+ * the names before are taken (checkpoint.h). */
+#define MAX_VARIANTS 99
+/* Earlier runs' checkpoint directories kept beside a run's: <dir>.1 ... */
+#define MAX_SET_ASIDE 999
 #define MAX_NUMEL (INT64_C(1) << 40)
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
 #define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
@@ -134,20 +139,42 @@ uint64_t dt_ckpt_checksum(const float *x, size_t n)
 
 /* ---- names --------------------------------------------------------------- */
 
-/* Parses "ckpt-<digits>.h5" (and nothing else) into its step. */
-static int parse_name(const char *name, int64_t *step)
+/* Digits [p, end) as a number of at most MAX_STEP_DIGITS digits; 0 when
+ * they are not that. */
+static int parse_digits(const char *p, const char *end, int64_t *v)
+{
+    if (end <= p || end - p > MAX_STEP_DIGITS) return 0;
+    *v = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9' || *v > (INT64_MAX - 9) / 10) return 0;
+        *v = *v * 10 + (*p - '0');
+    }
+    return 1;
+}
+
+/* Parses "ckpt-<digits>.h5" and "ckpt-<digits>-<k>.h5" (the k-th file
+ * written for that step, k >= 2, when the plain name was taken by a file
+ * dtrain must not replace) and nothing else: the step, and k (1 for the
+ * plain name) when variant is not NULL. */
+static int parse_name_variant(const char *name, int64_t *step, int64_t *variant)
 {
     size_t pl = strlen(CKPT_PREFIX), sl = strlen(CKPT_SUFFIX), len = strlen(name);
-    if (len <= pl + sl || len - pl - sl > MAX_STEP_DIGITS || strncmp(name, CKPT_PREFIX, pl) != 0 ||
+    int64_t k = 1;
+    if (len <= pl + sl || strncmp(name, CKPT_PREFIX, pl) != 0 ||
         strcmp(name + len - sl, CKPT_SUFFIX) != 0)
         return 0;
-    int64_t v = 0;
-    for (size_t i = pl; i < len - sl; i++) {
-        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return 0;
-        v = v * 10 + (name[i] - '0');
-    }
-    *step = v;
+    const char *digits = name + pl, *end = name + len - sl;
+    const char *dash = memchr(digits, '-', (size_t)(end - digits));
+    if (dash && (!parse_digits(dash + 1, end, &k) || k < 2 || k > MAX_VARIANTS || dash[1] == '0'))
+        return 0;
+    if (!parse_digits(digits, dash ? dash : end, step)) return 0;
+    if (variant) *variant = k;
     return 1;
+}
+
+static int parse_name(const char *name, int64_t *step)
+{
+    return parse_name_variant(name, step, NULL);
 }
 
 static int is_temp_name(const char *name)
@@ -843,7 +870,7 @@ static dt_status write_latest(const struct save *s)
 static dt_status commit(const struct save *s)
 {
     dt_outfile_release(s->tmp, file_estimate(s));
-    dt_status st = dt_outfile_commit("checkpoint", s->tmp, s->final);
+    dt_status st = dt_outfile_commit_new("checkpoint", s->tmp, s->final);
     if (st == DT_OK) st = write_latest(s);
     return st;
 }
@@ -861,13 +888,46 @@ static void own_meta(struct save *s, const struct dt_ckpt_meta *meta)
     s->meta.optimizer[sizeof s->meta.optimizer - 1] = '\0';
 }
 
-static void name_files(struct save *s)
+static void name_files(struct save *s, int64_t variant)
 {
     long long step = (long long)s->meta.step;
-    snprintf(s->name, sizeof s->name, CKPT_PREFIX "%010lld" CKPT_SUFFIX, step);
+    if (variant > 1)
+        snprintf(s->name, sizeof s->name, CKPT_PREFIX "%010lld-%lld" CKPT_SUFFIX, step,
+                 (long long)variant);
+    else
+        snprintf(s->name, sizeof s->name, CKPT_PREFIX "%010lld" CKPT_SUFFIX, step);
     snprintf(s->final, sizeof s->final, "%s/%s", s->dir, s->name);
     snprintf(s->tmp, sizeof s->tmp, "%s/" TMP_PREFIX "%010lld" CKPT_SUFFIX TMP_SUFFIX, s->dir,
              step);
+}
+
+/* Rank 0 picks the first of ckpt-<step>.h5, ckpt-<step>-2.h5, ... that
+ * nothing occupies (a file of the user's, a FIFO, a checkpoint written
+ * before: none is ever replaced), and every rank takes that name. */
+static dt_status choose_name(struct save *s)
+{
+    int64_t variant = 1;
+    dt_status st = DT_OK;
+    struct stat sb;
+    if (s->rank == 0) {
+        for (; variant <= MAX_VARIANTS; variant++) {
+            name_files(s, variant);
+            if (lstat(s->final, &sb) != 0) break;
+        }
+        if (variant > MAX_VARIANTS) {
+            name_files(s, 1);
+            st = dt_set_error(DT_ERR_IO,
+                              "checkpoint of step %lld: %s and the %d names after it "
+                              "(ckpt-%010lld-2.h5 ...) are all taken by other files; move them "
+                              "out of %s",
+                              (long long)s->meta.step, s->final, MAX_VARIANTS - 1,
+                              (long long)s->meta.step, s->dir);
+        }
+    }
+    int rc = MPI_Bcast(&variant, 1, MPI_INT64_T, 0, s->comm);
+    if (rc != MPI_SUCCESS) return mpi_fail(s, rc, "sharing the file name");
+    name_files(s, variant > MAX_VARIANTS ? 1 : variant);
+    return st;
 }
 
 dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta *meta,
@@ -885,7 +945,7 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
     if (st == DT_OK && s.rank == 0) own_meta(&s, meta);
     DT_CHECK(agree(&s, st));
     DT_CHECK(share_meta(&s));
-    name_files(&s);
+    DT_CHECK(agree(&s, choose_name(&s)));
     /* a leftover by the temporary name is stale, and whatever it is (a
      * symlink the create would follow, a FIFO it would block on) goes */
     if (s.rank == 0) unlink(s.tmp);
@@ -1108,37 +1168,30 @@ static int checkpoint_signs(const struct reader *r, dt_status *st)
  * looks like one; otherwise it is a damaged checkpoint. */
 static dt_status check_format(const struct reader *r)
 {
-    char *format = NULL;
+    char format[MAX_SHORT_STR] = "";
     dt_status st = DT_OK;
-    htri_t e = H5Aexists(r->f, "dtrain_format");
-    if (e < 0) return damaged_h5(r, "cannot look up its attributes");
-    if (e > 0) {
-        DT_CHECK(get_str(r, r->f, "dtrain_format", MAX_SHORT_STR, &format));
-        if (!strcmp(format, CKPT_FORMAT)) goto out;
-    }
+    int has = dt_h5_read_format(r->f, format, sizeof format);
+    if (has > 0 && !strcmp(format, CKPT_FORMAT)) return DT_OK;
     int signs = checkpoint_signs(r, &st);
-    if (signs < 0) goto out;
-    if (signs && format)
-        st = damaged(r, "its dtrain_format is '%s' but it holds checkpoint attributes", format);
-    else if (signs)
-        st = damaged(r, "its dtrain_format attribute is missing but it holds checkpoint "
-                        "attributes or tensors");
-    else if (format && (!strcmp(format, "model") || !strcmp(format, "dataset")))
-        st = dt_set_error(DT_ERR_BAD_DATA,
-                          "checkpoint %s is not a dtrain checkpoint (it is a dtrain %s file)",
-                          r->path, format);
-    else if (format)
-        st = dt_set_error(DT_ERR_BAD_DATA,
-                          "checkpoint %s is not a dtrain checkpoint (its dtrain_format is '%s')",
-                          r->path, format);
-    else
-        st = dt_set_error(DT_ERR_BAD_DATA,
-                          "checkpoint %s is not a dtrain checkpoint (an HDF5 file without a "
-                          "dtrain_format attribute)",
-                          r->path);
-out:
-    free(format);
-    return st;
+    if (signs < 0) return st;
+    const char *kind = has > 0 ? dt_h5_format_kind(format) : NULL;
+    if (signs && has < 0) return damaged(r, "its dtrain_format attribute is not a string");
+    if (signs && has > 0)
+        return damaged(r, "its dtrain_format is '%s' but it holds checkpoint attributes", format);
+    if (signs)
+        return damaged(r, "its dtrain_format attribute is missing but it holds checkpoint "
+                          "attributes or tensors");
+    if (kind)
+        return dt_set_error(DT_ERR_BAD_DATA, "checkpoint %s is not a dtrain checkpoint (it is %s)",
+                            r->path, kind);
+    if (has > 0)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "checkpoint %s is not a dtrain checkpoint (its dtrain_format is '%s')",
+                            r->path, format);
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "checkpoint %s is not a dtrain checkpoint (an HDF5 file without a%s "
+                        "dtrain_format attribute)",
+                        r->path, has < 0 ? " readable" : "");
 }
 
 /* ---- the header: meta, job, tensor list ---------------------------------- */
@@ -1623,14 +1676,16 @@ out:
 /* ---- the directory ------------------------------------------------------------- */
 
 struct entry {
-    int64_t step;
+    int64_t step, variant;
     char name[256];
 };
 
+/* Newest first: the higher step, then the later file of one step. */
 static int by_step_desc(const void *a, const void *b)
 {
     const struct entry *x = a, *y = b;
     if (x->step != y->step) return x->step < y->step ? 1 : -1;
+    if (x->variant != y->variant) return x->variant < y->variant ? 1 : -1;
     return strcmp(y->name, x->name);
 }
 
@@ -1644,8 +1699,8 @@ static int scan_dir(const char *dir, struct entry **out)
     *out = NULL;
     if (!d) return 0;
     while ((de = readdir(d)) != NULL) {
-        int64_t step;
-        if (!parse_name(de->d_name, &step)) continue;
+        int64_t step, variant;
+        if (!parse_name_variant(de->d_name, &step, &variant)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             struct entry *grown = realloc(e, (size_t)cap * sizeof *e);
@@ -1656,6 +1711,7 @@ static int scan_dir(const char *dir, struct entry **out)
             e = grown;
         }
         e[n].step = step;
+        e[n].variant = variant;
         snprintf(e[n].name, sizeof e[n].name, "%s", de->d_name);
         n++;
     }
@@ -1795,4 +1851,50 @@ dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every)
     }
     free(e);
     return st;
+}
+
+/* ---- starting over -------------------------------------------------------- */
+
+/* rename(from, to) that never replaces to (an empty directory of that name
+ * included): 0, or -1 with errno (EEXIST when to is taken). */
+static int rename_dir_noreplace(const char *from, const char *to)
+{
+    struct stat sb;
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+    if (lstat(to, &sb) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+dt_status dt_ckpt_set_aside(const char *dir, char *moved, size_t len)
+{
+    char latest[CKPT_PATH], to[CKPT_PATH];
+    struct stat sb;
+    if (len) moved[0] = '\0';
+    snprintf(latest, sizeof latest, "%s/%s", dir, LATEST_FILE);
+    if (dt_ckpt_list(dir, NULL, NULL, 0) == 0 && lstat(latest, &sb) != 0)
+        return DT_OK; /* nothing a resume or retention would take */
+    for (int k = 1; k <= MAX_SET_ASIDE; k++) {
+        snprintf(to, sizeof to, "%s.%d", dir, k);
+        if (rename_dir_noreplace(dir, to) != 0) {
+            if (errno == EEXIST || errno == ENOTEMPTY) continue;
+            return dt_set_error(DT_ERR_IO,
+                                "cannot move the earlier run's checkpoints aside (%s to %s): %s",
+                                dir, to, strerror(errno));
+        }
+        if (mkdir(dir, 0777) != 0)
+            return dt_set_error(DT_ERR_IO,
+                                "moved the earlier run's checkpoints to %s, but cannot create %s "
+                                "again: %s",
+                                to, dir, strerror(errno));
+        snprintf(moved, len, "%s", to);
+        return dt_outfile_sync_dir("checkpoint directory", dir);
+    }
+    return dt_set_error(DT_ERR_IO,
+                        "cannot move the earlier run's checkpoints aside: %s.1 to %s.%d all exist; "
+                        "remove the ones no longer needed",
+                        dir, dir, MAX_SET_ASIDE);
 }

@@ -31,7 +31,11 @@
  * Commit is atomic: the file is written as <dir>/.ckpt-<step>.h5.tmp,
  * closed, fsynced and renamed by rank 0 to <dir>/ckpt-<step>.h5 (step
  * zero-padded to 10 digits), the directory fsynced, and then <dir>/latest
- * (a one-line file naming the checkpoint) replaced the same way. A crash at
+ * (a one-line file naming the checkpoint) replaced the same way. The
+ * rename never replaces a file: when something already has the name (a
+ * file of the user's, a FIFO, a checkpoint written before), the checkpoint
+ * takes the first free name of ckpt-<step>-2.h5 ... ckpt-<step>-99.h5,
+ * which lists after the plain one as a later file of the same step. A crash at
  * any moment leaves either the new checkpoint complete or the old ones and
  * latest untouched; a reader never trusts a file it has not verified.
  * Rank r of W writes the flat elements [r*n/W, (r+1)*n/W) of each tensor.
@@ -144,7 +148,7 @@ dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ck
                        int n);
 
 /* Committed checkpoints in dir (ckpt-*.h5, temporary files ignored),
- * newest (highest step) first: up to max file names (without the
+ * newest (highest step, then the later file of a step) first: up to max file names (without the
  * directory) and their steps. Returns how many there are. By name only:
  * a reader verifies each before trusting it. */
 int dt_ckpt_list(const char *dir, char (*names)[256], int64_t *steps, int max);
@@ -161,5 +165,14 @@ dt_status dt_ckpt_latest(const char *dir, char *name, size_t len);
  * step in its name is not ours: it takes no slot, is never removed, and
  * gets one warning per call naming it. */
 dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every);
+
+/* Rank 0, before a run that does not continue from the newest state in
+ * dir (it starts afresh, or from a checkpoint other than the one latest
+ * names): when dir holds any checkpoint or a latest pointer, renames dir
+ * to the first free <dir>.1, <dir>.2, ... (replacing nothing) and creates
+ * dir again, empty. The earlier run's files are kept as they were, and no
+ * resume, rollback or retention in dir ever sees them. moved receives the
+ * new name, "" when dir held nothing to move. */
+dt_status dt_ckpt_set_aside(const char *dir, char *moved, size_t len);
 
 #endif

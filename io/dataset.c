@@ -56,6 +56,8 @@
 #define _GNU_SOURCE
 #include "dataset.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <glob.h>
 #include <hdf5.h>
 #include <math.h>
@@ -389,6 +391,9 @@ static dt_status read_root_attrs(struct dsfile *ds)
                             "import'",
                             path);
     DT_CHECK(read_str_attr(path, root, "dtrain_format", str, 1, &cnt));
+    if (strcmp(str[0], "dataset") != 0 && dt_h5_format_kind(str[0]))
+        return dt_set_error(DT_ERR_BAD_DATA, "dataset %s is not a dtrain dataset (it is %s)", path,
+                            dt_h5_format_kind(str[0]));
     if (strcmp(str[0], "dataset") != 0)
         return dt_set_error(DT_ERR_BAD_DATA,
                             "dataset %s: dtrain_format is '%s', expected 'dataset'", path, str[0]);
@@ -1394,6 +1399,37 @@ struct dt_dataset {
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
+/* A pattern that matched nothing: why, as far as its fixed directory part
+ * (before the first wildcard) tells. All "cannot be found or opened"
+ * (DT_ERR_NOT_FOUND). */
+static dt_status no_match(const char *pattern)
+{
+    char dir[4096];
+    size_t wild = strcspn(pattern, "*?[");
+    const char *slash = NULL;
+    for (const char *p = pattern; p < pattern + wild; p++)
+        if (*p == '/') slash = p;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == pattern ? 1 : (int)(slash - pattern), pattern);
+    DIR *d = opendir(dir);
+    if (d) {
+        closedir(d);
+        return dt_set_error(DT_ERR_NOT_FOUND,
+                            "dataset %s: the pattern matches no file; check the directory and "
+                            "the pattern",
+                            pattern);
+    }
+    if (errno == ENOENT || errno == ENOTDIR)
+        return dt_set_error(DT_ERR_NOT_FOUND, "dataset %s: the pattern matches no file: %s %s",
+                            pattern, dir,
+                            errno == ENOENT ? "does not exist" : "is not a directory");
+    return dt_set_error(DT_ERR_NOT_FOUND,
+                        "dataset %s: the pattern matches no file: directory %s cannot be read: %s",
+                        pattern, dir, strerror(errno));
+}
+
 /* The files a path names, in order: one file, a list (entries separated by
  * newlines, the form a YAML sequence in data.path takes), or a glob pattern
  * expanded sorted by name. A pattern that matches nothing is
@@ -1424,18 +1460,16 @@ static dt_status expand_path(const char *path, char ***names, int *count)
             p = e ? e + 1 : p + len;
         }
     } else if (has_glob_chars(path)) {
-        int r = glob(path, GLOB_ERR, NULL, &g);
+        int r = glob(path, 0, NULL, &g);
         if (r == GLOB_NOMATCH && access(path, F_OK) != 0) {
-            st = dt_set_error(DT_ERR_NOT_FOUND,
-                              "dataset %s: the pattern matches no file; check the directory "
-                              "and the pattern",
-                              path);
+            st = no_match(path);
             goto out;
         }
         if (r == GLOB_NOMATCH) {
             g.gl_pathc = 0;
         } else if (r != 0) {
-            st = dt_set_error(DT_ERR_IO, "dataset %s: cannot expand the pattern (%s)", path,
+            st = dt_set_error(r == GLOB_NOSPACE ? DT_ERR_NOMEM : DT_ERR_IO,
+                              "dataset %s: cannot expand the pattern (%s)", path,
                               r == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
             goto out;
         }

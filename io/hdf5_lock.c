@@ -272,3 +272,49 @@ out:
     if (dcpl >= 0) H5Pclose(dcpl);
     return st;
 }
+
+int dt_h5_read_format(hid_t f, char *buf, size_t len)
+{
+    enum { MAX = 256 };
+    char text[MAX + 1] = "";
+    if (len) buf[0] = '\0';
+    htri_t e = H5Aexists(f, "dtrain_format");
+    if (e <= 0) return e < 0 ? -1 : 0;
+    int ok = 0;
+    hid_t a = H5Aopen(f, "dtrain_format", H5P_DEFAULT);
+    hid_t t = a < 0 ? -1 : H5Aget_type(a);
+    hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    if (t >= 0 && sp >= 0 && mt >= 0 && H5Tget_class(t) == H5T_STRING &&
+        H5Sget_simple_extent_npoints(sp) == 1 && H5Tset_cset(mt, H5Tget_cset(t)) >= 0) {
+        if (H5Tis_variable_str(t) > 0) {
+            char *vl = NULL;
+            if (H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &vl) >= 0 && vl) {
+                snprintf(text, sizeof text, "%s", vl);
+                ok = 1;
+            }
+            if (vl) H5free_memory(vl);
+        } else if (H5Tget_size(t) <= MAX && H5Tset_size(mt, MAX + 1) >= 0) {
+            ok = H5Aread(a, mt, text) >= 0;
+            text[MAX] = '\0';
+        }
+    }
+    if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    if (!ok) return -1;
+    size_t i = 0;
+    for (; text[i] && i + 1 < len; i++)
+        buf[i] = text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
+    if (len) buf[i] = '\0';
+    return 1;
+}
+
+const char *dt_h5_format_kind(const char *format)
+{
+    if (!strcmp(format, "checkpoint")) return "a dtrain checkpoint";
+    if (!strcmp(format, "dataset")) return "a dtrain dataset";
+    if (!strcmp(format, "model")) return "a dtrain model file";
+    return NULL;
+}

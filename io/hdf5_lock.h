@@ -62,6 +62,17 @@ dt_status dt_h5_write_error(const char *what, const char *path, const char *file
 enum dt_h5_path { DT_H5_PATH_ERROR = -1, DT_H5_PATH_MISSING, DT_H5_PATH_HARD, DT_H5_PATH_LINK };
 enum dt_h5_path dt_h5_hard_path(hid_t loc, const char *name);
 
+/* The root attribute dtrain_format of the open file f (which says what a
+ * dtrain file is: "checkpoint", "dataset", "model"), stored as a fixed- or
+ * variable-length string (h5py and the importers write the latter): 1 and
+ * the value in buf (cut to len - 1 bytes, non-printable bytes as '?'), 0
+ * when f has none, -1 when it is there but is not one string. Lock held. */
+int dt_h5_read_format(hid_t f, char *buf, size_t len);
+
+/* "a dtrain checkpoint", "a dtrain dataset", "a dtrain model file" for
+ * those dtrain_format values, else NULL. */
+const char *dt_h5_format_kind(const char *format);
+
 /* What dt_h5_check_storage checks a dataset against. */
 struct dt_h5_storage {
     const char *what;     /* message prefix: "dataset /data/x.h5" */

@@ -165,6 +165,37 @@ dt_status dt_outfile_commit(const char *what, const char *tmp, const char *final
     return dt_outfile_sync_dir(what, final);
 }
 
+/* rename(tmp, final) that fails with EEXIST rather than replace final.
+ * Where the file system cannot rename that way, a hard link (which never
+ * replaces either) and the removal of tmp. */
+static int rename_noreplace(const char *tmp, const char *final)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+    if (link(tmp, final) != 0) return -1;
+    unlink(tmp);
+    return 0;
+}
+
+dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *final)
+{
+    char reason[256];
+    dt_status st = dt_outfile_sync(what, tmp);
+    if (st != DT_OK) return st;
+    if (rename_noreplace(tmp, final) != 0) {
+        int err = errno;
+        if (err == EEXIST)
+            return dt_set_error(DT_ERR_IO,
+                                "%s %s: another file of that name appeared while it was "
+                                "written; it was left as it is and %s not committed",
+                                what, final, tmp);
+        dt_outfile_reason(err, final, reason, sizeof reason);
+        return dt_set_error(DT_ERR_IO, "%s %s: cannot rename %s into place: %s", what, final, tmp,
+                            reason);
+    }
+    return dt_outfile_sync_dir(what, final);
+}
+
 /* Writes all of data to fd; errno tells why not. */
 static int write_all(int fd, const void *data, size_t len)
 {

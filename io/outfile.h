@@ -61,6 +61,11 @@ dt_status dt_outfile_sync_dir(const char *what, const char *path);
  * remove. */
 dt_status dt_outfile_commit(const char *what, const char *tmp, const char *final);
 
+/* The same, for a file that must not replace anything: when final exists
+ * (or appears meanwhile) nothing is renamed, DT_ERR_IO says so, and tmp is
+ * left for the caller to remove. */
+dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *final);
+
 /* Replaces path with len bytes of data the same way, through tmp (for
  * small files such as a checkpoint directory's `latest`). */
 dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *path,

@@ -252,29 +252,16 @@ static herr_t load_one(hid_t grp, const char *name, const H5L_info_t *info, void
 static dt_status check_format(hid_t f, const char *path)
 {
     char value[FORMAT_MAX] = "";
-    htri_t e = H5Aexists(f, "dtrain_format");
-    if (e <= 0) return e < 0 ? dt_h5_error(DT_ERR_BAD_DATA, "model %s is damaged", path) : DT_OK;
-    hid_t a = H5Aopen(f, "dtrain_format", H5P_DEFAULT);
-    hid_t t = a < 0 ? -1 : H5Aget_type(a);
-    hid_t sp = a < 0 ? -1 : H5Aget_space(a);
-    hid_t mt = H5Tcopy(H5T_C_S1);
-    herr_t r = -1;
-    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) &&
-        H5Sget_simple_extent_npoints(sp) == 1 && H5Tget_size(t) < sizeof value &&
-        H5Tset_size(mt, sizeof value) >= 0)
-        r = H5Aread(a, mt, value);
-    dt_status st = DT_OK;
-    if (r < 0)
-        st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: its dtrain_format cannot be read", path);
-    else if (strcmp(value, MODEL_FORMAT) != 0)
-        st = dt_set_error(DT_ERR_BAD_DATA,
-                          "model %s is not a dtrain model file (its dtrain_format is '%s')", path,
-                          value);
-    H5Tclose(mt);
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    return st;
+    int has = dt_h5_read_format(f, value, sizeof value);
+    if (has == 0 || (has > 0 && strcmp(value, MODEL_FORMAT) == 0)) return DT_OK;
+    if (has < 0)
+        return dt_h5_error(DT_ERR_BAD_DATA, "model %s: its dtrain_format cannot be read", path);
+    if (dt_h5_format_kind(value))
+        return dt_set_error(DT_ERR_BAD_DATA, "model %s is not a dtrain model file (it is %s)", path,
+                            dt_h5_format_kind(value));
+    return dt_set_error(DT_ERR_BAD_DATA,
+                        "model %s is not a dtrain model file (its dtrain_format is '%s')", path,
+                        value);
 }
 
 /* format_version, when the file has one, must be one this dtrain reads:

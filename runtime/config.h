@@ -172,6 +172,14 @@ dt_status dt_job_validate(const struct dt_job *job);
 /* Writes the resolved job as YAML that dt_job_load reads back to an equal job. */
 void dt_job_write_yaml(const struct dt_job *job, FILE *out);
 
+/* The keys of the given sections (NULL-terminated list of top-level or
+ * dotted section names: "model", "train") whose values differ between a
+ * and b, written into out as "key: <a_name> <a's value>, <b_name> <b's
+ * value>" joined by "; " (a layer list as "model.layers (another list)";
+ * cut with "..." when out is too short). Returns how many keys differ. */
+int dt_job_diff(const struct dt_job *a, const char *a_name, const struct dt_job *b,
+                const char *b_name, const char *const *sections, char *out, size_t len);
+
 /* Writes n layer entries as YAML flow mappings, each on a new line that
  * starts with prefix ("\n<prefix>- {name: fc1, kind: linear, out: 512}"). */
 void dt_job_write_layer_list(const struct dt_layer_spec *l, int n, const char *prefix, FILE *out);

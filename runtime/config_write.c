@@ -268,6 +268,60 @@ void dt_job_write_yaml(const struct dt_job *job, FILE *out)
     }
 }
 
+/* ---- differences ------------------------------------------------------- */
+
+/* A key's value as the YAML dump writes it (malloc'd; NULL when out of
+ * memory). */
+static char *value_text(const struct dt_job *job, const struct dt_cfg_key *k)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    if (k->type == DT_CFG_LAYERS)
+        write_layers(f, job, k, 0);
+    else
+        write_value(f, job, k);
+    fclose(f);
+    return buf;
+}
+
+static int in_sections(const char *key, const char *const *sections)
+{
+    for (; *sections; sections++) {
+        size_t n = strlen(*sections);
+        if (!strncmp(key, *sections, n) && key[n] == '.') return 1;
+    }
+    return 0;
+}
+
+int dt_job_diff(const struct dt_job *a, const char *a_name, const struct dt_job *b,
+                const char *b_name, const char *const *sections, char *out, size_t len)
+{
+    size_t used = 0;
+    int n = 0;
+    if (len) out[0] = '\0';
+    for (size_t i = 0; i < dt_cfg_nkeys; i++) {
+        const struct dt_cfg_key *k = &dt_cfg_keys[i];
+        if (!in_sections(k->key, sections)) continue;
+        char *va = value_text(a, k), *vb = value_text(b, k);
+        int differ = !va || !vb || strcmp(va, vb) != 0;
+        if (differ && used < len) {
+            int w =
+                k->type == DT_CFG_LAYERS || !va || !vb
+                    ? snprintf(out + used, len - used, "%s%s (another list)", n ? "; " : "", k->key)
+                    : snprintf(out + used, len - used, "%s%s: %s %s, %s %s", n ? "; " : "", k->key,
+                               a_name, va, b_name, vb);
+            used += w > 0 ? (size_t)w : 0;
+        }
+        n += differ;
+        free(va);
+        free(vb);
+    }
+    if (len && used >= len && len > 4) memcpy(out + len - 4, "...", 4);
+    return n;
+}
+
 /* ---- reference page ---------------------------------------------------- */
 
 static const char intro[] =

@@ -1,6 +1,12 @@
 /*
  * metrics.c - append-only JSON-lines writer for metrics.jsonl, and the
  * field-by-field record builder that keeps every line valid JSON.
+ *
+ * A record goes to the file in one write of the whole line; when that
+ * fails part way (a full disk) the file is cut back to its end before, and
+ * a file that ends in half a line anyway (the process was killed inside
+ * the write) loses that half line when it is opened next, so a new record
+ * never continues a broken one.
  */
 #define _GNU_SOURCE
 #include "metrics.h"
@@ -10,8 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
+#include "core/log.h"
 #include "core/util.h"
 
 struct dt_metrics {
@@ -103,12 +112,20 @@ dt_status dt_metrics_open(const char *path, dt_metrics_t **out)
     if (!m)
         return dt_set_error(DT_ERR_NOMEM, "out of memory opening metrics");
     if (path) {
+        int64_t cut = 0;
         snprintf(m->path, sizeof m->path, "%s", path);
         dt_status st = dt_output_open(path, "metrics file", 1, &m->fp);
+        if (st == DT_OK) st = dt_output_end_line(m->fp, path, "metrics file", 1, &cut);
         if (st != DT_OK) {
+            if (m->fp) fclose(m->fp);
             free(m);
             return st;
         }
+        if (cut > 0)
+            DT_LOG_WARN("metrics",
+                        "%s ended in an incomplete record (%lld bytes that a write which did not "
+                        "finish left): removed, so that every line is a whole record",
+                        path, (long long)cut);
     }
     *out = m;
     return DT_OK;
@@ -123,19 +140,43 @@ void dt_metrics_close(dt_metrics_t *m)
     free(m);
 }
 
+/* Appends len bytes as one record: all of them, or, when the write fails
+ * part way (a full disk), none: the file is cut back to where it ended. */
+static dt_status append_whole(dt_metrics_t *m, const char *buf, size_t len)
+{
+    int fd = fileno(m->fp);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s", m->path,
+                            strerror(errno));
+    for (size_t done = 0; done < len;) {
+        ssize_t n = write(fd, buf + done, len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int err = n < 0 ? errno : ENOSPC;
+            int cut = ftruncate(fd, sb.st_size) == 0;
+            return dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s (%s)", m->path,
+                                strerror(err),
+                                cut ? "the record was left out whole"
+                                    : "the record's start may remain; the next run removes it");
+        }
+        done += (size_t)n;
+    }
+    return DT_OK;
+}
+
 dt_status dt_metrics_put(dt_metrics_t *m, struct dt_metrics_rec *r)
 {
     dt_status st = DT_OK;
     FILE *f = r->stream;
-    int bad = !f || fputc('}', f) == EOF || ferror(f);
+    int bad = !f || fputs("}\n", f) == EOF || ferror(f);
     if (f && fclose(f) != 0)
         bad = 1;
     r->stream = NULL;
     if (bad)
         st = dt_set_error(DT_ERR_NOMEM, "out of memory writing a metrics record");
-    else if (m && m->fp && (fprintf(m->fp, "%s\n", r->buf) < 0 || fflush(m->fp) != 0))
-        st =
-            dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s", m->path, strerror(errno));
+    else if (m && m->fp)
+        st = append_whole(m, r->buf, r->len);
     free(r->buf);
     r->buf = NULL;
     return st;

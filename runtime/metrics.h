@@ -1,7 +1,8 @@
 /*
  * metrics.h - the run directory's metrics.jsonl: one JSON object per line,
- * appended and flushed as each record is complete so a crash loses at most
- * the line being written.
+ * each appended whole as it is complete, so a crash or a full disk loses
+ * at most the record being written and never leaves half a line for the
+ * next record to continue.
  *
  * Records are built field by field, so every line is valid JSON whatever
  * the values: strings are escaped, and a number that is not finite (a
@@ -36,7 +37,9 @@ void dt_metrics_int(struct dt_metrics_rec *r, const char *key, int64_t value);
 void dt_metrics_num(struct dt_metrics_rec *r, const char *key, double value, int digits);
 void dt_metrics_u64_list(struct dt_metrics_rec *r, const char *key, const uint64_t *v, int n);
 
-/* Opens (appending) path; NULL path gives a sink that drops records. */
+/* Opens (appending) path; NULL path gives a sink that drops records. An
+ * incomplete last line (from a run killed inside a write) is removed,
+ * with a warning. */
 dt_status dt_metrics_open(const char *path, dt_metrics_t **out);
 void dt_metrics_close(dt_metrics_t *m);
 

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dist.h"
@@ -50,6 +51,8 @@
 #define STARVE_DATA_SHARE 0.5
 #define TB_DIR "tensorboard"
 #define HANG_NOTE_PATH (DT_JOB_PATH + sizeof DT_WATCHDOG_NOTE + 1)
+#define HANG_NOTE_LINES 32  /* lines of the hang note copied into the log */
+#define HANG_NOTE_LINE 1024 /* bytes of each */
 
 /* Progress accumulated between two log points: loss, accuracy and rows
  * are global values, times are this rank's. */
@@ -864,21 +867,40 @@ static void hang_note_path(const struct run *r, char *buf, size_t len)
 
 /* Rank 0: the note a rank of the previous run left when it gave up on a
  * hang (watchdog.h), into this run's log; then removed, so it is told
- * once. */
+ * once. Read as any input (a FIFO or a directory of that name is named,
+ * never opened for reading), and bounded: at most HANG_NOTE_LINES lines of
+ * at most HANG_NOTE_LINE bytes each go into the log. */
 static void show_hang_note(const struct run *r)
 {
-    char path[HANG_NOTE_PATH], line[4096];
+    char path[HANG_NOTE_PATH], line[HANG_NOTE_LINE + 2];
+    struct stat sb;
+    int fd = -1, shown = 0, more = 0;
     hang_note_path(r, path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    if (lstat(path, &sb) != 0) return;
+    if (dt_input_open(path, "hang note", &fd, NULL) != DT_OK) {
+        DT_LOG_WARN("train", "%s; it is left as it is", dt_last_error());
         return;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return;
+    }
     while (fgets(line, sizeof line, f)) {
+        int whole = strchr(line, '\n') != NULL;
         line[strcspn(line, "\n")] = '\0';
-        if (line[0])
-            DT_LOG_WARN("train", "the previous run in %s ended on a hang (%s): %s",
-                        r->job->output.dir, DT_WATCHDOG_NOTE, line);
+        if (line[0] && shown < HANG_NOTE_LINES) {
+            DT_LOG_WARN("train", "the previous run in %s ended on a hang (%s): %s%s",
+                        r->job->output.dir, DT_WATCHDOG_NOTE, line, whole ? "" : "...");
+            shown++;
+        } else if (line[0])
+            more++;
+        for (int c = whole ? '\n' : 0; c != '\n' && c != EOF;)
+            c = fgetc(f); /* the rest of a long line */
     }
     fclose(f);
+    if (more)
+        DT_LOG_WARN("train", "%s: %d more line%s not shown", path, more, more == 1 ? "" : "s");
     if (unlink(path) != 0)
         DT_LOG_WARN("train", "cannot remove %s: %s", path, strerror(errno));
 }

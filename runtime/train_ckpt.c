@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../io/checkpoint.h"
 #include "dist.h"
@@ -286,6 +287,18 @@ static dt_status check_compatible(struct run *r, const char *path, const char *y
             st = dt_set_error(DT_ERR_USAGE, "checkpoint %s belongs to another job: %s", path,
                               diff);
     }
+    if (st == DT_OK && r->rank == 0) {
+        /* the rest of what shapes training may change on resume (a lower
+         * learning rate, more epochs), but never unsaid */
+        static const char *const shaping[] = {"model", "data", "train", NULL};
+        char diff[2048];
+        int n = dt_job_diff(r->job, "this job", saved, "checkpoint", shaping, diff, sizeof diff);
+        if (n > 0)
+            DT_LOG_WARN("ckpt",
+                        "checkpoint %s was written by a job that differs from this one in %d "
+                        "key%s; training continues from it with this job's values: %s",
+                        path, n, n == 1 ? "" : "s", diff);
+    }
     free(saved);
     return st;
 }
@@ -388,9 +401,14 @@ static dt_status pick_latest(struct run *r, char *path, size_t len)
     for (int i = 0; i < n && i < MAX_LISTED; i++) {
         char p[4096 + 300];
         snprintf(p, sizeof p, "%s/%.255s", r->ckpt_dir, names[i]);
-        if (dt_ckpt_verify(p, NULL) == DT_OK) {
+        dt_status st = dt_ckpt_verify(p, NULL);
+        if (st == DT_OK) {
             snprintf(path, len, "%.*s", (int)len - 1, p);
             break;
+        }
+        if (st == DT_ERR_IO) { /* unreadable now, not known to be damaged */
+            free(names);
+            return dt_error_context(st, "resuming from the newest checkpoint");
         }
         DT_LOG_WARN("ckpt", "skipping checkpoint %s: %s", p, dt_last_error());
     }
@@ -424,15 +442,66 @@ static dt_status load_agreed(struct run *r, int pick, const char *given, int *lo
     return st;
 }
 
+/* Rank 0: whether `path` is the file this run's checkpoint directory
+ * continues from: the one latest names or, without a usable latest, the
+ * newest by name. */
+static int continues_dir(const struct run *r, const char *path)
+{
+    char name[256] = "", p[4096 + 300];
+    struct stat a, b;
+    if (dt_ckpt_latest(r->ckpt_dir, name, sizeof name) != DT_OK) {
+        dt_clear_error();
+        if (dt_ckpt_list(r->ckpt_dir, &name, NULL, 1) < 1) return 0;
+    }
+    snprintf(p, sizeof p, "%s/%s", r->ckpt_dir, name);
+    return stat(path, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* A run that does not continue the directory's newest state (it starts
+ * over, or from another checkpoint) first moves the earlier checkpoints
+ * aside, so that neither a restart's resume nor retention can take them
+ * for this run's. */
+static dt_status set_aside(struct run *r, const char *why)
+{
+    char moved[4096 + 64] = "";
+    dt_status st = r->rank == 0 ? dt_ckpt_set_aside(r->ckpt_dir, moved, sizeof moved) : DT_OK;
+    st = dt_dist_agree(r->comm, st);
+    if (st == DT_OK && moved[0])
+        DT_LOG_WARN("ckpt",
+                    "%s: the checkpoints of the earlier run in %s were moved to %s (kept as they "
+                    "were; this run never resumes from them)",
+                    why, r->ckpt_dir, moved);
+    return st;
+}
+
+/* --resume PATH: continues the run when PATH is its newest state;
+ * otherwise this is a new run from PATH's state, which is saved at once as
+ * its first checkpoint, so that a restart resumes from there and not from
+ * what the directory held before. */
+static dt_status resume_from(struct run *r, const char *path)
+{
+    int32_t cont = r->rank == 0 ? continues_dir(r, path) : 0;
+    int loaded = 0;
+    dt_status st = r->world > 1 ? dt_comm_broadcast(r->comm, &cont, sizeof cont, 0) : DT_OK;
+    if (st == DT_OK) st = load_agreed(r, 0, path, &loaded);
+    if (st != DT_OK || cont) return st;
+    st = set_aside(r, "resuming from another checkpoint");
+    if (st != DT_OK) return st;
+    r->last_ckpt_step = -1;
+    return dt_train_ckpt_save(r, "the starting point of this run");
+}
+
 dt_status dt_train_ckpt_resume(struct run *r)
 {
     const char *how = r->opts && r->opts->resume ? r->opts->resume : "auto";
     int loaded = 0;
-    if (strcmp(how, "never") == 0)
-        return DT_OK;
-    dt_status st = load_agreed(r, strcmp(how, "auto") == 0, how, &loaded);
-    if (st == DT_OK && !loaded && strcmp(how, "auto") == 0)
+    if (strcmp(how, "never") == 0) return set_aside(r, "starting over (--resume never)");
+    if (strcmp(how, "auto") != 0) return resume_from(r, how);
+    dt_status st = load_agreed(r, 1, NULL, &loaded);
+    if (st == DT_OK && !loaded) {
         DT_LOG_INFO("ckpt", "no checkpoint in %s: starting fresh", r->ckpt_dir);
+        st = set_aside(r, "no checkpoint to resume from");
+    }
     return st;
 }
 

@@ -27,6 +27,9 @@
 #define DIVISORS_SHOWN 6
 #define FIRST_BUCKET_MB 1.0
 #define SLOT_TEXT 256 /* host name and GPU UUID in the rank-to-GPU table */
+/* The longest name dtrain gives a file below output.dir (a TensorBoard
+ * file with its host name, an earlier run's checkpoint set aside) */
+#define RUN_DIR_NAMES 192
 
 /* ---- run directory (rank 0) ------------------------------------------ */
 
@@ -105,6 +108,8 @@ static dt_status open_run_dir_local(struct run *r)
     snprintf(path, sizeof path, "%s/%s", dir, TRAIN_LOG);
     if ((st = dt_output_open(path, "log", 1, &r->logf)) != DT_OK)
         return st;
+    int64_t cut = 0; /* a line the last run was writing when it died */
+    if ((st = dt_output_end_line(r->logf, path, "log", 0, &cut)) != DT_OK) return st;
     dt_log_set_file(r->logf);
     snprintf(path, sizeof path, "%s/%s", dir, TRAIN_METRICS);
     return dt_metrics_open(path, &r->metrics);
@@ -113,7 +118,9 @@ static dt_status open_run_dir_local(struct run *r)
 dt_status dt_train_open_run_dir(struct run *r)
 {
     snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/checkpoints", r->job->output.dir);
-    dt_status st = r->rank == 0 ? open_run_dir_local(r) : DT_OK;
+    /* every rank writes checkpoints through MPI-IO, by full path */
+    dt_status st = dt_path_fits(r->job->output.dir, RUN_DIR_NAMES, "output.dir");
+    if (st == DT_OK && r->rank == 0) st = open_run_dir_local(r);
     return dt_dist_agree(r->comm, st);
 }
 
@@ -126,6 +133,13 @@ static dt_status open_data_local(struct run *r)
     if (dt_fault_armed("open", r->rank, -1))
         return dt_set_error(DT_ERR_NOT_FOUND, "data.path: dataset %s: cannot open (DTRAIN_FAULT)",
                             job->data.path);
+    for (const char *p = job->data.path; *p;) { /* one entry per line */
+        char one[sizeof job->data.path];
+        size_t n = strcspn(p, "\n");
+        snprintf(one, sizeof one, "%.*s", (int)n, p);
+        if ((st = dt_path_fits(one, 0, "data.path")) != DT_OK) return st;
+        p += n + (p[n] == '\n');
+    }
     if ((st = dt_dataset_open(job->data.path, &r->ds)) != DT_OK)
         return dt_error_context(st, "data.path");
     const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);

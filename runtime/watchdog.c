@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -86,9 +87,15 @@ void dt_watchdog_note(const char *path, int rank, const char *what)
         n = (int)sizeof line - 1;
         line[n - 1] = '\n';
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* never blocking on, nor writing into, anything but a regular file */
+    struct stat sb;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return;
+    }
     ssize_t ignored = write(fd, line, (size_t)n);
     (void)ignored;
     close(fd);

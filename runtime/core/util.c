@@ -113,6 +113,11 @@ dt_status dt_input_open(const char *path, const char *what, int *fd, int64_t *si
         if (e == EACCES || e == EPERM)
             return dt_set_error(DT_ERR_NOT_FOUND, "%s %s: cannot read it: %s", what, path,
                                 strerror(e));
+        /* the path cannot lead to a file (a symbolic link loop, a name too
+         * long, a device that is not there): cannot be opened, as above */
+        if (e == ELOOP || e == ENAMETOOLONG || e == ENXIO || e == ENODEV || e == EOVERFLOW)
+            return dt_set_error(DT_ERR_NOT_FOUND, "%s %s: cannot open it: %s", what, path,
+                                strerror(e));
         return dt_set_error(DT_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(e));
     }
     if (fstat(f, &sb) != 0) {
@@ -137,9 +142,13 @@ dt_status dt_input_open(const char *path, const char *what, int *fd, int64_t *si
 dt_status dt_input_check(const char *path, const char *what, int64_t *size)
 {
     int fd;
+    struct stat sb;
     dt_status st = dt_input_open(path, what, &fd, size);
     if (st == DT_OK)
         close(fd);
+    /* HDF5 resolves a symbolic link to its full path before it opens it */
+    if (st == DT_OK && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+        st = dt_path_fits(path, 0, what);
     return st;
 }
 
@@ -171,6 +180,107 @@ dt_status dt_output_open(const char *path, const char *what, int append, FILE **
         return dt_set_error(DT_ERR_IO, "cannot open %s '%s': %s", what, path, strerror(e));
     }
     return DT_OK;
+}
+
+/* path opened again for reading, when it is still the file open on fd
+ * (opened for writing only); -1 otherwise. */
+static int reopen_to_read(int fd, const char *path)
+{
+    struct stat a, b;
+    int r = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (r >= 0 &&
+        (fstat(fd, &a) != 0 || fstat(r, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+        close(r);
+        errno = ESTALE;
+        r = -1;
+    }
+    return r;
+}
+
+/* The offset just past the last newline in the first size bytes of the
+ * file open on rd (0 when there is none), or -1. */
+static int64_t after_last_newline(int rd, int64_t size)
+{
+    enum { CHUNK = 4096 };
+    char buf[CHUNK];
+    for (int64_t end = size; end > 0;) {
+        int64_t start = end > CHUNK ? end - CHUNK : 0;
+        ssize_t got = pread(rd, buf, (size_t)(end - start), (off_t)start);
+        if (got != (ssize_t)(end - start)) return -1;
+        char *nl = memrchr(buf, '\n', (size_t)got);
+        if (nl) return start + (nl - buf) + 1;
+        end = start;
+    }
+    return 0;
+}
+
+dt_status dt_output_end_line(FILE *f, const char *path, const char *what, int drop,
+                             int64_t *partial)
+{
+    struct stat sb;
+    char c = '\n';
+    int fd = fileno(f);
+    *partial = 0;
+    if (fflush(f) != 0 || fstat(fd, &sb) != 0)
+        return dt_set_error(DT_ERR_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
+    if (sb.st_size == 0) return DT_OK;
+    int rd = reopen_to_read(fd, path);
+    int64_t end = rd < 0 || pread(rd, &c, 1, sb.st_size - 1) != 1 ? -1
+                  : c == '\n'                                     ? sb.st_size
+                  : drop ? after_last_newline(rd, sb.st_size)
+                         : sb.st_size;
+    int err = errno;
+    if (rd >= 0) close(rd);
+    if (end < 0)
+        return dt_set_error(DT_ERR_IO, "cannot read %s '%s' back: %s", what, path, strerror(err));
+    if (c == '\n') return DT_OK;
+    if (!drop) {
+        if (fputc('\n', f) == EOF || fflush(f) != 0)
+            return dt_set_error(DT_ERR_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
+        *partial = 1;
+        return DT_OK;
+    }
+    if (ftruncate(fd, (off_t)end) != 0)
+        return dt_set_error(DT_ERR_IO, "cannot remove the incomplete last line of %s '%s': %s",
+                            what, path, strerror(errno));
+    *partial = (int64_t)sb.st_size - end;
+    return DT_OK;
+}
+
+dt_status dt_path_fits(const char *path, size_t extra, const char *what)
+{
+    char cwd[PATH_MAX];
+    size_t len = strlen(path), base = 0;
+    if (path[0] != '/') {
+        if (!getcwd(cwd, sizeof cwd)) {
+            int e = errno;
+            if (e == ERANGE || e == ENAMETOOLONG)
+                return dt_set_error(DT_ERR_USAGE,
+                                    "%s '%.200s' is relative, but the current directory's path is "
+                                    "longer than the system's limit of %d bytes, so the full "
+                                    "path that HDF5 and MPI-IO need cannot be made: give an "
+                                    "absolute path, or start dtrain in a directory with a "
+                                    "shorter path",
+                                    what, path, PATH_MAX - 1);
+            return dt_set_error(DT_ERR_NOT_FOUND,
+                                "%s '%.200s' is relative, but the current directory cannot be "
+                                "found (%s): give an absolute path, or start dtrain in a "
+                                "directory that exists",
+                                what, path, strerror(e));
+        }
+        base = strlen(cwd) + 1;
+    }
+    if (base + len + extra < PATH_MAX) return DT_OK;
+    if (extra)
+        return dt_set_error(DT_ERR_USAGE,
+                            "%s '%.200s%s': its full path is %zu bytes and the files dtrain "
+                            "writes in it add up to %zu more, beyond the system's limit of %d "
+                            "bytes for a path: use a shorter one",
+                            what, path, len > 200 ? "..." : "", base + len, extra, PATH_MAX - 1);
+    return dt_set_error(DT_ERR_USAGE,
+                        "%s '%.200s%s': its full path is %zu bytes, beyond the system's limit "
+                        "of %d bytes for a path: use a shorter one",
+                        what, path, len > 200 ? "..." : "", base + len, PATH_MAX - 1);
 }
 
 int dt_edit_distance(const char *a, const char *b)

@@ -146,5 +146,79 @@ mkdir -p fiforun && expect 0 "final test accuracy" -- $T --set output.dir=fiforu
 rm fiforun/metrics.jsonl && mkfifo fiforun/metrics.jsonl
 expect 74 "metrics file 'fiforun/metrics.jsonl': not a regular file \(it is a FIFO\)" -- $T --set output.dir=fiforun
 
+# --- files of the run directory -------------------------------------------------------
+# a FIFO named like the hang note is named, not read (a read would block
+# for ever), and left alone; a long note goes into the log cut to size
+mkdir -p noterun && expect 0 "final test accuracy" -- $T --set output.dir=noterun
+mkfifo noterun/hang.txt
+expect 0 "hang note noterun/hang.txt: not a regular file \(it is a FIFO\); it is left as it is" -- \
+  timeout 120 $T --set output.dir=noterun --set train.epochs=3
+[ -p noterun/hang.txt ] && ok || bad "the FIFO hang.txt was removed"
+rm noterun/hang.txt
+python3 -c 'import sys; sys.stdout.write(("w" * 5000 + "\n") * 40)' > noterun/hang.txt
+out=$(timeout 120 $T --set output.dir=noterun --set train.epochs=4 2>&1)
+n=$(grep -c "ended on a hang (hang.txt): w" <<<"$out")
+long=$(grep "ended on a hang" <<<"$out" | awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }')
+[ "$n" = 32 ] && [ "$long" -lt 1200 ] && grep -q "8 more lines not shown" <<<"$out" && ok \
+  || bad "hang note copied $n lines, the longest $long bytes: $(grep -c . <<<"$out") lines of output"
+[ ! -e noterun/hang.txt ] && ok || bad "the hang note was not removed after it was shown"
+# a metrics.jsonl that ends in half a record (a run killed inside the
+# write, a full disk) loses that half line: the next record starts its own
+printf '{"time":1,"type":"tra' >> noterun/metrics.jsonl
+echo "half a log li" | tr -d '\n' >> noterun/train.log
+expect 0 "noterun/metrics.jsonl ended in an incomplete record \(21 bytes" -- \
+  $T --set output.dir=noterun --set train.epochs=5
+json_ok noterun/metrics.jsonl && ok || bad "metrics.jsonl is not JSON lines after the repair"
+grep -q "^half a log li$" noterun/train.log && ok || bad "the log's half line was not ended: $(grep -n 'half a log' noterun/train.log)"
+
+# --- what a file is, when it is given as another kind ---------------------------------
+python3 - <<'PY'
+import struct
+def npy(path, shape, descr, data):
+    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    hdr += " " * (63 - (len(hdr) + 10) % 64) + "\n"
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + data)
+npy("kx.npy", "(8, 4)", "<f4", struct.pack("<32f", *range(32)))
+npy("ky.npy", "(8,)", "<i8", struct.pack("<8q", *[0, 1] * 4))
+PY
+expect 0 "" -- $DTRAIN data import npy --train-x kx.npy --train-y ky.npy -o kinds.h5
+expect 65 "kinds.h5 +BAD: not a dtrain checkpoint \(it is a dtrain dataset\)" -- $DTRAIN ckpt verify kinds.h5
+expect 65 "checkpoint kinds.h5 is not a dtrain checkpoint \(it is a dtrain dataset\)" -- \
+  $T --set output.dir=kinds --resume kinds.h5
+expect 65 "checkpoint kinds.h5 is not a dtrain checkpoint \(it is a dtrain dataset\)" -- \
+  $DTRAIN eval job.yaml --checkpoint kinds.h5
+expect 65 "dataset empty/model.h5 is not a dtrain dataset \(it is a dtrain model file\)" -- $DTRAIN data info empty/model.h5
+expect 65 "is not a dtrain dataset \(it is a dtrain checkpoint\)" -- $DTRAIN data info empty/checkpoints/ckpt-0000000032.h5
+
+# --- cannot be found or opened: 66, whatever the reason ---------------------------------
+expect 66 "dataset nodir/\*.h5: the pattern matches no file: nodir does not exist" -- $DTRAIN data info 'nodir/*.h5'
+expect 66 "dataset nodir/\*.h5: the pattern matches no file: nodir does not exist" -- $T --set 'data.path=nodir/*.h5' --set output.dir=g1
+ln -s loopb loopa && ln -s loopa loopb
+expect 66 "dataset loopa: cannot open it: Too many levels of symbolic links" -- $DTRAIN data info loopa
+expect 66 "job file loopa: cannot open it: Too many levels of symbolic links" -- $DTRAIN train loopa
+expect 66 "checkpoint loopa: cannot open it: Too many levels of symbolic links" -- $DTRAIN ckpt verify loopa
+expect 66 "the pattern matches no file: directory loopa cannot be read: Too many levels" -- $DTRAIN data info 'loopa/*.h5'
+
+# --- a working directory longer than the system's path limit ---------------------------
+# MPI-IO (checkpoints) and HDF5 (a symbolic link) need the full path: the
+# run is refused before it starts, with what to change, instead of crashing
+# at the final checkpoint
+deep=$(mktemp -d "$W/deep.XXXX")
+( cd "$deep" && for i in $(seq 1 45); do d=$(printf 'd%098d' "$i"); mkdir "$d" && cd "$d" || exit 1; done
+  cp "$W/data.h5" "$W/job.yaml" . && ln -s data.h5 link.h5
+  out=$(timeout 120 $DTRAIN train job.yaml 2>&1); rc=$?
+  [ "$rc" = 64 ] && grep -q "output.dir 'run' is relative, but the current directory's path is longer than the system's limit of 4095 bytes" <<<"$out" \
+    && echo PASS || echo "FAIL: long cwd train exited $rc: $(tail -2 <<<"$out")"
+  [ ! -e run/checkpoints ] && echo PASS || echo "FAIL: the refused run wrote into run/"
+  out=$(timeout 120 $DTRAIN data info link.h5 2>&1); rc=$?
+  [ "$rc" = 64 ] && grep -q "dataset 'link.h5' is relative, but the current directory's path is longer" <<<"$out" \
+    && ! grep -q damaged <<<"$out" && echo PASS || echo "FAIL: long cwd data info exited $rc: $out"
+  out=$(timeout 120 $DTRAIN train job.yaml --set output.dir="$W/deeprun" --set data.path=link.h5 2>&1); rc=$?
+  [ "$rc" = 64 ] && grep -q "data.path 'link.h5' is relative" <<<"$out" && echo PASS \
+    || echo "FAIL: long cwd data.path exited $rc: $(tail -2 <<<"$out")"
+) > deep.out 2>&1
+[ "$(grep -c '^PASS$' deep.out)" = 4 ] && ok || bad "long working directory: $(grep -v '^PASS$' deep.out)"
+rm -rf "$deep"
+
 echo "hardening: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1312,6 +1312,102 @@ static void test_prune_foreign(void)
     CU_ASSERT_EQUAL(dt_ckpt_verify(moved, NULL), DT_OK); /* a sound file, only misnamed */
 }
 
+/* A name something else holds is never replaced: the checkpoint takes
+ * the next free name of its step, which lists as the newer file, and
+ * retention removes only dtrain's own files. */
+static void test_name_taken(void)
+{
+    char dir[4096], path[4400], p[4400], names[16][256], latest[256];
+    int64_t steps[16];
+    static struct set s;
+    fresh_dir("taken", dir, sizeof dir);
+    make_set(&s, 8);
+    write_text(dir, "ckpt-0000000005.h5", "a file of the user's\n");
+    snprintf(p, sizeof p, "%s/ckpt-0000000006.h5", dir);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 5, &s, path, sizeof path), DT_OK);
+    snprintf(p, sizeof p, "%s/ckpt-0000000005-2.h5", dir);
+    CU_ASSERT_STRING_EQUAL(path, p);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 5, &s, path, sizeof path), DT_OK);
+    snprintf(p, sizeof p, "%s/ckpt-0000000005-3.h5", dir);
+    CU_ASSERT_STRING_EQUAL(path, p);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
+    size_t len = 0;
+    snprintf(p, sizeof p, "%s/ckpt-0000000005.h5", dir);
+    char *text = slurp(p, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_STRING_EQUAL(text, "a file of the user's\n");
+    free(text);
+    alarm(60); /* the FIFO in the way: a new name, not a hang */
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 6, &s, path, sizeof path), DT_OK);
+    alarm(0);
+    snprintf(p, sizeof p, "%s/ckpt-0000000006-2.h5", dir);
+    CU_ASSERT_STRING_EQUAL(path, p);
+    CU_ASSERT_EQUAL(dt_ckpt_latest(dir, latest, sizeof latest), DT_OK);
+    CU_ASSERT_STRING_EQUAL(latest, "ckpt-0000000006-2.h5");
+    /* names that only look like a later file of a step are no checkpoints */
+    write_text(dir, "ckpt-0000000005-1.h5", "x");
+    write_text(dir, "ckpt-0000000005-02.h5", "x");
+    write_text(dir, "ckpt-0000000005-100.h5", "x");
+    write_text(dir, "ckpt-0000000005-.h5", "x");
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_list(dir, names, steps, 16), 5);
+    const char *want[] = {"ckpt-0000000006-2.h5", "ckpt-0000000006.h5", "ckpt-0000000005-3.h5",
+                          "ckpt-0000000005-2.h5", "ckpt-0000000005.h5"};
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_STRING_EQUAL(names[i], want[i]);
+    alarm(60);
+    CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 1, 0), DT_OK);
+    alarm(0);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_list(dir, names, steps, 16), 3);
+    CU_ASSERT_STRING_EQUAL(names[0], "ckpt-0000000006-2.h5");
+    CU_ASSERT_STRING_EQUAL(names[1], "ckpt-0000000006.h5");
+    CU_ASSERT_STRING_EQUAL(names[2], "ckpt-0000000005.h5");
+    CU_ASSERT_TRUE(exists(dir, "ckpt-0000000005-1.h5"));
+}
+
+/* Starting over moves the whole directory aside under a free name and
+ * leaves an empty one; a directory without checkpoints stays. */
+static void test_set_aside(void)
+{
+    char dir[4096], path[4600], moved[4400], p[4200];
+    static struct set s;
+    fresh_dir("aside", dir, sizeof dir);
+    make_set(&s, 9);
+    for (int k = 1; k <= 4; k++) {
+        snprintf(p, sizeof p, "%s.%d", dir, k);
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+        CU_ASSERT_EQUAL(system(cmd), 0);
+    }
+    write_text(dir, "notes.txt", "mine");
+    CU_ASSERT_EQUAL(dt_ckpt_set_aside(dir, moved, sizeof moved), DT_OK);
+    CU_ASSERT_STRING_EQUAL(moved, ""); /* nothing a resume would take */
+    CU_ASSERT_TRUE(exists(dir, "notes.txt"));
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 3, &s, path, sizeof path), DT_OK);
+    CU_ASSERT_EQUAL(dt_ckpt_set_aside(dir, moved, sizeof moved), DT_OK);
+    snprintf(p, sizeof p, "%s.1", dir);
+    CU_ASSERT_STRING_EQUAL(moved, p);
+    CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 0);
+    CU_ASSERT_FALSE(exists(dir, "latest"));
+    CU_ASSERT_FALSE(exists(dir, "notes.txt"));
+    CU_ASSERT_TRUE(exists(p, "notes.txt"));
+    CU_ASSERT_TRUE(exists(p, "latest"));
+    snprintf(path, sizeof path, "%s/ckpt-0000000003.h5", p);
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
+    /* a latest pointer alone is moved too; an empty folder by the next
+     * name is not replaced */
+    write_text(dir, "latest", "ckpt-0000000001.h5\n");
+    snprintf(p, sizeof p, "%s.2", dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(p, 0700), 0);
+    CU_ASSERT_EQUAL(dt_ckpt_set_aside(dir, moved, sizeof moved), DT_OK);
+    snprintf(p, sizeof p, "%s.3", dir);
+    CU_ASSERT_STRING_EQUAL(moved, p);
+    CU_ASSERT_TRUE(exists(p, "latest"));
+    snprintf(p, sizeof p, "%s.2", dir);
+    CU_ASSERT_FALSE(exists(p, "latest"));
+    CU_ASSERT_FALSE(exists(dir, "latest"));
+}
+
 /* ---- failing saves -------------------------------------------------------------- */
 
 struct snapshot {
@@ -1501,20 +1597,27 @@ static void test_save_over_stale_temps(void)
     CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
 }
 
-/* Saving the same step again replaces the file with the new values. */
+/* Saving the same step again writes a second file, listed first and named
+ * by latest; the first is left as it was. */
 static void test_same_step_again(void)
 {
-    char dir[4096], path[4400];
+    char dir[4096], path[4400], first[4400], latest[256];
     static struct set a, b, back;
     fresh_dir("again", dir, sizeof dir);
     make_set(&a, 10);
     make_set(&b, 11);
-    CU_ASSERT_EQUAL_FATAL(save_step(dir, 5, &a, path, sizeof path), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(save_step(dir, 5, &a, first, sizeof first), DT_OK);
     CU_ASSERT_EQUAL_FATAL(save_step(dir, 5, &b, path, sizeof path), DT_OK);
+    CU_ASSERT_STRING_NOT_EQUAL(path, first);
     empty_like(&back, &b);
     CU_ASSERT_EQUAL_FATAL(dt_ckpt_load(path, NULL, back.t, NT), DT_OK);
     CU_ASSERT_EQUAL(memcmp(back.w, b.w, sizeof b.w), 0);
-    CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 1);
+    empty_like(&back, &a);
+    CU_ASSERT_EQUAL_FATAL(dt_ckpt_load(first, NULL, back.t, NT), DT_OK);
+    CU_ASSERT_EQUAL(memcmp(back.w, a.w, sizeof a.w), 0);
+    CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 2);
+    CU_ASSERT_EQUAL(dt_ckpt_latest(dir, latest, sizeof latest), DT_OK);
+    CU_ASSERT_STRING_EQUAL(latest, "ckpt-0000000005-2.h5");
 }
 
 /* Verification reads a tensor larger than one slice in pieces: the
@@ -1631,6 +1734,8 @@ int main(int argc, char **argv)
     CU_ADD(s, test_latest);
     CU_ADD(s, test_prune);
     CU_ADD(s, test_prune_foreign);
+    CU_ADD(s, test_name_taken);
+    CU_ADD(s, test_set_aside);
     CU_ADD(s, test_save_fails_file_size);
     CU_ADD(s, test_save_fails_disk_full);
     CU_ADD(s, test_save_fails_no_dir);

@@ -1,17 +1,24 @@
 /*
  * test_monitor.c - the pieces of run monitoring that work without a run:
  * CRC-32C against published check values, the TFRecord framing and Event
- * encoding of TensorBoard files byte by byte, and NVML loading. NVML is
+ * encoding of TensorBoard files byte by byte, metrics.jsonl's whole
+ * records (a write cut short, a half line left by a killed run), and NVML
+ * loading. NVML is
  * checked absent (no library, or a device it does not know: nothing
  * opens, nothing fails) and, when ctest points DT_TEST_FAKE_NVML at a
  * stand-in libnvidia-ml.so.1 (fake_nvml.c), through every sample call.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../runtime/core/util.h"
+#include "../../runtime/metrics.h"
 #include "../../runtime/nvml.h"
 #include "../../runtime/tbevents.h"
 #include "cu_util.h"
@@ -158,6 +165,121 @@ static void test_nvml(void)
     dt_nvml_close(nv);
 }
 
+/* ---- metrics.jsonl ------------------------------------------------------ */
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static dt_status put_record(dt_metrics_t *m, const char *type, int pad)
+{
+    char filler[256];
+    struct dt_metrics_rec rec;
+    memset(filler, 'x', sizeof filler);
+    filler[pad < 255 ? pad : 255] = '\0';
+    dt_metrics_begin(&rec, type);
+    dt_metrics_str(&rec, "pad", filler);
+    return dt_metrics_put(m, &rec);
+}
+
+/* A record that does not fit in what the disk has left (a file-size
+ * limit here, which cuts the write short as a full disk does) is left out
+ * whole: the file ends with its last complete line. */
+static void test_metrics_whole_records(void)
+{
+    char path[4096];
+    struct rlimit old, lim;
+    dt_metrics_t *m = NULL;
+    snprintf(path, sizeof path, "%s/whole.jsonl", cu_tmpdir());
+    unlink(path);
+    CU_ASSERT_EQUAL_FATAL(dt_metrics_open(path, &m), DT_OK);
+    CU_ASSERT_EQUAL(put_record(m, "one", 10), DT_OK);
+    struct stat sb;
+    CU_ASSERT_EQUAL_FATAL(stat(path, &sb), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT_EQUAL_FATAL(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 40; /* room for part of the next record */
+    CU_ASSERT_EQUAL_FATAL(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    dt_status st = put_record(m, "two", 100);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CU_ASSERT_EQUAL(st, DT_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "whole.jsonl"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "left out whole"));
+    CU_ASSERT_EQUAL(put_record(m, "three", 5), DT_OK);
+    dt_metrics_close(m);
+    const char *text = read_all(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\"type\":\"one\""));
+    CU_ASSERT_PTR_NULL(strstr(text, "\"type\":\"two\""));
+    const char *three = strstr(text, "{\"time\"");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(three);
+    three = strstr(three + 1, "{\"time\"");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(three);
+    CU_ASSERT_EQUAL(three[-1], '\n'); /* the next record starts a line of its own */
+    CU_ASSERT_PTR_NOT_NULL(strstr(three, "\"type\":\"three\""));
+}
+
+/* A file that ends in half a record (a run killed inside the write) loses
+ * that half when it is opened again; a log keeps its half line and gets
+ * the newline. */
+static void test_metrics_repairs_tail(void)
+{
+    char path[4096];
+    dt_metrics_t *m = NULL;
+    int64_t partial = -1;
+    snprintf(path, sizeof path, "%s/tail.jsonl", cu_tmpdir());
+    write_file(path, "{\"time\":1,\"type\":\"start\"}\n{\"time\":2,\"type\":\"tr");
+    CU_ASSERT_EQUAL_FATAL(dt_metrics_open(path, &m), DT_OK);
+    CU_ASSERT_EQUAL(put_record(m, "next", 1), DT_OK);
+    dt_metrics_close(m);
+    const char *text = read_all(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_EQUAL(strncmp(text, "{\"time\":1,\"type\":\"start\"}\n{\"time\":", 34), 0);
+    CU_ASSERT_PTR_NULL(strstr(text, "\"tr\""));
+    CU_ASSERT_PTR_NULL(strstr(text, "\"type\":\"tr{"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\"type\":\"next\""));
+    /* a file of one half line only, longer than a read chunk */
+    static char big[10000];
+    memset(big, 'y', sizeof big - 1);
+    write_file(path, big);
+    FILE *f = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_output_open(path, "metrics file", 1, &f), DT_OK);
+    CU_ASSERT_EQUAL(dt_output_end_line(f, path, "metrics file", 1, &partial), DT_OK);
+    CU_ASSERT_EQUAL(partial, (int64_t)sizeof big - 1);
+    fclose(f);
+    struct stat sb;
+    CU_ASSERT(stat(path, &sb) == 0 && sb.st_size == 0);
+    /* the log: kept, ended */
+    write_file(path, "line one\nhalf a li");
+    CU_ASSERT_EQUAL_FATAL(dt_output_open(path, "log", 1, &f), DT_OK);
+    CU_ASSERT_EQUAL(dt_output_end_line(f, path, "log", 0, &partial), DT_OK);
+    CU_ASSERT_EQUAL(partial, 1);
+    fputs("next\n", f);
+    fclose(f);
+    CU_ASSERT_STRING_EQUAL(read_all(path), "line one\nhalf a li\nnext\n");
+    /* nothing to do for a whole file */
+    CU_ASSERT_EQUAL_FATAL(dt_output_open(path, "log", 1, &f), DT_OK);
+    CU_ASSERT_EQUAL(dt_output_end_line(f, path, "log", 1, &partial), DT_OK);
+    CU_ASSERT_EQUAL(partial, 0);
+    fclose(f);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -169,5 +291,7 @@ int main(void)
     CU_ADD(s, test_file_framing);
     CU_ADD(s, test_open_failure_and_sink);
     CU_ADD(s, test_nvml);
+    CU_ADD(s, test_metrics_whole_records);
+    CU_ADD(s, test_metrics_repairs_tail);
     return cu_run_all();
 }
