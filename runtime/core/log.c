@@ -4,6 +4,7 @@
  */
 #include "log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ static int log_all_ranks;
 static int log_stderr_only;
 static enum dt_log_level log_level = DT_LOG_LEVEL_INFO;
 static FILE *log_file;
+static int log_file_failed; /* a write to log_file failed (said once) */
 
 void dt_log_set_rank(int rank) { log_rank = rank; }
 int dt_log_rank(void) { return log_rank; }
@@ -28,6 +30,7 @@ void dt_log_set_file(FILE *fp)
 {
     pthread_mutex_lock(&log_mu);
     log_file = fp;
+    log_file_failed = 0;
     pthread_mutex_unlock(&log_mu);
 }
 
@@ -52,6 +55,9 @@ int dt_log_init_from_env(void)
     return 0;
 }
 
+/* A line into the log file. A failed write (a full disk) is said once on
+ * stderr, and the lines still reach the terminal; writing goes on, so the
+ * file picks up again once there is room. */
 static void file_line(const char *head, const char *msg)
 {
     time_t now = time(NULL);
@@ -59,8 +65,17 @@ static void file_line(const char *head, const char *msg)
     char ts[32];
     localtime_r(&now, &tmv);
     strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tmv);
-    fprintf(log_file, "%s %s%s\n", ts, head, msg);
-    fflush(log_file);
+    int bad = fprintf(log_file, "%s %s%s\n", ts, head, msg) < 0;
+    bad |= fflush(log_file) != 0;
+    if (!bad) return;
+    int err = errno;
+    clearerr(log_file);
+    if (!log_file_failed)
+        fprintf(stderr,
+                "[dtrain r%d] warn: cannot write the log file: %s; the log goes on on the "
+                "terminal, and lines are missing from the file\n",
+                log_rank, strerror(err));
+    log_file_failed = 1;
 }
 
 void dt_log_file_only(const char *subsys, const char *fmt, ...)

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../runtime/core/log.h"
 #include "../../runtime/core/util.h"
 #include "../../runtime/metrics.h"
 #include "../../runtime/nvml.h"
@@ -280,6 +281,36 @@ static void test_metrics_repairs_tail(void)
     fclose(f);
 }
 
+/* A log file that cannot be written (a full disk: /dev/full) is said once
+ * on stderr, not passed over in silence. */
+static void test_log_file_full(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stderr.txt", cu_tmpdir());
+    FILE *full = fopen("/dev/full", "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(full);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    FILE *cap = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cap);
+    dup2(fileno(cap), STDERR_FILENO);
+    dt_log_set_file(full);
+    DT_LOG_WARN("test", "first line");
+    DT_LOG_WARN("test", "second line");
+    dt_log_set_file(NULL);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    fclose(cap);
+    fclose(full);
+    const char *text = read_all(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    const char *w = strstr(text, "cannot write the log file: No space left on device");
+    CU_ASSERT_PTR_NOT_NULL(w);
+    CU_ASSERT(w && !strstr(w + 1, "cannot write the log file")); /* once */
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "second line"));
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -293,5 +324,6 @@ int main(void)
     CU_ADD(s, test_nvml);
     CU_ADD(s, test_metrics_whole_records);
     CU_ADD(s, test_metrics_repairs_tail);
+    CU_ADD(s, test_log_file_full);
     return cu_run_all();
 }
