@@ -13,7 +13,9 @@ cd "$W"
 source "$HERE/lib.sh"
 # nothing by the output's name or its temporary name
 no_output() {
-  if ls "$1" "$1".tmp.* >/dev/null 2>&1; then bad "output $1 left behind: $(ls "$1"*)"; else ok; fi
+  local left
+  left=$(ls -d "$1" "$1".tmp.* 2>/dev/null) # what exists (ls fails when any is missing)
+  if [ -n "$left" ]; then bad "output $1 left behind: $left"; else ok; fi
 }
 # the summary's test accuracy is at least $2
 acc_at_least() {
