@@ -4,8 +4,12 @@
  *
  * IDX: a 4-byte big-endian magic (two zero bytes, an element type byte,
  * 0x08 = unsigned byte, and a dimension count), one big-endian u32 per
- * dimension, then the data. zlib's gz* functions read gzipped and raw files
- * alike, so both work without a branch.
+ * dimension, then the data. A file that starts with gzip's magic is read
+ * through zlib's inflate, member after member as gzip reads them, and
+ * always to its end: each member's CRC-32 and length are checked only when
+ * its end is read, so a file is read on past the data its header declares
+ * and must end there (no more data, no bytes that are not gzip); any
+ * other file is read as it is, and must hold exactly the declared data.
  *
  * All headers and both label files are checked before anything is
  * written: counts agree, labels fit the class names, and the data a
@@ -17,9 +21,10 @@
  * no compression: dataset.c explains why random row reads want
  * uncompressed chunks), and the normalisation statistics are summed
  * exactly in integers on the way. The file is written through outfile.h
- * as "<out>.tmp.<pid>" in the output's directory: its space reserved
- * first, then closed, fsynced and renamed into place; the temporary file
- * is removed on any failure.
+ * as "<out>.tmp.<host>.<pid>" in the output's directory: its space
+ * reserved first, then closed, fsynced and renamed into place; the
+ * temporary file is removed on any failure (a damaged gzip file is found
+ * at its end, after the temporary exists).
  */
 #define _GNU_SOURCE
 #include "idx.h"
@@ -53,9 +58,18 @@
 #define GZ_MAX_RATIO 1032
 
 struct idx_file {
-    const char *path;
+    const char *path; /* NULL: not open */
     const char *what; /* "images" or "labels" */
-    gzFile gz;
+    int fd;
+    int gz;             /* gzip members; else the IDX bytes as they are */
+    z_stream z;         /* next_in/avail_in: the unread input in `in`, either way */
+    int z_init;         /* inflateInit2 done */
+    int in_member;      /* gz: inside a member, its end not read yet */
+    int cut;            /* gz: the file ended inside a member */
+    int64_t junk;       /* gz: bytes after the last member that are not gzip; -1: none seen */
+    int eof;            /* the file has no more bytes */
+    unsigned char *in;  /* IDX_GZ_BUFFER bytes of input */
+    int64_t read_bytes; /* bytes of the file read into `in` so far */
     int ndims;
     uint64_t dims[IDX_MAX_DIMS];
     uint64_t count;        /* dims[0] */
@@ -87,32 +101,118 @@ static const char *idx_type_name(int t)
 
 static void idx_close(struct idx_file *f)
 {
-    if (f->gz)
-        gzclose(f->gz);
-    f->gz = NULL;
+    if (!f->path) return;
+    if (f->z_init) inflateEnd(&f->z);
+    if (f->fd >= 0) close(f->fd);
+    free(f->in);
+    f->z_init = 0;
+    f->fd = -1;
+    f->in = NULL;
+    f->path = NULL;
 }
 
-/* Reads exactly len bytes, or says why not (EOF: *got_out = bytes read). */
-static dt_status gz_read_full(struct idx_file *f, void *buf, size_t len, size_t *got_out)
+/* Tops the input up to `need` bytes, unless the file ends first. */
+static dt_status fill(struct idx_file *f, unsigned need)
 {
-    size_t got = 0;
-    while (got < len) {
-        unsigned want = len - got > (1u << 30) ? (1u << 30) : (unsigned)(len - got);
-        int r = gzread(f->gz, (char *)buf + got, want);
-        if (r < 0) {
-            int errnum = 0;
-            const char *msg = gzerror(f->gz, &errnum);
-            if (errnum == Z_ERRNO)
-                return dt_set_error(DT_ERR_IO, "file %s: read failed: %s", f->path,
-                                    strerror(errno));
-            return dt_set_error(DT_ERR_BAD_DATA, "file %s: corrupt gzip data: %s", f->path, msg);
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
+    while (f->z.avail_in < need && !f->eof) {
+        if (f->z.avail_in && f->z.next_in != f->in) memmove(f->in, f->z.next_in, f->z.avail_in);
+        f->z.next_in = f->in;
+        ssize_t r = read(f->fd, f->in + f->z.avail_in, IDX_GZ_BUFFER - f->z.avail_in);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0)
+            return dt_set_error(DT_ERR_IO, "file %s: read failed: %s", f->path, strerror(errno));
+        f->eof = r == 0;
+        f->z.avail_in += (uInt)r;
+        f->read_bytes += r;
     }
-    *got_out = got;
     return DT_OK;
+}
+
+/* Up to len bytes of a raw file into buf; *got counts them. */
+static dt_status raw_read(struct idx_file *f, unsigned char *buf, size_t len, size_t *got)
+{
+    dt_status st = DT_OK;
+    while (*got < len) {
+        DT_CHECK(fill(f, 1));
+        if (!f->z.avail_in) break;
+        size_t n = len - *got < f->z.avail_in ? len - *got : f->z.avail_in;
+        memcpy(buf + *got, f->z.next_in, n);
+        f->z.next_in += n;
+        f->z.avail_in -= (uInt)n;
+        *got += n;
+    }
+out:
+    return st;
+}
+
+/* zlib's reason, with what its trailer checks mean. */
+static const char *zlib_reason(const char *msg, char *buf, size_t len)
+{
+    const char *gloss = !msg                                     ? ""
+                        : !strcmp(msg, "incorrect data check")   ? ": the data's CRC-32 is not the "
+                                                                   "one its gzip trailer records"
+                        : !strcmp(msg, "incorrect length check") ? ": the data's length is not the "
+                                                                   "one its gzip trailer records"
+                                                                 : "";
+    snprintf(buf, len, "%s%s", msg ? msg : "unknown error", gloss);
+    return buf;
+}
+
+/* Up to len decompressed bytes into buf, member after member as gzip
+ * reads them (the end of each member checks its CRC-32 and length); *got
+ * counts them. Stops early at the end of the file (f->cut when that is
+ * inside a member) or at bytes after a member that are not gzip
+ * (f->junk). */
+static dt_status gz_read(struct idx_file *f, unsigned char *buf, size_t len, size_t *got)
+{
+    dt_status st = DT_OK;
+    char why[160];
+    while (*got < len && !f->cut && f->junk < 0) {
+        if (!f->in_member) {
+            DT_CHECK(fill(f, 2));
+            if (!f->z.avail_in) break; /* the end of the file, after a whole member */
+            if (f->z.avail_in < 2 || f->z.next_in[0] != 0x1f || f->z.next_in[1] != 0x8b) {
+                int64_t at = f->read_bytes - (int64_t)f->z.avail_in;
+                f->junk = f->file_bytes - at > (int64_t)f->z.avail_in ? f->file_bytes - at
+                                                                      : (int64_t)f->z.avail_in;
+                break;
+            }
+            int r = f->z_init ? inflateReset(&f->z) : inflateInit2(&f->z, 16 + MAX_WBITS);
+            if (r != Z_OK)
+                return dt_set_error(DT_ERR_NOMEM, "file %s: cannot set up reading (zlib)", f->path);
+            f->z_init = 1;
+            f->in_member = 1;
+        }
+        DT_CHECK(fill(f, 1));
+        size_t want = len - *got > (1u << 30) ? (1u << 30) : len - *got;
+        f->z.next_out = buf + *got;
+        f->z.avail_out = (uInt)want;
+        int r = inflate(&f->z, Z_NO_FLUSH);
+        *got += want - f->z.avail_out;
+        if (r == Z_STREAM_END)
+            f->in_member = 0;
+        else if (r == Z_BUF_ERROR && !f->z.avail_in && f->eof)
+            f->cut = 1; /* no input left, and the member is not over */
+        else if (r == Z_MEM_ERROR)
+            return dt_set_error(DT_ERR_NOMEM, "file %s: out of memory decompressing (zlib)",
+                                f->path);
+        else if (r != Z_OK && r != Z_BUF_ERROR)
+            return dt_set_error(DT_ERR_BAD_DATA,
+                                "file %s: corrupt gzip data (zlib: %s) after %llu decompressed "
+                                "bytes; the file is damaged (check it with gzip -t)",
+                                f->path, zlib_reason(f->z.msg, why, sizeof why),
+                                (unsigned long long)(f->got + *got));
+    }
+out:
+    return st;
+}
+
+/* Up to len bytes of the IDX data (header included) into buf; fewer only
+ * at its end, which the caller judges. */
+static dt_status idx_read(struct idx_file *f, void *buf, size_t len, size_t *got)
+{
+    *got = 0;
+    return f->gz ? gz_read(f, buf, len, got) : raw_read(f, buf, len, got);
 }
 
 /* "N images of 28x28" for messages. */
@@ -145,12 +245,19 @@ static dt_status check_declared(struct idx_file *f, size_t header_bytes)
                             (unsigned long long)(IDX_MAX_SAMPLE_BYTES >> 20));
     f->sample_bytes = (uint64_t)sample;
     int64_t room = f->file_bytes - (int64_t)header_bytes;
-    if (gzdirect(f->gz) && total > room)
+    if (!f->gz && total > room)
         return dt_set_error(DT_ERR_BAD_DATA,
                             "file %s: truncated: the IDX header declares %s (%lld data bytes) but "
                             "the file holds only %lld",
                             f->path, what, (long long)total, (long long)(room > 0 ? room : 0));
-    if (!gzdirect(f->gz) && total / GZ_MAX_RATIO > f->file_bytes)
+    if (!f->gz && total < room)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: %lld byte%s after the data its IDX header declares (%s, "
+                            "%lld data bytes): an IDX file ends with its data (two files joined, "
+                            "or a wrong header?)",
+                            f->path, (long long)(room - total), room - total == 1 ? "" : "s", what,
+                            (long long)total);
+    if (f->gz && total / GZ_MAX_RATIO > f->file_bytes)
         return dt_set_error(DT_ERR_BAD_DATA,
                             "file %s: the IDX header declares %s (%lld data bytes), more than a "
                             "gzipped file of %lld bytes can hold (truncated?)",
@@ -165,20 +272,21 @@ static dt_status idx_open(const char *path, int images, struct idx_file *f)
     size_t got = 0;
     int fd = -1;
     memset(f, 0, sizeof *f);
-    f->path = path;
+    f->fd = -1;
+    f->junk = -1;
     f->what = images ? "images" : "labels";
     DT_CHECK(dt_input_open(path, images ? "IDX images" : "IDX labels", &fd, &f->file_bytes));
-    f->gz = gzdopen(fd, "rb");
-    if (!f->gz) {
-        close(fd);
-        return dt_set_error(DT_ERR_NOMEM, "file %s: cannot set up reading (zlib)", path);
-    }
-    gzbuffer(f->gz, IDX_GZ_BUFFER);
+    f->path = path;
+    f->fd = fd;
+    DT_CHECK(dt_malloc(IDX_GZ_BUFFER, "the IDX read buffer", (void **)&f->in));
+    f->z.next_in = f->in;
+    DT_CHECK(fill(f, 2));
+    f->gz = f->z.avail_in >= 2 && f->in[0] == 0x1f && f->in[1] == 0x8b;
 
-    DT_CHECK(gz_read_full(f, hdr, 4, &got));
+    DT_CHECK(idx_read(f, hdr, 4, &got));
     if (got < 4) {
-        st = dt_set_error(DT_ERR_BAD_DATA, "file %s: not an IDX file (only %zu bytes long)", path,
-                          got);
+        st = dt_set_error(DT_ERR_BAD_DATA, "file %s: not an IDX file (only %zu bytes long%s)", path,
+                          got, f->gz ? " decompressed" : "");
         goto out;
     }
     uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 |
@@ -204,7 +312,7 @@ static dt_status idx_open(const char *path, int images, struct idx_file *f)
                                  : "N labels (magic 0x00000801)");
         goto out;
     }
-    DT_CHECK(gz_read_full(f, hdr, 4 * (size_t)f->ndims, &got));
+    DT_CHECK(idx_read(f, hdr, 4 * (size_t)f->ndims, &got));
     if (got < 4 * (size_t)f->ndims) {
         st = dt_set_error(DT_ERR_BAD_DATA, "file %s: truncated IDX header", path);
         goto out;
@@ -237,30 +345,87 @@ static void shape_str(const struct idx_file *f, char *buf, size_t len)
                               (unsigned long long)f->dims[d]);
 }
 
+/* Why the data ended early, for a truncation message ("" for a raw file). */
+static void early_end(const struct idx_file *f, char *buf, size_t len)
+{
+    if (f->cut)
+        snprintf(buf, len, "; the file ends inside its gzip data");
+    else if (f->junk >= 0)
+        snprintf(buf, len, "; %lld byte%s that are not gzip data follow it", (long long)f->junk,
+                 f->junk == 1 ? "" : "s");
+    else
+        buf[0] = '\0';
+}
+
 /* Reads the next `rows` items; a short file is a truncation error. */
 static dt_status idx_read_rows(struct idx_file *f, void *buf, uint64_t rows)
 {
     size_t want = (size_t)(rows * f->sample_bytes), got = 0;
-    dt_status st = gz_read_full(f, buf, want, &got);
+    dt_status st = idx_read(f, buf, want, &got);
     if (st != DT_OK)
         return st;
     f->got += got;
     if (got < want) {
-        char shape[64];
+        char shape[64], why[96];
         shape_str(f, shape, sizeof shape);
+        early_end(f, why, sizeof why);
         uint64_t expect = f->count * f->sample_bytes;
         return dt_set_error(DT_ERR_BAD_DATA,
                             "file %s: truncated: the header says %llu %s%s%s (%llu data bytes) "
-                            "but the data ends after %llu bytes",
+                            "but the data ends after %llu bytes%s",
                             f->path, (unsigned long long)f->count, f->what, shape[0] ? " of " : "",
-                            shape, (unsigned long long)expect, (unsigned long long)f->got);
+                            shape, (unsigned long long)expect, (unsigned long long)f->got, why);
     }
+    return DT_OK;
+}
+
+/* After the data the header declares: the file must end there, a gzipped
+ * one read to its end, so that the CRC-32 and length closing each gzip
+ * member are checked and nothing follows (more data, or bytes that are
+ * not gzip). */
+static dt_status idx_finish(struct idx_file *f)
+{
+    unsigned char more[4096];
+    size_t got = 0;
+    uint64_t extra = 0;
+    char what[160];
+    dt_status st;
+    /* Data after the declared: read to the end, so that damage (which
+     * often decodes to more data) is said as such, and counted. */
+    do {
+        if ((st = idx_read(f, more, sizeof more, &got)) != DT_OK) return st;
+        extra += got;
+    } while (got == sizeof more);
+    declared_str(f, what, sizeof what);
+    if (extra) {
+        char why[96];
+        early_end(f, why, sizeof why);
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: %llu byte%s of data after the %s (%llu data bytes) its IDX "
+                            "header declares%s: an IDX file ends with its data (damaged, two "
+                            "files joined, or a wrong header?%s)",
+                            f->path, (unsigned long long)extra, extra == 1 ? "" : "s", what,
+                            (unsigned long long)(f->count * f->sample_bytes), why,
+                            f->gz ? " gzip -t checks the file" : "");
+    }
+    if (f->cut)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: truncated: it ends inside its gzip data, after the %llu "
+                            "data bytes its header declares but before the CRC-32 and length "
+                            "that close the data (the file is cut short; check it with gzip -t)",
+                            f->path, (unsigned long long)(f->count * f->sample_bytes));
+    if (f->junk >= 0)
+        return dt_set_error(DT_ERR_BAD_DATA,
+                            "file %s: %lld byte%s after the end of its gzip data, not gzip data "
+                            "(gzip ignores such trailing bytes, dtrain refuses them: is the file "
+                            "damaged, or two files joined?)",
+                            f->path, (long long)f->junk, f->junk == 1 ? "" : "s");
     return DT_OK;
 }
 
 /* ---- options --------------------------------------------------------------- */
 
-static dt_status check_opts(const struct dt_idx_import_opts *o)
+static dt_status check_opts(const struct dt_idx_import_opts *o, FILE *progress)
 {
     if (!o)
         return dt_set_error(DT_ERR_INVALID_ARG, "IDX import: no options given");
@@ -272,7 +437,7 @@ static dt_status check_opts(const struct dt_idx_import_opts *o)
         return dt_set_error(DT_ERR_USAGE,
                             "IDX import: test images and test labels go together (got only %s)",
                             o->test_images ? o->test_images : o->test_labels);
-    return dt_import_check_output(o->out_path, o->overwrite);
+    return dt_import_check_output(o->out_path, o->overwrite, progress);
 }
 
 /* ---- checking the sources before writing ---------------------------------- */
@@ -302,6 +467,7 @@ static dt_status split_open(struct split_src *s, const char *name, const char *i
     }
     DT_CHECK(dt_malloc((size_t)s->lab.count, "labels", (void **)&s->labels));
     DT_CHECK(idx_read_rows(&s->lab, s->labels, s->lab.count));
+    DT_CHECK(idx_finish(&s->lab));
     for (uint64_t i = 0; i < s->lab.count; i++) {
         int v = s->labels[i];
         if (cl->count && v >= cl->count) {
@@ -446,6 +612,7 @@ static dt_status copy_images(hid_t file, const char *path, struct split_src *s,
         if (st != DT_OK)
             goto out;
     }
+    DT_CHECK(idx_finish(&s->img));
     if (progress) {
         char shape[64];
         shape_str(&s->img, shape, sizeof shape);
@@ -511,12 +678,12 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
     dt_status st = DT_OK;
     struct split_src src[2];
     struct dt_class_list *cl = NULL;
-    char tmp[4096 + 32] = "";
-    int nsrc = 0, max_label = 0, made_tmp = 0;
+    char tmp[DT_OUTFILE_TMP_LEN] = "";
+    int nsrc = 0, max_label = 0, made_tmp = 0, committed = 0;
     double t0 = dt_now();
     memset(src, 0, sizeof src);
 
-    DT_CHECK(check_opts(opts));
+    DT_CHECK(check_opts(opts, progress));
     DT_CHECK(dt_calloc(1, sizeof *cl, "class names", (void **)&cl));
     DT_CHECK(dt_import_parse_classes(opts->class_names, cl));
     nsrc = 1;
@@ -542,10 +709,10 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
         fflush(progress);
     }
 
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", opts->out_path, (long)getpid());
+    DT_CHECK(dt_outfile_tmp_begin("dataset", opts->out_path, tmp, sizeof tmp));
     DT_CHECK(write_file(tmp, opts->out_path, src, nsrc, num_classes, cl, progress, &made_tmp));
     DT_CHECK(dt_outfile_commit("dataset", tmp, opts->out_path));
-    made_tmp = 0;
+    committed = 1;
     if (progress) {
         struct stat sb;
         char took[32];
@@ -555,7 +722,7 @@ dt_status dt_idx_import(const struct dt_idx_import_opts *opts, FILE *progress)
         fflush(progress);
     }
 out:
-    if (made_tmp) unlink(tmp); /* after a rename there is nothing left by that name */
+    dt_outfile_tmp_end(made_tmp ? tmp : "", committed);
     for (int i = 0; i < 2; i++)
         split_close(&src[i]);
     free(cl);

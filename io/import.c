@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "../runtime/core/util.h"
 #include "hdf5_lock.h"
@@ -29,6 +30,7 @@ _Static_assert(sizeof(hid_t) == sizeof(int64_t), "hid_t is passed as int64_t");
 
 #define CHUNK_TARGET_BYTES (1u << 20)
 #define CHUNK_MAX_ROWS 1024
+#define GZIP_PROBE_OUT 16384 /* output buffer of the gzip probe */
 
 dt_status dt_import_parse_classes(const char *s, struct dt_class_list *cl)
 {
@@ -66,7 +68,7 @@ dt_status dt_import_parse_classes(const char *s, struct dt_class_list *cl)
     }
 }
 
-dt_status dt_import_check_output(const char *out_path, int overwrite)
+dt_status dt_import_check_output(const char *out_path, int overwrite, FILE *progress)
 {
     struct stat sb;
     if (!out_path || !*out_path)
@@ -81,7 +83,7 @@ dt_status dt_import_check_output(const char *out_path, int overwrite)
                             "output %s already exists; pass --force to replace it, or choose "
                             "another path",
                             out_path);
-    return DT_OK;
+    return dt_outfile_clear_stale("dataset", out_path, progress);
 }
 
 static dt_status write_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
@@ -158,6 +160,26 @@ dt_status dt_import_write_lm_root_attrs(int64_t file, const char *path, int32_t 
 out:
     H5Tclose(str);
     return st;
+}
+
+int dt_import_is_gzip(const unsigned char *head, size_t n)
+{
+    unsigned char out[GZIP_PROBE_OUT];
+    z_stream z;
+    /* magic, deflate, no reserved flag bits */
+    if (n < 10 || head[0] != 0x1f || head[1] != 0x8b || head[2] != 8 || (head[3] & 0xe0)) return 0;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return 0;
+    z.next_in = (unsigned char *)head;
+    z.avail_in = (uInt)n;
+    int r;
+    do {
+        z.next_out = out;
+        z.avail_out = sizeof out;
+        r = inflate(&z, Z_NO_FLUSH);
+    } while (r == Z_OK && z.avail_in);
+    inflateEnd(&z);
+    return r == Z_OK || r == Z_STREAM_END || r == Z_BUF_ERROR;
 }
 
 float dt_import_half_to_float(uint16_t h)
@@ -438,16 +460,15 @@ dt_status dt_import_write(const char *out_path, const struct dt_import_split *sp
                           int num_classes, const struct dt_class_list *cl, FILE *progress)
 {
     dt_status st = DT_OK;
-    char tmp[4096 + 32];
-    int made = 0;
+    char tmp[DT_OUTFILE_TMP_LEN] = "";
+    int made = 0, committed = 0;
     double t0 = dt_now();
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
+    DT_CHECK(dt_outfile_tmp_begin("dataset", out_path, tmp, sizeof tmp));
     DT_CHECK(write_file(tmp, out_path, splits, nsplits, num_classes, cl, progress, &made));
     DT_CHECK(dt_outfile_commit("dataset", tmp, out_path));
-    made = 0;
+    committed = 1;
     dt_import_report_written(progress, out_path, t0);
 out:
-    if (made)
-        unlink(tmp);
+    dt_outfile_tmp_end(made ? tmp : "", committed);
     return st;
 }

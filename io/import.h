@@ -31,8 +31,11 @@ struct dt_class_list {
 dt_status dt_import_parse_classes(const char *s, struct dt_class_list *cl);
 
 /* The output path can be created: not a directory, not too long, and not
- * already there unless overwrite. DT_ERR_USAGE otherwise. */
-dt_status dt_import_check_output(const char *out_path, int overwrite);
+ * already there unless overwrite (DT_ERR_USAGE otherwise); and no other
+ * import on this host is writing it (DT_ERR_BUSY). Temporaries of it that
+ * dead imports left are removed (outfile.h: dt_outfile_clear_stale), said
+ * on progress when not NULL. */
+dt_status dt_import_check_output(const char *out_path, int overwrite, FILE *progress);
 
 /* Writes the root attributes (dtrain_format, format_version, task,
  * num_classes, class_names: cl's names or "0", "1", ..., and
@@ -61,8 +64,9 @@ struct dt_import_split {
     const int32_t *y;
 };
 
-/* Writes splits[0..nsplits) to out_path as "<out>.tmp.<pid>", renamed into
- * place when complete and removed on failure. Normalisation comes from
+/* Writes splits[0..nsplits) to out_path as "<out>.tmp.<host>.<pid>",
+ * renamed into place when complete and removed on failure (or by
+ * dt_outfile_remove_pending on a signal). Normalisation comes from
  * splits[0] (the training split): uint8 inputs are scaled by 1/255 first,
  * float inputs are not scaled. When every split holds (C, H, W) images of
  * the same C, the file also gets per-channel norm_channel_mean and
@@ -74,6 +78,13 @@ dt_status dt_import_write(const char *out_path, const struct dt_import_split *sp
 /* The importers' last line on progress (when not NULL): "wrote OUT (N
  * MiB) in T", T counted from t0 (dt_now()). */
 void dt_import_report_written(FILE *progress, const char *out_path, double t0);
+
+/* Whether head[0..n), the start of a file (a few hundred bytes or more),
+ * is gzip data: gzip's magic and header, and a start that inflates
+ * without error (so raw tokens that happen to begin like gzip are not
+ * taken for it). For the importers that read their input as it is, to
+ * refuse a gzipped one instead of importing its compressed bytes. */
+int dt_import_is_gzip(const unsigned char *head, size_t n);
 
 /* float16 bits to float (for statistics and checks). */
 float dt_import_half_to_float(uint16_t h);

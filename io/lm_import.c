@@ -14,10 +14,12 @@
  * best (one read each, no chunk index or cache). Each token is checked
  * against vocab_size on the way; a bad one names the file, its position
  * and its value. Token files are read as little-endian whatever the host.
- * The file is written through outfile.h as "<out>.tmp.<pid>" in the
- * output's directory: its space reserved first, then closed, fsynced and
- * renamed into place; the temporary file is removed on any failure, so a
- * bad token found late leaves nothing behind either.
+ * The file is written through outfile.h as "<out>.tmp.<host>.<pid>" in
+ * the output's directory: its space reserved first, then closed, fsynced
+ * and renamed into place; the temporary file is removed on any failure, so
+ * a bad token found late leaves nothing behind either (and on a signal, by
+ * launch/'s handler; one a killed import left is removed by the next
+ * import of the same output).
  */
 #define _GNU_SOURCE
 #include "lm_import.h"
@@ -297,8 +299,8 @@ static dt_status write_lm(const char *out_path, const struct lm_split *sp, int n
                           int64_t vocab, const char *tokenizer, FILE *progress)
 {
     dt_status st = DT_OK;
-    char tmp[4096 + 32];
-    int made = 0;
+    char tmp[DT_OUTFILE_TMP_LEN] = "";
+    int made = 0, committed = 0;
     double t0 = dt_now();
     struct lm_writer w = {.out_path = out_path,
                           .tmp = tmp,
@@ -306,16 +308,15 @@ static dt_status write_lm(const char *out_path, const struct lm_split *sp, int n
                           .vocab = vocab,
                           .out_u16 = vocab <= LM_U16_VOCAB,
                           .progress = progress};
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
     DT_CHECK(dt_malloc((size_t)LM_CHUNK_TOKENS * 4, "the token read buffer", (void **)&w.in));
     DT_CHECK(dt_malloc((size_t)LM_CHUNK_TOKENS * 4, "the token write buffer", &w.out));
+    DT_CHECK(dt_outfile_tmp_begin("dataset", out_path, tmp, sizeof tmp));
     DT_CHECK(write_file(&w, sp, nsplits, tokenizer, &made));
     DT_CHECK(dt_outfile_commit("dataset", tmp, out_path));
-    made = 0;
+    committed = 1;
     dt_import_report_written(progress, out_path, t0);
 out:
-    if (made)
-        unlink(tmp);
+    dt_outfile_tmp_end(made ? tmp : "", committed);
     free(w.in);
     free(w.out);
     return st;
@@ -357,6 +358,22 @@ static void text_segments(struct lm_split *sp, const char *const *files, const i
     }
 }
 
+/* A gzipped text file is DT_ERR_BAD_DATA: its compressed bytes would be
+ * imported as text. */
+static dt_status refuse_gzip_text(const char *path, int fd, int64_t size)
+{
+    unsigned char head[LLMC_HEADER_BYTES];
+    struct lm_segment s = {.path = path, .what = "text file", .fd = fd};
+    size_t n = size < (int64_t)sizeof head ? (size_t)size : sizeof head;
+    dt_status st = read_at(&s, head, n, 0);
+    if (st == DT_OK && dt_import_is_gzip(head, n))
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "text file %s: gzip-compressed; decompress it first (gunzip -k %s): "
+                          "its bytes are the tokens, as they are",
+                          path, path);
+    return st;
+}
+
 /* DT_ERR_BAD_DATA for a split of the text stream that is too short. */
 static dt_status short_text(const struct lm_split *sp, const struct dt_text_import_opts *o,
                             int64_t total)
@@ -388,16 +405,18 @@ dt_status dt_text_import(const struct dt_text_import_opts *o, FILE *progress)
                             "text import: --val-fraction %g is outside (0, 1): it is the part of "
                             "the text that becomes split 'val'",
                             o->val_fraction);
-    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite));
+    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite, progress));
     DT_CHECK(dt_calloc((size_t)o->nfiles, sizeof *fd, "the text files", (void **)&fd));
     DT_CHECK(dt_calloc((size_t)o->nfiles, sizeof *size, "the text files", (void **)&size));
     DT_CHECK(
         dt_calloc((size_t)o->nfiles, sizeof *sp[0].seg, "the text files", (void **)&sp[0].seg));
     DT_CHECK(
         dt_calloc((size_t)o->nfiles, sizeof *sp[1].seg, "the text files", (void **)&sp[1].seg));
-    for (; nopen < o->nfiles; nopen++) {
-        DT_CHECK(dt_input_open(o->files[nopen], "text file", &fd[nopen], &size[nopen]));
-        total += size[nopen];
+    for (int i = 0; i < o->nfiles; i++) {
+        DT_CHECK(dt_input_open(o->files[i], "text file", &fd[i], &size[i]));
+        nopen++;
+        DT_CHECK(refuse_gzip_text(o->files[i], fd[i], size[i]));
+        total += size[i];
     }
     if (total == 0) {
         st = o->nfiles == 1
@@ -463,9 +482,17 @@ static dt_status open_token_file(const char *path, struct lm_segment *s, enum to
     *s = (struct lm_segment){.path = path, .what = "token file", .fd = -1};
     DT_CHECK(dt_input_open(path, "token file", &s->fd, &size));
     uint32_t magic = 0;
+    size_t head = size < LLMC_HEADER_BYTES ? (size_t)size : LLMC_HEADER_BYTES;
     if (size >= 4) {
-        DT_CHECK(read_at(s, h, size >= 8 ? 8 : 4, 0));
+        DT_CHECK(read_at(s, h, head, 0));
         magic = le32(h);
+    }
+    if (dt_import_is_gzip(h, head)) {
+        st = dt_set_error(DT_ERR_BAD_DATA,
+                          "token file %s: gzip-compressed; decompress it first (gunzip -k %s): "
+                          "tokens are read as they are",
+                          path, path);
+        goto out;
     }
     if (size >= 8 && (!memcmp(h, NPY_SIGNATURE, 6) || !memcmp(h, HDF5_SIGNATURE, 8))) {
         int npy = !memcmp(h, NPY_SIGNATURE, 6);
@@ -586,7 +613,7 @@ dt_status dt_tokens_import(const struct dt_tokens_import_opts *o, FILE *progress
     const char *tokenizer;
     if (!o->train)
         return dt_set_error(DT_ERR_USAGE, "token import: no train file given (--train FILE)");
-    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite));
+    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite, progress));
     for (int i = 0; i < n; i++)
         DT_CHECK(open_token_file(paths[i], &seg[i], &fmt[i]));
     DT_CHECK(choose_vocab(o, fmt, seg, n, &vocab, &tokenizer));

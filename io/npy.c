@@ -80,23 +80,29 @@ static int expect_char(struct hdr_parser *h, char c)
     return 0;
 }
 
-/* A quoted string into buf (len bytes); 0 if there is none or it is too long. */
+/* A quoted string into buf (len bytes); 0 if there is none. One longer
+ * than buf holds is kept as its start and "...": no key or dtype dtrain
+ * knows is that long, and the message about it names it so. */
 static int parse_string(struct hdr_parser *h, char *buf, size_t len)
 {
+    int cut = 0;
     skip_ws(h);
     if (h->p >= h->end || (*h->p != '\'' && *h->p != '"'))
         return 0;
     char q = *h->p++;
     size_t n = 0;
     while (h->p < h->end && *h->p != q) {
-        if (*h->p == '\\' || n + 1 >= len)
-            return 0;
-        buf[n++] = *h->p++;
+        if (*h->p == '\\') return 0;
+        if (n + 4 < len)
+            buf[n++] = *h->p;
+        else
+            cut = 1;
+        h->p++;
     }
     if (h->p >= h->end)
         return 0;
     h->p++;
-    buf[n] = '\0';
+    snprintf(buf + n, len - n, "%s", cut ? "..." : "");
     return 1;
 }
 
@@ -275,8 +281,10 @@ static dt_status npy_read(const char *path, const char *what, struct npy_array *
     DT_CHECK(dt_input_open(path, what, &fd, &file_bytes));
     DT_CHECK(read_full(fd, path, pre, 10, &got));
     if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        int gz = got >= 2 && pre[0] == 0x1f && pre[1] == 0x8b;
         st = dt_set_error(DT_ERR_BAD_DATA,
-                          "file %s: not a .npy file (it does not start with \\x93NUMPY)", path);
+                          "file %s: not a .npy file (it does not start with \\x93NUMPY)%s", path,
+                          gz ? "; it is gzip-compressed: decompress it first (gunzip -k)" : "");
         goto out;
     }
     uint32_t hlen;
@@ -542,7 +550,7 @@ dt_status dt_npy_import(const struct dt_npy_import_opts *o, FILE *progress)
         return dt_set_error(DT_ERR_USAGE,
                             ".npy import: test inputs and test labels go together (got only %s)",
                             o->test_x ? o->test_x : o->test_y);
-    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite));
+    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite, progress));
     DT_CHECK(dt_calloc(1, sizeof *cl, "class names", (void **)&cl));
     DT_CHECK(dt_import_parse_classes(o->class_names, cl));
     DT_CHECK(split_load(&s[0], "train", o->train_x, o->train_y, cl, &max_label));

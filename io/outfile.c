@@ -15,11 +15,16 @@
 #define _GNU_SOURCE
 #include "outfile.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -30,6 +35,9 @@
 #define HDF5_HEADER_BYTES 8192 /* superblock, root group, heaps */
 #define HDF5_OBJECT_BYTES 1024 /* one object header, its links, a chunk index entry */
 #define OUT_PATH 4352          /* a directory (PATH_MAX) plus a file name */
+#define TMP_INFIX ".tmp."      /* "<final>.tmp.<host>.<pid>" */
+#define HOST_LEN 256
+#define PID_DIGITS 10 /* a pid_t in decimal */
 
 uint64_t dt_outfile_hdf5_estimate(uint64_t data_bytes, uint64_t objects, uint64_t attr_bytes)
 {
@@ -233,4 +241,167 @@ dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *
     if (st == DT_OK) st = dt_outfile_commit(what, tmp, path);
     if (st != DT_OK) unlink(tmp);
     return st;
+}
+
+/* ---- temporaries of imports ------------------------------------------------ */
+
+/* The pending temporary, for a signal handler: the one piece of mutable
+ * global state here, because a handler can be given nothing else. `set`
+ * is written after the path and cleared before it changes. */
+static char pending_path[DT_OUTFILE_TMP_LEN];
+static volatile sig_atomic_t pending_set;
+
+/* This host's name as temporaries carry it; 0 when it is not known (then
+ * no temporary is ever taken for one of this host's). */
+static int this_host(char *buf, size_t len)
+{
+    if (gethostname(buf, len) != 0 || !buf[0]) {
+        snprintf(buf, len, "unknown");
+        return 0;
+    }
+    buf[len - 1] = '\0';
+    for (char *p = buf; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '-' || *p == '_'))
+            *p = '_';
+    return 1;
+}
+
+/* A run of 1 to PID_DIGITS decimal digits filling [p, e) as a pid; 0 if not. */
+static long parse_pid(const char *p, const char *e)
+{
+    long v = 0;
+    if (e <= p || e - p > PID_DIGITS) return 0;
+    for (; p < e; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        v = v * 10 + (*p - '0');
+    }
+    return v > 0 && v == (long)(pid_t)v ? v : 0;
+}
+
+/* Whether pid runs on this host (one of another user counts: EPERM). This
+ * process's own pid is not: a temporary by its name is one left by a dead
+ * process that had the same pid (a thread of this one writing it holds it
+ * locked). */
+static int pid_running(long pid)
+{
+    return pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
+}
+
+/* Whether someone holds a lock on the file at path (HDF5 holds one on a
+ * file it writes, where the file system has locks). Asked only of a file
+ * about to be removed, whose writer looks dead: the probe holds a lock
+ * for a moment, which a writer taking its own just then would meet. */
+static int held_locked(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return held;
+}
+
+/* The space the file at path takes, as "<N> <unit>". */
+static void size_text(const char *path, char *buf, size_t len)
+{
+    struct stat sb;
+    dt_format_bytes(lstat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0, buf, len);
+}
+
+/* One directory entry that may be a temporary of `base`: its host ("" for
+ * an older dtrain's "<base>.tmp.<pid>") and pid; 0 when it is not one. */
+static int tmp_of(const char *name, const char *base, char *host, size_t hlen, long *pid)
+{
+    size_t blen = strlen(base), ilen = strlen(TMP_INFIX);
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, TMP_INFIX, ilen) != 0) return 0;
+    const char *rest = name + blen + ilen, *end = rest + strlen(rest);
+    const char *dot = strrchr(rest, '.');
+    host[0] = '\0';
+    if (!dot) return (*pid = parse_pid(rest, end)) != 0;
+    if (dot == rest || (size_t)(dot - rest) >= hlen || !(*pid = parse_pid(dot + 1, end))) return 0;
+    memcpy(host, rest, (size_t)(dot - rest));
+    host[dot - rest] = '\0';
+    return 1;
+}
+
+dt_status dt_outfile_clear_stale(const char *what, const char *final, FILE *progress)
+{
+    char dir[OUT_PATH], me[HOST_LEN], host[HOST_LEN], path[OUT_PATH + HOST_LEN], size[32];
+    struct dirent *de;
+    dt_status st = DT_OK;
+    int known = this_host(me, sizeof me);
+    const char *slash = strrchr(final, '/'), *base = slash ? slash + 1 : final;
+    int dirlen = slash ? (int)(slash - final + 1) : 0; /* paths named as final names them */
+    if (!*base) return DT_OK;
+    dir_of(final, dir, sizeof dir);
+    DIR *d = opendir(dir);
+    if (!d) return DT_OK;
+    while (st == DT_OK && (de = readdir(d)) != NULL) {
+        long pid;
+        if (!tmp_of(de->d_name, base, host, sizeof host, &pid)) continue;
+        snprintf(path, sizeof path, "%.*s%s", dirlen, final, de->d_name);
+        size_text(path, size, sizeof size);
+        int mine = known && !strcmp(host, me);
+        int running = mine && pid_running(pid), locked = mine && !running && held_locked(path);
+        if (running || locked)
+            st = dt_set_error(DT_ERR_BUSY,
+                              "%s %s is being written by another import (pid %ld on this host, "
+                              "into %s%s); wait for it to end or stop it, or choose another "
+                              "output path",
+                              what, final, pid, path, running ? "" : ", which is held locked");
+        else if (mine && unlink(path) == 0) {
+            if (progress)
+                fprintf(progress,
+                        "  removed %s (%s), left by an import that is no longer running (pid "
+                        "%ld on this host)\n",
+                        path, size, pid);
+        } else if (mine && progress)
+            fprintf(progress,
+                    "  note: cannot remove %s, left by an import that is no longer "
+                    "running (pid %ld on this host): %s\n",
+                    path, pid, strerror(errno));
+        else if (progress && host[0])
+            fprintf(progress,
+                    "  note: leaving %s (%s), the temporary of an import on host %s (pid %ld): "
+                    "whether it still runs cannot be told from here; remove it if it does not\n",
+                    path, size, host, pid);
+        else if (progress)
+            fprintf(progress,
+                    "  note: leaving %s (%s), the temporary of an import by an older dtrain "
+                    "(its name does not say which host): remove it if no import of %s is "
+                    "running\n",
+                    path, size, final);
+    }
+    closedir(d);
+    if (progress) fflush(progress);
+    return st;
+}
+
+dt_status dt_outfile_tmp_begin(const char *what, const char *final, char *tmp, size_t len)
+{
+    char host[HOST_LEN];
+    dt_status st = dt_outfile_clear_stale(what, final, NULL);
+    if (st != DT_OK) return st;
+    this_host(host, sizeof host);
+    int n = snprintf(tmp, len, "%s" TMP_INFIX "%s.%ld", final, host, (long)getpid());
+    if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof pending_path)
+        return dt_set_error(DT_ERR_USAGE, "%s %s: the path is too long for its temporary name",
+                            what, final);
+    pending_set = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    memcpy(pending_path, tmp, (size_t)n + 1);
+    atomic_signal_fence(memory_order_seq_cst);
+    pending_set = 1;
+    return DT_OK;
+}
+
+void dt_outfile_tmp_end(const char *tmp, int committed)
+{
+    if (!committed && tmp[0]) unlink(tmp); /* after a rename there is nothing left by that name */
+    pending_set = 0;
+}
+
+void dt_outfile_remove_pending(void)
+{
+    if (pending_set) unlink(pending_path);
 }

@@ -12,13 +12,15 @@
  * failure names the file and carries the system's reason and the free
  * space: "<what> <path>: cannot ...: <OS reason>; <N> free on its file
  * system".
- * Not a public header: nothing outside io/ includes it.
+ * Not a public header: nothing outside io/ includes it, except launch/'s
+ * import command for dt_outfile_remove_pending.
  */
 #ifndef DT_IO_OUTFILE_H
 #define DT_IO_OUTFILE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../runtime/core/status.h"
 
@@ -70,5 +72,45 @@ dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *f
  * small files such as a checkpoint directory's `latest`). */
 dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *path,
                                  const void *data, size_t len);
+
+/* ---- temporaries of imports ------------------------------------------------
+ * An import writes its output `final` as "<final>.tmp.<host>.<pid>" (the
+ * host as gethostname() says, characters other than letters, digits, '.',
+ * '-' and '_' as '_'), so that a temporary left by a process that died
+ * (SIGKILL, a crash, a power cut) can be told from one still being
+ * written: on the same host, a pid that is not running. */
+
+/* Room for any temporary name of a final path of up to 4000 bytes. */
+#define DT_OUTFILE_TMP_LEN (4096 + 320)
+
+/* Looks at the temporaries of final in its directory, before an import
+ * reads its inputs and again right before it creates its own:
+ * - one of a process on this host that is not running, and that no one
+ *   holds locked (HDF5 locks the file it writes), is removed, and said on
+ *   progress (when not NULL) with its size;
+ * - one of a running process on this host is DT_ERR_BUSY: "<what> <final>
+ *   is being written by another import (pid P on this host, into T); wait
+ *   for it to end or stop it, or choose another output path" (a second
+ *   import of the same output is refused, not run beside the first);
+ * - one of another host, or named "<final>.tmp.<pid>" by an older dtrain,
+ *   is left as it is (whether its writer still runs cannot be told from
+ *   here), with a note on progress saying so.
+ * A directory that cannot be listed is no error here (creating the file
+ * will say why). */
+dt_status dt_outfile_clear_stale(const char *what, const char *final, FILE *progress);
+
+/* The temporary of final for this process, checked first as above (its
+ * notes not repeated), and registered as the pending temporary, which
+ * dt_outfile_remove_pending() removes. The caller creates it next. */
+dt_status dt_outfile_tmp_begin(const char *what, const char *final, char *tmp, size_t len);
+
+/* After a commit (committed = 1) or a failure: a failure's temporary is
+ * removed; either way nothing is pending any more. */
+void dt_outfile_tmp_end(const char *tmp, int committed);
+
+/* Removes the pending temporary, if any. Async-signal-safe: for the
+ * signal handlers of launch/ (the only caller outside io/), which then
+ * let the signal end the process. */
+void dt_outfile_remove_pending(void);
 
 #endif

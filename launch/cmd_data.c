@@ -3,6 +3,8 @@
  * data info FILE` and `dtrain config reference|layers|defaults`.
  */
 #include <errno.h>
+#include <float.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +14,40 @@
 #include "../io/idx.h"
 #include "../io/lm_import.h"
 #include "../io/npy.h"
+#include "../io/outfile.h"
 #include "../runtime/config.h"
 #include "../runtime/layers/layer.h"
 #include "../runtime/core/util.h"
 #include "cli.h"
+
+/* A signal that ends an import removes the temporary file it was writing,
+ * then ends the process as the signal would have (a shell sees 128 + the
+ * signal's number), so an interrupted import leaves nothing behind. What
+ * a kill -9 leaves, the next import of the same output removes. */
+static const int import_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+
+static void on_import_signal(int sig)
+{
+    dt_outfile_remove_pending();
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered when the handler returns, as the signal is blocked in it */
+}
+
+/* Signals ignored when dtrain started (nohup's SIGHUP, a background job's
+ * SIGINT) stay ignored: they would not have ended the import. */
+static void install_import_signals(void)
+{
+    for (size_t i = 0; i < sizeof import_signals / sizeof import_signals[0]; i++) {
+        struct sigaction sa, old;
+        if (sigaction(import_signals[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_import_signal;
+        sigemptyset(&sa.sa_mask);
+        for (size_t k = 0; k < sizeof import_signals / sizeof import_signals[0]; k++)
+            sigaddset(&sa.sa_mask, import_signals[k]);
+        sigaction(import_signals[i], &sa, NULL);
+    }
+}
 
 /* One value option of an importer: `NAME VALUE` stores VALUE in *slot. */
 struct import_opt {
@@ -175,9 +207,19 @@ static int import_text(int argc, char **argv)
         char *end;
         errno = 0;
         o.val_fraction = strtod(frac, &end);
-        if (errno || end == frac || *end || !(o.val_fraction > 0.0 && o.val_fraction < 1.0))
-            rc = dt_cli_usage("data import text: --val-fraction '%s': expected a number between "
-                              "0 and 1 (exclusive)",
+        if (end == frac || *end)
+            rc = dt_cli_usage("data import text: --val-fraction '%s' is not a number; expected "
+                              "a number between 0 and 1 (exclusive)",
+                              frac);
+        else if (errno == ERANGE && o.val_fraction == 0.0)
+            rc = dt_cli_usage("data import text: --val-fraction '%s' is too close to 0 to be "
+                              "told from it (a double's smallest is about %.2g): split 'val' "
+                              "would get no bytes",
+                              frac, DBL_TRUE_MIN);
+        else if (!(o.val_fraction > 0.0 && o.val_fraction < 1.0))
+            rc = dt_cli_usage("data import text: --val-fraction '%s' is outside (0, 1); "
+                              "expected a number between 0 and 1 (exclusive): the part of the "
+                              "text that becomes split 'val'",
                               frac);
     }
     if (!rc) {
@@ -210,9 +252,13 @@ static int import_tokens(int argc, char **argv)
         char *end;
         errno = 0;
         long long v = strtoll(vocab, &end, 10);
-        if (errno || end == vocab || *end || v < 2 || v > (1LL << 24))
-            return dt_cli_usage("data import tokens: --vocab-size '%s': expected a whole number "
-                                "from 2 to %lld",
+        if (end == vocab || *end)
+            return dt_cli_usage("data import tokens: --vocab-size '%s' is not a whole number; "
+                                "expected one from 2 to %lld",
+                                vocab, 1LL << 24);
+        if (errno == ERANGE || v < 2 || v > (1LL << 24))
+            return dt_cli_usage("data import tokens: --vocab-size '%s' is outside 2 to %lld "
+                                "(token ids are stored exactly as floats up to 2^24)",
                                 vocab, 1LL << 24);
         o.vocab_size = v;
     }
@@ -243,8 +289,10 @@ static const char import_help[] =
     "        .bin (a 1024-byte header); vocab 50257 and tokenizer gpt2 unless given\n"
     "        (128256 and none for llm.c Llama 3 files)\n"
     "\n"
-    "--force (or --overwrite) replaces an existing OUT.h5; a failed import leaves no file\n"
-    "and an old OUT.h5 as it was.\n";
+    "--force (or --overwrite) replaces an existing OUT.h5; a failed or interrupted import\n"
+    "leaves no file and an old OUT.h5 as it was. OUT.h5 is written as OUT.h5.tmp.HOST.PID,\n"
+    "which a signal removes; one a killed import left is removed by the next import of\n"
+    "OUT.h5. A second import of an OUT.h5 that one on this host is writing exits 75.\n";
 
 /* data info FILE... : one file, a quoted glob pattern, or several files
  * that together are one dataset (shown as a whole, with each file). */
@@ -278,6 +326,7 @@ static int info(int n, char **files)
 
 int dt_cmd_data(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "import")) install_import_signals();
     if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "idx"))
         return import_idx(argc - 3, argv + 3);
     if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "npy"))

@@ -50,6 +50,69 @@ expect 65 "junk-images" -- "$DTRAIN" data import idx --train-images junk-images 
 [ ! -e junk.h5 ] && ok || bad "failed import left junk.h5"
 ls junk.h5* 2>/dev/null | grep -q . && bad "failed import left a temporary file" || ok
 expect 66 "nope" -- "$DTRAIN" data import idx nope -o x.h5
+# A damaged gzipped IDX file: every compressed file is read to its end and
+# its CRC-32 and length checked, so damage the declared sizes cannot show
+# is found (65, zlib's reason, nothing written), as are bytes after the
+# data. The real Fashion-MNIST test images when installed, else ours.
+no_output() {
+  local left
+  left=$(ls -d "$1" "$1".tmp.* 2>/dev/null) # what exists (ls fails when any is missing)
+  if [ -n "$left" ]; then bad "output $1 left behind: $left"; else ok; fi
+}
+FM=/usr/share/datasets/fashion-mnist
+if [ -f $FM/t10k-images-idx3-ubyte.gz ]; then
+  cp $FM/t10k-images-idx3-ubyte.gz $FM/t10k-labels-idx1-ubyte.gz .
+else
+  cp idx/t10k-images-idx3-ubyte.gz idx/t10k-labels-idx1-ubyte.gz .
+fi
+IMG=t10k-images-idx3-ubyte.gz LAB=t10k-labels-idx1-ubyte.gz
+idx_bad() { # FILE PATTERN: importing FILE as the images is 65 with PATTERN, nothing written
+  expect 65 "$2" -- "$DTRAIN" data import idx --train-images "$1" --train-labels $LAB -o dmg.h5
+  no_output dmg.h5
+}
+size=$(stat -c %s $IMG)
+# four bytes overwritten in the middle, and at 1/3 and 3/4 (what the bytes
+# decode to differs: a CRC-32 mismatch, more data, a bad code)
+for at in $((size / 2)) $((size / 3)) $((size * 3 / 4)); do
+  cp $IMG dmg.gz
+  printf 'XXXX' | dd of=dmg.gz bs=1 seek=$at conv=notrunc 2>/dev/null
+  gzip -t dmg.gz 2>/dev/null && bad "gzip -t accepts the damaged file" || ok
+  idx_bad dmg.gz "file dmg.gz: (corrupt gzip data \(zlib: |[0-9]+ bytes? of data after .*damaged)"
+done
+cp $IMG dmg.gz && printf 'XXXX' | dd of=dmg.gz bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+expect 65 "file dmg.gz: corrupt gzip data \(zlib: incorrect data check: the data's CRC-32 is not the one its gzip trailer records\)" -- \
+  "$DTRAIN" data import idx --train-images dmg.gz --train-labels $LAB -o dmg.h5
+# the trailer damaged or cut off
+cp $IMG dmg.gz && printf 'XXXX' | dd of=dmg.gz bs=1 seek=$((size - 8)) conv=notrunc 2>/dev/null
+idx_bad dmg.gz "file dmg.gz: corrupt gzip data \(zlib: incorrect data check"
+cp $IMG dmg.gz && printf 'XXXX' | dd of=dmg.gz bs=1 seek=$((size - 4)) conv=notrunc 2>/dev/null
+idx_bad dmg.gz "file dmg.gz: corrupt gzip data \(zlib: incorrect length check"
+head -c $((size - 4)) $IMG > dmg.gz
+idx_bad dmg.gz "file dmg.gz: truncated: it ends inside its gzip data, after the [0-9]+ data bytes its header declares"
+head -c $((size / 2)) $IMG > dmg.gz
+idx_bad dmg.gz "file dmg.gz: truncated: .*the data ends after [0-9]+ bytes; the file ends inside its gzip data"
+# bytes after the data: raw bytes after the gzip data, a second member
+# with more data, more data in a raw file
+{ cat $IMG; printf 'junk'; } > dmg.gz
+idx_bad dmg.gz "file dmg.gz: 4 bytes after the end of its gzip data, not gzip data"
+{ cat $IMG; printf 'more' | gzip; } > dmg.gz
+idx_bad dmg.gz "file dmg.gz: 4 bytes of data after the [0-9]+ images of [0-9x]+ \([0-9]+ data bytes\) its IDX header declares"
+{ gzip -dc $IMG; printf 'more'; } > dmg.raw
+idx_bad dmg.raw "file dmg.raw: 4 bytes after the data its IDX header declares"
+# the labels are checked the same way, before anything is written
+{ cat $LAB; printf 'x'; } > dmg-labels.gz
+expect 65 "file dmg-labels.gz: 1 byte after the end of its gzip data" -- \
+  "$DTRAIN" data import idx --train-images $IMG --train-labels dmg-labels.gz -o dmg.h5
+no_output dmg.h5
+# a gzip file of two members, its data split between them, is whole (as
+# for gzip); an empty member after it adds nothing
+gzip -dc $IMG > whole.raw
+{ head -c 1000 whole.raw | gzip; tail -c +1001 whole.raw | gzip; printf '' | gzip; } > two.gz
+expect 0 "train: [0-9]+ images of" -- "$DTRAIN" data import idx --train-images two.gz --train-labels $LAB -o two.h5
+expect 0 "train: [0-9]+ images of" -- "$DTRAIN" data import idx --train-images $IMG --train-labels $LAB -o one.h5
+h5dump -d /train/x -b LE -o one.bin one.h5 >/dev/null 2>&1
+h5dump -d /train/x -b LE -o two.bin two.h5 >/dev/null 2>&1
+[ -s one.bin ] && cmp -s one.bin two.bin && ok || bad "two members imported other pixels"
 expect 66 "missing.h5" -- "$DTRAIN" data info missing.h5
 head -c 4000 tiny.h5 > cut.h5
 expect 65 "cut.h5" -- "$DTRAIN" data info cut.h5

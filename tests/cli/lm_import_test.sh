@@ -15,7 +15,9 @@ cd "$W"
 source "$HERE/lib.sh"
 # nothing by the output's name or its temporary name
 no_output() {
-  if ls "$1" "$1".tmp.* >/dev/null 2>&1; then bad "output $1 left behind: $(ls "$1"*)"; else ok; fi
+  local left
+  left=$(ls -d "$1" "$1".tmp.* 2>/dev/null) # what exists (ls fails when any is missing)
+  if [ -n "$left" ]; then bad "output $1 left behind: $left"; else ok; fi
 }
 # attr FILE NAME VALUE: a root attribute as h5dump prints it
 attr() {
@@ -166,9 +168,15 @@ expect 64 "Llama 3 tokens .* use --tokenizer none" -- $TOK --train d/llama_train
   --tokenizer gpt2 -o bad.h5
 expect 64 "--vocab-size 1000 is smaller than GPT-2's 50257" -- $TOK --train d/nano_train.bin \
   --vocab-size 1000 -o bad.h5
-expect 64 "--vocab-size '1': expected a whole number from 2 to 16777216" -- $TOK \
+expect 64 "--vocab-size '1' is outside 2 to 16777216" -- $TOK \
   --train d/nano_train.bin --vocab-size 1 -o bad.h5
-expect 64 "--vocab-size '99999999'" -- $TOK --train d/nano_train.bin --vocab-size 99999999 -o bad.h5
+expect 64 "--vocab-size '99999999' is outside 2 to 16777216" -- $TOK --train d/nano_train.bin \
+  --vocab-size 99999999 -o bad.h5
+# a number of any length is said to be out of range, not "not a whole number"
+expect 64 "--vocab-size '1000000000000000000000000000000' is outside 2 to 16777216" -- $TOK \
+  --train d/nano_train.bin --vocab-size 1000000000000000000000000000000 -o bad.h5
+expect 64 "--vocab-size '50257.0' is not a whole number" -- $TOK --train d/nano_train.bin \
+  --vocab-size 50257.0 -o bad.h5
 expect 64 "--tokenizer 'bpe': expected gpt2 or none" -- $TOK --train d/nano_train.bin \
   --tokenizer bpe -o bad.h5
 expect 64 "need --train FILE" -- $TOK --val d/nano_val.bin -o bad.h5
@@ -176,7 +184,7 @@ expect 64 "no output file" -- $TOK --train d/nano_train.bin
 no_output bad.h5
 
 # a file-size limit below the output's size: 74 before any token is written
-expect 74 "dataset big_lim.h5.tmp.[0-9]+: needs about .*File too large \(the file-size limit, ulimit -f" -- \
+expect 74 "dataset big_lim.h5.tmp.[^ ]+\.[0-9]+: needs about .*File too large \(the file-size limit, ulimit -f" -- \
   bash -c "ulimit -f 256 && exec $TOK --train d/nano_big.bin -o big_lim.h5"
 no_output big_lim.h5
 
@@ -187,13 +195,25 @@ expect 65 "the 2 text files d/empty.txt ... d/empty2.txt are all empty" -- \
 expect 65 "text file d/tiny.txt: 9 bytes in all; with --val-fraction 0.1 split 'val' gets 1 byte" -- \
   $TEXT d/tiny.txt -o bad.h5
 expect 65 "split 'train' gets 1 byte" -- $TEXT d/tiny.txt -o bad.h5 --val-fraction 0.85
+# gzipped input is refused, not imported as its compressed bytes
+gzip -c d/b.txt > d/b.txt.gz
+expect 65 "text file d/b.txt.gz: gzip-compressed; decompress it first" -- $TEXT d/a.txt d/b.txt.gz -o bad.h5
+gzip -c d/nano_train.bin > d/nano_train.bin.gz
+expect 65 "token file d/nano_train.bin.gz: gzip-compressed; decompress it first" -- \
+  $TOK --train d/nano_train.bin.gz -o bad.h5
+no_output bad.h5
 expect 66 "text file d/nope.txt: no such file" -- $TEXT d/a.txt d/nope.txt -o bad.h5
 expect 66 "text file d: not a regular file" -- $TEXT d -o bad.h5
 no_output bad.h5
-for f in 0 1 -0.5 abc 0.5x; do
-  expect 64 "--val-fraction '$f': expected a number between 0 and 1" -- $TEXT d/a.txt -o bad.h5 \
-    --val-fraction "$f"
+for f in 0 1 -0.5 1e999 abc 0.5x; do
+  expect 64 "--val-fraction '$f' is .*expected a number between 0 and 1" -- $TEXT d/a.txt \
+    -o bad.h5 --val-fraction "$f"
 done
+expect 64 "--val-fraction 'abc' is not a number" -- $TEXT d/a.txt -o bad.h5 --val-fraction abc
+expect 64 "--val-fraction '1e999' is outside \(0, 1\)" -- $TEXT d/a.txt -o bad.h5 \
+  --val-fraction 1e999
+expect 64 "--val-fraction '1e-400' is too close to 0 to be told from it" -- $TEXT d/a.txt \
+  -o bad.h5 --val-fraction 1e-400
 expect 64 "no input files" -- $TEXT -o bad.h5
 expect 64 "unknown option '--bogus'" -- $TEXT d/a.txt -o bad.h5 --bogus
 no_output bad.h5

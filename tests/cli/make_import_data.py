@@ -132,6 +132,37 @@ def main():
     open(f"{out}/empty.csv", "w").close()
     with open(f"{out}/headeronly.csv", "w") as fh:
         fh.write("label,a,b\n")
+    # as Excel writes them: a UTF-8 byte-order mark, with and without a header
+    bom = b"\xef\xbb\xbf"
+    with open(f"{out}/bom.csv", "wb") as fh:
+        fh.write(bom + "".join(line + "\n" for line in good).encode())
+    with open(f"{out}/bom_header.csv", "wb") as fh:
+        fh.write(bom + ("a,label,b,c,d,e\n" + "".join(
+            "%.5f,%d,%s\n" % (f[0], c, ",".join("%.5f" % v for v in f[1:]))
+            for c, f in tr[:20])).encode())
+    with open(f"{out}/utf16.csv", "wb") as fh:
+        fh.write(("label,a\n0,1\n").encode("utf-16"))
+    # two columns of the label's name
+    with open(f"{out}/twice.csv", "w") as fh:
+        fh.write("y,y,f\n" + "".join("%d,%d,%.5f\n" % (c, c, f[0]) for c, f in tr[:20]))
+    # old Mac line ends: a lone CR; and one file of all three kinds
+    with open(f"{out}/cr.csv", "wb") as fh:
+        fh.write(("label,a,b,c,d,e\r" + "\r".join(good) + "\r").encode())
+    with open(f"{out}/mixed.csv", "wb") as fh:
+        ends = ["\n", "\r\n", "\r"]
+        fh.write(("label,a,b,c,d,e\r\n" + "".join(
+            line + ends[i % 3] for i, line in enumerate(good))).encode())
+    # numbers longer than any fixed buffer: 200 digits, in and out of float32's range
+    with open(f"{out}/long_ok.csv", "w") as fh:
+        fh.write("label,a\n0,1.%s\n1,0.%s25\n" % ("0" * 200, "0" * 200))
+    with open(f"{out}/long_big.csv", "w") as fh:
+        fh.write("label,a\n0,1\n1,%s\n" % ("1" * 200))
+    with open(f"{out}/long_huge.csv", "w") as fh:
+        fh.write("label,a\n0,1\n1,%s\n" % ("9" * 400))
+    # a header longer than the summary shows
+    with open(f"{out}/wide_header.csv", "w") as fh:
+        fh.write("label," + ",".join("feature_%03d" % i for i in range(40)) + "\n")
+        fh.write("0," + ",".join("1" for _ in range(40)) + "\n")
 
 
 if __name__ == "__main__":

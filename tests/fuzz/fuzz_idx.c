@@ -9,7 +9,9 @@
  * well-formed header with hostile dimensions, a file cut short or with
  * bytes after its data, missing, or a directory. Further choices: class
  * names, files found by their standard names in a folder, an output that
- * already exists, with or without overwrite. Besides "no crash, no leak",
+ * already exists, with or without overwrite. A gzipped file may then be
+ * damaged: bytes of it overwritten, the file cut, or bytes appended (which
+ * the importer finds only by reading every file to its end). Besides "no crash, no leak",
  * the target checks what idx.h promises: a failure says why and leaves no
  * output and no temporary file behind; a success leaves a dataset that
  * dt_dataset_open accepts, with the imported number of samples.
@@ -84,8 +86,35 @@ static uint8_t *idx_file(struct fz_in *in, int images, struct shape sh, int dims
     return b;
 }
 
+/* Damages the file at path as the input chooses: up to 4 bytes
+ * overwritten at an offset, cut at an offset, or a blob appended. */
+static void damage(struct fz_in *in, const char *path)
+{
+    FILE *f = fopen(path, "r+b");
+    FZ_REQUIRE(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f), at = size ? (long)(fz_u32(in) % (uint32_t)size) : 0;
+    const uint8_t *raw;
+    switch (fz_pick(in, 3)) {
+    case 0:
+        fseek(f, at, SEEK_SET);
+        for (int k = fz_pick(in, 4); k >= 0 && at + k < size; k--)
+            fputc(fz_u8(in) | 1, f);
+        break;
+    case 1:
+        FZ_REQUIRE(ftruncate(fileno(f), at) == 0, "cannot cut %s", path);
+        break;
+    default: {
+        size_t n = fz_blob(in, 64, &raw);
+        if (n) FZ_REQUIRE(fwrite(raw, 1, n, f) == n, "cannot append to %s", path);
+    }
+    }
+    fclose(f);
+}
+
 /* Writes file `which` (0..3) to path, as the input chooses (gzipped or
- * not, whatever its name says). Returns 1 when it is well-formed. */
+ * not, whatever its name says), maybe damaged. Returns 1 when it is
+ * well-formed. */
 static int make_file(struct fz_in *in, const char *path, int which, struct shape sh)
 {
     int images = which % 2 == 0;
@@ -117,15 +146,20 @@ static int make_file(struct fz_in *in, const char *path, int which, struct shape
         b = idx_file(in, images, sh, 0, 0, &len);
         good = 1;
     }
-    if (fz_pick(in, 2))
+    if (fz_pick(in, 2)) {
         fz_write_gz(path, b, len);
-    else
+        if (fz_pick(in, 4) == 3) {
+            damage(in, path);
+            good = 0;
+        }
+    } else {
         fz_write_file(path, b, len);
+    }
     free(b);
     return good;
 }
 
-/* No "<out>.tmp.<pid>" may outlive an import. */
+/* No "<out>.tmp.<host>.<pid>" may outlive an import. */
 static void check_no_temp(const char *dir)
 {
     DIR *d = opendir(dir);

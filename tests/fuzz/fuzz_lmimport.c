@@ -138,7 +138,7 @@ static void make_token_file(struct fz_in *in, const char *path, struct expect *e
     free(b);
 }
 
-/* No "<out>.tmp.<pid>" may outlive an import. */
+/* No "<out>.tmp.<host>.<pid>" may outlive an import. */
 static void check_no_temp(const char *dir)
 {
     DIR *d = opendir(dir);

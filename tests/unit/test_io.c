@@ -339,6 +339,85 @@ static void test_idx_truncated_labels(void)
     import_fails(&o, "out-trunc-lab", DT_ERR_BAD_DATA, p.labels, "truncated");
 }
 
+/* Appends len bytes to the file at path. */
+static void append_bytes(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "ab");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT(fwrite(data, 1, len, f) == len);
+    fclose(f);
+}
+
+/* A gzipped file is read to its end: damage inside (a CRC-32 mismatch
+ * only its trailer shows), a cut trailer, bytes or a member with more
+ * data after it, and more bytes in a raw file are refused, leaving
+ * nothing; a file of two members whose data is the IDX file is whole. */
+static void test_idx_gzip_checked(void)
+{
+    struct idx_pair p, raw;
+    make_pair("gzchk-train", 1, 2000, 8, 8, 4, &p); /* several chunks, incompressible-ish */
+    struct dt_idx_import_opts o = {.train_images = p.images, .train_labels = p.labels};
+    struct stat sb;
+    CU_ASSERT_FATAL(stat(p.images, &sb) == 0);
+    int fd = open(p.images, O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    unsigned char keep[4], junk[4] = {'X', 'X', 'X', 'X'};
+    CU_ASSERT(pread(fd, keep, 4, sb.st_size / 2) == 4);
+    CU_ASSERT(pwrite(fd, junk, 4, sb.st_size / 2) == 4);
+    import_fails(&o, "out-gz-damage", DT_ERR_BAD_DATA, p.images, "gzip");
+    CU_ASSERT(pwrite(fd, keep, 4, sb.st_size / 2) == 4);
+    /* the stored CRC-32 itself */
+    CU_ASSERT(pread(fd, keep, 4, sb.st_size - 8) == 4);
+    CU_ASSERT(pwrite(fd, junk, 4, sb.st_size - 8) == 4);
+    import_fails(&o, "out-gz-crc", DT_ERR_BAD_DATA, p.images, "incorrect data check");
+    CU_ASSERT(pwrite(fd, keep, 4, sb.st_size - 8) == 4);
+    /* the length cut off */
+    CU_ASSERT(ftruncate(fd, sb.st_size - 4) == 0);
+    import_fails(&o, "out-gz-cut", DT_ERR_BAD_DATA, p.images, "ends inside its gzip data");
+    close(fd);
+
+    make_pair("gzchk-train", 1, 2000, 8, 8, 4, &p);
+    append_bytes(p.images, "junk", 4);
+    import_fails(&o, "out-gz-junk", DT_ERR_BAD_DATA, p.images, "4 bytes after the end of its gzip");
+    make_pair("gzchk-train", 1, 2000, 8, 8, 4, &p);
+    gzFile g = gzopen(p.labels, "ab"); /* a second member: one more label */
+    CU_ASSERT_FATAL(g != NULL);
+    CU_ASSERT(gzwrite(g, "\1", 1) == 1);
+    gzclose(g);
+    import_fails(&o, "out-gz-member", DT_ERR_BAD_DATA, p.labels, "1 byte of data after the 2000");
+
+    make_pair("gzchk-raw-train", 0, 50, 3, 3, 4, &raw);
+    append_bytes(raw.images, "\0", 1);
+    o = (struct dt_idx_import_opts){.train_images = raw.images, .train_labels = raw.labels};
+    import_fails(&o, "out-raw-more", DT_ERR_BAD_DATA, raw.images, "1 byte after the data");
+
+    /* two members, the IDX data split between them, and an empty one */
+    make_pair("gzchk-two-train", 0, 50, 3, 3, 4, &raw);
+    char two[4096 + 8], out[4096];
+    snprintf(two, sizeof two, "%s.gz", raw.images);
+    FILE *in = fopen(raw.images, "rb");
+    unsigned char buf[16 + 50 * 9];
+    CU_ASSERT_FATAL(in != NULL);
+    CU_ASSERT_FATAL(fread(buf, 1, sizeof buf, in) == sizeof buf);
+    fclose(in);
+    const size_t cut[4] = {0, 7, 200, sizeof buf};
+    unlink(two);
+    for (int m = 0; m < 3; m++) {
+        g = gzopen(two, "ab");
+        CU_ASSERT_FATAL(g != NULL);
+        if (cut[m + 1] > cut[m])
+            CU_ASSERT(gzwrite(g, buf + cut[m], (unsigned)(cut[m + 1] - cut[m])) ==
+                      (int)(cut[m + 1] - cut[m]));
+        gzclose(g);
+    }
+    g = gzopen(two, "ab");
+    gzclose(g); /* an empty member at the end adds nothing */
+    tpath(out, sizeof out, "gz-two.h5");
+    o = (struct dt_idx_import_opts){
+        .train_images = two, .train_labels = raw.labels, .out_path = out};
+    ASSERT_STATUS(dt_idx_import(&o, NULL), DT_OK);
+}
+
 static void test_idx_count_mismatch(void)
 {
     struct idx_pair a, b;
@@ -3263,6 +3342,7 @@ int main(void)
     CU_ADD(idx, test_idx_bad_magic);
     CU_ADD(idx, test_idx_truncated_images);
     CU_ADD(idx, test_idx_truncated_labels);
+    CU_ADD(idx, test_idx_gzip_checked);
     CU_ADD(idx, test_idx_count_mismatch);
     CU_ADD(idx, test_idx_label_out_of_range);
     CU_ADD(idx, test_idx_missing_file);
