@@ -13,7 +13,7 @@
  * space: "<what> <path>: cannot ...: <OS reason>; <N> free on its file
  * system".
  * Not a public header: nothing outside io/ includes it, except launch/'s
- * import command for dt_outfile_remove_pending.
+ * commands for dt_outfile_remove_pending.
  */
 #ifndef DT_IO_OUTFILE_H
 #define DT_IO_OUTFILE_H
@@ -73,12 +73,12 @@ dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *f
 dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *path,
                                  const void *data, size_t len);
 
-/* ---- temporaries of imports ------------------------------------------------
- * An import writes its output `final` as "<final>.tmp.<host>.<pid>" (the
- * host as gethostname() says, characters other than letters, digits, '.',
- * '-' and '_' as '_'), so that a temporary left by a process that died
- * (SIGKILL, a crash, a power cut) can be told from one still being
- * written: on the same host, a pid that is not running. */
+/* ---- temporaries of imports and model files -------------------------------
+ * An import writes its output `final` as "<final>.tmp.<host>.<pid>", as a
+ * run writes its model.h5 (the host as gethostname() says, characters
+ * other than letters, digits, '.', '-' and '_' as '_'), so that a temporary left by a process that
+ * died (SIGKILL, a crash, a power cut) can be told from one still being written: on the same host,
+ * a pid that is not running. */
 
 /* Room for any temporary name of a final path of up to 4000 bytes. */
 #define DT_OUTFILE_TMP_LEN (4096 + 320)

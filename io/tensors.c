@@ -135,12 +135,15 @@ static dt_status check_tensors(const struct dt_named_tensor *t, int n)
 
 dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int n)
 {
-    char tmp[MODEL_PATH];
+    char tmp[DT_OUTFILE_TMP_LEN] = "";
     dt_status st = check_tensors(t, n);
     if (st != DT_OK) return st;
-    if (strlen(path) + 32 > sizeof tmp)
+    if (strlen(path) + 32 > MODEL_PATH)
         return dt_set_error(DT_ERR_INVALID_ARG, "model path %.64s... is too long", path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    /* the temporary names its host and pid, so one that a killed process
+     * left is removed by the next save (outfile.h) */
+    st = dt_outfile_tmp_begin("model", path, tmp, sizeof tmp);
+    if (st != DT_OK) return st;
     dt_h5_lock();
     st = save_locked(tmp, path, t, n);
     dt_h5_unlock();
@@ -148,8 +151,7 @@ dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int
         dt_outfile_release(tmp, model_data_bytes(t, n));
         st = dt_outfile_commit("model", tmp, path);
     }
-    if (st != DT_OK)
-        unlink(tmp);
+    dt_outfile_tmp_end(tmp, st == DT_OK);
     return st;
 }
 

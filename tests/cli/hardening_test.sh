@@ -171,6 +171,16 @@ expect 0 "noterun/metrics.jsonl ended in an incomplete record \(21 bytes" -- \
 json_ok noterun/metrics.jsonl && ok || bad "metrics.jsonl is not JSON lines after the repair"
 grep -q "^half a log li$" noterun/train.log && ok || bad "the log's half line was not ended: $(grep -n 'half a log' noterun/train.log)"
 
+# a model.h5 temporary that a killed run left is removed by the next save;
+# one of another host is not
+dead=$(sh -c 'echo $$')
+host=$(hostname | tr -c 'A-Za-z0-9._\n-' '_')
+echo stale > "noterun/model.h5.tmp.$host.$dead"
+echo other > noterun/model.h5.tmp.otherhost.$dead
+expect 0 "final test accuracy" -- $T --set output.dir=noterun --set train.epochs=6
+[ ! -e "noterun/model.h5.tmp.$host.$dead" ] && [ -e noterun/model.h5.tmp.otherhost.$dead ] && ok \
+  || bad "model.h5 temporaries: $(ls noterun)"
+
 # --- what a file is, when it is given as another kind ---------------------------------
 python3 - <<'PY'
 import struct
