@@ -1855,20 +1855,6 @@ dt_status dt_ckpt_prune(const char *dir, int keep_last, int64_t keep_every)
 
 /* ---- starting over -------------------------------------------------------- */
 
-/* rename(from, to) that never replaces to (an empty directory of that name
- * included): 0, or -1 with errno (EEXIST when to is taken). */
-static int rename_dir_noreplace(const char *from, const char *to)
-{
-    struct stat sb;
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
-    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
-    if (lstat(to, &sb) == 0) {
-        errno = EEXIST;
-        return -1;
-    }
-    return rename(from, to);
-}
-
 dt_status dt_ckpt_set_aside(const char *dir, char *moved, size_t len)
 {
     char latest[CKPT_PATH], to[CKPT_PATH];
@@ -1879,7 +1865,7 @@ dt_status dt_ckpt_set_aside(const char *dir, char *moved, size_t len)
         return DT_OK; /* nothing a resume or retention would take */
     for (int k = 1; k <= MAX_SET_ASIDE; k++) {
         snprintf(to, sizeof to, "%s.%d", dir, k);
-        if (rename_dir_noreplace(dir, to) != 0) {
+        if (dt_outfile_rename_new(dir, to) != 0) {
             if (errno == EEXIST || errno == ENOTEMPTY) continue;
             return dt_set_error(DT_ERR_IO,
                                 "cannot move the earlier run's checkpoints aside (%s to %s): %s",

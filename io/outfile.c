@@ -173,16 +173,21 @@ dt_status dt_outfile_commit(const char *what, const char *tmp, const char *final
     return dt_outfile_sync_dir(what, final);
 }
 
-/* rename(tmp, final) that fails with EEXIST rather than replace final.
- * Where the file system cannot rename that way, a hard link (which never
- * replaces either) and the removal of tmp. */
-static int rename_noreplace(const char *tmp, const char *final)
+int dt_outfile_rename_new(const char *from, const char *to)
 {
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0) return 0;
+    struct stat sb;
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
-    if (link(tmp, final) != 0) return -1;
-    unlink(tmp);
-    return 0;
+    if (link(from, to) == 0) { /* a file: a hard link never replaces either */
+        unlink(from);
+        return 0;
+    }
+    if (errno == EEXIST) return -1;
+    if (lstat(to, &sb) == 0) { /* a directory, on a file system without links */
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
 }
 
 dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *final)
@@ -190,7 +195,7 @@ dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *f
     char reason[256];
     dt_status st = dt_outfile_sync(what, tmp);
     if (st != DT_OK) return st;
-    if (rename_noreplace(tmp, final) != 0) {
+    if (dt_outfile_rename_new(tmp, final) != 0) {
         int err = errno;
         if (err == EEXIST)
             return dt_set_error(DT_ERR_IO,

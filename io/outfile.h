@@ -63,6 +63,12 @@ dt_status dt_outfile_sync_dir(const char *what, const char *path);
  * remove. */
 dt_status dt_outfile_commit(const char *what, const char *tmp, const char *final);
 
+/* rename(from, to) that never replaces to (a file, or an empty directory
+ * of that name): 0, or -1 with errno, EEXIST when to is taken. Where the
+ * file system cannot rename that way, a hard link and the removal of from
+ * (a file), or a check and a rename (a directory). */
+int dt_outfile_rename_new(const char *from, const char *to);
+
 /* The same, for a file that must not replace anything: when final exists
  * (or appears meanwhile) nothing is renamed, DT_ERR_IO says so, and tmp is
  * left for the caller to remove. */
