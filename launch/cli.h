@@ -31,4 +31,13 @@ int dt_cli_fail(dt_status st);
 /* Prints a usage error and returns 64. */
 int dt_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Standard output (output.c). begin: before anything is printed; end:
+ * the exit code for a command that returned rc, after flushing and closing
+ * standard output: 74 with one message when a write to it failed (rc
+ * itself when the command had failed already). failed: a write failed so
+ * far (the exit path will say so: a command need not). */
+void dt_cli_output_begin(void);
+int dt_cli_output_end(int rc);
+int dt_cli_output_failed(void);
+
 #endif

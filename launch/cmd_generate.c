@@ -149,12 +149,13 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
     return 0;
 }
 
+/* Each token's bytes as they come; a failed write stops the generation
+ * (main's exit path reports it, with its cause). */
 static dt_status emit_stdout(void *ctx, const char *bytes, size_t n)
 {
     (void)ctx;
     if (fwrite(bytes, 1, n, stdout) != n || fflush(stdout) != 0)
-        return dt_set_error(DT_ERR_IO, "generate: cannot write the text to standard output: %s",
-                            strerror(errno));
+        return dt_set_error(DT_ERR_IO, "generate: cannot write the text to standard output");
     return DT_OK;
 }
 
@@ -174,7 +175,7 @@ static int run_one_rank(const struct dt_job *job, const struct dt_generate_opts 
     }
     rc = dt_status_exit_code(st);
     /* several ranks all refuse the same way; one of them says so */
-    if (st != DT_OK && (!comm || dt_comm_rank(comm) == 0))
+    if (st != DT_OK && (!comm || dt_comm_rank(comm) == 0) && !dt_cli_output_failed())
         dt_cli_fail(st);
     if (st == DT_OK && isatty(STDOUT_FILENO))
         putchar('\n');

@@ -1,6 +1,7 @@
 /*
  * main.c - the dtrain command line: dispatches subcommands and maps
- * failures to one message and a sysexits exit code.
+ * failures to one message and a sysexits exit code. Every command returns
+ * through dt_cli_output_end (output.c), which checks what it printed.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -84,12 +85,8 @@ int dt_cli_usage(const char *fmt, ...)
     return 64;
 }
 
-
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
-    /* A write past a file-size limit fails with EFBIG and is reported as an
-     * I/O error naming the file, instead of killing the process. */
-    signal(SIGXFSZ, SIG_IGN);
     if (dt_log_init_from_env() != 0)
         return dt_cli_usage("DTRAIN_LOG='%s' is not a log level (error, warn, info, debug)",
                             getenv("DTRAIN_LOG"));
@@ -126,4 +123,13 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "doctor"))
         return dt_cmd_doctor(argc - 1, argv + 1);
     return dt_cli_usage("unknown command '%s'", cmd);
+}
+
+int main(int argc, char **argv)
+{
+    /* A write past a file-size limit fails with EFBIG and is reported as an
+     * I/O error naming the file, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
+    dt_cli_output_begin();
+    return dt_cli_output_end(run_command(argc, argv));
 }

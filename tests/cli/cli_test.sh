@@ -101,6 +101,51 @@ diff -q <(grep -v -e '^#' -e '  path: ' again.yaml) <(grep -v -e '^#' -e '  path
 (cd / && "$DTRAIN" train "$W/run1/config.yaml" --set output.dir="$W/run1b" --set train.steps=2 >/dev/null 2>&1) \
   && ok || bad "config.yaml does not train from another directory"
 
+# --- standard output that cannot be written -----------------------------------
+# every command that prints exits 74 naming the cause, whether the write
+# failed at once (/dev/full), after a part of it (a file-size limit), or
+# on a closed descriptor; a command that prints nothing is not affected
+ck=run1/checkpoints/$(ls run1/checkpoints | grep '^ckpt-' | tail -n 1)
+nospace="^dtrain: cannot write to standard output: No space left on device$"
+to_full() { expect 74 "$nospace" -- bash -c 'exec "$@" > /dev/full' _ "$@"; }
+to_full "$DTRAIN" version
+to_full "$DTRAIN" --help
+to_full "$DTRAIN" config reference
+to_full "$DTRAIN" config layers
+to_full "$DTRAIN" config defaults
+to_full "$DTRAIN" train job.yaml --print-config
+to_full "$DTRAIN" data info tiny.h5
+to_full "$DTRAIN" eval job.yaml --checkpoint "$ck"
+to_full "$DTRAIN" ckpt list run1
+to_full "$DTRAIN" ckpt info run1
+to_full "$DTRAIN" ckpt verify run1
+to_full "$DTRAIN" doctor --dir .
+to_full "$DTRAIN" bench allreduce --max-bytes 64 --iters 1
+to_full "$DTRAIN" launch --help
+to_full "$DTRAIN" data import idx idx -o full.h5
+[ -s full.h5 ] && "$DTRAIN" data info full.h5 >/dev/null && ok || bad "import with a full stdout lost its output file"
+# training to a full stdout: the run is complete, then 74
+to_full "$DTRAIN" train job.yaml --set output.dir=full1 --set train.steps=4
+[ -s full1/model.h5 ] && grep -q '"type":"summary"' full1/metrics.jsonl && ok || bad "training with a full stdout did not finish its run"
+# a long output cut short: 74, and what was written is the start of it
+"$DTRAIN" config reference > ref-all.md
+(ulimit -f 8; exec "$DTRAIN" config reference > ref-cut.md) 2> ref-cut.err; rc=$?
+[ "$rc" = 74 ] && grep -qx "dtrain: cannot write to standard output: File too large" ref-cut.err && ok \
+  || bad "a cut-short config reference exited $rc: $(cat ref-cut.err)"
+[ "$(wc -c < ref-cut.md)" = 8192 ] && cmp -s ref-cut.md <(head -c 8192 ref-all.md) && ok \
+  || bad "the cut-short reference is not the first 8 KiB: $(wc -c < ref-cut.md) bytes"
+# a closed stdout: a write error for a command that prints...
+expect 74 "^dtrain: cannot write to standard output: Bad file descriptor$" -- bash -c 'exec "$@" >&-' _ "$DTRAIN" version
+expect 74 "Bad file descriptor" -- bash -c 'exec "$@" >&-' _ "$DTRAIN" train job.yaml --set output.dir=closed1 --set train.steps=4
+# ... and nothing for one that does not; no file it opens takes descriptor 1
+expect 0 "" -- bash -c 'exec "$@" >&-' _ env DTRAIN_LOG=error "$DTRAIN" train job.yaml --set output.dir=closed2 --set train.steps=4
+grep -qx "dtrain run directory" closed2/.dtrain-run && python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' closed2/metrics.jsonl \
+  && "$DTRAIN" ckpt verify closed2 >/dev/null && ok || bad "a run with a closed stdout damaged its files"
+# under mpirun: rank 0's stdout full, rank 1's fine; both finish, rank 0 says why
+expect 74 "$nospace" -- timeout 300 bash "$HERE/../mpi/mpirun.sh" 2 bash -c \
+  'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec "$@" > /dev/full; else exec "$@"; fi' _ \
+  "$DTRAIN" eval job.yaml --checkpoint "$ck"
+
 # --- under Slurm and launchers ------------------------------------------------
 # the Slurm job and its requeue count reach train.log and the start record;
 # an unbound task takes SLURM_CPUS_PER_TASK threads
