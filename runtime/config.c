@@ -562,8 +562,12 @@ static dt_status apply_document(const struct ctx *c)
 {
     char kids[256], got[GOT_MAX + 16];
     const yaml_node_t *root = yaml_document_get_root_node(c->doc);
-    if (is_null(root))
-        return DT_OK; /* empty file: all defaults */
+    if (is_null(root)) /* an empty file, or one whose job was lost: never a silent default job */
+        return dt_set_error(DT_ERR_USAGE,
+                            "job file %s is empty (no keys: only blanks, comments or a null "
+                            "document): write the keys that differ from the defaults ('dtrain "
+                            "config defaults' prints them all), or {} for a job of defaults alone",
+                            c->file);
     if (root->type == YAML_MAPPING_NODE)
         return walk_mapping(c, root, "");
     dt_cfg_children("", kids, sizeof kids);

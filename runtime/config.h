@@ -154,7 +154,9 @@ struct dt_job {
 /* Fills job with every default. */
 void dt_job_defaults(struct dt_job *job);
 
-/* Defaults, then the YAML file at path on top. */
+/* Defaults, then the YAML file at path on top. A file without keys
+ * (empty, blanks, comments, a null document) is DT_ERR_USAGE; `{}` is the
+ * job of defaults. */
 dt_status dt_job_load(const char *path, struct dt_job *job);
 
 /* Defaults, then the YAML job in `text` (as written by dt_job_write_yaml,

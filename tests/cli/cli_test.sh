@@ -82,6 +82,28 @@ expect 64 "micro_batch" -- "$DTRAIN" train job.yaml --set train.micro_batch=5
 expect 66 "absent.h5" -- "$DTRAIN" train job.yaml --set data.path=absent.h5 --set output.dir=r0
 expect 65 "holdout" -- "$DTRAIN" train job.yaml --set data.test_split=holdout --set output.dir=r0
 expect 64 "model.type" -- "$DTRAIN" train job.yaml --set model.type=gpt --set output.dir=r0
+# a job file without keys is refused, never run as the default job: the
+# empty file a --print-config into a full disk leaves, blanks, comments, a
+# null document; every command that reads a job says so, and starts nothing
+(ulimit -f 0; exec "$DTRAIN" train job.yaml --print-config > resolved.yaml) 2>/dev/null
+[ "$?" = 74 ] && [ ! -s resolved.yaml ] && ok || bad "--print-config into a full file did not fail"
+printf '\n  \n# train:\n#   epochs: 4\n' > comments.yaml
+printf -- '--- ~\n...\n' > null.yaml
+for f in resolved.yaml comments.yaml null.yaml; do
+  expect 64 "^dtrain: job file $f is empty \(no keys: only blanks, comments or a null document\): .*\{\} for a job of defaults alone" -- "$DTRAIN" train $f
+done
+expect 64 "job file resolved.yaml is empty" -- "$DTRAIN" eval resolved.yaml --checkpoint none.h5
+expect 64 "job file resolved.yaml is empty" -- "$DTRAIN" doctor resolved.yaml
+expect 64 "job file resolved.yaml is empty" -- "$DTRAIN" find-batch resolved.yaml
+[ ! -e runs ] && ok || bad "an empty job file started a run in $(ls -d runs/*)"
+# other documents that are not a job: a scalar, a list
+printf 'just text\n' > scalar.yaml
+expect 64 "^dtrain: scalar.yaml:1:1: expected a mapping of sections \(model, data, .*\), got 'just text'$" -- "$DTRAIN" train scalar.yaml
+printf -- '- model\n- data\n' > list.yaml
+expect 64 "^dtrain: list.yaml:1:1: expected a mapping of sections \(model, data, .*\), got a sequence$" -- "$DTRAIN" train list.yaml
+# {} is the job of defaults alone
+printf '{}\n' > defaults.yaml
+expect 0 "^  dir: runs/fashion-mnist-mlp$" -- "$DTRAIN" train defaults.yaml --print-config
 
 # --- training ----------------------------------------------------------------
 expect 0 "final test accuracy" -- "$DTRAIN" train job.yaml
