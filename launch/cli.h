@@ -21,10 +21,16 @@ int dt_cmd_findbatch(int argc, char **argv);
 int dt_cmd_generate(int argc, char **argv);
 
 /* Reads argv[1..argc) of subcommand cmd: one job file, --set key=value
- * (applied in order after the file), --resume, --print-config; loads and
- * validates the job. 0, or the exit code after printing the error. */
-int dt_cli_parse_job(const char *cmd, int argc, char **argv, struct dt_job *job, int *print_only,
-                     const char **resume);
+ * (applied in order after the file), and where the pointers are not NULL
+ * --print-config and --resume (others refuse them as unknown options);
+ * loads and validates the job. 0; -1 after printing usage for -h or
+ * --help (exit 0); or the exit code after printing the error. */
+int dt_cli_parse_job(const char *cmd, const char *usage, int argc, char **argv, struct dt_job *job,
+                     int *print_only, const char **resume);
+
+/* arg is -h or --help: every command prints its own usage to stdout and
+ * exits 0. */
+int dt_cli_is_help(const char *arg);
 
 /* Prints "dtrain: <message>" for a failed status and returns its exit code. */
 int dt_cli_fail(dt_status st);

@@ -106,9 +106,11 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
     return 0;
 }
 
+/* 0, -1 after printing the usage (-h, --help), or 64 after a message. */
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
     for (int i = 2; i < argc; i++) {
+        if (dt_cli_is_help(argv[i])) return fputs(bench_usage, stdout), -1;
         if (strncmp(argv[i], "--", 2) != 0)
             return dt_cli_usage("bench allreduce: unexpected argument '%s'", argv[i]);
         if (i + 1 >= argc) return dt_cli_usage("bench allreduce: %s needs a value", argv[i]);
@@ -230,14 +232,11 @@ static int run(const struct bench_args *a)
 int dt_cmd_bench(int argc, char **argv)
 {
     struct bench_args a = {.backend = "mpi", .mode = "blocking"};
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
-        return fputs(bench_usage, stdout), 0;
+    if (argc >= 2 && dt_cli_is_help(argv[1])) return fputs(bench_usage, stdout), 0;
     if (argc < 2 || strcmp(argv[1], "allreduce") != 0)
         return dt_cli_usage("bench: say what to benchmark: 'dtrain bench allreduce'");
-    if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")))
-        return fputs(bench_usage, stdout), 0;
     int rc = parse_args(argc, argv, &a);
-    if (rc != 0) return rc;
+    if (rc != 0) return rc < 0 ? 0 : rc;
     int provided = 0;
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return dt_cli_fail(dt_set_error(DT_ERR_COMM, "MPI_Init_thread failed"));

@@ -43,10 +43,13 @@ struct doctor_args {
     const char *dir;
 };
 
+/* 0, -1 after printing the usage (-h, --help), or 64 after a message. */
 static int parse_args(int argc, char **argv, struct doctor_args *a)
 {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--set")) {
+        if (dt_cli_is_help(argv[i])) {
+            return fputs(doctor_usage, stdout), -1;
+        } else if (!strcmp(argv[i], "--set")) {
             if (++i >= argc)
                 return dt_cli_usage("doctor: --set needs key=value");
         } else if (!strncmp(argv[i], "--set=", 6)) {
@@ -131,13 +134,10 @@ int dt_cmd_doctor(int argc, char **argv)
 {
     static struct dt_job job;
     struct doctor_args a = {0};
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
-        return fputs(doctor_usage, stdout), 0;
     int rc = parse_args(argc, argv, &a);
     if (rc == 0)
         rc = load_job(argc, argv, &a, &job);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc < 0 ? 0 : rc;
     int has_job = a.job_path != NULL;
     for (int i = 1; i < argc && !has_job; i++)
         has_job = !strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6);

@@ -127,7 +127,7 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
             rc = parse_seed(v, &o->seed);
         else if (missing)
             rc = dt_cli_usage("generate: %s needs a value", argv[i]);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+        else if (dt_cli_is_help(argv[i]))
             return fputs(generate_usage, stdout), -1;
         else if (!strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6)) {
             rest[(*nrest)++] = argv[i];
@@ -190,8 +190,7 @@ int dt_cmd_generate(int argc, char **argv)
     struct dt_generate_opts o = {
         .tokens = DEFAULT_TOKENS, .temperature = DEFAULT_TEMPERATURE, .emit = emit_stdout};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int nrest = 1, print_only;
-    const char *resume;
+    int nrest = 1;
     if (!rest)
         return dt_cli_fail(dt_set_error(DT_ERR_NOMEM, "out of memory reading the command line"));
     rest[0] = argv[0];
@@ -200,11 +199,9 @@ int dt_cmd_generate(int argc, char **argv)
         free(rest);
         return 0;
     }
-    if (rc == 0)
-        rc = dt_cli_parse_job("generate", nrest, rest, &job, &print_only, &resume);
+    if (rc == 0) rc = dt_cli_parse_job("generate", generate_usage, nrest, rest, &job, NULL, NULL);
     free(rest);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc < 0 ? 0 : rc;
     /* stdout is the text alone; the job's log level only applies through
      * DTRAIN_LOG, so the model's description does not precede the text */
     dt_log_set_stderr_only(1);

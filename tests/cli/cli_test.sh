@@ -35,6 +35,50 @@ expect 0 "usage: dtrain" -- "$DTRAIN" --help
 expect 64 "unknown command 'trian'" -- "$DTRAIN" trian
 expect 64 "doctor: unknown option '--frobnicate'" -- "$DTRAIN" doctor --frobnicate
 expect 0 "^dtrain [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu" -- "$DTRAIN" version
+# every command and subcommand prints its own usage to stdout for -h and
+# --help, anywhere among its arguments, and exits 0 without doing anything
+help_of() { # help_of "ARGS" USAGE-PREFIX
+  local args=$1 want=$2 flag out rc
+  for flag in -h --help; do
+    out=$("$DTRAIN" $args $flag 2>/dev/null); rc=$?
+    [ "$rc" = 0 ] && [ "$(head -n 1 <<<"$out")" != "" ] && grep -q "^usage: dtrain $want" <<<"$out" && ok \
+      || bad "'dtrain $args $flag' exited $rc, stdout: $(head -n 2 <<<"$out")"
+  done
+}
+help_of "train" "train JOB.yaml"
+help_of "train job.yaml --set train.steps=1" "train JOB.yaml"
+help_of "eval" "eval JOB.yaml --checkpoint PATH"
+help_of "eval job.yaml --checkpoint x.h5" "eval JOB.yaml --checkpoint PATH"
+help_of "generate" "generate JOB.yaml"
+help_of "launch" "launch"
+help_of "ckpt" "ckpt list DIR"
+help_of "ckpt list" "ckpt list DIR$"
+help_of "ckpt info" "ckpt info PATH$"
+help_of "ckpt verify" "ckpt verify PATH\|DIR$"
+help_of "data" "data import FORMAT"
+help_of "data import" "data import FORMAT"
+for f in idx npy csv text tokens; do help_of "data import $f" "data import FORMAT"; done
+help_of "data import csv --train x.csv -o y.h5" "data import FORMAT"
+help_of "data info" "data info FILE.h5"
+help_of "find-batch" "find-batch JOB.yaml"
+help_of "bench" "bench allreduce"
+help_of "bench allreduce" "bench allreduce"
+help_of "bench allreduce --iters 3" "bench allreduce"
+help_of "doctor" "doctor \[JOB.yaml\]"
+help_of "doctor job.yaml --dir ." "doctor \[JOB.yaml\]"
+help_of "config" "config reference"
+help_of "config reference" "config reference"
+help_of "version" "version$"
+expect 0 "^usage: dtrain train JOB.yaml" -- "$DTRAIN" help train
+expect 0 "^usage: dtrain ckpt list DIR$" -- "$DTRAIN" help ckpt list
+expect 74 "^dtrain: cannot write to standard output: No space left on device$" -- bash -c 'exec "$@" > /dev/full' _ "$DTRAIN" train --help
+[ ! -e x.h5 ] && [ ! -e y.h5 ] && ok || bad "a --help did something"
+# options a command does not take are refused, not ignored
+expect 64 "eval: unknown option '--print-config'" -- "$DTRAIN" eval job.yaml --checkpoint x.h5 --print-config
+expect 64 "eval: unknown option '--resume'" -- "$DTRAIN" eval job.yaml --checkpoint x.h5 --resume never
+expect 64 "eval: --checkpoint needs the path of a checkpoint" -- "$DTRAIN" eval job.yaml --checkpoint
+expect 64 "generate: unknown option '--print-config'" -- "$DTRAIN" generate job.yaml --checkpoint x.h5 --prompt a --print-config
+expect 64 "version: unexpected argument 'now'" -- "$DTRAIN" version now
 
 # --- data import / info ------------------------------------------------------
 expect 0 "" -- "$DTRAIN" data import idx idx -o tiny.h5 --classes "a,b,c,d"
