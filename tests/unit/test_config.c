@@ -491,7 +491,7 @@ static void test_bad_ints(void)
                       ":2:11: train.epochs: expected an integer from 0 to 1000000, got '12x'");
     expect_load_error("train:\n  seed: 99999999999999999999\n",
                       ":2:9: train.seed: expected an integer >= 0, got '99999999999999999999' "
-                      "(out of range)");
+                      "(beyond a 64-bit integer)");
     expect_load_error("data:\n  workers: 65\n",
                       ":2:12: data.workers: expected an integer from 1 to 64, got '65'");
     expect_load_error("data:\n  workers:\n",
@@ -506,7 +506,7 @@ static void test_bad_floats_bools_enums(void)
                       ":3:9: train.optimizer.lr: expected a number > 0, got 'fast'");
     expect_load_error("train:\n  optimizer: {eps: 1e999}\n",
                       ":2:20: train.optimizer.eps: expected a number > 0, got '1e999' "
-                      "(out of range)");
+                      "(beyond the largest double, 1.8e+308)");
     expect_load_error("model:\n  dropout: 1\n",
                       ":2:12: model.dropout: expected a number in [0, 1), got '1'");
     expect_load_error("train:\n  schedule:\n    gamma: 0\n",
