@@ -6,6 +6,8 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include <stdint.h>
+
 #include "../runtime/config.h"
 #include "../runtime/core/status.h"
 
@@ -28,9 +30,18 @@ int dt_cmd_generate(int argc, char **argv);
 int dt_cli_parse_job(const char *cmd, const char *usage, int argc, char **argv, struct dt_job *job,
                      int *print_only, const char **resume);
 
-/* arg is -h or --help: every command prints its own usage to stdout and
- * exits 0. */
+/* Shared option parsing (options.c). is_help: arg is -h or --help, for
+ * which every command prints its own usage to stdout and exits 0. */
 int dt_cli_is_help(const char *arg);
+/* The value `text` of option `opt` of command `cmd`: a whole number from lo
+ * to hi, or a number from lo to hi (below hi with hi_open; hi INFINITY for
+ * no upper bound). 0 with *out, or 64 after one message naming the option,
+ * the range and `note` (appended to the range, e.g. " (0: all)"), whatever
+ * is wrong with the text. */
+int dt_cli_opt_int(const char *cmd, const char *opt, const char *text, int64_t lo, int64_t hi,
+                   const char *note, int64_t *out);
+int dt_cli_opt_real(const char *cmd, const char *opt, const char *text, double lo, double hi,
+                    int hi_open, const char *note, double *out);
 
 /* Prints "dtrain: <message>" for a failed status and returns its exit code. */
 int dt_cli_fail(dt_status st);

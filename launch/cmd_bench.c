@@ -52,31 +52,26 @@ struct bench_args {
     const char *mode; /* blocking | ring | library */
 };
 
-/* "64", "4K", "1M", "2G" (powers of 1024, optionally followed by B or iB). */
+#define MAX_COUNT 1000000000 /* iterations, warm-up operations */
+
+/* "64", "4K", "1M", "2G" (powers of 1024, optionally followed by B or iB):
+ * 0, -1 when it is not a size, -2 when it is one past SIZE_MAX bytes. */
 static int parse_size(const char *s, size_t *out)
 {
     char *end = NULL;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (!isdigit((unsigned char)s[0]) || end == s || errno) return -1;
+    if (!isdigit((unsigned char)s[0]) || end == s) return -1;
+    int range = errno == ERANGE;
     static const char units[] = "KMG";
     const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
     unsigned shift = u ? 10u * (unsigned)(u - units + 1) : 0;
     end += u != NULL;
     if (shift && *end == 'i') end++;
     if (*end == 'B' || *end == 'b') end++;
-    if (*end || v > (SIZE_MAX >> shift)) return -1;
+    if (*end) return -1;
+    if (range || v > (SIZE_MAX >> shift)) return -2;
     *out = (size_t)v << shift;
-    return 0;
-}
-
-static int parse_count(const char *s, int *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < 0 || v > 1000000000L) return -1;
-    *out = (int)v;
     return 0;
 }
 
@@ -84,13 +79,25 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
 {
     if (!strcmp(opt, "--min-bytes") || !strcmp(opt, "--max-bytes")) {
         size_t *slot = !strcmp(opt, "--min-bytes") ? &a->opts.min_bytes : &a->opts.max_bytes;
-        if (parse_size(val, slot) != 0)
+        int got = parse_size(val, slot);
+        if (got == -1)
             return dt_cli_usage("bench allreduce: %s '%s' is not a size (e.g. 64, 4K, 256M)", opt,
                                 val);
+        if (got == -2)
+            return dt_cli_usage("bench allreduce: %s '%s' is more than %zu bytes (2^64-1), far "
+                                "more than any memory",
+                                opt, val, SIZE_MAX);
     } else if (!strcmp(opt, "--iters") || !strcmp(opt, "--warmup")) {
         int *slot = !strcmp(opt, "--iters") ? &a->opts.iters : &a->opts.warmup;
-        if (parse_count(val, slot) != 0)
-            return dt_cli_usage("bench allreduce: %s '%s' is not a count >= 0", opt, val);
+        char note[64];
+        int64_t n;
+        if (!strcmp(opt, "--iters"))
+            snprintf(note, sizeof note, " (0: about %g s per size)", DT_BENCH_TARGET_S);
+        else
+            snprintf(note, sizeof note, " (0: the default, %d)", DT_BENCH_WARMUP);
+        int rc = dt_cli_opt_int("bench allreduce", opt, val, 0, MAX_COUNT, note, &n);
+        if (rc != 0) return rc;
+        *slot = (int)n;
     } else if (!strcmp(opt, "--mode")) {
         if (strcmp(val, "blocking") != 0 && strcmp(val, "ring") != 0 && strcmp(val, "library") != 0)
             return dt_cli_usage("bench allreduce: --mode '%s' is not blocking, ring or library",

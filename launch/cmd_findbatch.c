@@ -159,18 +159,6 @@ static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLU
 static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
                                          "SLURM_NTASKS_PER_NODE", NULL};
 
-static int parse_int_arg(const char *opt, const char *v, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < 1)
-        return dt_cli_usage("find-batch: %s needs a whole number of at least 1 (got '%s')", opt,
-                            v ? v : "");
-    *out = x;
-    return 0;
-}
-
 static const char findbatch_usage[] =
     "usage: dtrain find-batch JOB.yaml [--set key=value ...] [-n RANKS] [--margin F] [--max MICRO]\n"
     "\n"
@@ -204,17 +192,17 @@ static int parse_args(int argc, char **argv, struct search *s)
                 return dt_cli_usage("find-batch: more than %d --set options", FB_MAX_SETS);
             s->sets[s->nsets++] = v;
             i++;
+        } else if ((!strcmp(a, "-n") || !strcmp(a, "--ranks") || !strcmp(a, "--max") ||
+                    !strcmp(a, "--margin")) &&
+                   !v) {
+            return dt_cli_usage("find-batch: %s needs a value", a);
         } else if (!strcmp(a, "-n") || !strcmp(a, "--ranks")) {
-            rc = parse_int_arg(a, v, &s->ranks), i++;
+            /* a rank gets at least one row of the global batch */
+            rc = dt_cli_opt_int("find-batch", a, v, 1, DT_JOB_MAX_BATCH, NULL, &s->ranks), i++;
         } else if (!strcmp(a, "--max")) {
-            rc = parse_int_arg(a, v, &s->max), i++;
+            rc = dt_cli_opt_int("find-batch", a, v, 1, DT_JOB_MAX_BATCH, NULL, &s->max), i++;
         } else if (!strcmp(a, "--margin")) {
-            char *end;
-            s->margin = v ? strtod(v, &end) : -1;
-            if (!v || !*v || *end || !(s->margin >= 0 && s->margin < 1))
-                return dt_cli_usage("find-batch: --margin needs a fraction from 0 to below 1, "
-                                    "e.g. 0.1 for 10%% (got '%s')",
-                                    v ? v : "");
+            rc = dt_cli_opt_real("find-batch", a, v, 0, 1, 1, " (0.1 keeps 10% free)", &s->margin);
             i++;
         } else if (a[0] == '-')
             return dt_cli_usage("find-batch: unknown option '%s'", a);

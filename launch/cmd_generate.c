@@ -9,6 +9,7 @@
  * and evaluation runs on a communicator, and refuses to run as several
  * ranks rather than have them all print the same text.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
@@ -44,39 +45,14 @@ static const char generate_usage[] =
     "  --seed S            the draws' seed (default 0): the same seed, the same text\n"
     "  --set key=value     override a job setting (as for train)\n";
 
-static int parse_i64(const char *opt, const char *v, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !v[0] || *end || errno || x < 0)
-        return dt_cli_usage("generate: %s needs a whole number of at least 0, not '%s'", opt,
-                            v ? v : "");
-    *out = x;
-    return 0;
-}
-
 static int parse_seed(const char *v, uint64_t *out)
 {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-    if (!v || !v[0] || v[0] == '-' || *end || errno)
-        return dt_cli_usage("generate: --seed needs a whole number from 0 to 2^64-1, not '%s'",
-                            v ? v : "");
-    *out = x;
-    return 0;
-}
-
-static int parse_temperature(const char *v, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !v[0] || *end || errno || !isfinite(x) || x < 0)
-        return dt_cli_usage("generate: --temperature needs a number of at least 0 (0: always "
-                            "the most likely token), not '%s'",
-                            v ? v : "");
+    unsigned long long x = isdigit((unsigned char)v[0]) ? strtoull(v, &end, 10) : 0;
+    if (!end || *end || errno == ERANGE)
+        return dt_cli_usage("generate: --seed needs a whole number from 0 to %llu, not '%s'",
+                            (unsigned long long)UINT64_MAX, v);
     *out = x;
     return 0;
 }
@@ -113,16 +89,15 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
         else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) {
             o->prompt = v;
             have_prompt = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing))) {
-            rc = parse_i64("--tokens", v, &o->tokens);
-            if (rc == 0 && o->tokens > MAX_TOKENS)
-                rc = dt_cli_usage("generate: --tokens %lld is more than dtrain generates in one "
-                                  "run (%d)",
-                                  (long long)o->tokens, MAX_TOKENS);
-        } else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
-            rc = parse_i64("--top-k", v, &o->top_k);
+        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing)))
+            rc = dt_cli_opt_int("generate", "--tokens", v, 0, MAX_TOKENS,
+                                " (the most one run generates)", &o->tokens);
+        else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
+            rc = dt_cli_opt_int("generate", "--top-k", v, 0, INT64_MAX, " (0: all tokens)",
+                                &o->top_k);
         else if ((v = opt_value(argc, argv, &i, "--temperature", &missing)))
-            rc = parse_temperature(v, &o->temperature);
+            rc = dt_cli_opt_real("generate", "--temperature", v, 0, INFINITY, 0,
+                                 " (0: always the most likely token)", &o->temperature);
         else if ((v = opt_value(argc, argv, &i, "--seed", &missing)))
             rc = parse_seed(v, &o->seed);
         else if (missing)

@@ -77,11 +77,6 @@ static const char eval_usage[] =
     "  --checkpoint PATH  the checkpoint to evaluate\n"
     "  --set key=value    override a job key after the file is read (as for train)\n";
 
-int dt_cli_is_help(const char *arg)
-{
-    return !strcmp(arg, "-h") || !strcmp(arg, "--help");
-}
-
 int dt_cli_parse_job(const char *cmd, const char *usage, int argc, char **argv, struct dt_job *job,
                      int *print_only, const char **resume)
 {

@@ -145,6 +145,32 @@ printf 'just text\n' > scalar.yaml
 expect 64 "^dtrain: scalar.yaml:1:1: expected a mapping of sections \(model, data, .*\), got 'just text'$" -- "$DTRAIN" train scalar.yaml
 printf -- '- model\n- data\n' > list.yaml
 expect 64 "^dtrain: list.yaml:1:1: expected a mapping of sections \(model, data, .*\), got a sequence$" -- "$DTRAIN" train list.yaml
+# numbers: one past a range, past 64 bits or past a double is refused
+# naming the real range (not "not a number"); one too small for a double
+# reads as 0, and says so when the range then refuses it
+expect 64 "^dtrain: find-batch: -n needs a whole number from 1 to 1000000000, not '99999999999999999999'$" -- "$DTRAIN" find-batch job.yaml -n 99999999999999999999
+expect 64 "^dtrain: find-batch: --margin needs a number from 0 to below 1 \(0.1 keeps 10% free\), not '1'$" -- "$DTRAIN" find-batch job.yaml --margin 1
+expect 64 "^dtrain: launch: -n needs a whole number from 1 to 1000000, not '1000001'$" -- "$DTRAIN" launch -n 1000001 -- train job.yaml
+expect 64 "^dtrain: launch: --backoff needs a number from 0 to 604800 seconds \(e.g. 1 or 0.5\), not '1e300'$" -- "$DTRAIN" launch --backoff 1e300 -- train job.yaml
+expect 64 "^dtrain: launch: --max-backoff needs a number from 0 to 604800 seconds .*, not '1e999'$" -- "$DTRAIN" launch --max-backoff 1e999 -- train job.yaml
+expect 64 "^dtrain: bench allreduce: --iters needs a whole number from 0 to 1000000000 \(0: about 0.2 s per size\), not '2000000000'$" -- "$DTRAIN" bench allreduce --iters 2000000000
+expect 64 "^dtrain: bench allreduce: --max-bytes '99999999999999999999' is more than 18446744073709551615 bytes" -- "$DTRAIN" bench allreduce --max-bytes 99999999999999999999
+expect 64 "^dtrain: bench allreduce: --max-bytes '64X' is not a size" -- "$DTRAIN" bench allreduce --max-bytes 64X
+expect 64 "train.optimizer.lr: expected a number > 0, got '1e-400' \(below the smallest double, 4.9e-324: it reads as 0\)$" -- "$DTRAIN" train job.yaml --set train.optimizer.lr=1e-400
+expect 64 "train.optimizer.lr: expected a number > 0, got '1e999' \(beyond the largest double, 1.8e\+308\)$" -- "$DTRAIN" train job.yaml --set train.optimizer.lr=1e999
+expect 64 "train.steps: expected an integer from 0 to 1000000000000, got '99999999999999999999' \(beyond a 64-bit integer\)$" -- "$DTRAIN" train job.yaml --set train.steps=99999999999999999999
+expect 0 "^  dropout: 1(\.0)?e-320$" -- "$DTRAIN" train job.yaml --set model.dropout=1e-320 --print-config
+# a model's depth: the limit the reference states, the check and the
+# message agree, in the key the user set (model.n_layer counts transformer
+# blocks, model.blocks residual blocks); the deepest allowed ones expand
+"$DTRAIN" config reference | grep -qx '| `model.n_layer` | int | `4` | 1 to 50 | gpt: transformer blocks; at most 42 with model.dropout > 0 .*' \
+  && ok || bad "the reference's model.n_layer: $("$DTRAIN" config reference | grep 'model.n_layer')"
+gpt="--set model.type=gpt --set data.seq_len=8 --set model.n_head=1 --set model.n_embd=4"
+expect 64 "model.n_layer: expected an integer from 1 to 50, got '60' \(a deeper gpt is more than the 512 layers a model holds: 10 per block\)$" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=60
+expect 64 "model.n_layer: a gpt of 43 transformer blocks with model.dropout 0.1 is 522 layers \(12 per block with dropout, 6 more\), more than the 512 a model holds: at most 42 blocks with dropout, 50 with model.dropout 0$" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=43 --set model.dropout=0.1
+expect 0 "- \{name: h49.res2, kind: add" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=50 --set model.dropout=0 --print-config
+expect 0 "- \{name: h41.res2, kind: add" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=42 --set model.dropout=0.1 --print-config
+expect 64 "model.blocks: a resnet of 73 residual blocks in 2 stages is 519 layers \(7 per block, 2 more for each stage after the first, 6 more\), more than the 512 a model holds: at most 72 blocks in 2 stages$" -- "$DTRAIN" train job.yaml --set model.type=resnet --set model.blocks=[64,9]
 # {} is the job of defaults alone
 printf '{}\n' > defaults.yaml
 expect 0 "^  dir: runs/fashion-mnist-mlp$" -- "$DTRAIN" train defaults.yaml --print-config
