@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "../collectives/comm.h"
 #include "../runtime/config.h"
 #include "../runtime/core/status.h"
 
@@ -47,6 +48,25 @@ int dt_cli_opt_real(const char *cmd, const char *opt, const char *text, double l
 int dt_cli_fail(dt_status st);
 /* Prints a usage error and returns 64. */
 int dt_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Starting as ranks (ranks.c). check_env: 0, or 64 after one message,
+ * for what would leave MPI and dtrain unable to use the files they create
+ * (a umask without the owner's permissions, an unusable TMPDIR or Open
+ * MPI session directory); nothing is created. ranks_start: check_env,
+ * MPI_Init_thread, the mpi communicator, then the agreement that every
+ * rank runs the same `command` (quoted, with the options that change what
+ * it does) and the same job (NULL: none); 0 with *comm, else the exit code
+ * after the message (rank 0's for an agreed failure) with MPI finalised or
+ * the job aborted. ranks_end: destroys comm and finalises MPI. ranks_join:
+ * main's exit path for a process that returned rc without starting MPI:
+ * when it is one of several ranks of a launcher and rc is 0, it takes part
+ * in the agreement (so peers that started MPI do not wait for it) and
+ * returns 64 when they run something else; otherwise rc. */
+int dt_cli_check_env(void);
+int dt_cli_ranks_start(int *argc, char ***argv, const char *command, const struct dt_job *job,
+                       dt_comm_t **comm);
+void dt_cli_ranks_end(dt_comm_t *comm);
+int dt_cli_ranks_join(int argc, char **argv, int rc);
 
 /* Standard output (output.c). begin: before anything is printed; end:
  * the exit code for a command that returned rc, after flushing and closing

@@ -15,7 +15,6 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,14 +192,20 @@ static dt_status check_size(dt_comm_t *ctl, const struct dt_bench_allreduce_opts
 }
 
 /* Runs the benchmark on an initialised MPI; returns the exit code. */
-static int run(const struct bench_args *a)
+static int run(const struct bench_args *a, int *argc, char ***argv)
 {
     dt_comm_t *ctl = NULL, *c = NULL;
     dt_backend_t *be = NULL;
-    dt_status st = dt_comm_create("mpi", &ctl);
-    if (st != DT_OK) return dt_cli_fail(st);
-    int rank = dt_comm_rank(ctl), code = 0;
-    dt_log_set_rank(rank);
+    char command[256];
+    snprintf(command, sizeof command,
+             "'dtrain bench allreduce --backend %s --mode %s --min-bytes %zu --max-bytes %zu "
+             "--iters %d --warmup %d'",
+             a->backend, a->mode, a->opts.min_bytes, a->opts.max_bytes, a->opts.iters,
+             a->opts.warmup);
+    int code = dt_cli_ranks_start(argc, argv, command, NULL, &ctl);
+    if (code != 0) return code;
+    int rank = dt_comm_rank(ctl);
+    dt_status st = DT_OK;
     struct dt_bench_allreduce_opts opts = a->opts;
     struct dt_bench_device dev = {0};
     if (strcmp(a->backend, "mpi") == 0) {
@@ -232,7 +237,7 @@ static int run(const struct bench_args *a)
     }
     if (c != ctl) dt_comm_destroy(c);
     if (be) dt_backend_destroy(be);
-    dt_comm_destroy(ctl);
+    dt_cli_ranks_end(ctl);
     return code;
 }
 
@@ -244,10 +249,5 @@ int dt_cmd_bench(int argc, char **argv)
         return dt_cli_usage("bench: say what to benchmark: 'dtrain bench allreduce'");
     int rc = parse_args(argc, argv, &a);
     if (rc != 0) return rc < 0 ? 0 : rc;
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return dt_cli_fail(dt_set_error(DT_ERR_COMM, "MPI_Init_thread failed"));
-    rc = run(&a);
-    MPI_Finalize();
-    return rc;
+    return run(&a, &argc, &argv);
 }

@@ -12,7 +12,6 @@
  * a problem, each printed on one line with its cause and fix; 64 a bad
  * command line or job; 70 when the doctor itself could not finish.
  */
-#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -99,14 +98,18 @@ static int load_job(int argc, char **argv, const struct doctor_args *a, struct d
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
-static int run(const struct dt_job *job, const struct doctor_args *a, int has_job)
+/* On MPI's ranks (started here): the checks; the exit code. */
+static int run(const struct dt_job *job, const struct doctor_args *a, int has_job, int *argc,
+               char ***argv)
 {
+    char command[DT_JOB_PATH + 64];
     dt_comm_t *c = NULL;
-    dt_status st = dt_comm_create("mpi", &c);
-    if (st != DT_OK)
-        return dt_cli_fail(st);
+    snprintf(command, sizeof command, "'dtrain doctor%s%s'", a->dir ? " --dir " : "",
+             a->dir ? a->dir : "");
+    int rc = dt_cli_ranks_start(argc, argv, command, job, &c);
+    if (rc != 0) return rc;
     int rank = dt_comm_rank(c), problems = 0;
-    dt_log_set_rank(rank);
+    dt_status st;
     struct dt_doctor_opts o = {.threads = (long)job->runtime.threads};
     if (a->dir) {
         o.dir = a->dir;
@@ -126,7 +129,7 @@ static int run(const struct dt_job *job, const struct doctor_args *a, int has_jo
                 dt_last_error());
         dt_comm_abort(c, 70);
     }
-    dt_comm_destroy(c);
+    dt_cli_ranks_end(c);
     return problems ? EXIT_PROBLEMS : 0;
 }
 
@@ -144,10 +147,5 @@ int dt_cmd_doctor(int argc, char **argv)
     dt_status st = dt_fault_init();
     if (st != DT_OK)
         return dt_cli_fail(st);
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return dt_cli_fail(dt_set_error(DT_ERR_COMM, "MPI_Init_thread failed"));
-    rc = run(&job, &a, has_job);
-    MPI_Finalize();
-    return rc;
+    return run(&job, &a, has_job, &argc, &argv);
 }

@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,18 +117,14 @@ static int run_trial(int argc, char **argv)
     int rc = load_job(argv[3], sets, nsets, &job);
     if (rc != 0)
         return rc;
-    if (getenv("DTRAIN_LOG") == NULL)
-        dt_log_set_level(DT_LOG_LEVEL_WARN);
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return fprintf(stderr, "dtrain: MPI could not start\n"), 70;
+    if (getenv("DTRAIN_LOG") == NULL) dt_log_set_level(DT_LOG_LEVEL_WARN);
     dt_comm_t *comm = NULL;
     struct dt_backend_mem mem = {0};
     struct dt_train_result res;
     struct dt_train_opts opts = {.resume = "never", .fixed_micro_batch = 1, .mem = &mem};
-    dt_status st = dt_comm_create("mpi", &comm);
-    if (st == DT_OK)
-        st = dt_train_run(&job, comm, &opts, &res);
+    rc = dt_cli_ranks_start(&argc, &argv, "'dtrain find-batch --trial'", &job, &comm);
+    if (rc != 0) return rc;
+    dt_status st = dt_train_run(&job, comm, &opts, &res);
     FILE *f = fopen(argv[2], "w");
     if (f) {
         fprintf(f, "%d %d %llu %llu %llu\n%s\n", (int)st, mem.device, (unsigned long long)mem.used,
@@ -137,8 +132,7 @@ static int run_trial(int argc, char **argv)
                 st == DT_OK ? "" : dt_last_error());
         fclose(f);
     }
-    dt_comm_destroy(comm);
-    MPI_Finalize();
+    dt_cli_ranks_end(comm);
     return dt_status_exit_code(st);
 }
 
@@ -505,6 +499,8 @@ int dt_cmd_findbatch(int argc, char **argv)
         return fprintf(stderr, "dtrain: find-batch: cannot find this program (/proc/self/exe)\n"),
                70;
     s.self[k] = '\0';
+    if ((rc = dt_cli_check_env()) != 0) /* before the folder: what the trials would meet */
+        return rc;
     const char *tmpdir = getenv("TMPDIR");
     snprintf(s.tmp, sizeof s.tmp, "%s/dtrain-find-batch.XXXXXX",
              tmpdir && *tmpdir ? tmpdir : "/tmp");

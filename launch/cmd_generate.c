@@ -12,7 +12,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,25 +136,18 @@ static dt_status emit_stdout(void *ctx, const char *bytes, size_t n)
 static int run_one_rank(const struct dt_job *job, const struct dt_generate_opts *o, int *argc,
                         char ***argv)
 {
-    int provided = 0, rc;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "dtrain: MPI could not start\n");
-        return 70;
-    }
+    char command[DT_JOB_PATH + 64];
     dt_comm_t *comm = NULL;
-    dt_status st = dt_comm_create("mpi", &comm);
-    if (st == DT_OK) {
-        dt_log_set_rank(dt_comm_rank(comm));
-        st = dt_generate_run(job, comm, o);
-    }
+    snprintf(command, sizeof command, "'dtrain generate --checkpoint %s'", o->checkpoint);
+    int rc = dt_cli_ranks_start(argc, argv, command, job, &comm);
+    if (rc != 0) return rc;
+    dt_status st = dt_generate_run(job, comm, o);
     rc = dt_status_exit_code(st);
     /* several ranks all refuse the same way; one of them says so */
-    if (st != DT_OK && (!comm || dt_comm_rank(comm) == 0) && !dt_cli_output_failed())
-        dt_cli_fail(st);
+    if (st != DT_OK && dt_comm_rank(comm) == 0 && !dt_cli_output_failed()) dt_cli_fail(st);
     if (st == DT_OK && isatty(STDOUT_FILENO))
         putchar('\n');
-    dt_comm_destroy(comm);
-    MPI_Finalize();
+    dt_cli_ranks_end(comm);
     return rc;
 }
 

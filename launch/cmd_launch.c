@@ -232,6 +232,8 @@ int dt_cmd_launch(int argc, char **argv)
     char **largs = calloc((size_t)argc + 1, sizeof *largs);
     if (!largs) return fprintf(stderr, "dtrain: launch: out of memory\n"), 70;
     int rc = parse_args(argc, argv, &o, largs);
+    /* what would fail every attempt, before mpirun or srun creates anything */
+    if (rc == 0) rc = dt_cli_check_env();
     if (rc == 0 && (rc = find_exec(exe, sizeof exe)) == 0) {
         o.exec = exe;
         dt_status st = dt_launch_run(&o, &rc);

@@ -6,13 +6,13 @@
  * step boundary and exit 75; a second SIGINT exits at once.
  *
  * Loads the job, applies overrides in order, validates, then starts MPI
- * (one rank per process: `mpirun -np N dtrain train JOB`, or srun) and
- * runs the training on every rank. Errors the ranks agreed on are printed
+ * (one rank per process: `mpirun -np N dtrain train JOB`, or srun; see
+ * ranks.c for the checks before and the agreement after) and runs the
+ * training on every rank. Errors the ranks agreed on are printed
  * once, by rank 0; when the ranks fell out of step, the failing rank
  * prints its error and aborts the job so that no rank hangs.
  */
 #include <math.h>
-#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -154,22 +154,20 @@ static void install_signals(void)
 static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
                      const char *checkpoint, int *argc, char ***argv)
 {
-    int provided = 0, rc;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "dtrain: MPI could not start\n");
-        return 70;
-    }
+    /* what every rank must run alike: the command and the options that
+     * change it (the job is compared too) */
+    char command[DT_JOB_PATH + 64];
+    if (checkpoint)
+        snprintf(command, sizeof command, "'dtrain eval --checkpoint %s'", checkpoint);
+    else
+        snprintf(command, sizeof command, "'dtrain train --resume %s'", opts->resume);
     /* MPI carries start-up and the per-step control traffic; the gradient
      * communicator (comm.backend) is opened once the device is known. */
     dt_comm_t *comm = NULL;
-    dt_status st = dt_comm_create("mpi", &comm);
-    if (st != DT_OK) {
-        rc = dt_cli_fail(st);
-        MPI_Abort(MPI_COMM_WORLD, rc);
-        return rc;
-    }
+    int rc = dt_cli_ranks_start(argc, argv, command, job, &comm);
+    if (rc != 0) return rc;
     int rank = dt_comm_rank(comm);
-    dt_log_set_rank(rank);
+    dt_status st;
     if (opts && opts->stop_flag)
         install_signals(); /* after MPI_Init, which may install handlers of its own */
     struct dt_train_result res;
@@ -195,8 +193,7 @@ static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
     else if (st == DT_OK && checkpoint && rank == 0)
         printf("test loss %.6f, test accuracy %.4f (checkpoint %s, step %lld)\n", res.test_loss,
                res.test_acc, checkpoint, (long long)res.steps);
-    dt_comm_destroy(comm);
-    MPI_Finalize();
+    dt_cli_ranks_end(comm);
     return rc;
 }
 

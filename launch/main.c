@@ -1,7 +1,9 @@
 /*
  * main.c - the dtrain command line: dispatches subcommands and maps
  * failures to one message and a sysexits exit code. Every command returns
- * through dt_cli_output_end (output.c), which checks what it printed.
+ * through dt_cli_ranks_join (ranks.c: a rank that did not start MPI still
+ * meets its peers' start-up agreement) and dt_cli_output_end (output.c,
+ * which checks what it printed).
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -151,5 +153,6 @@ int main(int argc, char **argv)
      * I/O error naming the file, instead of killing the process. */
     signal(SIGXFSZ, SIG_IGN);
     dt_cli_output_begin();
-    return dt_cli_output_end(run_command(argc, argv));
+    int rc = dt_cli_ranks_join(argc, argv, run_command(argc, argv));
+    return dt_cli_output_end(rc);
 }
