@@ -694,6 +694,26 @@ static void test_deepest_families(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "at most 71 blocks in 4 stages"));
 }
 
+/* A layer setting too small for a double is a value (the nearest double),
+ * as a job key is, not an error. */
+static void test_tiny_setting(void)
+{
+    static const char *const p[] = {"1e-320", "1e-400"};
+    char text[256];
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text,
+                 "    - {kind: flatten}\n    - {kind: dropout, p: %s}\n"
+                 "    - {kind: linear, out: classes}\n",
+                 p[i]);
+        dt_model_t *m = NULL;
+        dt_status st = layers_job(text, NULL);
+        if (st == DT_OK) st = try_model(2, &m);
+        CU_ASSERT_EQUAL(st, DT_OK);
+        if (st != DT_OK) fprintf(stderr, "\n  p: %s: %s\n", p[i], dt_last_error());
+        dt_model_destroy(m);
+    }
+}
+
 /* A layer list whose residual entries expand past the graph: refused
  * naming model.layers, not as a family's count. */
 static void test_layer_list_too_deep(void)
@@ -779,6 +799,7 @@ int main(void)
     CU_ADD(s, test_errors);
     CU_ADD(s, test_deepest_families);
     CU_ADD(s, test_layer_list_too_deep);
+    CU_ADD(s, test_tiny_setting);
     CU_ADD(s, test_reference_page);
     CU_ADD(s, test_tensor_core);
     CU_ADD(s, test_gpt);
