@@ -59,9 +59,9 @@ int dt_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * after the message (rank 0's for an agreed failure) with MPI finalised or
  * the job aborted. ranks_end: destroys comm and finalises MPI. ranks_join:
  * main's exit path for a process that returned rc without starting MPI:
- * when it is one of several ranks of a launcher and rc is 0, it takes part
- * in the agreement (so peers that started MPI do not wait for it) and
- * returns 64 when they run something else; otherwise rc. */
+ * when it is a rank of an Open MPI launch of several programs and rc is
+ * 0, it takes part in the agreement (so peers that started MPI do not wait
+ * for it) and returns 64 when they run something else; otherwise rc. */
 int dt_cli_check_env(void);
 int dt_cli_ranks_start(int *argc, char ***argv, const char *command, const struct dt_job *job,
                        dt_comm_t **comm);

@@ -26,9 +26,10 @@
  *
  * A rank that ends without starting MPI while its peers start it (one
  * that only printed its usage or a checkpoint list) would leave them
- * waiting in MPI_Init for ever; main() has such a process take part in the
- * agreement on its way out (dt_cli_ranks_join), so its peers learn that it
- * runs something else.
+ * waiting in MPI_Init for ever. Where peers can run other programs (an
+ * Open MPI launch of several, mpirun -np 1 A : -np 1 B), main() has such a
+ * process take part in the agreement on its way out (dt_cli_ranks_join),
+ * so its peers learn that it runs something else.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -202,23 +203,21 @@ void dt_cli_ranks_end(dt_comm_t *comm)
 
 /* ---- a process that did not start MPI ------------------------------------- */
 
-/* The ranks the launcher started (mpirun, mpiexec, srun), before MPI_Init:
- * 1 when there is none. */
-static long launched_ranks(void)
+/* Started by mpirun as one of several programs (mpirun -np 1 A : -np 1 B):
+ * Open MPI lists each program's process count. Only there can a peer run
+ * another dtrain command; with one program every rank runs the same one,
+ * and a script that runs several dtrain commands per rank must find MPI
+ * unstarted in each. */
+static int several_programs(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return strtol(v, NULL, 10);
-    }
-    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
-    return getenv("PMIX_RANK") && tasks && *tasks ? strtol(tasks, NULL, 10) : 1;
+    const char *v = getenv("OMPI_APP_CTX_NUM_PROCS");
+    return v && strchr(v, ' ') != NULL;
 }
 
 int dt_cli_ranks_join(int argc, char **argv, int rc)
 {
     int started = 0;
-    if (rc != 0 || launched_ranks() <= 1 || MPI_Initialized(&started) != MPI_SUCCESS || started)
+    if (rc != 0 || !several_programs() || MPI_Initialized(&started) != MPI_SUCCESS || started)
         return rc; /* a failed rank ends the launcher's job itself */
     char cmd[CMDLINE_MAX];
     size_t at = (size_t)snprintf(cmd, sizeof cmd, "'dtrain");

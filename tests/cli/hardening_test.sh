@@ -184,6 +184,8 @@ out=$("${MPMD[@]}" -np 2 $DTRAIN ckpt list empty 2>&1); rc=$?
 [ "$rc" = 0 ] && [ "$(grep -c '^checkpoints in empty/checkpoints: ' <<<"$out")" = 2 ] && ok \
   || bad "ckpt list on 2 ranks exited $rc: $out"
 expect 0 "final test accuracy" -- "${MPMD[@]}" -np 1 $T --set output.dir=mpmd5 : -np 1 $T --set output.dir=mpmd5
+# and a script may still run several dtrain commands on each rank of one program
+expect 0 "no problems found" -- "${MPMD[@]}" -np 2 bash -c '"$0" version > /dev/null && exec "$0" doctor --dir .' $DTRAIN
 
 # --- what MPI needs before it starts --------------------------------------------------
 # a umask that takes the owner's own permissions away, a temporary directory
