@@ -45,7 +45,6 @@
 #include "../runtime/dist.h"
 #include "cli.h"
 
-#define EXIT_USAGE 64    /* EX_USAGE */
 #define EXIT_SOFTWARE 70 /* EX_SOFTWARE */
 #define CMDLINE_MAX 1024 /* of a command quoted in the agreement */
 
