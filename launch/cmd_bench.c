@@ -15,7 +15,6 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,31 +51,26 @@ struct bench_args {
     const char *mode; /* blocking | ring | library */
 };
 
-/* "64", "4K", "1M", "2G" (powers of 1024, optionally followed by B or iB). */
+#define MAX_COUNT 1000000000 /* iterations, warm-up operations */
+
+/* "64", "4K", "1M", "2G" (powers of 1024, optionally followed by B or iB):
+ * 0, -1 when it is not a size, -2 when it is one past SIZE_MAX bytes. */
 static int parse_size(const char *s, size_t *out)
 {
     char *end = NULL;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (!isdigit((unsigned char)s[0]) || end == s || errno) return -1;
+    if (!isdigit((unsigned char)s[0]) || end == s) return -1;
+    int range = errno == ERANGE;
     static const char units[] = "KMG";
     const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
     unsigned shift = u ? 10u * (unsigned)(u - units + 1) : 0;
     end += u != NULL;
     if (shift && *end == 'i') end++;
     if (*end == 'B' || *end == 'b') end++;
-    if (*end || v > (SIZE_MAX >> shift)) return -1;
+    if (*end) return -1;
+    if (range || v > (SIZE_MAX >> shift)) return -2;
     *out = (size_t)v << shift;
-    return 0;
-}
-
-static int parse_count(const char *s, int *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < 0 || v > 1000000000L) return -1;
-    *out = (int)v;
     return 0;
 }
 
@@ -84,13 +78,25 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
 {
     if (!strcmp(opt, "--min-bytes") || !strcmp(opt, "--max-bytes")) {
         size_t *slot = !strcmp(opt, "--min-bytes") ? &a->opts.min_bytes : &a->opts.max_bytes;
-        if (parse_size(val, slot) != 0)
+        int got = parse_size(val, slot);
+        if (got == -1)
             return dt_cli_usage("bench allreduce: %s '%s' is not a size (e.g. 64, 4K, 256M)", opt,
                                 val);
+        if (got == -2)
+            return dt_cli_usage("bench allreduce: %s '%s' is more than %zu bytes (2^64-1), far "
+                                "more than any memory",
+                                opt, val, SIZE_MAX);
     } else if (!strcmp(opt, "--iters") || !strcmp(opt, "--warmup")) {
         int *slot = !strcmp(opt, "--iters") ? &a->opts.iters : &a->opts.warmup;
-        if (parse_count(val, slot) != 0)
-            return dt_cli_usage("bench allreduce: %s '%s' is not a count >= 0", opt, val);
+        char note[64];
+        int64_t n;
+        if (!strcmp(opt, "--iters"))
+            snprintf(note, sizeof note, " (0: about %g s per size)", DT_BENCH_TARGET_S);
+        else
+            snprintf(note, sizeof note, " (0: the default, %d)", DT_BENCH_WARMUP);
+        int rc = dt_cli_opt_int("bench allreduce", opt, val, 0, MAX_COUNT, note, &n);
+        if (rc != 0) return rc;
+        *slot = (int)n;
     } else if (!strcmp(opt, "--mode")) {
         if (strcmp(val, "blocking") != 0 && strcmp(val, "ring") != 0 && strcmp(val, "library") != 0)
             return dt_cli_usage("bench allreduce: --mode '%s' is not blocking, ring or library",
@@ -106,9 +112,11 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
     return 0;
 }
 
+/* 0, -1 after printing the usage (-h, --help), or 64 after a message. */
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
     for (int i = 2; i < argc; i++) {
+        if (dt_cli_is_help(argv[i])) return fputs(bench_usage, stdout), -1;
         if (strncmp(argv[i], "--", 2) != 0)
             return dt_cli_usage("bench allreduce: unexpected argument '%s'", argv[i]);
         if (i + 1 >= argc) return dt_cli_usage("bench allreduce: %s needs a value", argv[i]);
@@ -184,14 +192,20 @@ static dt_status check_size(dt_comm_t *ctl, const struct dt_bench_allreduce_opts
 }
 
 /* Runs the benchmark on an initialised MPI; returns the exit code. */
-static int run(const struct bench_args *a)
+static int run(const struct bench_args *a, int *argc, char ***argv)
 {
     dt_comm_t *ctl = NULL, *c = NULL;
     dt_backend_t *be = NULL;
-    dt_status st = dt_comm_create("mpi", &ctl);
-    if (st != DT_OK) return dt_cli_fail(st);
-    int rank = dt_comm_rank(ctl), code = 0;
-    dt_log_set_rank(rank);
+    char command[256];
+    snprintf(command, sizeof command,
+             "'dtrain bench allreduce --backend %s --mode %s --min-bytes %zu --max-bytes %zu "
+             "--iters %d --warmup %d'",
+             a->backend, a->mode, a->opts.min_bytes, a->opts.max_bytes, a->opts.iters,
+             a->opts.warmup);
+    int code = dt_cli_ranks_start(argc, argv, command, NULL, &ctl);
+    if (code != 0) return code;
+    int rank = dt_comm_rank(ctl);
+    dt_status st = DT_OK;
     struct dt_bench_allreduce_opts opts = a->opts;
     struct dt_bench_device dev = {0};
     if (strcmp(a->backend, "mpi") == 0) {
@@ -223,25 +237,17 @@ static int run(const struct bench_args *a)
     }
     if (c != ctl) dt_comm_destroy(c);
     if (be) dt_backend_destroy(be);
-    dt_comm_destroy(ctl);
+    dt_cli_ranks_end(ctl);
     return code;
 }
 
 int dt_cmd_bench(int argc, char **argv)
 {
     struct bench_args a = {.backend = "mpi", .mode = "blocking"};
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
-        return fputs(bench_usage, stdout), 0;
+    if (argc >= 2 && dt_cli_is_help(argv[1])) return fputs(bench_usage, stdout), 0;
     if (argc < 2 || strcmp(argv[1], "allreduce") != 0)
         return dt_cli_usage("bench: say what to benchmark: 'dtrain bench allreduce'");
-    if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")))
-        return fputs(bench_usage, stdout), 0;
     int rc = parse_args(argc, argv, &a);
-    if (rc != 0) return rc;
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return dt_cli_fail(dt_set_error(DT_ERR_COMM, "MPI_Init_thread failed"));
-    rc = run(&a);
-    MPI_Finalize();
-    return rc;
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    return run(&a, &argc, &argv);
 }

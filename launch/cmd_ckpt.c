@@ -283,16 +283,44 @@ static int cmd_verify(const char *arg)
     return verify_one(arg, arg) ? 0 : EXIT_BAD;
 }
 
+static const char ckpt_usage[] =
+    "usage: dtrain ckpt list DIR | info PATH | verify PATH|DIR\n"
+    "  DIR is a run directory or its checkpoints/ subdirectory; 'dtrain ckpt list --help'\n"
+    "  and so on say more\n";
+
+static const struct {
+    const char *name;
+    int (*run)(const char *arg);
+    const char *usage;
+} subcommands[] = {
+    {"list", cmd_list,
+     "usage: dtrain ckpt list DIR\n"
+     "Lists the checkpoints of a run (DIR: the run directory or its checkpoints/\n"
+     "subdirectory), newest first, each verified in full (every tensor against its\n"
+     "checksum): name, step, epoch, samples, world size, time written, size and status\n"
+     "(ok, or BAD with the reason); the one 'latest' names is marked.\n"},
+    {"info", cmd_info,
+     "usage: dtrain ckpt info PATH\n"
+     "Verifies one checkpoint and prints its position (step, epoch, samples), seed, world\n"
+     "size, loss scale, optimizer, version, tensors and the job that wrote it. PATH is a\n"
+     "checkpoint file, or a run directory for the checkpoint 'latest' names (else the\n"
+     "newest). Exit 65 when it is damaged.\n"},
+    {"verify", cmd_verify,
+     "usage: dtrain ckpt verify PATH|DIR\n"
+     "Verifies a checkpoint file, or every checkpoint of a run directory and the 'latest'\n"
+     "pointer, each tensor against its checksum; one line per file. Exit 0 when\n"
+     "everything looked at is good, 65 when anything is bad.\n"},
+};
+
 int dt_cmd_ckpt(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: dtrain ckpt list DIR | info PATH | verify PATH|DIR\n"
-               "  DIR is a run directory or its checkpoints/ subdirectory\n");
-        return 0;
+    if (argc == 2 && dt_cli_is_help(argv[1])) return fputs(ckpt_usage, stdout), 0;
+    for (size_t i = 0; argc >= 2 && i < sizeof subcommands / sizeof subcommands[0]; i++) {
+        if (strcmp(argv[1], subcommands[i].name) != 0) continue;
+        for (int k = 2; k < argc; k++)
+            if (dt_cli_is_help(argv[k])) return fputs(subcommands[i].usage, stdout), 0;
+        if (argc != 3) return dt_cli_usage("%s", usage_line);
+        return subcommands[i].run(argv[2]);
     }
-    if (argc != 3) return dt_cli_usage("%s", usage_line);
-    if (!strcmp(argv[1], "list")) return cmd_list(argv[2]);
-    if (!strcmp(argv[1], "info")) return cmd_info(argv[2]);
-    if (!strcmp(argv[1], "verify")) return cmd_verify(argv[2]);
     return dt_cli_usage("%s", usage_line);
 }

@@ -324,8 +324,32 @@ static int info(int n, char **files)
     return 0;
 }
 
+static const char data_usage[] =
+    "usage: dtrain data import FORMAT ... -o OUT.h5 [--force]\n"
+    "       dtrain data info FILE.h5 | 'GLOB' | FILE...\n"
+    "  import  converts files into a dtrain dataset (formats idx, npy, csv, text, tokens;\n"
+    "          'dtrain data import --help' shows each)\n"
+    "  info    shows a dataset ('dtrain data info --help')\n";
+
+static const char info_usage[] =
+    "usage: dtrain data info FILE.h5 | 'GLOB' | FILE...\n"
+    "Shows a dataset's files, format version, classes and normalisation, and per split\n"
+    "its samples, shapes, dtypes and size. A quoted glob pattern or several files are one\n"
+    "dataset that spans them, shown as a whole and file by file.\n";
+
+/* Any of args is -h or --help. */
+static int asks_help(int n, char **args)
+{
+    for (int i = 0; i < n; i++)
+        if (dt_cli_is_help(args[i])) return 1;
+    return 0;
+}
+
 int dt_cmd_data(int argc, char **argv)
 {
+    if (argc == 2 && dt_cli_is_help(argv[1])) return fputs(data_usage, stdout), 0;
+    if (argc >= 3 && !strcmp(argv[1], "import") && asks_help(argc - 3, argv + 3))
+        return fputs(import_help, stdout), 0;
     if (argc >= 2 && !strcmp(argv[1], "import")) install_import_signals();
     if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "idx"))
         return import_idx(argc - 3, argv + 3);
@@ -350,13 +374,24 @@ int dt_cmd_data(int argc, char **argv)
         return dt_cli_usage("data import: unknown format '%s' (this version imports: idx, npy, "
                             "csv, text, tokens; see 'dtrain data import --help')",
                             argv[2]);
+    if (argc >= 2 && !strcmp(argv[1], "info") && asks_help(argc - 2, argv + 2))
+        return fputs(info_usage, stdout), 0;
     if (argc >= 3 && !strcmp(argv[1], "info"))
         return info(argc - 2, argv + 2);
     return dt_cli_usage("data: expected 'import idx|npy|csv|text|tokens ...' or 'info FILE...'");
 }
 
+static const char config_usage[] =
+    "usage: dtrain config reference | layers | defaults\n"
+    "  reference  print the job-file reference as Markdown: every key, its type, default,\n"
+    "             allowed values and meaning, and the rules between keys (docs/config.md)\n"
+    "  layers     print the layer reference: every layer kind of model.layers and its\n"
+    "             settings (docs/layers.md)\n"
+    "  defaults   print the default job as YAML (a job file)\n";
+
 int dt_cmd_config(int argc, char **argv)
 {
+    if (asks_help(argc - 1, argv + 1)) return fputs(config_usage, stdout), 0;
     if (argc == 2 && !strcmp(argv[1], "layers")) {
         dt_layer_write_reference(stdout);
         return 0;

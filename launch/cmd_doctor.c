@@ -12,7 +12,6 @@
  * a problem, each printed on one line with its cause and fix; 64 a bad
  * command line or job; 70 when the doctor itself could not finish.
  */
-#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,10 +42,13 @@ struct doctor_args {
     const char *dir;
 };
 
+/* 0, -1 after printing the usage (-h, --help), or 64 after a message. */
 static int parse_args(int argc, char **argv, struct doctor_args *a)
 {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--set")) {
+        if (dt_cli_is_help(argv[i])) {
+            return fputs(doctor_usage, stdout), -1;
+        } else if (!strcmp(argv[i], "--set")) {
             if (++i >= argc)
                 return dt_cli_usage("doctor: --set needs key=value");
         } else if (!strncmp(argv[i], "--set=", 6)) {
@@ -96,14 +98,18 @@ static int load_job(int argc, char **argv, const struct doctor_args *a, struct d
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
-static int run(const struct dt_job *job, const struct doctor_args *a, int has_job)
+/* On MPI's ranks (started here): the checks; the exit code. */
+static int run(const struct dt_job *job, const struct doctor_args *a, int has_job, int *argc,
+               char ***argv)
 {
+    char command[DT_JOB_PATH + 64];
     dt_comm_t *c = NULL;
-    dt_status st = dt_comm_create("mpi", &c);
-    if (st != DT_OK)
-        return dt_cli_fail(st);
+    snprintf(command, sizeof command, "'dtrain doctor%s%s'", a->dir ? " --dir " : "",
+             a->dir ? a->dir : "");
+    int rc = dt_cli_ranks_start(argc, argv, command, job, &c);
+    if (rc != 0) return rc;
     int rank = dt_comm_rank(c), problems = 0;
-    dt_log_set_rank(rank);
+    dt_status st;
     struct dt_doctor_opts o = {.threads = (long)job->runtime.threads};
     if (a->dir) {
         o.dir = a->dir;
@@ -123,7 +129,7 @@ static int run(const struct dt_job *job, const struct doctor_args *a, int has_jo
                 dt_last_error());
         dt_comm_abort(c, 70);
     }
-    dt_comm_destroy(c);
+    dt_cli_ranks_end(c);
     return problems ? EXIT_PROBLEMS : 0;
 }
 
@@ -131,23 +137,15 @@ int dt_cmd_doctor(int argc, char **argv)
 {
     static struct dt_job job;
     struct doctor_args a = {0};
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
-        return fputs(doctor_usage, stdout), 0;
     int rc = parse_args(argc, argv, &a);
     if (rc == 0)
         rc = load_job(argc, argv, &a, &job);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc < 0 ? 0 : rc;
     int has_job = a.job_path != NULL;
     for (int i = 1; i < argc && !has_job; i++)
         has_job = !strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6);
     dt_status st = dt_fault_init();
     if (st != DT_OK)
         return dt_cli_fail(st);
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return dt_cli_fail(dt_set_error(DT_ERR_COMM, "MPI_Init_thread failed"));
-    rc = run(&job, &a, has_job);
-    MPI_Finalize();
-    return rc;
+    return run(&job, &a, has_job, &argc, &argv);
 }

@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,18 +117,14 @@ static int run_trial(int argc, char **argv)
     int rc = load_job(argv[3], sets, nsets, &job);
     if (rc != 0)
         return rc;
-    if (getenv("DTRAIN_LOG") == NULL)
-        dt_log_set_level(DT_LOG_LEVEL_WARN);
-    int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return fprintf(stderr, "dtrain: MPI could not start\n"), 70;
+    if (getenv("DTRAIN_LOG") == NULL) dt_log_set_level(DT_LOG_LEVEL_WARN);
     dt_comm_t *comm = NULL;
     struct dt_backend_mem mem = {0};
     struct dt_train_result res;
     struct dt_train_opts opts = {.resume = "never", .fixed_micro_batch = 1, .mem = &mem};
-    dt_status st = dt_comm_create("mpi", &comm);
-    if (st == DT_OK)
-        st = dt_train_run(&job, comm, &opts, &res);
+    rc = dt_cli_ranks_start(&argc, &argv, "'dtrain find-batch --trial'", &job, &comm);
+    if (rc != 0) return rc;
+    dt_status st = dt_train_run(&job, comm, &opts, &res);
     FILE *f = fopen(argv[2], "w");
     if (f) {
         fprintf(f, "%d %d %llu %llu %llu\n%s\n", (int)st, mem.device, (unsigned long long)mem.used,
@@ -137,8 +132,7 @@ static int run_trial(int argc, char **argv)
                 st == DT_OK ? "" : dt_last_error());
         fclose(f);
     }
-    dt_comm_destroy(comm);
-    MPI_Finalize();
+    dt_cli_ranks_end(comm);
     return dt_status_exit_code(st);
 }
 
@@ -158,18 +152,6 @@ static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PM
 static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
 static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
                                          "SLURM_NTASKS_PER_NODE", NULL};
-
-static int parse_int_arg(const char *opt, const char *v, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < 1)
-        return dt_cli_usage("find-batch: %s needs a whole number of at least 1 (got '%s')", opt,
-                            v ? v : "");
-    *out = x;
-    return 0;
-}
 
 static const char findbatch_usage[] =
     "usage: dtrain find-batch JOB.yaml [--set key=value ...] [-n RANKS] [--margin F] [--max MICRO]\n"
@@ -204,17 +186,17 @@ static int parse_args(int argc, char **argv, struct search *s)
                 return dt_cli_usage("find-batch: more than %d --set options", FB_MAX_SETS);
             s->sets[s->nsets++] = v;
             i++;
+        } else if ((!strcmp(a, "-n") || !strcmp(a, "--ranks") || !strcmp(a, "--max") ||
+                    !strcmp(a, "--margin")) &&
+                   !v) {
+            return dt_cli_usage("find-batch: %s needs a value", a);
         } else if (!strcmp(a, "-n") || !strcmp(a, "--ranks")) {
-            rc = parse_int_arg(a, v, &s->ranks), i++;
+            /* a rank gets at least one row of the global batch */
+            rc = dt_cli_opt_int("find-batch", a, v, 1, DT_JOB_MAX_BATCH, NULL, &s->ranks), i++;
         } else if (!strcmp(a, "--max")) {
-            rc = parse_int_arg(a, v, &s->max), i++;
+            rc = dt_cli_opt_int("find-batch", a, v, 1, DT_JOB_MAX_BATCH, NULL, &s->max), i++;
         } else if (!strcmp(a, "--margin")) {
-            char *end;
-            s->margin = v ? strtod(v, &end) : -1;
-            if (!v || !*v || *end || !(s->margin >= 0 && s->margin < 1))
-                return dt_cli_usage("find-batch: --margin needs a fraction from 0 to below 1, "
-                                    "e.g. 0.1 for 10%% (got '%s')",
-                                    v ? v : "");
+            rc = dt_cli_opt_real("find-batch", a, v, 0, 1, 1, " (0.1 keeps 10% free)", &s->margin);
             i++;
         } else if (a[0] == '-')
             return dt_cli_usage("find-batch: unknown option '%s'", a);
@@ -517,6 +499,8 @@ int dt_cmd_findbatch(int argc, char **argv)
         return fprintf(stderr, "dtrain: find-batch: cannot find this program (/proc/self/exe)\n"),
                70;
     s.self[k] = '\0';
+    if ((rc = dt_cli_check_env()) != 0) /* before the folder: what the trials would meet */
+        return rc;
     const char *tmpdir = getenv("TMPDIR");
     snprintf(s.tmp, sizeof s.tmp, "%s/dtrain-find-batch.XXXXXX",
              tmpdir && *tmpdir ? tmpdir : "/tmp");

@@ -9,9 +9,9 @@
  * and evaluation runs on a communicator, and refuses to run as several
  * ranks rather than have them all print the same text.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,39 +44,14 @@ static const char generate_usage[] =
     "  --seed S            the draws' seed (default 0): the same seed, the same text\n"
     "  --set key=value     override a job setting (as for train)\n";
 
-static int parse_i64(const char *opt, const char *v, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !v[0] || *end || errno || x < 0)
-        return dt_cli_usage("generate: %s needs a whole number of at least 0, not '%s'", opt,
-                            v ? v : "");
-    *out = x;
-    return 0;
-}
-
 static int parse_seed(const char *v, uint64_t *out)
 {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-    if (!v || !v[0] || v[0] == '-' || *end || errno)
-        return dt_cli_usage("generate: --seed needs a whole number from 0 to 2^64-1, not '%s'",
-                            v ? v : "");
-    *out = x;
-    return 0;
-}
-
-static int parse_temperature(const char *v, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !v[0] || *end || errno || !isfinite(x) || x < 0)
-        return dt_cli_usage("generate: --temperature needs a number of at least 0 (0: always "
-                            "the most likely token), not '%s'",
-                            v ? v : "");
+    unsigned long long x = isdigit((unsigned char)v[0]) ? strtoull(v, &end, 10) : 0;
+    if (!end || *end || errno == ERANGE)
+        return dt_cli_usage("generate: --seed needs a whole number from 0 to %llu, not '%s'",
+                            (unsigned long long)UINT64_MAX, v);
     *out = x;
     return 0;
 }
@@ -113,21 +88,20 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
         else if ((v = opt_value(argc, argv, &i, "--prompt", &missing))) {
             o->prompt = v;
             have_prompt = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing))) {
-            rc = parse_i64("--tokens", v, &o->tokens);
-            if (rc == 0 && o->tokens > MAX_TOKENS)
-                rc = dt_cli_usage("generate: --tokens %lld is more than dtrain generates in one "
-                                  "run (%d)",
-                                  (long long)o->tokens, MAX_TOKENS);
-        } else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
-            rc = parse_i64("--top-k", v, &o->top_k);
+        } else if ((v = opt_value(argc, argv, &i, "--tokens", &missing)))
+            rc = dt_cli_opt_int("generate", "--tokens", v, 0, MAX_TOKENS,
+                                " (the most one run generates)", &o->tokens);
+        else if ((v = opt_value(argc, argv, &i, "--top-k", &missing)))
+            rc = dt_cli_opt_int("generate", "--top-k", v, 0, INT64_MAX, " (0: all tokens)",
+                                &o->top_k);
         else if ((v = opt_value(argc, argv, &i, "--temperature", &missing)))
-            rc = parse_temperature(v, &o->temperature);
+            rc = dt_cli_opt_real("generate", "--temperature", v, 0, INFINITY, 0,
+                                 " (0: always the most likely token)", &o->temperature);
         else if ((v = opt_value(argc, argv, &i, "--seed", &missing)))
             rc = parse_seed(v, &o->seed);
         else if (missing)
             rc = dt_cli_usage("generate: %s needs a value", argv[i]);
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+        else if (dt_cli_is_help(argv[i]))
             return fputs(generate_usage, stdout), -1;
         else if (!strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6)) {
             rest[(*nrest)++] = argv[i];
@@ -149,37 +123,31 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
     return 0;
 }
 
+/* Each token's bytes as they come; a failed write stops the generation
+ * (main's exit path reports it, with its cause). */
 static dt_status emit_stdout(void *ctx, const char *bytes, size_t n)
 {
     (void)ctx;
     if (fwrite(bytes, 1, n, stdout) != n || fflush(stdout) != 0)
-        return dt_set_error(DT_ERR_IO, "generate: cannot write the text to standard output: %s",
-                            strerror(errno));
+        return dt_set_error(DT_ERR_IO, "generate: cannot write the text to standard output");
     return DT_OK;
 }
 
 static int run_one_rank(const struct dt_job *job, const struct dt_generate_opts *o, int *argc,
                         char ***argv)
 {
-    int provided = 0, rc;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "dtrain: MPI could not start\n");
-        return 70;
-    }
+    char command[DT_JOB_PATH + 64];
     dt_comm_t *comm = NULL;
-    dt_status st = dt_comm_create("mpi", &comm);
-    if (st == DT_OK) {
-        dt_log_set_rank(dt_comm_rank(comm));
-        st = dt_generate_run(job, comm, o);
-    }
+    snprintf(command, sizeof command, "'dtrain generate --checkpoint %s'", o->checkpoint);
+    int rc = dt_cli_ranks_start(argc, argv, command, job, &comm);
+    if (rc != 0) return rc;
+    dt_status st = dt_generate_run(job, comm, o);
     rc = dt_status_exit_code(st);
     /* several ranks all refuse the same way; one of them says so */
-    if (st != DT_OK && (!comm || dt_comm_rank(comm) == 0))
-        dt_cli_fail(st);
+    if (st != DT_OK && dt_comm_rank(comm) == 0 && !dt_cli_output_failed()) dt_cli_fail(st);
     if (st == DT_OK && isatty(STDOUT_FILENO))
         putchar('\n');
-    dt_comm_destroy(comm);
-    MPI_Finalize();
+    dt_cli_ranks_end(comm);
     return rc;
 }
 
@@ -189,8 +157,7 @@ int dt_cmd_generate(int argc, char **argv)
     struct dt_generate_opts o = {
         .tokens = DEFAULT_TOKENS, .temperature = DEFAULT_TEMPERATURE, .emit = emit_stdout};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int nrest = 1, print_only;
-    const char *resume;
+    int nrest = 1;
     if (!rest)
         return dt_cli_fail(dt_set_error(DT_ERR_NOMEM, "out of memory reading the command line"));
     rest[0] = argv[0];
@@ -199,11 +166,9 @@ int dt_cmd_generate(int argc, char **argv)
         free(rest);
         return 0;
     }
-    if (rc == 0)
-        rc = dt_cli_parse_job("generate", nrest, rest, &job, &print_only, &resume);
+    if (rc == 0) rc = dt_cli_parse_job("generate", generate_usage, nrest, rest, &job, NULL, NULL);
     free(rest);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc < 0 ? 0 : rc;
     /* stdout is the text alone; the job's log level only applies through
      * DTRAIN_LOG, so the model's description does not precede the text */
     dt_log_set_stderr_only(1);

@@ -79,26 +79,20 @@ static int take_opt(int argc, char **argv, int *i, const char *name, const char 
     return 1;
 }
 
+#define MAX_COUNT 1000000         /* ranks, restarts */
+#define MAX_SECONDS (7 * 86400.0) /* a back-off: a week */
+
 static int parse_count(const char *opt, const char *v, int min, int *out)
 {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < min || x > 1000000)
-        return dt_cli_usage("launch: %s wants a whole number >= %d, not '%s'", opt, min, v);
-    *out = (int)x;
-    return 0;
+    int64_t x;
+    int rc = dt_cli_opt_int("launch", opt, v, min, MAX_COUNT, NULL, &x);
+    if (rc == 0) *out = (int)x;
+    return rc;
 }
 
 static int parse_seconds(const char *opt, const char *v, double *out)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x) || x < 0)
-        return dt_cli_usage("launch: %s wants seconds >= 0 (e.g. 1 or 0.5), not '%s'", opt, v);
-    *out = x;
-    return 0;
+    return dt_cli_opt_real("launch", opt, v, 0, MAX_SECONDS, 0, " seconds (e.g. 1 or 0.5)", out);
 }
 
 static int parse_launcher(const char *v, enum dt_launcher *out)
@@ -238,6 +232,8 @@ int dt_cmd_launch(int argc, char **argv)
     char **largs = calloc((size_t)argc + 1, sizeof *largs);
     if (!largs) return fprintf(stderr, "dtrain: launch: out of memory\n"), 70;
     int rc = parse_args(argc, argv, &o, largs);
+    /* what would fail every attempt, before mpirun or srun creates anything */
+    if (rc == 0) rc = dt_cli_check_env();
     if (rc == 0 && (rc = find_exec(exe, sizeof exe)) == 0) {
         o.exec = exe;
         dt_status st = dt_launch_run(&o, &rc);

@@ -6,13 +6,13 @@
  * step boundary and exit 75; a second SIGINT exits at once.
  *
  * Loads the job, applies overrides in order, validates, then starts MPI
- * (one rank per process: `mpirun -np N dtrain train JOB`, or srun) and
- * runs the training on every rank. Errors the ranks agreed on are printed
+ * (one rank per process: `mpirun -np N dtrain train JOB`, or srun; see
+ * ranks.c for the checks before and the agreement after) and runs the
+ * training on every rank. Errors the ranks agreed on are printed
  * once, by rank 0; when the ranks fell out of step, the failing rank
  * prints its error and aborts the job so that no rank hangs.
  */
 #include <math.h>
-#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -46,26 +46,58 @@ static int print_expansion(const struct dt_job *job)
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
-int dt_cli_parse_job(const char *cmd, int argc, char **argv, struct dt_job *job, int *print_only,
-                     const char **resume)
+static const char train_usage[] =
+    "usage: dtrain train JOB.yaml [--set key=value ...] [--resume auto|never|PATH]\n"
+    "                    [--print-config]\n"
+    "\n"
+    "Trains the model the job file describes and writes the run into its run directory\n"
+    "(output.dir): config.yaml, train.log, metrics.jsonl, tensorboard/, checkpoints/,\n"
+    "model.h5. One process, or N ranks: mpirun -np N dtrain train JOB.yaml (or srun).\n"
+    "\n"
+    "  --set key=value   override a job key after the file is read, in the order given\n"
+    "                    (lists as [256,128]); 'dtrain config reference' lists every key\n"
+    "  --resume auto     continue from the newest checkpoint of the run that verifies\n"
+    "                    (the default; a finished run is only evaluated)\n"
+    "  --resume never    start over from step 0\n"
+    "  --resume PATH     start from that checkpoint\n"
+    "  --print-config    print the resolved job (itself a job file) and the layer list\n"
+    "                    its model.type expands into, and exit\n"
+    "\n"
+    "SIGTERM, SIGUSR1 or SIGINT: checkpoint at the next step boundary and exit 75 (run\n"
+    "again to resume); a second SIGINT exits at once. Exit codes: 'dtrain --help'.\n";
+
+static const char eval_usage[] =
+    "usage: dtrain eval JOB.yaml --checkpoint PATH [--set key=value ...]\n"
+    "\n"
+    "Evaluates the parameters of a checkpoint of the job on its test split\n"
+    "(data.test_split) and prints the test loss and accuracy (for a language model the\n"
+    "loss, perplexity and next-token accuracy). Writes no files. One process, or N\n"
+    "ranks (mpirun -np N dtrain eval ...), which share the split.\n"
+    "\n"
+    "  --checkpoint PATH  the checkpoint to evaluate\n"
+    "  --set key=value    override a job key after the file is read (as for train)\n";
+
+int dt_cli_parse_job(const char *cmd, const char *usage, int argc, char **argv, struct dt_job *job,
+                     int *print_only, const char **resume)
 {
     const char *path = NULL;
     dt_status st;
-    *print_only = 0;
-    *resume = "auto";
+    if (print_only) *print_only = 0;
+    if (resume) *resume = "auto";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--print-config"))
+        if (dt_cli_is_help(argv[i])) return fputs(usage, stdout), -1;
+        if (print_only && !strcmp(argv[i], "--print-config"))
             *print_only = 1;
-        else if (!strcmp(argv[i], "--resume")) {
+        else if (resume && !strcmp(argv[i], "--resume")) {
             if (++i >= argc || !argv[i][0])
-                return dt_cli_usage("--resume needs auto, never or a checkpoint path");
+                return dt_cli_usage("%s: --resume needs auto, never or a checkpoint path", cmd);
             *resume = argv[i];
-        } else if (!strncmp(argv[i], "--resume=", 9) && argv[i][9])
+        } else if (resume && !strncmp(argv[i], "--resume=", 9) && argv[i][9])
             *resume = argv[i] + 9;
         else if (!strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6)) {
             /* applied after the file is loaded, below */
             if (!strcmp(argv[i], "--set") && ++i >= argc)
-                return dt_cli_usage("--set needs key=value");
+                return dt_cli_usage("%s: --set needs key=value", cmd);
         } else if (argv[i][0] == '-')
             return dt_cli_usage("%s: unknown option '%s'", cmd, argv[i]);
         else if (path)
@@ -122,22 +154,20 @@ static void install_signals(void)
 static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
                      const char *checkpoint, int *argc, char ***argv)
 {
-    int provided = 0, rc;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "dtrain: MPI could not start\n");
-        return 70;
-    }
+    /* what every rank must run alike: the command and the options that
+     * change it (the job is compared too) */
+    char command[DT_JOB_PATH + 64];
+    if (checkpoint)
+        snprintf(command, sizeof command, "'dtrain eval --checkpoint %s'", checkpoint);
+    else
+        snprintf(command, sizeof command, "'dtrain train --resume %s'", opts->resume);
     /* MPI carries start-up and the per-step control traffic; the gradient
      * communicator (comm.backend) is opened once the device is known. */
     dt_comm_t *comm = NULL;
-    dt_status st = dt_comm_create("mpi", &comm);
-    if (st != DT_OK) {
-        rc = dt_cli_fail(st);
-        MPI_Abort(MPI_COMM_WORLD, rc);
-        return rc;
-    }
+    int rc = dt_cli_ranks_start(argc, argv, command, job, &comm);
+    if (rc != 0) return rc;
     int rank = dt_comm_rank(comm);
-    dt_log_set_rank(rank);
+    dt_status st;
     if (opts && opts->stop_flag)
         install_signals(); /* after MPI_Init, which may install handlers of its own */
     struct dt_train_result res;
@@ -163,8 +193,7 @@ static int run_ranks(const struct dt_job *job, const struct dt_train_opts *opts,
     else if (st == DT_OK && checkpoint && rank == 0)
         printf("test loss %.6f, test accuracy %.4f (checkpoint %s, step %lld)\n", res.test_loss,
                res.test_acc, checkpoint, (long long)res.steps);
-    dt_comm_destroy(comm);
-    MPI_Finalize();
+    dt_cli_ranks_end(comm);
     return rc;
 }
 
@@ -179,9 +208,8 @@ int dt_cmd_train(int argc, char **argv)
     static struct dt_job job;
     int print_only;
     const char *resume;
-    int rc = dt_cli_parse_job("train", argc, argv, &job, &print_only, &resume);
-    if (rc != 0)
-        return rc;
+    int rc = dt_cli_parse_job("train", train_usage, argc, argv, &job, &print_only, &resume);
+    if (rc != 0) return rc < 0 ? 0 : rc;
     if (print_only) {
         dt_job_write_yaml(&job, stdout);
         return print_expansion(&job);
@@ -197,19 +225,28 @@ int dt_cmd_eval(int argc, char **argv)
     static struct dt_job job;
     const char *ckpt = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int nrest = 0, print_only;
-    const char *resume;
+    int nrest = 0, rc = 0;
     if (!rest)
-        return 71;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc)
+        return dt_cli_fail(dt_set_error(DT_ERR_NOMEM, "out of memory reading the command line"));
+    for (int i = 0; i < argc && rc == 0; i++) {
+        if (i > 0 && dt_cli_is_help(argv[i]))
+            rc = -1;
+        else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc && argv[i + 1][0])
             ckpt = argv[++i];
-        else
+        else if (!strncmp(argv[i], "--checkpoint=", 13) && argv[i][13])
+            ckpt = argv[i] + 13;
+        else if (!strcmp(argv[i], "--checkpoint") || !strcmp(argv[i], "--checkpoint="))
+            rc = dt_cli_usage("eval: --checkpoint needs the path of a checkpoint");
+        else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            rest[nrest++] = argv[i++];
+            rest[nrest++] = argv[i];
+        } else
             rest[nrest++] = argv[i];
     }
-    int rc = ckpt ? dt_cli_parse_job("eval", nrest, rest, &job, &print_only, &resume)
-                  : dt_cli_usage("eval: --checkpoint PATH is required");
+    if (rc == 0 && !ckpt) rc = dt_cli_usage("eval: --checkpoint PATH is required");
+    if (rc == 0) rc = dt_cli_parse_job("eval", eval_usage, nrest, rest, &job, NULL, NULL);
     free(rest);
+    if (rc < 0) return fputs(eval_usage, stdout), 0;
     if (rc != 0)
         return rc;
     apply_log_level(&job);

@@ -1,6 +1,9 @@
 /*
  * main.c - the dtrain command line: dispatches subcommands and maps
- * failures to one message and a sysexits exit code.
+ * failures to one message and a sysexits exit code. Every command returns
+ * through dt_cli_ranks_join (ranks.c: a rank that did not start MPI still
+ * meets its peers' start-up agreement) and dt_cli_output_end (output.c,
+ * which checks what it printed).
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -61,6 +64,8 @@ static const char usage_text[] =
     "  config defaults      print the default job as YAML\n"
     "  version              print the version, the backends built in and the GPU found\n"
     "\n"
+    "Every command and subcommand prints its own usage with -h or --help (or: dtrain help\n"
+    "COMMAND ...).\n"
     "Logging: DTRAIN_LOG=error|warn|info|debug. Exit codes follow sysexits: 0 done,\n"
     "64 usage or job error, 65 bad data, 66 missing input, 74 I/O error, 70 internal,\n"
     "75 stopped or restartable failure (run again to resume from the last checkpoint),\n"
@@ -84,46 +89,70 @@ int dt_cli_usage(const char *fmt, ...)
     return 64;
 }
 
+static const char version_usage[] =
+    "usage: dtrain version\n"
+    "Prints dtrain's version, the compute backends built in, and the GPU found (or why\n"
+    "none is usable).\n";
 
-int main(int argc, char **argv)
+static int cmd_version(int argc, char **argv)
 {
-    /* A write past a file-size limit fails with EFBIG and is reported as an
-     * I/O error naming the file, instead of killing the process. */
-    signal(SIGXFSZ, SIG_IGN);
+    if (argc >= 2 && dt_cli_is_help(argv[1])) return fputs(version_usage, stdout), 0;
+    if (argc >= 2) return dt_cli_usage("version: unexpected argument '%s'", argv[1]);
+    char why[512];
+    int gpu = dt_cuda_usable(why, sizeof why);
+    printf("dtrain %s (backends: %s)\ngpu: %s%s\n", DT_VERSION, dt_backend_list(),
+           gpu ? "" : "none; ", why);
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} commands[] = {
+    {"train", dt_cmd_train},          {"eval", dt_cmd_eval},    {"generate", dt_cmd_generate},
+    {"launch", dt_cmd_launch},        {"ckpt", dt_cmd_ckpt},    {"data", dt_cmd_data},
+    {"find-batch", dt_cmd_findbatch}, {"bench", dt_cmd_bench},  {"doctor", dt_cmd_doctor},
+    {"config", dt_cmd_config},        {"version", cmd_version}, {"--version", cmd_version},
+};
+
+/* `dtrain help CMD [SUB]` is `dtrain CMD [SUB] --help`. */
+static int run_help(int argc, char **argv);
+
+static int run_command(int argc, char **argv)
+{
     if (dt_log_init_from_env() != 0)
         return dt_cli_usage("DTRAIN_LOG='%s' is not a log level (error, warn, info, debug)",
                             getenv("DTRAIN_LOG"));
     if (argc < 2)
         return fprintf(stderr, "%s", usage_text), 64;
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help"))
-        return fputs(usage_text, stdout), 0;
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        char why[512];
-        int gpu = dt_cuda_usable(why, sizeof why);
-        printf("dtrain %s (backends: %s)\ngpu: %s%s\n", DT_VERSION, dt_backend_list(),
-               gpu ? "" : "none; ", why);
-        return 0;
-    }
-    if (!strcmp(cmd, "train"))
-        return dt_cmd_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "data"))
-        return dt_cmd_data(argc - 1, argv + 1);
-    if (!strcmp(cmd, "config"))
-        return dt_cmd_config(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench"))
-        return dt_cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "eval"))
-        return dt_cmd_eval(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate"))
-        return dt_cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "ckpt"))
-        return dt_cmd_ckpt(argc - 1, argv + 1);
-    if (!strcmp(cmd, "find-batch"))
-        return dt_cmd_findbatch(argc - 1, argv + 1);
-    if (!strcmp(cmd, "launch"))
-        return dt_cmd_launch(argc - 1, argv + 1);
-    if (!strcmp(cmd, "doctor"))
-        return dt_cmd_doctor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") && argc > 2) return run_help(argc, argv);
+    if (dt_cli_is_help(cmd) || !strcmp(cmd, "help")) return fputs(usage_text, stdout), 0;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     return dt_cli_usage("unknown command '%s'", cmd);
+}
+
+static int run_help(int argc, char **argv)
+{
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args)
+        return dt_cli_fail(dt_set_error(DT_ERR_NOMEM, "out of memory reading the command line"));
+    args[0] = argv[0];
+    for (int i = 2; i < argc; i++)
+        args[i - 1] = argv[i];
+    args[argc - 1] = (char *)"--help";
+    int rc = run_command(argc, args);
+    free(args);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* A write past a file-size limit fails with EFBIG and is reported as an
+     * I/O error naming the file, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
+    dt_cli_output_begin();
+    int rc = dt_cli_ranks_join(argc, argv, run_command(argc, argv));
+    return dt_cli_output_end(rc);
 }

@@ -13,6 +13,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@
 #define GOT_MAX 60   /* bytes of a bad value quoted back in a message */
 #define MSG_MAX 1536 /* one error message before its location */
 #define LIST_MAX 256 /* entries of the largest int list field */
-#define WHY_MAX 64   /* " (out of range)" and the like */
+#define WHY_MAX 160  /* " (beyond a 64-bit integer)" and the like */
 /* Bounds checked before libyaml sees a text: its parser is quadratic in
  * nesting depth (200,000 nested brackets take minutes), and a job is a few
  * KiB nested a few levels. */
@@ -126,7 +127,7 @@ static int parse_int(const char *s, size_t n, int64_t *out, char *why)
     if (end != s + n)
         return 0;
     if (errno == ERANGE) {
-        snprintf(why, WHY_MAX, " (out of range)");
+        snprintf(why, WHY_MAX, " (beyond a 64-bit integer)");
         return 0;
     }
     *out = v;
@@ -142,10 +143,15 @@ static int parse_float(const char *s, size_t n, double *out, char *why)
     double v = strtod(s, &end);
     if (end != s + n)
         return 0;
-    if ((errno == ERANGE && fabs(v) > 1) || !isfinite(v)) { /* overflow; underflow is fine */
-        snprintf(why, WHY_MAX, " (out of range)");
+    if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1)) {
+        snprintf(why, WHY_MAX,
+                 errno == ERANGE ? " (beyond the largest double, %.2g)" : " (not a finite number)",
+                 DBL_MAX);
         return 0;
     }
+    /* underflow reads as the nearest double; said in case a range then refuses it */
+    if (errno == ERANGE && v == 0)
+        snprintf(why, WHY_MAX, " (below the smallest double, %.2g: it reads as 0)", DBL_TRUE_MIN);
     *out = v;
     return 1;
 }
@@ -203,8 +209,12 @@ static int store_scalar(struct dt_job *job, const struct dt_cfg_key *k, const ch
     int b;
     switch (k->type) {
     case DT_CFG_INT:
-        if (!parse_int(s, n, &i, why) || !in_range(k, (double)i))
+        if (!parse_int(s, n, &i, why)) return 0;
+        if (!in_range(k, (double)i)) {
+            if (k->bound_why && (k->range & DT_CFG_HI) && (double)i >= k->hi)
+                snprintf(why, WHY_MAX, " (%s)", k->bound_why);
             return 0;
+        }
         memcpy(field, &i, sizeof i);
         return 1;
     case DT_CFG_FLOAT:
@@ -562,8 +572,12 @@ static dt_status apply_document(const struct ctx *c)
 {
     char kids[256], got[GOT_MAX + 16];
     const yaml_node_t *root = yaml_document_get_root_node(c->doc);
-    if (is_null(root))
-        return DT_OK; /* empty file: all defaults */
+    if (is_null(root)) /* an empty file, or one whose job was lost: never a silent default job */
+        return dt_set_error(DT_ERR_USAGE,
+                            "job file %s is empty (no keys: only blanks, comments or a null "
+                            "document): write the keys that differ from the defaults ('dtrain "
+                            "config defaults' prints them all), or {} for a job of defaults alone",
+                            c->file);
     if (root->type == YAML_MAPPING_NODE)
         return walk_mapping(c, root, "");
     dt_cfg_children("", kids, sizeof kids);

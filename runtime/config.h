@@ -37,6 +37,22 @@
 #define DT_JOB_MAX_THREADS 4096
 #define DT_JOB_MAX_COUNT 1000000 /* retries, rollbacks, checkpoints kept */
 
+/* The layers a model's graph holds once model.type's family and every
+ * residual block are expanded (runtime/model_expand.c, runtime/model.c).
+ * The families' own counts are bounded here so that every job the schema
+ * accepts fits, and a message can say the limit in the key the user set:
+ *   gpt:    wte, wpe, ln_f, head, loss, and drop with model.dropout > 0;
+ *           per transformer block 10 layers, 12 with dropout
+ *   resnet: the stem's 3, pool, fc, loss; per residual block 7 layers,
+ *           the first block of each stage after the first 2 more (its
+ *           projection shortcut)
+ *   mlp, cnn: at most 3 per hidden layer and 4 per stage: always fit. */
+#define DT_JOB_MAX_GRAPH 512
+#define DT_JOB_GPT_LAYERS(blocks, drop) (5 + (drop) + (blocks) * (10 + 2 * (drop)))
+#define DT_JOB_MAX_GPT_BLOCKS 50         /* the most that fit, without dropout */
+#define DT_JOB_MAX_GPT_BLOCKS_DROPOUT 42 /* and with it */
+#define DT_JOB_RESNET_LAYERS(blocks, stages) (6 + 7 * (blocks) + 2 * ((stages)-1))
+
 /* One entry of model.layers, as written: the layer kinds (runtime/layers/)
  * check the settings when the model is built. */
 struct dt_layer_spec {
@@ -154,7 +170,9 @@ struct dt_job {
 /* Fills job with every default. */
 void dt_job_defaults(struct dt_job *job);
 
-/* Defaults, then the YAML file at path on top. */
+/* Defaults, then the YAML file at path on top. A file without keys
+ * (empty, blanks, comments, a null document) is DT_ERR_USAGE; `{}` is the
+ * job of defaults. */
 dt_status dt_job_load(const char *path, struct dt_job *job);
 
 /* Defaults, then the YAML job in `text` (as written by dt_job_write_yaml,

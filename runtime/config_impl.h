@@ -45,6 +45,7 @@ struct dt_cfg_key {
     const char *def;            /* default, as a user would write it */
     unsigned range;             /* DT_CFG_* flags */
     double lo, hi;
+    const char *bound_why;      /* or NULL: why the range ends at hi, said for a value above */
     const char *const *choices; /* enums: NULL-terminated */
     const char *doc;            /* one line for the reference page */
 };

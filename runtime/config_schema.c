@@ -76,7 +76,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         .count_offset = offsetof(struct dt_job, model.nchannels), .min_count = 1),
     ROW("model.blocks", L, model.blocks, "[2, 2]",
         "resnet: residual blocks per stage (one entry per model.channels entry); every stage "
-        "after the first halves the image with its first block", FROM_TO(1, 64),
+        "after the first halves the image with its first block. In all at most 72 in one or "
+        "two stages, fewer with more stages (each block is 7 layers of the model's graph, "
+        "each stage after the first 2 more, and a graph holds 512)",
+        FROM_TO(1, 64),
         .count_offset = offsetof(struct dt_job, model.nblocks), .min_count = 1),
     ROW("model.activation", E, model.activation, "relu",
         "activation after each hidden layer", ONE_OF(activations)),
@@ -88,7 +91,11 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "batch norm computes its training statistics over the whole global micro-batch (every "
         "rank) instead of each rank's part: results then do not depend on how the batch is "
         "split, at the cost of two small all-reduces per batch-norm layer and step", ANY),
-    ROW("model.n_layer", I, model.n_layer, "4", "gpt: transformer blocks", FROM_TO(1, 256)),
+    ROW("model.n_layer", I, model.n_layer, "4",
+        "gpt: transformer blocks; at most 42 with model.dropout > 0 (each block is 10 layers "
+        "of the model's graph, 12 with dropout, and a graph holds 512)",
+        FROM_TO(1, DT_JOB_MAX_GPT_BLOCKS),
+        .bound_why = "a deeper gpt is more than the 512 layers a model holds: 10 per block"),
     ROW("model.n_head", I, model.n_head, "4",
         "gpt: attention heads (model.n_embd must be a multiple)", FROM_TO(1, 1024)),
     ROW("model.n_embd", I, model.n_embd, "128", "gpt: width of the residual stream",
@@ -108,7 +115,8 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("model.layers", LY, model.layers, "[]",
         "model.type layers: the layers in order, each a mapping with kind (see the layer "
         "reference), an optional name and optional inputs (earlier layers' names, or x for the "
-        "model input; several are summed), and the kind's settings",
+        "model input; several are summed), and the kind's settings; a residual entry is 7 "
+        "layers of the model's graph (9 with a projection shortcut), and a graph holds 512",
         .count_offset = offsetof(struct dt_job, model.nlayers)),
 
     ROW("data.path", PS, data.path, "data/fashion-mnist.h5",
@@ -406,6 +414,56 @@ static int check_gpt(const struct dt_job *j, char *msg, size_t len)
     return 1;
 }
 
+/* What the families expand into fits the graph (config.h); mlp and cnn
+ * always do. */
+_Static_assert(3 + 3 * DT_JOB_MAX_HIDDEN + 4 * DT_JOB_MAX_HIDDEN <= DT_JOB_MAX_GRAPH,
+               "the largest cnn or mlp fits the graph");
+_Static_assert(DT_JOB_GPT_LAYERS(DT_JOB_MAX_GPT_BLOCKS, 0) <= DT_JOB_MAX_GRAPH &&
+                   DT_JOB_GPT_LAYERS(DT_JOB_MAX_GPT_BLOCKS + 1, 0) > DT_JOB_MAX_GRAPH &&
+                   DT_JOB_GPT_LAYERS(DT_JOB_MAX_GPT_BLOCKS_DROPOUT, 1) <= DT_JOB_MAX_GRAPH &&
+                   DT_JOB_GPT_LAYERS(DT_JOB_MAX_GPT_BLOCKS_DROPOUT + 1, 1) > DT_JOB_MAX_GRAPH,
+               "the gpt bounds are the deepest that fit the graph");
+/* the numbers the documentation above states */
+_Static_assert(DT_JOB_MAX_GRAPH == 512 && DT_JOB_MAX_GPT_BLOCKS_DROPOUT == 42 &&
+                   (DT_JOB_MAX_GRAPH - DT_JOB_RESNET_LAYERS(0, 2)) / 7 == 72 &&
+                   (DT_JOB_MAX_GRAPH - DT_JOB_RESNET_LAYERS(0, 1)) / 7 == 72 &&
+                   (DT_JOB_MAX_GRAPH - DT_JOB_RESNET_LAYERS(0, 4)) / 7 == 71,
+               "model.n_layer's and model.blocks' documentation");
+
+static int check_gpt_depth(const struct dt_job *j, char *msg, size_t len)
+{
+    if (strcmp(j->model.type, "gpt") != 0 || j->model.dropout <= 0 ||
+        j->model.n_layer <= DT_JOB_MAX_GPT_BLOCKS_DROPOUT)
+        return 0;
+    snprintf(msg, len,
+             "model.n_layer: a gpt of %lld transformer blocks with model.dropout %g is %lld "
+             "layers (12 per block with dropout, 6 more), more than the %d a model holds: at "
+             "most %d blocks with dropout, %d with model.dropout 0",
+             (long long)j->model.n_layer, j->model.dropout,
+             (long long)DT_JOB_GPT_LAYERS(j->model.n_layer, 1), DT_JOB_MAX_GRAPH,
+             DT_JOB_MAX_GPT_BLOCKS_DROPOUT, DT_JOB_MAX_GPT_BLOCKS);
+    return 1;
+}
+
+static int check_resnet_depth(const struct dt_job *j, char *msg, size_t len)
+{
+    int stages = j->model.nblocks;
+    int64_t blocks = 0;
+    if (strcmp(j->model.type, "resnet") != 0 || stages != j->model.nchannels) return 0;
+    for (int i = 0; i < stages; i++)
+        blocks += j->model.blocks[i];
+    int64_t layers = DT_JOB_RESNET_LAYERS(blocks, stages);
+    if (layers <= DT_JOB_MAX_GRAPH) return 0;
+    snprintf(msg, len,
+             "model.blocks: a resnet of %lld residual blocks in %d stage%s is %lld layers (7 per "
+             "block, 2 more for each stage after the first, 6 more), more than the %d a model "
+             "holds: at most %d blocks in %d stage%s",
+             (long long)blocks, stages, stages == 1 ? "" : "s", (long long)layers, DT_JOB_MAX_GRAPH,
+             (DT_JOB_MAX_GRAPH - DT_JOB_RESNET_LAYERS(0, stages)) / 7, stages,
+             stages == 1 ? "" : "s");
+    return 1;
+}
+
 static int check_cpu_nccl(const struct dt_job *j, char *msg, size_t len)
 {
     if (strcmp(j->runtime.device, "cpu") != 0 || strcmp(j->comm.backend, "nccl") != 0)
@@ -426,6 +484,10 @@ const struct dt_cfg_relation dt_cfg_relations[] = {
     {"`model.layers` is given exactly when `model.type` is layers.", check_layers},
     {"`model.blocks` has as many entries as `model.channels` with resnet.", check_resnet},
     {"`model.n_embd` is a multiple of `model.n_head` with gpt.", check_gpt},
+    {"`model.n_layer` is at most 42 with gpt and `model.dropout` > 0.", check_gpt_depth},
+    {"`model.blocks` add up to at most (512 - 6 - 2 x (stages - 1)) / 7 with resnet: 72 in "
+     "two stages, 71 in four.",
+     check_resnet_depth},
 };
 const size_t dt_cfg_nrelations = sizeof dt_cfg_relations / sizeof dt_cfg_relations[0];
 

@@ -232,8 +232,12 @@ static dt_status add_node(dt_model_t *m, const struct dt_layer_spec *spec, const
 {
     char names[512];
     dt_status st;
-    if (m->nnodes >= DT_MODEL_MAX_LAYERS)
-        return dt_set_error(DT_ERR_USAGE, "the model has more than %d layers", DT_MODEL_MAX_LAYERS);
+    if (m->nnodes >= DT_MODEL_MAX_LAYERS) /* model.layers alone: the families are bounded */
+        return dt_set_error(DT_ERR_USAGE,
+                            "%s: model.layers expands into more than the %d layers a model holds "
+                            "(an entry is one layer, a residual 7, or 9 with a projection "
+                            "shortcut, and a loss is added when the last is none)",
+                            where, DT_MODEL_MAX_LAYERS);
     struct node *n = &m->nodes[m->nnodes];
     memset(n, 0, sizeof *n);
     n->block = -1;

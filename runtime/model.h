@@ -32,7 +32,7 @@
 #include "core/tensor.h"
 #include "layers/layer.h"
 
-#define DT_MODEL_MAX_LAYERS 512
+#define DT_MODEL_MAX_LAYERS DT_JOB_MAX_GRAPH /* graph nodes; the job keeps within it */
 #define DT_MODEL_MAX_PARAMS 1024
 /* Where each parameter and buffer tensor starts in its flat buffer: a
  * multiple of this many bytes (cuBLAS, cuDNN and Hopper's tensor-memory

@@ -176,7 +176,7 @@ dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, i
                             "cnn, resnet, gpt, layers)",
                             type);
     }
-    if (s.full)
+    if (s.full) /* a caller's shorter list: the job's bounds keep each family within the graph */
         return dt_set_error(DT_ERR_USAGE, "model.type %s expands into more than %d layers", type,
                             max);
     *n = s.n;

@@ -182,7 +182,8 @@ dt_status dt_layer_float(const struct dt_layer *l, const struct dt_layer_spec *s
     }
     errno = 0;
     *out = strtod(v, &end);
-    if (errno || *end || end == v || !isfinite(*out) || *out < lo || *out > hi ||
+    int overflow = errno == ERANGE && fabs(*out) > 1; /* underflow reads as the nearest double */
+    if (overflow || *end || end == v || !isfinite(*out) || *out < lo || *out > hi ||
         (hi_excl && *out >= hi))
         return bad(l, key, want, v);
     return DT_OK;

@@ -35,6 +35,50 @@ expect 0 "usage: dtrain" -- "$DTRAIN" --help
 expect 64 "unknown command 'trian'" -- "$DTRAIN" trian
 expect 64 "doctor: unknown option '--frobnicate'" -- "$DTRAIN" doctor --frobnicate
 expect 0 "^dtrain [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu" -- "$DTRAIN" version
+# every command and subcommand prints its own usage to stdout for -h and
+# --help, anywhere among its arguments, and exits 0 without doing anything
+help_of() { # help_of "ARGS" USAGE-PREFIX
+  local args=$1 want=$2 flag out rc
+  for flag in -h --help; do
+    out=$("$DTRAIN" $args $flag 2>/dev/null); rc=$?
+    [ "$rc" = 0 ] && [ "$(head -n 1 <<<"$out")" != "" ] && grep -q "^usage: dtrain $want" <<<"$out" && ok \
+      || bad "'dtrain $args $flag' exited $rc, stdout: $(head -n 2 <<<"$out")"
+  done
+}
+help_of "train" "train JOB.yaml"
+help_of "train job.yaml --set train.steps=1" "train JOB.yaml"
+help_of "eval" "eval JOB.yaml --checkpoint PATH"
+help_of "eval job.yaml --checkpoint x.h5" "eval JOB.yaml --checkpoint PATH"
+help_of "generate" "generate JOB.yaml"
+help_of "launch" "launch"
+help_of "ckpt" "ckpt list DIR"
+help_of "ckpt list" "ckpt list DIR$"
+help_of "ckpt info" "ckpt info PATH$"
+help_of "ckpt verify" "ckpt verify PATH\|DIR$"
+help_of "data" "data import FORMAT"
+help_of "data import" "data import FORMAT"
+for f in idx npy csv text tokens; do help_of "data import $f" "data import FORMAT"; done
+help_of "data import csv --train x.csv -o y.h5" "data import FORMAT"
+help_of "data info" "data info FILE.h5"
+help_of "find-batch" "find-batch JOB.yaml"
+help_of "bench" "bench allreduce"
+help_of "bench allreduce" "bench allreduce"
+help_of "bench allreduce --iters 3" "bench allreduce"
+help_of "doctor" "doctor \[JOB.yaml\]"
+help_of "doctor job.yaml --dir ." "doctor \[JOB.yaml\]"
+help_of "config" "config reference"
+help_of "config reference" "config reference"
+help_of "version" "version$"
+expect 0 "^usage: dtrain train JOB.yaml" -- "$DTRAIN" help train
+expect 0 "^usage: dtrain ckpt list DIR$" -- "$DTRAIN" help ckpt list
+expect 74 "^dtrain: cannot write to standard output: No space left on device$" -- bash -c 'exec "$@" > /dev/full' _ "$DTRAIN" train --help
+[ ! -e x.h5 ] && [ ! -e y.h5 ] && ok || bad "a --help did something"
+# options a command does not take are refused, not ignored
+expect 64 "eval: unknown option '--print-config'" -- "$DTRAIN" eval job.yaml --checkpoint x.h5 --print-config
+expect 64 "eval: unknown option '--resume'" -- "$DTRAIN" eval job.yaml --checkpoint x.h5 --resume never
+expect 64 "eval: --checkpoint needs the path of a checkpoint" -- "$DTRAIN" eval job.yaml --checkpoint
+expect 64 "generate: unknown option '--print-config'" -- "$DTRAIN" generate job.yaml --checkpoint x.h5 --prompt a --print-config
+expect 64 "version: unexpected argument 'now'" -- "$DTRAIN" version now
 
 # --- data import / info ------------------------------------------------------
 expect 0 "" -- "$DTRAIN" data import idx idx -o tiny.h5 --classes "a,b,c,d"
@@ -145,6 +189,55 @@ expect 64 "micro_batch" -- "$DTRAIN" train job.yaml --set train.micro_batch=5
 expect 66 "absent.h5" -- "$DTRAIN" train job.yaml --set data.path=absent.h5 --set output.dir=r0
 expect 65 "holdout" -- "$DTRAIN" train job.yaml --set data.test_split=holdout --set output.dir=r0
 expect 64 "model.type" -- "$DTRAIN" train job.yaml --set model.type=gpt --set output.dir=r0
+# a job file without keys is refused, never run as the default job: the
+# empty file a --print-config into a full disk leaves, blanks, comments, a
+# null document; every command that reads a job says so, and starts nothing
+(ulimit -f 0; exec "$DTRAIN" train job.yaml --print-config > resolved.yaml) 2>/dev/null
+[ "$?" = 74 ] && [ ! -s resolved.yaml ] && ok || bad "--print-config into a full file did not fail"
+printf '\n  \n# train:\n#   epochs: 4\n' > comments.yaml
+printf -- '--- ~\n...\n' > null.yaml
+for f in resolved.yaml comments.yaml null.yaml; do
+  expect 64 "^dtrain: job file $f is empty \(no keys: only blanks, comments or a null document\): .*\{\} for a job of defaults alone" -- "$DTRAIN" train $f
+done
+expect 64 "job file resolved.yaml is empty" -- "$DTRAIN" eval resolved.yaml --checkpoint none.h5
+expect 64 "job file resolved.yaml is empty" -- "$DTRAIN" doctor resolved.yaml
+expect 64 "job file resolved.yaml is empty" -- "$DTRAIN" find-batch resolved.yaml
+[ ! -e runs ] && ok || bad "an empty job file started a run in $(ls -d runs/*)"
+# other documents that are not a job: a scalar, a list
+printf 'just text\n' > scalar.yaml
+expect 64 "^dtrain: scalar.yaml:1:1: expected a mapping of sections \(model, data, .*\), got 'just text'$" -- "$DTRAIN" train scalar.yaml
+printf -- '- model\n- data\n' > list.yaml
+expect 64 "^dtrain: list.yaml:1:1: expected a mapping of sections \(model, data, .*\), got a sequence$" -- "$DTRAIN" train list.yaml
+# numbers: one past a range, past 64 bits or past a double is refused
+# naming the real range (not "not a number"); one too small for a double
+# reads as 0, and says so when the range then refuses it
+expect 64 "^dtrain: find-batch: -n needs a whole number from 1 to 1000000000, not '99999999999999999999'$" -- "$DTRAIN" find-batch job.yaml -n 99999999999999999999
+expect 64 "^dtrain: find-batch: --margin needs a number from 0 to below 1 \(0.1 keeps 10% free\), not '1'$" -- "$DTRAIN" find-batch job.yaml --margin 1
+expect 64 "^dtrain: launch: -n needs a whole number from 1 to 1000000, not '1000001'$" -- "$DTRAIN" launch -n 1000001 -- train job.yaml
+expect 64 "^dtrain: launch: --backoff needs a number from 0 to 604800 seconds \(e.g. 1 or 0.5\), not '1e300'$" -- "$DTRAIN" launch --backoff 1e300 -- train job.yaml
+expect 64 "^dtrain: launch: --max-backoff needs a number from 0 to 604800 seconds .*, not '1e999'$" -- "$DTRAIN" launch --max-backoff 1e999 -- train job.yaml
+expect 64 "^dtrain: bench allreduce: --iters needs a whole number from 0 to 1000000000 \(0: about 0.2 s per size\), not '2000000000'$" -- "$DTRAIN" bench allreduce --iters 2000000000
+expect 64 "^dtrain: bench allreduce: --max-bytes '99999999999999999999' is more than 18446744073709551615 bytes" -- "$DTRAIN" bench allreduce --max-bytes 99999999999999999999
+expect 64 "^dtrain: bench allreduce: --max-bytes '64X' is not a size" -- "$DTRAIN" bench allreduce --max-bytes 64X
+expect 64 "train.optimizer.lr: expected a number > 0, got '1e-400' \(below the smallest double, 4.9e-324: it reads as 0\)$" -- "$DTRAIN" train job.yaml --set train.optimizer.lr=1e-400
+expect 64 "train.optimizer.lr: expected a number > 0, got '1e999' \(beyond the largest double, 1.8e\+308\)$" -- "$DTRAIN" train job.yaml --set train.optimizer.lr=1e999
+expect 64 "train.steps: expected an integer from 0 to 1000000000000, got '99999999999999999999' \(beyond a 64-bit integer\)$" -- "$DTRAIN" train job.yaml --set train.steps=99999999999999999999
+expect 0 "^  dropout: 1(\.0)?e-320$" -- "$DTRAIN" train job.yaml --set model.dropout=1e-320 --print-config
+# a model's depth: the limit the reference states, the check and the
+# message agree, in the key the user set (model.n_layer counts transformer
+# blocks, model.blocks residual blocks); the deepest allowed ones expand
+"$DTRAIN" config reference > reference.md
+grep -qx '| `model.n_layer` | int | `4` | 1 to 50 | gpt: transformer blocks; at most 42 with model.dropout > 0 .*' reference.md \
+  && ok || bad "the reference's model.n_layer: $(grep 'model.n_layer' reference.md)"
+gpt="--set model.type=gpt --set data.seq_len=8 --set model.n_head=1 --set model.n_embd=4"
+expect 64 "model.n_layer: expected an integer from 1 to 50, got '60' \(a deeper gpt is more than the 512 layers a model holds: 10 per block\)$" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=60
+expect 64 "model.n_layer: a gpt of 43 transformer blocks with model.dropout 0.1 is 522 layers \(12 per block with dropout, 6 more\), more than the 512 a model holds: at most 42 blocks with dropout, 50 with model.dropout 0$" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=43 --set model.dropout=0.1
+expect 0 "- \{name: h49.res2, kind: add" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=50 --set model.dropout=0 --print-config
+expect 0 "- \{name: h41.res2, kind: add" -- "$DTRAIN" train job.yaml $gpt --set model.n_layer=42 --set model.dropout=0.1 --print-config
+expect 64 "model.blocks: a resnet of 73 residual blocks in 2 stages is 519 layers \(7 per block, 2 more for each stage after the first, 6 more\), more than the 512 a model holds: at most 72 blocks in 2 stages$" -- "$DTRAIN" train job.yaml --set model.type=resnet --set model.blocks=[64,9]
+# {} is the job of defaults alone
+printf '{}\n' > defaults.yaml
+expect 0 "^  dir: runs/fashion-mnist-mlp$" -- "$DTRAIN" train defaults.yaml --print-config
 
 # --- training ----------------------------------------------------------------
 expect 0 "final test accuracy" -- "$DTRAIN" train job.yaml
@@ -163,6 +256,51 @@ grep -qxF "  path: $PWD/tiny.h5" run1/config.yaml && ok || bad "config.yaml data
 diff -q <(grep -v -e '^#' -e '  path: ' again.yaml) <(grep -v -e '^#' -e '  path: ' first.yaml) >/dev/null && ok || bad "resolved config does not load back identically"
 (cd / && "$DTRAIN" train "$W/run1/config.yaml" --set output.dir="$W/run1b" --set train.steps=2 >/dev/null 2>&1) \
   && ok || bad "config.yaml does not train from another directory"
+
+# --- standard output that cannot be written -----------------------------------
+# every command that prints exits 74 naming the cause, whether the write
+# failed at once (/dev/full), after a part of it (a file-size limit), or
+# on a closed descriptor; a command that prints nothing is not affected
+ck=run1/checkpoints/$(ls run1/checkpoints | grep '^ckpt-' | tail -n 1)
+nospace="^dtrain: cannot write to standard output: No space left on device$"
+to_full() { expect 74 "$nospace" -- bash -c 'exec "$@" > /dev/full' _ "$@"; }
+to_full "$DTRAIN" version
+to_full "$DTRAIN" --help
+to_full "$DTRAIN" config reference
+to_full "$DTRAIN" config layers
+to_full "$DTRAIN" config defaults
+to_full "$DTRAIN" train job.yaml --print-config
+to_full "$DTRAIN" data info tiny.h5
+to_full "$DTRAIN" eval job.yaml --checkpoint "$ck"
+to_full "$DTRAIN" ckpt list run1
+to_full "$DTRAIN" ckpt info run1
+to_full "$DTRAIN" ckpt verify run1
+to_full "$DTRAIN" doctor --dir .
+to_full "$DTRAIN" bench allreduce --max-bytes 64 --iters 1
+to_full "$DTRAIN" launch --help
+to_full "$DTRAIN" data import idx idx -o full.h5
+[ -s full.h5 ] && "$DTRAIN" data info full.h5 >/dev/null && ok || bad "import with a full stdout lost its output file"
+# training to a full stdout: the run is complete, then 74
+to_full "$DTRAIN" train job.yaml --set output.dir=full1 --set train.steps=4
+[ -s full1/model.h5 ] && grep -q '"type":"summary"' full1/metrics.jsonl && ok || bad "training with a full stdout did not finish its run"
+# a long output cut short: 74, and what was written is the start of it
+"$DTRAIN" config reference > ref-all.md
+(ulimit -f 8; exec "$DTRAIN" config reference > ref-cut.md) 2> ref-cut.err; rc=$?
+[ "$rc" = 74 ] && grep -qx "dtrain: cannot write to standard output: File too large" ref-cut.err && ok \
+  || bad "a cut-short config reference exited $rc: $(cat ref-cut.err)"
+[ "$(wc -c < ref-cut.md)" = 8192 ] && cmp -s ref-cut.md <(head -c 8192 ref-all.md) && ok \
+  || bad "the cut-short reference is not the first 8 KiB: $(wc -c < ref-cut.md) bytes"
+# a closed stdout: a write error for a command that prints...
+expect 74 "^dtrain: cannot write to standard output: Bad file descriptor$" -- bash -c 'exec "$@" >&-' _ "$DTRAIN" version
+expect 74 "Bad file descriptor" -- bash -c 'exec "$@" >&-' _ "$DTRAIN" train job.yaml --set output.dir=closed1 --set train.steps=4
+# ... and nothing for one that does not; no file it opens takes descriptor 1
+expect 0 "" -- bash -c 'exec "$@" >&-' _ env DTRAIN_LOG=error "$DTRAIN" train job.yaml --set output.dir=closed2 --set train.steps=4
+grep -qx "dtrain run directory" closed2/.dtrain-run && python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' closed2/metrics.jsonl \
+  && "$DTRAIN" ckpt verify closed2 >/dev/null && ok || bad "a run with a closed stdout damaged its files"
+# under mpirun: rank 0's stdout full, rank 1's fine; both finish, rank 0 says why
+expect 74 "$nospace" -- timeout 300 bash "$HERE/../mpi/mpirun.sh" 2 bash -c \
+  'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec "$@" > /dev/full; else exec "$@"; fi' _ \
+  "$DTRAIN" eval job.yaml --checkpoint "$ck"
 
 # --- under Slurm and launchers ------------------------------------------------
 # the Slurm job and its requeue count reach train.log and the start record;

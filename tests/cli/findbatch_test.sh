@@ -110,8 +110,8 @@ expect() {
   grep -qE -- "$pat" <<<"$out" || bad "find-batch $*: no /$pat/ in: $out"
 }
 expect 66 "no-such.yaml" no-such.yaml
-expect 64 "--margin needs a fraction" job.yaml --margin 1.5
-expect 64 "--margin needs a fraction" job.yaml --margin ten
+expect 64 "--margin needs a number from 0 to below 1 \(0.1 keeps 10% free\), not '1.5'" job.yaml --margin 1.5
+expect 64 "--margin needs a number from 0 to below 1 \(0.1 keeps 10% free\), not 'ten'" job.yaml --margin ten
 expect 64 "-n needs a whole number" job.yaml -n 0
 expect 64 "no job file" --max 8
 expect 64 "does not split evenly over 7 ranks" job.yaml -n 7

@@ -100,6 +100,13 @@ gen --prompt "$PROMPT" --tokens 30 --temperature 0 --seed 99 > g2.txt
 cmp -s g1.txt g2.txt && ok || bad "greedy generation depends on the seed"
 gen --prompt "$PROMPT" --tokens 30 --temperature 1.5 --top-k 1 --seed 5 > k1.txt
 cmp -s g1.txt k1.txt && ok || bad "top-k 1 differs from greedy: $(cat g1.txt) / $(cat k1.txt)"
+# a temperature far below 1 (even one that underflows a double's normal
+# range) is a value, and as good as greedy; the largest top-k keeps all
+gen --prompt "$PROMPT" --tokens 30 --temperature 1e-320 --seed 5 > tiny.txt ||
+  bad "--temperature 1e-320 refused: $(cat gen.err)"
+cmp -s g1.txt tiny.txt && ok || bad "temperature 1e-320 differs from greedy: $(cat tiny.txt)"
+gen --prompt "$PROMPT" --tokens 40 --seed 1 --top-k 9223372036854775807 > kmax.txt
+cmp -s s1a.txt kmax.txt && ok || bad "top-k 2^63-1 differs from top-k 0: $(cat gen.err)"
 
 # refusals
 expect 64 "tokenizer 'gpt2'.*byte" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
@@ -135,8 +142,18 @@ expect 64 "--top-k needs a whole number" -- "$DTRAIN" generate job.yaml --checkp
   --prompt x --top-k many
 expect 64 "--seed needs a whole number" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
   --prompt x --seed -3
-expect 64 "--tokens 10000000000 is more than" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
-  --prompt x --tokens 10000000000
+expect 64 "^dtrain: generate: --tokens needs a whole number from 0 to 1000000000 \(the most one run generates\), not '10000000000'$" \
+  -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" --prompt x --tokens 10000000000
+# a number past 64 bits is out of the range, not "not a number"; a blank
+# before a sign does not wrap a seed around to 2^64-1
+expect 64 "^dtrain: generate: --tokens needs a whole number from 0 to 1000000000 .*, not '99999999999999999999'$" \
+  -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" --prompt x --tokens 99999999999999999999
+expect 64 "^dtrain: generate: --seed needs a whole number from 0 to 18446744073709551615, not '18446744073709551616'$" \
+  -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" --prompt x --seed 18446744073709551616
+expect 64 "^dtrain: generate: --seed needs a whole number from 0 to 18446744073709551615, not ' -1'$" \
+  -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" --prompt x --seed " -1"
+expect 64 "^dtrain: generate: --temperature needs a number of at least 0 \(0: always the most likely token\), not '1e999'$" \
+  -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" --prompt x --temperature 1e999
 expect 64 "--seed needs a value" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
   --prompt x --seed
 expect 64 "unknown option '--frobnicate'" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \

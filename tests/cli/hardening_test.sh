@@ -230,5 +230,85 @@ deep=$(mktemp -d "$W/deep.XXXX")
 [ "$(grep -c '^PASS$' deep.out)" = 4 ] && ok || bad "long working directory: $(grep -v '^PASS$' deep.out)"
 rm -rf "$deep"
 
+# --- ranks of one job that do not run the same thing ----------------------------------
+# started under one mpirun on different subcommands (MPMD: -np 1 A : -np 1
+# B), with different options or jobs: every rank stops at start-up, at
+# once, with one message naming what differs (64); nothing runs, nothing
+# hangs (a hang ends at the timeout, 124)
+export OMPI_MCA_btl=self,vader
+MPMD=(timeout 120 mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && MPMD+=(--allow-run-as-root)
+ck=empty/checkpoints/ckpt-0000000032.h5
+diff_cmd="^dtrain: rank 1: the command differs from rank 0's: here"
+expect 64 "$diff_cmd 'dtrain train --resume auto', rank 0 has 'dtrain eval --checkpoint $ck'$" -- \
+  "${MPMD[@]}" -np 1 $DTRAIN eval job.yaml --checkpoint $ck : -np 1 $T --set output.dir=mpmd1
+[ ! -e mpmd1 ] && ok || bad "a rank of a mismatched job created its run directory"
+expect 64 "$diff_cmd 'dtrain train --resume never', rank 0 has 'dtrain train --resume auto'$" -- \
+  "${MPMD[@]}" -np 1 $T --set output.dir=mpmd2 : -np 1 $T --set output.dir=mpmd2 --resume never
+expect 64 "^dtrain: rank 1: the job differs from rank 0's: train.epochs=3 \(rank 0: 2\)$" -- \
+  "${MPMD[@]}" -np 1 $T --set output.dir=mpmd3 : -np 1 $T --set output.dir=mpmd3 --set train.epochs=3
+[ ! -e mpmd2 ] && [ ! -e mpmd3 ] && ok || bad "a rank of a mismatched job created its run directory"
+expect 64 "$diff_cmd 'dtrain eval --checkpoint $ck', rank 0 has 'dtrain generate --checkpoint $ck'$" -- \
+  "${MPMD[@]}" -np 1 $DTRAIN generate job.yaml --checkpoint $ck --prompt x : -np 1 $DTRAIN eval job.yaml --checkpoint $ck
+expect 64 "$diff_cmd 'dtrain bench allreduce --backend mpi --mode blocking .*', rank 0 has 'dtrain doctor --dir \.'$" -- \
+  "${MPMD[@]}" -np 1 $DTRAIN doctor --dir . : -np 1 $DTRAIN bench allreduce --max-bytes 64
+expect 64 "$diff_cmd 'dtrain bench allreduce .* --iters 3 --warmup 0', rank 0 has 'dtrain bench allreduce .* --iters 2 --warmup 0'$" -- \
+  "${MPMD[@]}" -np 1 $DTRAIN bench allreduce --max-bytes 64 --iters 2 : -np 1 $DTRAIN bench allreduce --max-bytes 64 --iters 3
+# a rank that ends without starting MPI (its usage, the resolved job, a
+# command that never does) still meets the others' start-up check
+expect 64 "$diff_cmd 'dtrain train --resume auto', rank 0 has 'dtrain train --help' \(which ended without starting MPI\)$" -- \
+  "${MPMD[@]}" -np 1 $DTRAIN train --help : -np 1 $T --set output.dir=mpmd4
+expect 64 "$diff_cmd 'dtrain train --resume auto', rank 0 has 'dtrain train job.yaml --print-config' \(which ended without starting MPI\)$" -- \
+  "${MPMD[@]}" -np 1 $T --print-config : -np 1 $T --set output.dir=mpmd4
+expect 64 "$diff_cmd 'dtrain doctor --dir \.', rank 0 has 'dtrain ckpt list empty' \(which ended without starting MPI\)$" -- \
+  "${MPMD[@]}" -np 1 $DTRAIN ckpt list empty : -np 1 $DTRAIN doctor --dir .
+[ ! -e mpmd4 ] && ok || bad "a rank of a mismatched job created its run directory"
+# the same command on every rank runs as before
+out=$("${MPMD[@]}" -np 2 $DTRAIN ckpt list empty 2>&1); rc=$?
+[ "$rc" = 0 ] && [ "$(grep -c '^checkpoints in empty/checkpoints: ' <<<"$out")" = 2 ] && ok \
+  || bad "ckpt list on 2 ranks exited $rc: $out"
+expect 0 "final test accuracy" -- "${MPMD[@]}" -np 1 $T --set output.dir=mpmd5 : -np 1 $T --set output.dir=mpmd5
+# and a script may still run several dtrain commands on each rank of one program
+expect 0 "no problems found" -- "${MPMD[@]}" -np 2 bash -c '"$0" version > /dev/null && exec "$0" doctor --dir .' $DTRAIN
+
+# --- what MPI needs before it starts --------------------------------------------------
+# a umask that takes the owner's own permissions away, a temporary directory
+# that cannot take files, or an unusable Open MPI session directory left by
+# an earlier run: refused with one message (64) before MPI starts, so that
+# nothing is left behind, for every command that starts MPI and for launch
+umask_msg="^dtrain: the umask 0777 takes the owner's own read, write and search permissions away from every file and directory dtrain and Open MPI create.*such as 022 \(umask 022\), and run again$"
+mkdir -p tmp-root
+for cmd in "$T --set output.dir=u1" "$DTRAIN eval job.yaml --checkpoint $ck" "$DTRAIN doctor --dir ." \
+           "$DTRAIN bench allreduce --max-bytes 64" "$DTRAIN find-batch job.yaml" \
+           "$DTRAIN launch --launcher mpirun -- train job.yaml --set output.dir=u2"; do
+  expect 64 "$umask_msg" -- env TMPDIR="$PWD/tmp-root" bash -c 'umask 777; exec "$@"' _ $cmd
+done
+[ ! -e u1 ] && [ ! -e u2 ] && [ -z "$(ls -A tmp-root)" ] && ok || bad "a refused umask left files: $(ls -A tmp-root u1 u2 2>&1)"
+expect 0 "^dtrain [0-9]" -- bash -c 'umask 777; exec "$@"' _ $DTRAIN version   # starts no MPI
+expect 64 "^dtrain: the temporary directory TMPDIR=$PWD/no-such-dir cannot take new files \(No such file or directory\): Open MPI creates its session directory there; point TMPDIR at a directory this user can write \(export TMPDIR=/tmp\) and run again$" -- \
+  env TMPDIR="$PWD/no-such-dir" $T --set output.dir=u3
+expect 64 "temporary directory TMPDIR=$PWD/afile cannot take new files \(it is not a directory\)" -- env TMPDIR="$PWD/afile" $DTRAIN doctor --dir .
+[ ! -e no-such-dir ] && [ ! -e u3 ] && ok || bad "a refused TMPDIR was created or a run started"
+# as an ordinary user, where permissions apply (skipped, saying so, where
+# this cannot drop privileges)
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ "$(id -u)" = 0 ] && "${NOBODY[@]}" true 2>/dev/null && "${NOBODY[@]}" test -x "$DTRAIN" -a -r job.yaml -a -r data.h5; then
+  mkdir -p nobody/tmp && chmod -R 777 nobody
+  AS_NOBODY=(env HOME="$PWD/nobody" TMPDIR="$PWD/nobody/tmp" "${NOBODY[@]}" bash -c 'umask $0; exec "$@"')
+  expect 64 "$umask_msg" -- "${AS_NOBODY[@]}" 777 $DTRAIN doctor --dir nobody
+  expect 64 "$umask_msg" -- "${AS_NOBODY[@]}" 777 $DTRAIN launch -- train job.yaml --set output.dir=nobody/run
+  [ -z "$(ls -A nobody/tmp)" ] && [ ! -e nobody/run ] && ok || bad "a refused umask left $(ls -lA nobody/tmp)"
+  expect 0 "no problems found" -- "${AS_NOBODY[@]}" 022 $DTRAIN doctor --dir nobody
+  # the session directory an older dtrain left under umask 777 is named, with its fix
+  host=$(hostname); host=${host%%.*}
+  mkdir -p nobody/tmp2/ompi.$host.65534 && chown -R 65534 nobody/tmp2 && chmod 000 nobody/tmp2/ompi.$host.65534
+  expect 64 "^dtrain: Open MPI's session directory $PWD/nobody/tmp2/ompi.$host.65534, left by an earlier run, is not usable by this user \(mode 0000, owner uid 65534\): remove it \(chmod -R u\+rwx .*; rm -rf .*\) and run again$" -- \
+    env HOME="$PWD/nobody" TMPDIR="$PWD/nobody/tmp2" "${NOBODY[@]}" $DTRAIN doctor --dir nobody
+  expect 64 "temporary directory TMPDIR=$PWD/nobody/ro cannot take new files \(Permission denied\)" -- \
+    bash -c 'mkdir -p nobody/ro && chmod 555 nobody/ro && exec env HOME="$PWD/nobody" TMPDIR="$PWD/nobody/ro" "$@"' _ "${NOBODY[@]}" $DTRAIN doctor --dir nobody
+else
+  echo "skipped: the checks as an ordinary user (this test cannot drop privileges with setpriv here)"
+fi
+
 echo "hardening: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -220,13 +220,13 @@ usage() {
   has usage "$pat"
   check "usage error for '$*': nothing ran" "$(attempts usage.log)" 0
 }
-usage "-n wants a whole number >= 1, not '0'" -n 0 --launcher none -- train j
-usage "-n wants a whole number >= 1, not 'two'" -n two -- train j
-usage "--max-restarts wants a whole number >= 0, not '-1'" --max-restarts -1 -- train j
+usage "-n needs a whole number from 1 to 1000000, not '0'" -n 0 --launcher none -- train j
+usage "-n needs a whole number from 1 to 1000000, not 'two'" -n two -- train j
+usage "--max-restarts needs a whole number from 0 to 1000000, not '-1'" --max-restarts -1 -- train j
 usage "--launcher wants mpirun, srun or none, not 'ssh'" --launcher ssh -- train j
 usage "-n 2 with --launcher none" --launcher none -n 2 -- train j
-usage "--backoff wants seconds >= 0 .*not '-1'" --backoff -1 -- train j
-usage "--max-backoff wants seconds >= 0 .*not 'soon'" --max-backoff=soon -- train j
+usage "--backoff needs a number from 0 to 604800 seconds .*not '-1'" --backoff -1 -- train j
+usage "--max-backoff needs a number from 0 to 604800 seconds .*not 'soon'" --max-backoff=soon -- train j
 usage "--backoff needs a value" --launcher none --backoff
 usage "unknown option '--bogus'" --bogus -- train j
 usage "must be 'train JOB.yaml ...', not 'eval'" -- eval j

@@ -257,9 +257,9 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(dt_job_validate(&j), DT_OK);
 }
 
-static void test_empty_files_are_defaults(void)
+static void test_empty_mappings_are_defaults(void)
 {
-    static const char *const texts[] = {"", "# only a comment\n", "---\n", "~\n", "{}\n---\n",
+    static const char *const texts[] = {"{}\n", "{}\n---\n", "# defaults\n{}\n",
                                         "runtime:\n  # threads: 4\noutput:\n"};
     struct dt_job def, j;
     char path[PATH_MAX_];
@@ -270,6 +270,24 @@ static void test_empty_files_are_defaults(void)
         CU_ASSERT_EQUAL_FATAL(load_text("empty.yaml", texts[i], &j, path), DT_OK);
         CU_ASSERT_STRING_EQUAL(j.source, path);
         assert_jobs_equal(&def, &j); /* load starts from defaults, not from j */
+    }
+}
+
+/* A file without keys is refused, naming the file, and the job is kept. */
+static void test_empty_files_are_refused(void)
+{
+    static const char *const texts[] = {"",    "\n\n  \n", "# only a comment\n", "---\n",
+                                        "~\n", "null\n",   "--- ~\n...\n",       "\xef\xbb\xbf"};
+    struct dt_job j, before;
+    char path[PATH_MAX_], want[PATH_MAX_ + 64];
+    dt_job_defaults(&j);
+    CU_ASSERT_EQUAL(dt_job_set(&j, "train.epochs=99"), DT_OK);
+    memcpy(&before, &j, sizeof j);
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        CU_ASSERT_EQUAL(load_text("empty.yaml", texts[i], &j, path), DT_ERR_USAGE);
+        snprintf(want, sizeof want, "job file %s is empty (no keys: ", path);
+        CU_ASSERT_NSTRING_EQUAL(dt_last_error(), want, strlen(want));
+        CU_ASSERT(memcmp(&j, &before, sizeof j) == 0);
     }
 }
 
@@ -473,7 +491,7 @@ static void test_bad_ints(void)
                       ":2:11: train.epochs: expected an integer from 0 to 1000000, got '12x'");
     expect_load_error("train:\n  seed: 99999999999999999999\n",
                       ":2:9: train.seed: expected an integer >= 0, got '99999999999999999999' "
-                      "(out of range)");
+                      "(beyond a 64-bit integer)");
     expect_load_error("data:\n  workers: 65\n",
                       ":2:12: data.workers: expected an integer from 1 to 64, got '65'");
     expect_load_error("data:\n  workers:\n",
@@ -488,7 +506,7 @@ static void test_bad_floats_bools_enums(void)
                       ":3:9: train.optimizer.lr: expected a number > 0, got 'fast'");
     expect_load_error("train:\n  optimizer: {eps: 1e999}\n",
                       ":2:20: train.optimizer.eps: expected a number > 0, got '1e999' "
-                      "(out of range)");
+                      "(beyond the largest double, 1.8e+308)");
     expect_load_error("model:\n  dropout: 1\n",
                       ":2:12: model.dropout: expected a number in [0, 1), got '1'");
     expect_load_error("train:\n  schedule:\n    gamma: 0\n",
@@ -823,7 +841,8 @@ int main(void)
         return 1;
     CU_pSuite s = CU_add_suite("config", NULL, NULL);
     CU_ADD(s, test_defaults);
-    CU_ADD(s, test_empty_files_are_defaults);
+    CU_ADD(s, test_empty_mappings_are_defaults);
+    CU_ADD(s, test_empty_files_are_refused);
     CU_ADD(s, test_full_file);
     CU_ADD(s, test_bool_spellings);
     CU_ADD(s, test_failed_load_leaves_job);

@@ -631,6 +631,100 @@ static void check_layout(dt_model_t *m, const float *x, const int32_t *y, int ro
     free(h);
 }
 
+static void count_line(void *ctx, const char *s)
+{
+    (void)s;
+    ++*(int *)ctx;
+}
+
+/* A family job from YAML text; its model built on 6x6 images (or token
+ * windows of GPT_T for a gpt): the status, and the layers it has. */
+static dt_status family_layers(const char *text, int *layers)
+{
+    dt_status st = dt_job_load_text("deep.yaml", text, &job);
+    if (st == DT_OK) st = dt_job_validate(&job);
+    int gpt = st == DT_OK && strcmp(job.model.type, "gpt") == 0;
+    struct dt_model_io io = {.ndim = 2, .shape = {IN_H, IN_W}, .num_classes = CLASSES};
+    if (gpt) io = (struct dt_model_io){.ndim = 1, .shape = {GPT_T}, .num_classes = GPT_V};
+    dt_model_t *m = NULL;
+    *layers = 0;
+    if (st == DT_OK) st = dt_model_create(&job, &io, be, 1, &m);
+    if (st == DT_OK) dt_model_describe(m, count_line, layers);
+    dt_model_destroy(m);
+    return st;
+}
+
+/* The deepest gpt and resnet the job accepts build, with the layer counts
+ * config.h states; one block more is refused by the job's checks, naming
+ * the key and the bound, before any model is built. */
+static void test_deepest_families(void)
+{
+    static const char gpt[] = "model:\n  type: gpt\n  n_layer: %d\n  n_head: 1\n  n_embd: 4\n"
+                              "  dropout: %s\n";
+    static const char resnet[] = "model:\n  type: resnet\n  channels: [1, 1, 1, 1]\n"
+                                 "  blocks: [64, %d, 1, 1]\n";
+    char text[256];
+    int n = 0;
+    snprintf(text, sizeof text, gpt, DT_JOB_MAX_GPT_BLOCKS, "0");
+    CU_ASSERT_EQUAL(family_layers(text, &n), DT_OK);
+    CU_ASSERT_EQUAL(n, DT_JOB_GPT_LAYERS(DT_JOB_MAX_GPT_BLOCKS, 0));
+    snprintf(text, sizeof text, gpt, DT_JOB_MAX_GPT_BLOCKS_DROPOUT, "0.1");
+    CU_ASSERT_EQUAL(family_layers(text, &n), DT_OK);
+    CU_ASSERT_EQUAL(n, DT_JOB_GPT_LAYERS(DT_JOB_MAX_GPT_BLOCKS_DROPOUT, 1));
+    snprintf(text, sizeof text, gpt, DT_JOB_MAX_GPT_BLOCKS + 1, "0");
+    CU_ASSERT_EQUAL(family_layers(text, &n), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "model.n_layer: expected an integer from 1 to "
+                                                   "50, got '51' (a deeper gpt is more than the "
+                                                   "512 layers a model holds: 10 per block)"));
+    snprintf(text, sizeof text, gpt, DT_JOB_MAX_GPT_BLOCKS_DROPOUT + 1, "0.1");
+    CU_ASSERT_EQUAL(family_layers(text, &n), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "model.n_layer: a gpt of 43 transformer blocks "
+                                                   "with model.dropout 0.1 is 522 layers"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "at most 42 blocks with dropout, 50 with "
+                                                   "model.dropout 0"));
+    /* four stages: 64 + 5 + 1 + 1 blocks are 6 + 7 x 71 + 2 x 3 = 509 layers */
+    snprintf(text, sizeof text, resnet, 5);
+    CU_ASSERT_EQUAL(family_layers(text, &n), DT_OK);
+    CU_ASSERT_EQUAL(n, DT_JOB_RESNET_LAYERS(71, 4));
+    snprintf(text, sizeof text, resnet, 6);
+    CU_ASSERT_EQUAL(family_layers(text, &n), DT_ERR_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(),
+                                  "model.blocks: a resnet of 72 residual blocks in "
+                                  "4 stages is 516 layers"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "at most 71 blocks in 4 stages"));
+}
+
+/* A layer setting too small for a double is a value (the nearest double),
+ * as a job key is, not an error. */
+static void test_tiny_setting(void)
+{
+    static const char *const p[] = {"1e-320", "1e-400"};
+    char text[256];
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text,
+                 "    - {kind: flatten}\n    - {kind: dropout, p: %s}\n"
+                 "    - {kind: linear, out: classes}\n",
+                 p[i]);
+        dt_model_t *m = NULL;
+        dt_status st = layers_job(text, NULL);
+        if (st == DT_OK) st = try_model(2, &m);
+        CU_ASSERT_EQUAL(st, DT_OK);
+        if (st != DT_OK) fprintf(stderr, "\n  p: %s: %s\n", p[i], dt_last_error());
+        dt_model_destroy(m);
+    }
+}
+
+/* A layer list whose residual entries expand past the graph: refused
+ * naming model.layers, not as a family's count. */
+static void test_layer_list_too_deep(void)
+{
+    char text[16384];
+    size_t at = 0;
+    for (int i = 0; i < 80 && at < sizeof text; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "    - {kind: residual, out: 1}\n");
+    expect_error(text, NULL, "model.layers expands into more than the 512 layers a model holds");
+}
+
 /* A CNN with batch norm (buffers, a bias-free convolution) and a GPT
  * (tied embedding): the layout of their flat buffers. */
 static void test_aligned_layout(void)
@@ -703,6 +797,9 @@ int main(void)
     CU_ADD(s, test_groups);
     CU_ADD(s, test_families);
     CU_ADD(s, test_errors);
+    CU_ADD(s, test_deepest_families);
+    CU_ADD(s, test_layer_list_too_deep);
+    CU_ADD(s, test_tiny_setting);
     CU_ADD(s, test_reference_page);
     CU_ADD(s, test_tensor_core);
     CU_ADD(s, test_gpt);
