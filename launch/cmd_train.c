@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../collectives/comm.h"
+#include "../io/outfile.h"
 #include "../runtime/config.h"
 #include "../runtime/core/log.h"
 #include "../runtime/model.h"
@@ -134,6 +135,7 @@ static void on_signal(int sig)
         static const char msg[] = "dtrain: second interrupt: exiting now\n";
         ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)ignored;
+        dt_outfile_remove_pending(); /* a model.h5 being written */
         _exit(130);
     }
     stop_requested = sig;
