@@ -209,30 +209,13 @@ dt_status dt_outfile_commit_new(const char *what, const char *tmp, const char *f
     return dt_outfile_sync_dir(what, final);
 }
 
-/* Writes all of data to fd; errno tells why not. */
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            if (n == 0) errno = ENOSPC;
-            return 0;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 1;
-}
-
 dt_status dt_outfile_write_small(const char *what, const char *tmp, const char *path,
                                  const void *data, size_t len)
 {
     char reason[256];
     unlink(tmp); /* stale, and never followed if it is a symlink */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    int ok = fd >= 0 && write_all(fd, data, len);
+    int ok = fd >= 0 && dt_write_all(fd, data, len);
     int err = errno;
     if (fd >= 0 && close(fd) != 0 && ok) {
         ok = 0;

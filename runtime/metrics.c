@@ -149,20 +149,13 @@ static dt_status append_whole(dt_metrics_t *m, const char *buf, size_t len)
     if (fstat(fd, &sb) != 0)
         return dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s", m->path,
                             strerror(errno));
-    for (size_t done = 0; done < len;) {
-        ssize_t n = write(fd, buf + done, len - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int err = n < 0 ? errno : ENOSPC;
-            int cut = ftruncate(fd, sb.st_size) == 0;
-            return dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s (%s)", m->path,
-                                strerror(err),
-                                cut ? "the record was left out whole"
-                                    : "the record's start may remain; the next run removes it");
-        }
-        done += (size_t)n;
-    }
-    return DT_OK;
+    if (dt_write_all(fd, buf, len)) return DT_OK;
+    int err = errno;
+    int cut = ftruncate(fd, sb.st_size) == 0;
+    return dt_set_error(DT_ERR_IO, "cannot write metrics file '%s': %s (%s)", m->path,
+                        strerror(err),
+                        cut ? "the record was left out whole"
+                            : "the record's start may remain; the next run removes it");
 }
 
 dt_status dt_metrics_put(dt_metrics_t *m, struct dt_metrics_rec *r)

@@ -182,6 +182,22 @@ dt_status dt_output_open(const char *path, const char *what, int append, FILE **
     return DT_OK;
 }
 
+int dt_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (n == 0) errno = ENOSPC;
+            return 0;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 1;
+}
+
 /* path opened again for reading, when it is still the file open on fd
  * (opened for writing only); -1 otherwise. */
 static int reopen_to_read(int fd, const char *path)

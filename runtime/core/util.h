@@ -57,6 +57,11 @@ dt_status dt_input_check(const char *path, const char *what, int64_t *size);
  * error (DT_ERR_IO naming it), not a hang. */
 dt_status dt_output_open(const char *path, const char *what, int append, FILE **out);
 
+/* Writes all len bytes of data to fd, resuming after short writes and
+ * interrupts: 1, or 0 with errno saying why (ENOSPC for a write that
+ * wrote nothing). */
+int dt_write_all(int fd, const void *data, size_t len);
+
 /* For a file of lines open to append (f from dt_output_open): when it
  * does not end with a newline (a write that failed or was cut short left
  * half a line), drop = 1 removes that incomplete line (for files of
