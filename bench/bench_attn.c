@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../kernels/backend.h"
-#include "../runtime/core/util.h"
+#include "kernels/backend.h"
+#include "core/util.h"
 
 #define MIN_CALLS 2
 

@@ -28,9 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../collectives/comm.h"
-#include "../io/checkpoint.h"
-#include "../runtime/core/log.h"
+#include "collectives/comm.h"
+#include "io/checkpoint.h"
+#include "core/log.h"
 
 #define NSHAPES 4
 #define MAX_REPEATS 51

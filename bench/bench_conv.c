@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/backend.h"
-#include "../runtime/core/util.h"
+#include "kernels/backend.h"
+#include "core/util.h"
 
 #define DEFAULT_BATCH 128
 #define DEFAULT_SECONDS 1.0

@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../kernels/backend.h"
-#include "../kernels/ops.h"
-#include "../runtime/core/util.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "core/util.h"
 
 #define SKIP_CODE 77
 #define VOCAB 50257

@@ -32,8 +32,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "../io/loader.h"
-#include "../runtime/core/util.h"
+#include "io/loader.h"
+#include "core/util.h"
 
 #define READ_ITERS 200
 #define CACHE_EPOCHS 2   /* epochs per timed run of a cache setting */

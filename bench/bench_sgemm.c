@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 
 #define MAX_DIMS 16
 

@@ -20,13 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/core/status.h"
-#include "../runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 typedef struct dt_comm dt_comm_t;
 typedef struct dt_comm_req dt_comm_req_t;
 
-/* Element types (runtime/core/tensor.h): DT_F32, DT_F64, DT_I32, DT_I64,
+/* Element types (core/tensor.h): DT_F32, DT_F64, DT_I32, DT_I64,
  * DT_U8 and DT_BF16. DT_BF16: raw bfloat16 bits (uint16_t); reductions on
  * it support SUM only,
  * summing in fp32 and rounding each partial sum to nearest bf16. */
@@ -120,7 +120,7 @@ int dt_comm_device_buffers(const dt_comm_t *c);
  * at their own limits. With a limit set the mpi backend runs even its
  * blocking collectives as non-blocking ones that it polls against the
  * limit. Training sets runtime.timeout_s here for the training loop; the
- * watchdog (runtime/watchdog.h) waits longer, as a backstop for hangs
+ * watchdog (runtime/monitor/watchdog.h) waits longer, as a backstop for hangs
  * outside a collective. */
 void dt_comm_set_timeout(dt_comm_t *c, double seconds);
 

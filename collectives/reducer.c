@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/core/log.h"
-#include "../runtime/core/util.h"
+#include "core/log.h"
+#include "core/util.h"
 
 #define MIB_BYTES 1048576.0
 #define GRAD_BYTES 4.0 /* fp32 */

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 #include "comm.h"
 
 #define DT_REDUCER_MAX_BUCKETS 4096

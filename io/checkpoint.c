@@ -55,9 +55,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/core/fault.h"
-#include "../runtime/core/log.h"
-#include "../runtime/core/util.h"
+#include "core/fault.h"
+#include "core/log.h"
+#include "core/util.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

@@ -50,9 +50,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../collectives/comm.h"
-#include "../runtime/core/status.h"
-#include "../runtime/core/tensor.h"
+#include "collectives/comm.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 #define DT_CKPT_FORMAT_VERSION 3
 #define DT_CKPT_OLDEST_VERSION 1 /* the oldest format version read */

@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 enum dt_csv_header { DT_CSV_HEADER_AUTO = 0, DT_CSV_HEADER_YES, DT_CSV_HEADER_NO };
 

@@ -65,7 +65,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "hdf5_lock.h"
 
 /* Chunk cache for compressed x: big enough for a few dozen typical chunks. */

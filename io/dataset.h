@@ -42,8 +42,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
-#include "../runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 #define DT_DATASET_FORMAT_VERSION 1
 #define DT_DATASET_MAX_SPLITS 16

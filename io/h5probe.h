@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 /* "HDF5 1.14.0" as the loaded library reports it (and the headers' version
  * when they differ); *parallel = 1 when this HDF5 has MPI-IO (needed for

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "outfile.h"
 
 #define COMPACT_MAX_BYTES 65536 /* a compact dataset lives in its object header */

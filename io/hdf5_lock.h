@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 /* Takes / releases the HDF5 lock. Not recursive: never lock twice. */
 void dt_h5_lock(void);

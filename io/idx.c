@@ -39,7 +39,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"

@@ -11,7 +11,7 @@
 
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 struct dt_idx_import_opts {
     const char *train_images, *train_labels; /* required */

@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 #include "dataset.h"
 
 struct dt_class_list {

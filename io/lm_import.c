@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 #define DT_LM_DEFAULT_VAL_FRACTION 0.1
 #define DT_LM_DEFAULT_VOCAB 50257 /* GPT-2's vocabulary */

@@ -50,10 +50,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../runtime/core/fault.h"
-#include "../runtime/core/log.h"
-#include "../runtime/core/rng.h"
-#include "../runtime/core/util.h"
+#include "core/fault.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/util.h"
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_MAX_PREFETCH 1024

@@ -68,7 +68,7 @@
 
 #include <stdint.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 #include "dataset.h"
 
 typedef struct dt_loader dt_loader_t;

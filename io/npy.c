@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "dataset.h"
 #include "import.h"
 

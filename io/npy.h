@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 struct dt_npy_import_opts {
     const char *train_x, *train_y; /* required */

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 /* An upper estimate of the size of an HDF5 file holding data_bytes of raw
  * data in `objects` groups, datasets and chunks, plus attr_bytes of

@@ -10,7 +10,7 @@
 #include "backend_impl.h"
 
 #ifdef DT_HAVE_CUDA
-#include "cuda/cuda_probe.h"
+#include "kernels/cuda/cuda_probe.h"
 #endif
 
 const char *dt_backend_list(void)

@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "ops.h"
-#include "../runtime/core/status.h"
-#include "../runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 enum dt_copy_kind { DT_COPY_H2D, DT_COPY_D2H, DT_COPY_D2D };
 
@@ -38,6 +38,10 @@ void dt_backend_destroy(dt_backend_t *be);
 
 const char *dt_backend_name(const dt_backend_t *be);
 const struct dt_ops *dt_backend_ops(const dt_backend_t *be);
+/* The CPU backend's op table, for host-side questions asked before any
+ * backend exists (a layer's workspace size for the memory estimate). Its
+ * ops take be == NULL as "the default CPU backend". Never NULL. */
+const struct dt_ops *dt_backend_host_ops(void);
 
 /* 1 when backend be has op `op` for tensors of dtype t, else 0. Every op
  * of this version computes in fp32 (the reduced-precision matmul inputs

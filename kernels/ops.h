@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/core/rng.h"
-#include "../runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 typedef struct dt_backend dt_backend_t;
 

@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-#include "../collectives/comm.h"
-#include "../runtime/config.h"
-#include "../runtime/core/status.h"
+#include "collectives/comm.h"
+#include "runtime/config/config.h"
+#include "core/status.h"
 
 int dt_cmd_train(int argc, char **argv);
 int dt_cmd_data(int argc, char **argv);

@@ -19,13 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../bench/bench.h"
-#include "../collectives/comm.h"
-#include "../kernels/backend.h"
-#include "../runtime/dist.h"
-#include "../runtime/core/log.h"
-#include "../runtime/memory.h"
-#include "../runtime/core/util.h"
+#include "collectives/allreduce_perf.h"
+#include "collectives/comm.h"
+#include "kernels/backend.h"
+#include "runtime/train/dist.h"
+#include "core/log.h"
+#include "runtime/monitor/memory.h"
+#include "core/util.h"
 #include "cli.h"
 
 /* A collective that takes longer aborts the benchmark (nccl; for mpi the

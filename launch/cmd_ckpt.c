@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../io/checkpoint.h"
-#include "../runtime/core/util.h"
+#include "io/checkpoint.h"
+#include "core/util.h"
 #include "cli.h"
 
 #define DIR_BYTES 4096

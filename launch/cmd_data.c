@@ -9,15 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/csv.h"
-#include "../io/dataset.h"
-#include "../io/idx.h"
-#include "../io/lm_import.h"
-#include "../io/npy.h"
-#include "../io/outfile.h"
-#include "../runtime/config.h"
-#include "../runtime/layers/layer.h"
-#include "../runtime/core/util.h"
+#include "io/csv.h"
+#include "io/dataset.h"
+#include "io/idx.h"
+#include "io/lm_import.h"
+#include "io/npy.h"
+#include "io/outfile.h"
+#include "runtime/config/config.h"
+#include "runtime/model/layers/layer.h"
+#include "core/util.h"
 #include "cli.h"
 
 /* A signal that ends an import removes the temporary file it was writing,

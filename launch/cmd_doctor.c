@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../collectives/comm.h"
-#include "../runtime/config.h"
-#include "../runtime/doctor.h"
-#include "../runtime/core/fault.h"
-#include "../runtime/core/log.h"
+#include "collectives/comm.h"
+#include "runtime/config/config.h"
+#include "runtime/doctor/doctor.h"
+#include "core/fault.h"
+#include "core/log.h"
 #include "cli.h"
 
 #define EXIT_PROBLEMS 69 /* sysexits EX_UNAVAILABLE */

@@ -35,13 +35,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../collectives/comm.h"
-#include "../kernels/backend.h"
-#include "../runtime/config.h"
-#include "../runtime/core/log.h"
-#include "../runtime/memory.h"
-#include "../runtime/train.h"
-#include "../runtime/core/util.h"
+#include "collectives/comm.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "core/log.h"
+#include "runtime/monitor/memory.h"
+#include "runtime/train/train.h"
+#include "core/util.h"
 #include "cli.h"
 
 #define FB_DEFAULT_MARGIN 0.10
@@ -383,7 +383,7 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
     }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 70;
     /* Out of memory, memory not free now, or the start-up memory check
-     * (runtime/memory.c, whose refusal that even the smallest
+     * (runtime/monitor/memory.c, whose refusal that even the smallest
      * micro-batch would meet is a usage error) refusing this size. */
     if (st == DT_ERR_NOMEM || st == DT_ERR_BUSY ||
         (st == DT_ERR_USAGE && strstr(msg, "of host memory on each rank"))) {

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../collectives/comm.h"
-#include "../runtime/core/log.h"
-#include "../runtime/generate.h"
+#include "collectives/comm.h"
+#include "core/log.h"
+#include "runtime/generate/generate.h"
 #include "cli.h"
 
 #define DEFAULT_TOKENS 200

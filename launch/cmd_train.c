@@ -19,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../collectives/comm.h"
-#include "../io/outfile.h"
-#include "../runtime/config.h"
-#include "../runtime/core/log.h"
-#include "../runtime/model.h"
-#include "../runtime/train.h"
+#include "collectives/comm.h"
+#include "io/outfile.h"
+#include "runtime/config/config.h"
+#include "core/log.h"
+#include "runtime/model/model.h"
+#include "runtime/train/train.h"
 #include "cli.h"
 
 /* After --print-config's job: the layer list model.type expands into. */

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/backend.h"
-#include "../runtime/core/log.h"
+#include "kernels/backend.h"
+#include "core/log.h"
 #include "cli.h"
 
 static const char usage_text[] =

@@ -40,9 +40,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../collectives/comm.h"
-#include "../runtime/core/log.h"
-#include "../runtime/dist.h"
+#include "collectives/comm.h"
+#include "core/log.h"
+#include "runtime/train/dist.h"
 #include "cli.h"
 
 #define EXIT_SOFTWARE 70 /* EX_SOFTWARE */

@@ -38,8 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/core/log.h"
-#include "../runtime/core/util.h"
+#include "core/log.h"
+#include "core/util.h"
 
 #define LOG_SUBSYS "launch"
 #define EXIT_TEMPFAIL 75 /* stopped cleanly or restartable */

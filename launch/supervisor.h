@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-#include "../runtime/core/status.h"
+#include "core/status.h"
 
 enum dt_launcher { DT_LAUNCHER_MPIRUN = 0, DT_LAUNCHER_SRUN, DT_LAUNCHER_NONE };
 

@@ -47,10 +47,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../runtime/core/bf16.h"
-#include "../../runtime/core/log.h"
-#include "../../runtime/core/util.h"
-#include "../comm_impl.h"
+#include "core/bf16.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "collectives/comm_impl.h"
 
 #define RING_TAGS 32768 /* MPI guarantees tags up to 32767 */
 

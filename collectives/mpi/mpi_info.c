@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../comm_impl.h"
+#include "collectives/comm_impl.h"
 
 void dt_mpi_library_version(char *buf, size_t len)
 {

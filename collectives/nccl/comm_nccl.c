@@ -37,9 +37,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../runtime/core/log.h"
-#include "../../runtime/core/util.h"
-#include "../comm_impl.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "collectives/comm_impl.h"
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
 

@@ -6,7 +6,7 @@
 #include <nccl.h>
 #include <stdio.h>
 
-#include "../comm_impl.h"
+#include "collectives/comm_impl.h"
 
 /* NCCL codes are 10000*major + 100*minor + patch since 2.9. */
 static void format_code(int code, char *buf, size_t len)

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend_impl.h"
+#include "kernels/backend_impl.h"
 #include "cpu_ops.h"
 
 /* Last: it pulls in <complex.h>, whose macro `I` clashes with ops.h. */
@@ -164,6 +164,8 @@ static dt_status cpu_alloc(dt_backend_t *be, size_t bytes, void **out)
     *out = p;
     return DT_OK;
 }
+
+const struct dt_ops *dt_backend_host_ops(void) { return &cpu_ops_fast; }
 
 static void cpu_free(dt_backend_t *be, void *ptr) { free(ptr); }
 

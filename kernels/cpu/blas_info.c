@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../backend.h"
+#include "kernels/backend.h"
 
 /* Last: it pulls in <complex.h>, whose macro `I` clashes with ops.h. */
 #include <cblas.h>

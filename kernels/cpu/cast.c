@@ -1,6 +1,6 @@
 /*
  * cast.c - gradients to and from bf16 for the wire (comm.grad_dtype: bf16
- * halves the bytes each all-reduce moves). Rounding is runtime/core/bf16.h's:
+ * halves the bytes each all-reduce moves). Rounding is core/bf16.h's:
  * nearest, ties to even, overflow to infinity, NaN to a quiet NaN, so the
  * CUDA kernels and the MPI bf16 sum agree with it bit for bit. The loops
  * are plain integer work the compiler vectorises; one version serves both

@@ -28,7 +28,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "../ops_check.h"
+#include "kernels/ops_check.h"
 #include "cpu_ops.h"
 
 /* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`

@@ -26,8 +26,8 @@
 
 #include <string.h>
 
-#include "../../runtime/core/bf16.h"
-#include "../ops.h"
+#include "core/bf16.h"
+#include "kernels/ops.h"
 
 /* The fast loops work on blocks of this many floats (one cache line, one
  * AVX-512 register). A loop with a constant trip count that is a multiple

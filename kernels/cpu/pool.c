@@ -23,7 +23,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../ops_check.h"
+#include "kernels/ops_check.h"
 #include "cpu_ops.h"
 
 static dt_status check_pool(const char *op, const struct dt_pool2d_shape *s, const void *a,

@@ -32,7 +32,7 @@
 #include "cuda_probe.h"
 
 extern "C" {
-#include "../../runtime/core/log.h"
+#include "core/log.h"
 }
 
 #define SYNC_UPLOAD_BYTES ((size_t)64 << 20) /* larger uploads skip the staging ring */

@@ -8,7 +8,7 @@
  * to infinity, subnormals kept: cvt.rn.bf16.f32 has no .ftz). NaN is the
  * exception: cvt gives the canonical NaN 0x7fff whatever went in, and the
  * pre-sm_80 path of cuda_bf16.hpp does the same, while the CPU reference
- * (runtime/core/bf16.h) keeps the NaN's sign and the top of its payload and sets
+ * (core/bf16.h) keeps the NaN's sign and the top of its payload and sets
  * the quiet bit. So a NaN is handled here on its bits, the CPU's way,
  * tested on the exponent and mantissa fields so no math flag can fold it.
  *
@@ -23,7 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "../../runtime/core/bf16.h"
+#include "core/bf16.h"
 #include "cuda_impl.h"
 
 #define F32_ABS_MASK 0x7fffffffu /* all but the sign */

@@ -39,7 +39,7 @@
 #include "cuda_impl.h"
 
 extern "C" {
-#include "../../runtime/core/log.h"
+#include "core/log.h"
 }
 
 #ifdef DT_HAVE_CUDNN

@@ -32,8 +32,8 @@
 extern "C" {
 #endif
 
-#include "../backend_impl.h"
-#include "../ops_check.h"
+#include "kernels/backend_impl.h"
+#include "kernels/ops_check.h"
 
 #define DT_CUDA_THREADS 256 /* threads per block for element-wise kernels */
 #define DT_CUDA_MAX_BLOCKS 4096 /* grid-stride loops cover the rest */

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../backend.h"
+#include "kernels/backend.h"
 
 static __global__ void info_marker(int *out)
 {

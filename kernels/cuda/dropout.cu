@@ -6,11 +6,11 @@
  * row row0, element e = (row0 + r) * cols + c is kept when
  *     u = dt_rng_u32_to_unit(word e % 4 of dt_rng_block(key, e / 4, 0)) >= p
  * and kept values are multiplied by 1 / (1 - p); p == 0 is a plain copy.
- * The host mixes the key once (dt_rng_stream_init, runtime/core/rng.c) and
+ * The host mixes the key once (dt_rng_stream_init, core/rng.c) and
  * computes the scale with the CPU's expression; the kernel gets both by
  * value. Each thread draws one Philox block and applies its four words to
  * four consecutive elements (philox.cuh, which a CPU test checks against
- * runtime/core/rng.h and the CPU op), so the generator runs once per four
+ * core/rng.h and the CPU op), so the generator runs once per four
  * elements and no mask is stored: backward recomputes it.
  *
  * No parameters; the activation gradient (din) is WRITTEN (=):

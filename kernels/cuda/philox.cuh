@@ -4,7 +4,7 @@
  * runs them on the CPU (tests/gpu/test_cuda_host.cu).
  *
  * The CUDA dropout must keep exactly the elements the CPU keeps, so it
- * draws its words with runtime/core/rng.h's own inline Philox (marked host and
+ * draws its words with core/rng.h's own inline Philox (marked host and
  * device there) and nothing else: the key is still mixed once on the host by
  * dt_rng_stream_init and handed to the kernel by value. All arithmetic is
  * on integers, except the word-to-unit conversion (exact: a 24-bit
@@ -20,7 +20,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "../../runtime/core/rng.h"
+#include "core/rng.h"
 #ifdef __cplusplus
 }
 #endif
@@ -36,7 +36,7 @@ extern "C" {
 #define DT_PHILOX_WORDS 4
 
 /* The four words of counter (index, s->c2, s->c3) under key (s->k0, s->k1):
- * runtime/core/rng.h's dt_rng_stream_block, compiled for host and device. */
+ * core/rng.h's dt_rng_stream_block, compiled for host and device. */
 static inline DT_HD void dt_philox_block(const struct dt_rng_stream *s, uint64_t index,
                                          uint32_t out[DT_PHILOX_WORDS])
 {

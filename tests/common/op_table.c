@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/core/rng.h"
+#include "core/rng.h"
 
 /* finite differences: step, tolerance (relative, with the gradient size
  * below which it is absolute), elements checked per input at most */

@@ -30,8 +30,8 @@
 #ifndef DT_TEST_OP_TABLE_H
 #define DT_TEST_OP_TABLE_H
 
-#include "../../kernels/backend.h"
-#include "../../kernels/ops.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
 
 #define DT_OP_CASE_DIMS 14
 

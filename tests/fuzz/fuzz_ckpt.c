@@ -33,7 +33,7 @@
 #include "fz_h5.h"
 #include "fz_util.h"
 #include "io/checkpoint.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 #define MAX_TENSORS 5
 #define LIST_MAX 8

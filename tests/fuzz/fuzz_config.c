@@ -1,6 +1,6 @@
 /*
  * fuzz_config.c - fuzz target: the job-file parser and --set overrides
- * (runtime/config.h).
+ * (runtime/config/config.h).
  *
  * The input is split at NUL bytes: the first part is a job file's text,
  * each later part (at most MAX_SETS) one `--set key=value` argument, in the
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "fz_util.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 #define MAX_SETS 8
 #define JOB_NAME "fuzz.yaml"

@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "runtime/core/log.h"
+#include "core/log.h"
 
 #define SCRATCH_PATH 1024
 #define NFTW_FDS 16

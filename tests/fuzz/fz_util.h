@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 /* The fuzzer's bytes, consumed front to back. */
 struct fz_in {

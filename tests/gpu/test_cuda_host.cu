@@ -4,7 +4,7 @@
  * CUDA build checks it even on a machine without a GPU.
  *
  * The dropout kernels must keep exactly the elements the CPU keeps. This
- * suite checks the pieces they are made of against runtime/core/rng.h and the
+ * suite checks the pieces they are made of against core/rng.h and the
  * CPU backend: the Philox block for many keys and counters (indices past
  * 2^32 included, and the Random123 known answers), the keep decision for
  * every 24-bit value a word can give, and the per-block dropout step,
@@ -21,12 +21,12 @@
 
 /* The dtrain headers are C: their functions have C linkage. */
 extern "C" {
-#include "../../kernels/backend.h"
-#include "../../runtime/core/rng.h"
-#include "../../runtime/core/status.h"
+#include "kernels/backend.h"
+#include "core/rng.h"
+#include "core/status.h"
 }
-#include "../../kernels/cuda/philox.cuh"
-#include "../unit/cu_util.h"
+#include "kernels/cuda/philox.cuh"
+#include "tests/unit/cu_util.h"
 
 #define NKEYS 300
 #define SENTINEL 12345.0f /* guard values around an output */
@@ -104,7 +104,7 @@ static void test_philox_matches_rng(void)
         }
     }
     if (bad)
-        printf("\n  philox: %zu of %zu blocks differ from runtime/core/rng.h\n", bad, checked);
+        printf("\n  philox: %zu of %zu blocks differ from core/rng.h\n", bad, checked);
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(checked, (size_t)NKEYS * 40);
 }

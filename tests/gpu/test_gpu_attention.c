@@ -29,10 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/backend.h"
-#include "../../kernels/ops.h"
-#include "../../runtime/core/rng.h"
-#include "../unit/cu_util.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "core/rng.h"
+#include "tests/unit/cu_util.h"
 
 #define SKIP_CODE 77
 /* fp32 against a double reference, sums over up to T = 1024 terms */

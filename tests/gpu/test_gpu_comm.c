@@ -22,13 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../bench/bench.h"
-#include "../../collectives/comm.h"
-#include "../../collectives/comm_impl.h"
-#include "../../collectives/reducer.h"
-#include "../../kernels/backend.h"
-#include "../../runtime/core/bf16.h"
-#include "../unit/cu_util.h"
+#include "collectives/allreduce_perf.h"
+#include "collectives/comm.h"
+#include "collectives/comm_impl.h"
+#include "collectives/reducer.h"
+#include "kernels/backend.h"
+#include "core/bf16.h"
+#include "tests/unit/cu_util.h"
 
 #define SKIP_EXIT 77
 #define COMM_TIMEOUT_S 60.0

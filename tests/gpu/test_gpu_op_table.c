@@ -20,10 +20,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../kernels/backend.h"
-#include "../../kernels/ops.h"
-#include "../common/op_table.h"
-#include "../unit/cu_util.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "tests/common/op_table.h"
+#include "tests/unit/cu_util.h"
 
 #define SKIP_CODE 77
 

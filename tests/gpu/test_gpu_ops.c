@@ -32,10 +32,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../kernels/ops.h"
-#include "../../kernels/backend.h"
-#include "../../runtime/core/rng.h"
-#include "../unit/cu_util.h"
+#include "kernels/ops.h"
+#include "kernels/backend.h"
+#include "core/rng.h"
+#include "tests/unit/cu_util.h"
 
 #define SKIP_CODE 77
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../io/tensors.h"
+#include "io/model_file.h"
 
 static size_t numel(const struct dt_named_tensor *t) { return (size_t)dt_shape_numel(&t->shape); }
 
@@ -23,7 +23,7 @@ int main(int argc, char **argv)
     double tol = atof(argv[3]), worst = 0;
     struct dt_named_tensor *a = NULL, *b = NULL;
     int na = 0, nb = 0, identical = 1;
-    if (dt_tensors_load(argv[1], &a, &na) != DT_OK || dt_tensors_load(argv[2], &b, &nb) != DT_OK) {
+    if (dt_model_file_load(argv[1], &a, &na) != DT_OK || dt_model_file_load(argv[2], &b, &nb) != DT_OK) {
         fprintf(stderr, "compare_models: %s\n", dt_last_error());
         return 2;
     }
@@ -50,7 +50,7 @@ int main(int argc, char **argv)
         printf("%-16s max rel diff %.3e\n", a[i].name, rel);
     }
     printf("worst %.3e (tolerance %.1e)%s\n", worst, tol, identical ? ", bit-identical" : "");
-    dt_tensors_free(a, na);
-    dt_tensors_free(b, nb);
+    dt_model_file_free(a, na);
+    dt_model_file_free(b, nb);
     return (tol == 0 ? identical : worst <= tol) ? 0 : 1;
 }

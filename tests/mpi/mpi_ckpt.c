@@ -30,9 +30,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../collectives/comm.h"
-#include "../../io/checkpoint.h"
-#include "../../runtime/core/log.h"
+#include "collectives/comm.h"
+#include "io/checkpoint.h"
+#include "core/log.h"
 #include "mpi_cu.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -24,14 +24,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../bench/bench.h"
-#include "../../collectives/comm.h"
-#include "../../collectives/comm_impl.h"
-#include "../../collectives/reducer.h"
-#include "../../runtime/core/bf16.h"
-#include "../../runtime/core/log.h"
-#include "../../runtime/core/rng.h"
-#include "../../runtime/core/util.h"
+#include "collectives/allreduce_perf.h"
+#include "collectives/comm.h"
+#include "collectives/comm_impl.h"
+#include "collectives/reducer.h"
+#include "core/bf16.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/util.h"
 #include "mpi_cu.h"
 
 /* Open MPI's libraries have no frame pointers: with the fast unwinder the

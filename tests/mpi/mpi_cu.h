@@ -10,9 +10,9 @@
 #include <mpi.h>
 #include <stdio.h>
 
-#include "../../collectives/comm.h"
-#include "../../runtime/core/log.h"
-#include "../unit/cu_util.h"
+#include "collectives/comm.h"
+#include "core/log.h"
+#include "tests/unit/cu_util.h"
 
 static void mpi_cu_print_failures(int rank)
 {

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/backend.h"
+#include "kernels/backend.h"
 
 #define EPS 1e-5f
 #define MOMENTUM 0.1f

@@ -78,7 +78,7 @@ COMMON = {"train.steps": STEPS, "train.global_batch": GLOBAL_BATCH, "train.seed"
           "checkpoint.every_steps": 1, "checkpoint.keep_last": 1000, "runtime.threads": 1,
           "runtime.progress": "off"}
 
-# ---- Philox4x32-10 as runtime/core/rng.c defines it ---------------------------
+# ---- Philox4x32-10 as core/rng.c defines it ---------------------------
 
 M32, M64 = 0xFFFFFFFF, (1 << 64) - 1
 PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57

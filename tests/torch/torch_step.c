@@ -22,10 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../kernels/backend.h"
-#include "../../runtime/config.h"
-#include "../../runtime/model.h"
-#include "../../runtime/optim.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "runtime/model/model.h"
+#include "runtime/train/optim.h"
 
 #define SIDE 28
 #define CLASSES 10

@@ -31,9 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../collectives/comm.h"
-#include "../../io/checkpoint.h"
-#include "../../io/tensors.h"
+#include "collectives/comm.h"
+#include "io/checkpoint.h"
+#include "io/model_file.h"
 #include "cu_util.h"
 
 /* Open MPI's start-up leaks need the slow unwinder for tests/lsan.supp to
@@ -395,7 +395,7 @@ static void test_not_a_checkpoint(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "HDF5"));
     /* an HDF5 file of another kind (a dtrain model) */
     snprintf(p, sizeof p, "%s/model.h5", dir);
-    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, &t, 1), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_model_file_save(p, &t, 1), DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_verify(p, NULL), DT_ERR_BAD_DATA);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "not a dtrain checkpoint"));
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "model file"));
@@ -1027,12 +1027,12 @@ static void test_refuses_newer_version(void)
     struct dt_named_tensor t = {"w", {2, {2, 3}}, w}, *got = NULL;
     int n = 0, two = 2;
     snprintf(copy, sizeof copy, "%s/model.h5", dir);
-    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(copy, &t, 1), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_model_file_save(copy, &t, 1), DT_OK);
     f = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
     CU_ASSERT_FATAL(f >= 0);
     replace_attr(f, "format_version", H5T_NATIVE_INT, 0, &two);
     H5Fclose(f);
-    CU_ASSERT_EQUAL(dt_tensors_load(copy, &got, &n), DT_ERR_BAD_DATA);
+    CU_ASSERT_EQUAL(dt_model_file_load(copy, &got, &n), DT_ERR_BAD_DATA);
     snprintf(want, sizeof want,
              "model %s has format version 2; this dtrain reads version 1: use a newer dtrain",
              copy);
@@ -1080,7 +1080,7 @@ static void test_reads_old_files(void)
     }
     CU_ASSERT_EQUAL(dt_ckpt_load(ckpt, &meta, t, info->ntensors), DT_OK);
     CU_ASSERT_EQUAL(meta.step, 3);
-    CU_ASSERT_EQUAL(dt_tensors_load(model, &mt, &n), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_file_load(model, &mt, &n), DT_OK);
     CU_ASSERT_EQUAL(n, 4);
     for (int j = 0; j < n && mt; j++) {
         char name[DT_CKPT_NAME];
@@ -1090,7 +1090,7 @@ static void test_reads_old_files(void)
         CU_ASSERT(dt_shape_equal(&mt[j].shape, &t[k].shape));
         CU_ASSERT_EQUAL(memcmp(mt[j].data, t[k].data, (size_t)info->numel[k] * sizeof(float)), 0);
     }
-    dt_tensors_free(mt, n);
+    dt_model_file_free(mt, n);
     fresh_dir("oldfiles", dir, sizeof dir);
     snprintf(copy, sizeof copy, "%s/flipped.h5", dir);
     copy_file(ckpt, copy);
@@ -1119,18 +1119,18 @@ static void test_model_nd(void)
     int n = 0;
     fresh_dir("modelnd", dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.h5", dir);
-    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, t, 2), DT_OK);
-    CU_ASSERT_EQUAL_FATAL(dt_tensors_load(p, &got, &n), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_model_file_save(p, t, 2), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_model_file_load(p, &got, &n), DT_OK);
     CU_ASSERT_EQUAL_FATAL(n, 2);
     CU_ASSERT_STRING_EQUAL(got[1].name, "conv1.weight");
     CU_ASSERT(dt_shape_equal(&got[1].shape, &t[0].shape));
     CU_ASSERT_EQUAL(memcmp(got[1].data, w, sizeof w), 0);
     CU_ASSERT(dt_shape_equal(&got[0].shape, &t[1].shape));
-    dt_tensors_free(got, n);
+    dt_model_file_free(got, n);
     t[0].shape.ndim = 0;
-    CU_ASSERT_EQUAL(dt_tensors_save(p, t, 2), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_model_file_save(p, t, 2), DT_ERR_INVALID_ARG);
     t[0].shape.ndim = DT_MAX_DIMS + 1;
-    CU_ASSERT_EQUAL(dt_tensors_save(p, t, 2), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_model_file_save(p, t, 2), DT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "conv1.weight"));
 }
 
@@ -1300,7 +1300,7 @@ static void test_prune_foreign(void)
     copy_file(p, moved);
     snprintf(p, sizeof p, "%s/ckpt-0000000097.h5", dir); /* a model, not a checkpoint */
     struct dt_named_tensor mt = {"w", {1, {4}}, v};
-    CU_ASSERT_EQUAL_FATAL(dt_tensors_save(p, &mt, 1), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_model_file_save(p, &mt, 1), DT_OK);
     CU_ASSERT_EQUAL(dt_ckpt_list(dir, NULL, NULL, 0), 6);
     CU_ASSERT_EQUAL(dt_ckpt_prune(dir, 2, 0), DT_OK);
     CU_ASSERT_EQUAL_FATAL(dt_ckpt_list(dir, names, NULL, 16), 5);

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../bench/bench.h"
-#include "../../collectives/comm.h"
-#include "../../collectives/comm_impl.h"
-#include "../../collectives/reducer.h"
+#include "collectives/allreduce_perf.h"
+#include "collectives/comm.h"
+#include "collectives/comm_impl.h"
+#include "collectives/reducer.h"
 #include "cu_util.h"
 
 /* Open MPI's libraries have no frame pointers: with the fast unwinder the

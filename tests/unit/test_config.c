@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 
 #include "cu_util.h"
-#include "runtime/config.h"
-#include "runtime/config_impl.h"
+#include "runtime/config/config.h"
+#include "runtime/config/config_impl.h"
 
 #define PATH_MAX_ 4096
 

@@ -5,12 +5,12 @@
  */
 #include <string.h>
 
-#include "../../kernels/backend.h"
-#include "../../runtime/config.h"
-#include "../../runtime/memory.h"
-#include "../../runtime/model.h"
-#include "../../runtime/optim.h"
-#include "../../runtime/core/rng.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "runtime/monitor/memory.h"
+#include "runtime/model/model.h"
+#include "runtime/train/optim.h"
+#include "core/rng.h"
 #include "cu_util.h"
 
 #define IN_H 3

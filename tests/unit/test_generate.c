@@ -9,11 +9,11 @@
  */
 #include <string.h>
 
-#include "../../kernels/backend.h"
-#include "../../runtime/config.h"
-#include "../../runtime/core/rng.h"
-#include "../../runtime/generate.h"
-#include "../../runtime/model.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "core/rng.h"
+#include "runtime/generate/generate.h"
+#include "runtime/model/model.h"
 #include "cu_util.h"
 
 #define SEQ 16

@@ -31,10 +31,10 @@
 #include "io/idx.h"
 #include "io/npy.h"
 #include "io/loader.h"
-#include "io/tensors.h"
-#include "runtime/core/log.h"
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "io/model_file.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 static char g_dir[2048];
 
@@ -2195,18 +2195,18 @@ static void test_model_round_trip(void)
     tpath(dir, sizeof dir, "model-rt");
     mkdir(dir, 0777);
     snprintf(p, sizeof p, "%s/model.h5", dir);
-    ASSERT_STATUS(dt_tensors_save(p, t, 2), DT_OK);
+    ASSERT_STATUS(dt_model_file_save(p, t, 2), DT_OK);
     CU_ASSERT_EQUAL(dir_entries(dir), 1); /* no temporary file left */
     struct dt_named_tensor *got = NULL;
     int n = 0;
-    ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_OK);
+    ASSERT_STATUS(dt_model_file_load(p, &got, &n), DT_OK);
     CU_ASSERT_EQUAL_FATAL(n, 2);
     CU_ASSERT_STRING_EQUAL(got[0].name, "fc1.bias"); /* name order */
     CU_ASSERT(got[0].shape.ndim == 1 && got[0].shape.dim[0] == 3 &&
               !memcmp(got[0].data, b, sizeof b));
     CU_ASSERT(got[1].shape.ndim == 2 && got[1].shape.dim[0] == 2 && got[1].shape.dim[1] == 3 &&
               !memcmp(got[1].data, w, sizeof w));
-    dt_tensors_free(got, n);
+    dt_model_file_free(got, n);
 }
 
 /* Saves a 4 MiB model into dir where a small model.h5 already is, with the
@@ -2220,7 +2220,7 @@ static void failing_model_save(const char *dir, int fsize, const char *reason)
     float small[4] = {1, 2, 3, 4};
     struct dt_named_tensor t = {"fc1.weight", {1, {4}}, small};
     snprintf(p, sizeof p, "%s/model.h5", dir);
-    ASSERT_STATUS(dt_tensors_save(p, &t, 1), DT_OK);
+    ASSERT_STATUS(dt_model_file_save(p, &t, 1), DT_OK);
     size_t before_len = 0, after_len = 0;
     char *before = read_all(p, &before_len);
     float *big = calloc(BIG, sizeof *big);
@@ -2235,7 +2235,7 @@ static void failing_model_save(const char *dir, int fsize, const char *reason)
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     CU_ASSERT(!fsize || setrlimit(RLIMIT_FSIZE, &lim) == 0);
     dt_clear_error();
-    dt_status st = dt_tensors_save(p, &bt, 1);
+    dt_status st = dt_model_file_save(p, &bt, 1);
     setrlimit(RLIMIT_FSIZE, &old);
     signal(SIGXFSZ, prev);
     ASSERT_STATUS(st, DT_ERR_IO);
@@ -2281,19 +2281,19 @@ static void test_model_bad_files(void)
     int n = 0;
     tpath(dir, sizeof dir, "model-bad");
     mkdir(dir, 0777);
-    ASSERT_STATUS(dt_tensors_load(dir, &got, &n), DT_ERR_NOT_FOUND);
+    ASSERT_STATUS(dt_model_file_load(dir, &got, &n), DT_ERR_NOT_FOUND);
     ASSERT_MSG("not a regular file");
     snprintf(p, sizeof p, "%s/fifo.h5", dir);
     CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0600), 0);
     alarm(60); /* a blocking open would hang: fail loudly instead */
-    ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_ERR_NOT_FOUND);
+    ASSERT_STATUS(dt_model_file_load(p, &got, &n), DT_ERR_NOT_FOUND);
     alarm(0);
     ASSERT_MSG("FIFO");
     snprintf(p, sizeof p, "%s/text.h5", dir);
     FILE *fp = fopen(p, "w");
     fputs("not HDF5\n", fp);
     fclose(fp);
-    ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_ERR_BAD_DATA);
+    ASSERT_STATUS(dt_model_file_load(p, &got, &n), DT_ERR_BAD_DATA);
     ASSERT_MSG("is damaged or is not an HDF5 file");
 
     /* a tensor declaring 2^60 floats it never wrote, a name longer than a
@@ -2303,7 +2303,7 @@ static void test_model_bad_files(void)
     const char *edits[] = {"huge", "long", "link"};
     for (int k = 0; k < 3; k++) {
         snprintf(p, sizeof p, "%s/%s.h5", dir, edits[k]);
-        ASSERT_STATUS(dt_tensors_save(p, &t, 1), DT_OK);
+        ASSERT_STATUS(dt_model_file_save(p, &t, 1), DT_OK);
         hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
         CU_ASSERT_FATAL(f >= 0);
         if (k == 0) {
@@ -2324,7 +2324,7 @@ static void test_model_bad_files(void)
         }
         H5Fclose(f);
         got = NULL;
-        ASSERT_STATUS(dt_tensors_load(p, &got, &n), DT_ERR_BAD_DATA);
+        ASSERT_STATUS(dt_model_file_load(p, &got, &n), DT_ERR_BAD_DATA);
         CU_ASSERT(got == NULL);
         ASSERT_MSG(p);
         ASSERT_MSG(k == 0   ? "/params/huge declares"

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/backend.h"
-#include "../../runtime/config.h"
-#include "../../runtime/model.h"
-#include "../../runtime/optim.h"
-#include "../../runtime/core/rng.h"
-#include "../../runtime/core/tensor.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "runtime/model/model.h"
+#include "runtime/train/optim.h"
+#include "core/rng.h"
+#include "core/tensor.h"
 #include "cu_util.h"
 
 #define IN_H 6
@@ -381,7 +381,7 @@ static void test_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "'a' names layer 0 already"));
 }
 
-/* The one dtype enum and shape descriptor (runtime/core/tensor.h). */
+/* The one dtype enum and shape descriptor (core/tensor.h). */
 static void test_tensor_core(void)
 {
     static const char *const names[] = {"f32", "bf16", "f16", "f64", "i32", "i64", "u16", "u8"};

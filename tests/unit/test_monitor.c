@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../runtime/core/log.h"
-#include "../../runtime/core/util.h"
-#include "../../runtime/metrics.h"
-#include "../../runtime/nvml.h"
-#include "../../runtime/tbevents.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "runtime/monitor/metrics.h"
+#include "runtime/monitor/nvml.h"
+#include "runtime/monitor/tbevents.h"
 #include "cu_util.h"
 
 /* Check values of CRC-32C (RFC 3720, appendix B.4, and the "123456789"

@@ -10,10 +10,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../kernels/backend.h"
-#include "../../kernels/cpu/cpu_ops.h"
-#include "../../kernels/ops.h"
-#include "../common/op_table.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "tests/common/op_table.h"
 #include "cu_util.h"
 
 enum { REF = 0, FAST = 1, NBACKENDS = 2 };

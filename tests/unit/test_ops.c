@@ -15,10 +15,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../kernels/cpu/cpu_ops.h"
-#include "../../kernels/ops.h"
-#include "../../kernels/backend.h"
-#include "../../runtime/core/rng.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "kernels/backend.h"
+#include "core/rng.h"
 #include "cu_util.h"
 
 /* finite differences: step, relative tolerance, and the gradient size

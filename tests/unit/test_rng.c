@@ -4,7 +4,7 @@
  */
 #include <string.h>
 
-#include "../../runtime/core/rng.h"
+#include "core/rng.h"
 #include "cu_util.h"
 
 /* Known-answer vectors of Philox4x32-10 (Salmon et al., Random123). */

@@ -2,7 +2,7 @@
  * test_scaler.c - the fp16 loss-scale state machine, driven by injected
  * overflows: back-off and skip, growth after clean steps, the floor.
  */
-#include "../../runtime/scaler.h"
+#include "runtime/train/scaler.h"
 #include <string.h>
 
 #include "cu_util.h"

@@ -10,8 +10,8 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "../collectives/comm.h"
-#include "config.h"
+#include "collectives/comm.h"
+#include "runtime/config/config.h"
 #include "core/status.h"
 
 struct dt_backend_mem; /* kernels/backend.h */

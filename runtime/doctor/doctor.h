@@ -14,7 +14,7 @@
 
 #include <stdio.h>
 
-#include "../collectives/comm.h"
+#include "collectives/comm.h"
 #include "core/status.h"
 
 struct dt_doctor_opts {

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
-#include "../collectives/comm.h"
+#include "collectives/comm.h"
 
 #define DT_WATCHDOG_GRACE_MIN_S 10.0
 #define DT_WATCHDOG_GRACE_SHARE 0.1

@@ -1,5 +1,5 @@
 /*
- * model.h - models built from the job: a graph of layers (runtime/layers/)
+ * model.h - models built from the job: a graph of layers (runtime/model/layers/)
  * over flat parameter and gradient buffers on a compute backend.
  *
  * The job's layer list (model.layers, or the list model.type mlp, cnn or
@@ -25,12 +25,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/backend.h"
-#include "config.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "layers/layer.h"
+#include "runtime/model/layers/layer.h"
 
 #define DT_MODEL_MAX_LAYERS DT_JOB_MAX_GRAPH /* graph nodes; the job keeps within it */
 #define DT_MODEL_MAX_PARAMS 1024

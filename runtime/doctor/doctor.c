@@ -25,10 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../bench/bench.h"
-#include "../io/h5probe.h"
-#include "../kernels/backend.h"
-#include "dist.h"
+#include "collectives/allreduce_perf.h"
+#include "io/h5probe.h"
+#include "kernels/backend.h"
+#include "runtime/train/dist.h"
 #include "doctor_impl.h"
 #include "core/fault.h"
 #include "core/util.h"

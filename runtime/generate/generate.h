@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../collectives/comm.h"
-#include "config.h"
+#include "collectives/comm.h"
+#include "runtime/config/config.h"
 #include "core/status.h"
 
 struct dt_generate_opts {

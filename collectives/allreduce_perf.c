@@ -1,5 +1,5 @@
 /*
- * bench_allreduce.c - the all-reduce benchmark behind `dtrain bench
+ * allreduce_perf.c - the all-reduce benchmark behind `dtrain bench
  * allreduce`: nccl-tests' all_reduce_perf for a dt_comm.
  *
  * For each power-of-two size it runs untimed warm-up all-reduces (whose
@@ -17,13 +17,13 @@
  * downloaded into it to be checked. The agreement traffic (small host
  * values) then goes over the control communicator, as in training.
  */
-#include "bench.h"
+#include "allreduce_perf.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 
 #define PATTERN_MAX_PERIOD 8191 /* a prime, so misplaced blocks show */
 #define FP32_EXACT (1u << 24)   /* integers up to this are exact in fp32 */

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../kernels/cpu/cpu_ops.h"
 #include "layer.h"
 
 /* ---- embedding ------------------------------------------------------------ */
@@ -193,13 +192,9 @@ static dt_status attn_workspace(struct dt_layer *l, dt_backend_t *be, int64_t ma
     const struct attn_cfg *c = (const struct attn_cfg *)l->cfg;
     size_t bytes = 0;
     int Dh = (int)(c->C / c->heads);
-    dt_status st;
-    if (be)
-        st = dt_backend_ops(be)->attention_workspace(be, (int)max_rows, (int)c->T, (int)c->heads,
-                                                     Dh, c->causal, &bytes);
-    else
-        st = dt_cpu_attention_workspace(NULL, (int)max_rows, (int)c->T, (int)c->heads, Dh,
-                                        c->causal, &bytes);
+    const struct dt_ops *ops = be ? dt_backend_ops(be) : dt_backend_host_ops();
+    dt_status st = ops->attention_workspace(be, (int)max_rows, (int)c->T, (int)c->heads, Dh,
+                                            c->causal, &bytes);
     if (st != DT_OK)
         return dt_error_context(st, "%s: sizing the attention's workspace", l->where);
     l->ws_fixed = bytes;

@@ -12,10 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/backend.h"
-#include "config.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
 #include "core/status.h"
-#include "model.h"
+#include "runtime/model/model.h"
 
 typedef struct dt_optim dt_optim_t;
 

@@ -1,6 +1,6 @@
 /*
- * tensors.c - saving and loading named fp32 tensors with HDF5 (serial
- * API, one process). Every HDF5 call holds the io/ lock.
+ * model_file.c - saving and loading the model file (model.h5): named fp32
+ * tensors with HDF5 (serial API, one process). Every HDF5 call holds the io/ lock.
  *
  * Saving goes through outfile.h like a checkpoint: the space of the
  * temporary file's data is reserved first, so a full disk or a file-size
@@ -8,7 +8,7 @@
  * the free space, and the old model file stays as it was. Loading checks that each
  * tensor's declared shape fits in the file before it allocates for it.
  */
-#include "tensors.h"
+#include "model_file.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/core/util.h"
+#include "core/util.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 
@@ -133,7 +133,7 @@ static dt_status check_tensors(const struct dt_named_tensor *t, int n)
     return DT_OK;
 }
 
-dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int n)
+dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, int n)
 {
     char tmp[DT_OUTFILE_TMP_LEN] = "";
     dt_status st = check_tensors(t, n);
@@ -325,7 +325,7 @@ static void load_locked(struct load_ctx *c)
     H5Fclose(f);
 }
 
-dt_status dt_tensors_load(const char *path, struct dt_named_tensor **out, int *n)
+dt_status dt_model_file_load(const char *path, struct dt_named_tensor **out, int *n)
 {
     struct load_ctx c = {.path = path};
     dt_status st = dt_input_check(path, "model", &c.file_bytes);
@@ -341,11 +341,11 @@ dt_status dt_tensors_load(const char *path, struct dt_named_tensor **out, int *n
         c.t = NULL;
     }
 out:
-    dt_tensors_free(c.t, c.n);
+    dt_model_file_free(c.t, c.n);
     return st;
 }
 
-void dt_tensors_free(struct dt_named_tensor *t, int n)
+void dt_model_file_free(struct dt_named_tensor *t, int n)
 {
     if (!t)
         return;

@@ -1,5 +1,5 @@
 /*
- * bench.h - communicator benchmarks (`dtrain bench allreduce`).
+ * allreduce_perf.h - the all-reduce measurement (`dtrain bench allreduce`, `dtrain doctor`).
  *
  * The all-reduce benchmark times in-place fp32 SUM all-reduces over a
  * range of power-of-two sizes, like nccl-tests' all_reduce_perf, and checks
@@ -9,15 +9,15 @@
  * benchmark's own bookkeeping (agreeing on failures, the slowest time, the
  * host names) then goes over a host-buffer control communicator.
  */
-#ifndef DT_BENCH_H
-#define DT_BENCH_H
+#ifndef DT_ALLREDUCE_PERF_H
+#define DT_ALLREDUCE_PERF_H
 
 #include <stddef.h>
 #include <stdio.h>
 
-#include "../kernels/backend.h"
-#include "../runtime/core/status.h"
-#include "../collectives/comm.h"
+#include "kernels/backend.h"
+#include "core/status.h"
+#include "comm.h"
 
 #define DT_BENCH_MIN_BYTES ((size_t)8)
 #define DT_BENCH_MAX_BYTES ((size_t)256 << 20)

@@ -1,6 +1,7 @@
 /*
- * tensors.h - named fp32 tensors in an HDF5 file: the trained model a run
- * leaves in its run directory (model.h5), readable by any HDF5 tool.
+ * model_file.h - the model file: named fp32 tensors in an HDF5 file, the
+ * trained model a run leaves in its run directory (model.h5), readable by
+ * any HDF5 tool.
  *
  * Layout: root attributes dtrain_format = "model", format_version = 1;
  * one dataset per tensor at /params/<name> (e.g. /params/fc1.weight), of
@@ -10,14 +11,14 @@
  * convolution's K x C x R x S weights) did not change what the layout
  * says, so the version stayed 1; a file of a newer version is refused.
  */
-#ifndef DT_TENSORS_H
-#define DT_TENSORS_H
+#ifndef DT_MODEL_FILE_H
+#define DT_MODEL_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/core/status.h"
-#include "../runtime/core/tensor.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 #define DT_TENSOR_NAME 64
 
@@ -35,17 +36,17 @@ struct dt_named_tensor {
  * leaves an earlier file at path untouched. DT_ERR_INVALID_ARG for a
  * tensor without a valid name (at most 63 characters, no '/'), shape (1 to
  * DT_MAX_DIMS non-negative dimensions) or data. */
-dt_status dt_tensors_save(const char *path, const struct dt_named_tensor *t, int n);
+dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, int n);
 
 /* Reads the tensors of a model file: *out gets a malloc'd array of *n
- * tensors, each with malloc'd data; free with dt_tensors_free. Each
+ * tensors, each with malloc'd data; free with dt_model_file_free. Each
  * tensor's declared shape must fit in the file before it is allocated.
  * Errors: DT_ERR_NOT_FOUND (no such file, not a regular file),
  * DT_ERR_BAD_DATA (not HDF5, not a dtrain model, a format version newer
  * than this dtrain reads, a tensor that is not an array of numbers of 1 to
  * DT_MAX_DIMS dimensions, a name too long, a link out of the file),
  * DT_ERR_IO (a system call failed inside HDF5). */
-dt_status dt_tensors_load(const char *path, struct dt_named_tensor **out, int *n);
-void dt_tensors_free(struct dt_named_tensor *t, int n);
+dt_status dt_model_file_load(const char *path, struct dt_named_tensor **out, int *n);
+void dt_model_file_free(struct dt_named_tensor *t, int n);
 
 #endif

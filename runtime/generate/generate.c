@@ -5,7 +5,7 @@
  * the model built for one row, no loaders) and its checkpoint loading
  * (train_ckpt.c), so a checkpoint that `dtrain eval` reads is one that
  * generation reads, with the same checks; a run's model.h5 is read with
- * the model-file reader (io/tensors.h) and matched to the model by name. Each token is one full
+ * the model-file reader (io/model_file.h) and matched to the model by name. Each token is one full
  * forward of the context window: the model keeps no cache between calls, which keeps it the same
  * model that trains, at the cost of recomputing the window (small at the sequence lengths dtrain
  * trains on the CPU).
@@ -22,10 +22,10 @@
 
 #include "core/log.h"
 #include "core/rng.h"
-#include "../io/tensors.h"
+#include "io/model_file.h"
 #include "core/util.h"
 #include "generate.h"
-#include "train_impl.h"
+#include "runtime/train/train_impl.h"
 
 /* The ids a byte tokenizer can decode. */
 #define BYTE_VOCAB 256
@@ -128,7 +128,7 @@ static const struct dt_named_tensor *find_tensor(const struct dt_named_tensor *t
     return NULL;
 }
 
-/* A run's model.h5 (io/tensors.h: every parameter and buffer by name) into
+/* A run's model.h5 (io/model_file.h: every parameter and buffer by name) into
  * the model, each tensor checked against the model's shape. */
 static dt_status set_from_model_file(struct run *r, const struct dt_named_tensor *t, int nt,
                                      const char *path)
@@ -174,10 +174,10 @@ static dt_status load_params(struct run *r, const char *path)
 {
     struct dt_named_tensor *t = NULL;
     int nt = 0;
-    if (dt_tensors_load(path, &t, &nt) != DT_OK)
+    if (dt_model_file_load(path, &t, &nt) != DT_OK)
         return dt_train_ckpt_load_params(r, path);
     dt_status st = set_from_model_file(r, t, nt, path);
-    dt_tensors_free(t, nt);
+    dt_model_file_free(t, nt);
     return st;
 }
 

@@ -7,7 +7,7 @@
  * and declares what it needs from the model - parameter tensors (shape,
  * initialiser, weight-decay group), buffers that are state but not trained
  * (batch norm's running statistics), floats kept from forward to backward,
- * workspace, and its FLOPs. The model (runtime/model.c) owns all memory
+ * workspace, and its FLOPs. The model (runtime/model/model.c) owns all memory
  * and runs the graph; a kind only computes, through the backend's ops, on
  * the pointers the model hands it in struct dt_layer_ctx. Nothing in the
  * model or the step loop knows any kind by name.
@@ -22,11 +22,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../../kernels/backend.h"
-#include "../config.h"
-#include "../core/rng.h"
-#include "../core/status.h"
-#include "../core/tensor.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 #define DT_LAYER_MAX_PARAMS 4
 #define DT_LAYER_MAX_BUFFERS 2

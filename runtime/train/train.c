@@ -38,7 +38,7 @@
 #include "core/log.h"
 #include "train_impl.h"
 #include "core/util.h"
-#include "watchdog.h"
+#include "runtime/monitor/watchdog.h"
 
 #define BAR_WIDTH 24
 #define BAR_REFRESH_S 0.2

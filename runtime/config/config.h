@@ -38,7 +38,7 @@
 #define DT_JOB_MAX_COUNT 1000000 /* retries, rollbacks, checkpoints kept */
 
 /* The layers a model's graph holds once model.type's family and every
- * residual block are expanded (runtime/model_expand.c, runtime/model.c).
+ * residual block are expanded (runtime/model/model_expand.c, runtime/model/model.c).
  * The families' own counts are bounded here so that every job the schema
  * accepts fits, and a message can say the limit in the key the user set:
  *   gpt:    wte, wpe, ln_f, head, loss, and drop with model.dropout > 0;
@@ -53,11 +53,11 @@
 #define DT_JOB_MAX_GPT_BLOCKS_DROPOUT 42 /* and with it */
 #define DT_JOB_RESNET_LAYERS(blocks, stages) (6 + 7 * (blocks) + 2 * ((stages)-1))
 
-/* One entry of model.layers, as written: the layer kinds (runtime/layers/)
+/* One entry of model.layers, as written: the layer kinds (runtime/model/layers/)
  * check the settings when the model is built. */
 struct dt_layer_spec {
     char name[DT_LAYER_NAME];     /* unique; letters, digits, '_', '-' ("" = kind + index) */
-    char kind[DT_LAYER_KIND];     /* linear, conv2d, ... (runtime/layers/) */
+    char kind[DT_LAYER_KIND];     /* linear, conv2d, ... (runtime/model/layers/) */
     char inputs[DT_LAYER_INPUTS]; /* earlier layers' names joined by ','; "" = the previous
                                      layer (or the model input for the first); several are summed */
     int nargs;

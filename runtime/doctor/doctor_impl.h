@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "../kernels/backend.h"
+#include "kernels/backend.h"
 #include "doctor.h"
 
 #define DOCTOR_PATH 1024

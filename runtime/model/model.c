@@ -2,7 +2,7 @@
  * model.c - the graph of layers a job's model is, and running it.
  *
  * Building turns the layer list (dt_model_expand) into nodes: each node
- * is a layer of some kind (runtime/layers/) with the ids of the nodes it
+ * is a layer of some kind (runtime/model/layers/) with the ids of the nodes it
  * reads (-1: the model input); several inputs are summed into a buffer of
  * the node's own first. Then one planning pass lays out everything in one
  * activation arena: the input and labels, each node's output, the sums,

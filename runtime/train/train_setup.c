@@ -12,12 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../io/tensors.h"
+#include "io/model_file.h"
 #include "core/bf16.h"
 #include "dist.h"
 #include "core/fault.h"
 #include "core/log.h"
-#include "memory.h"
+#include "runtime/monitor/memory.h"
 #include "train_impl.h"
 #include "core/util.h"
 
@@ -569,7 +569,7 @@ static uint64_t times(uint64_t a, uint64_t b)
 }
 
 /* Host memory this rank is about to allocate, against what it can have
- * (runtime/memory.h): refused with the numbers before anything large is
+ * (runtime/monitor/memory.h): refused with the numbers before anything large is
  * allocated. On a GPU the model lives in device memory, whose shortage
  * the CUDA backend reports itself. */
 static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64_t max_rows)
@@ -916,7 +916,7 @@ static dt_status save_model_local(struct run *r)
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);
-    DT_CHECK(dt_tensors_save(path, t, count));
+    DT_CHECK(dt_model_file_save(path, t, count));
     DT_LOG_INFO("train", "final parameters written to %s", path);
 out:
     free(t);

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../collectives/comm.h"
-#include "config.h"
+#include "collectives/comm.h"
+#include "runtime/config/config.h"
 #include "core/status.h"
 
 #define DT_DIST_MSG 640

@@ -8,19 +8,19 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include "../collectives/comm.h"
-#include "../collectives/reducer.h"
-#include "../io/dataset.h"
-#include "../io/loader.h"
-#include "../kernels/backend.h"
-#include "config.h"
-#include "metrics.h"
-#include "model.h"
-#include "nvml.h"
+#include "collectives/comm.h"
+#include "collectives/reducer.h"
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "kernels/backend.h"
+#include "runtime/config/config.h"
+#include "runtime/monitor/metrics.h"
+#include "runtime/model/model.h"
+#include "runtime/monitor/nvml.h"
 #include "optim.h"
-#include "rundir.h"
+#include "runtime/monitor/rundir.h"
 #include "scaler.h"
-#include "tbevents.h"
+#include "runtime/monitor/tbevents.h"
 #include "train.h"
 
 struct run {

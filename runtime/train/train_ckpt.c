@@ -16,12 +16,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "dist.h"
 #include "core/log.h"
 #include "train_impl.h"
 #include "core/util.h"
-#include "watchdog.h"
+#include "runtime/monitor/watchdog.h"
 
 /* parameters and two optimizer states each, and the buffers */
 #define MAX_CKPT_TENSORS (DT_MODEL_MAX_PARAMS * 4)
