@@ -1,14 +1,12 @@
 /*
  * generate.c - text from a trained language model (see generate.h).
  *
- * It reuses the evaluation's start-up (train_setup.c: dataset, backend,
- * the model built for one row, no loaders) and its checkpoint loading
- * (train_ckpt.c), so a checkpoint that `dtrain eval` reads is one that
- * generation reads, with the same checks; a run's model.h5 is read with
- * the model-file reader (io/model_file.h) and matched to the model by name. Each token is one full
- * forward of the context window: the model keeps no cache between calls, which keeps it the same
- * model that trains, at the cost of recomputing the window (small at the sequence lengths dtrain
- * trains on the CPU).
+ * The model comes from runtime/train/infer.h (the evaluation's start-up
+ * and checkpoint checks, without the training loop's state), from a
+ * checkpoint or a run's model.h5. Each token is one full forward of the
+ * context window: the model keeps no cache between calls, which keeps it
+ * the same model that trains, at the cost of recomputing the window (small
+ * at the sequence lengths dtrain trains on the CPU).
  *
  * The pick is a pure function of the probabilities and (seed, token
  * number): weights p^(1/T) as exp((log p - log p_max) / T) in double, the
@@ -22,10 +20,9 @@
 
 #include "core/log.h"
 #include "core/rng.h"
-#include "io/model_file.h"
 #include "core/util.h"
 #include "generate.h"
-#include "runtime/train/train_impl.h"
+#include "runtime/train/infer.h"
 
 /* The ids a byte tokenizer can decode. */
 #define BYTE_VOCAB 256
@@ -118,73 +115,9 @@ dt_status dt_generate_pick(const float *probs, int64_t n, double temperature, in
     return DT_OK;
 }
 
-/* The tensor of t[0..n) named name, or NULL. */
-static const struct dt_named_tensor *find_tensor(const struct dt_named_tensor *t, int n,
-                                                 const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(t[i].name, name) == 0)
-            return &t[i];
-    return NULL;
-}
-
-/* A run's model.h5 (io/model_file.h: every parameter and buffer by name) into
- * the model, each tensor checked against the model's shape. */
-static dt_status set_from_model_file(struct run *r, const struct dt_named_tensor *t, int nt,
-                                     const char *path)
-{
-    size_t np = dt_model_num_params(r->model);
-    int count = dt_model_param_count(r->model) + dt_model_buffer_count(r->model);
-    float *host = NULL;
-    dt_status st;
-    /* zeroed: the padding between tensors */
-    DT_CHECK(dt_calloc(np + dt_model_num_buffer_elems(r->model) + 1, sizeof(float),
-                       "the model file's tensors", (void **)&host));
-    for (int i = 0; i < count; i++) {
-        int is_param = i < dt_model_param_count(r->model);
-        const struct dt_param_info *p =
-            is_param ? dt_model_param(r->model, i)
-                     : dt_model_buffer(r->model, i - dt_model_param_count(r->model));
-        const struct dt_named_tensor *f = find_tensor(t, nt, p->name);
-        char want[DT_MAX_DIMS * 21 + 8], have[DT_MAX_DIMS * 21 + 8];
-        if (!f || !dt_shape_equal(&f->shape, &p->shape)) {
-            dt_shape_format(&p->shape, want, sizeof want);
-            if (f)
-                dt_shape_format(&f->shape, have, sizeof have);
-            st = dt_set_error(DT_ERR_BAD_DATA,
-                              "model file %s %s tensor %s%s%s, where the job's model has %s: it "
-                              "was written for another model (check the job's model settings)",
-                              path, f ? "has" : "lacks", p->name, f ? " of shape " : "",
-                              f ? have : "", want);
-            goto out;
-        }
-        memcpy(host + (is_param ? 0 : np) + p->offset, f->data, p->numel * sizeof(float));
-    }
-    DT_CHECK(dt_model_set_params(r->model, host));
-    DT_CHECK(dt_model_set_buffers(r->model, host + np));
-    DT_LOG_INFO("generate", "generating from model file %s", path);
-out:
-    free(host);
-    return st;
-}
-
-/* The parameters: a checkpoint (with its checks and messages), or a run's
- * model.h5. */
-static dt_status load_params(struct run *r, const char *path)
-{
-    struct dt_named_tensor *t = NULL;
-    int nt = 0;
-    if (dt_model_file_load(path, &t, &nt) != DT_OK)
-        return dt_train_ckpt_load_params(r, path);
-    dt_status st = set_from_model_file(r, t, nt, path);
-    dt_model_file_free(t, nt);
-    return st;
-}
-
 /* Refuses what this generator cannot do with the job's dataset and model. */
-static dt_status check_job(const struct run *r, const struct dt_generate_opts *o)
+static dt_status check_job(const struct dt_dataset_info *info, const struct dt_generate_opts *o)
 {
-    const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
     if (!info->lm)
         return dt_set_error(DT_ERR_USAGE,
                             "dataset %s (data.path) holds classification samples; dtrain "
@@ -233,14 +166,6 @@ out:
     return st;
 }
 
-/* The probabilities the model outputs per position: its classes, which
- * train_setup.c makes the larger of model.vocab_size and the dataset's. */
-static int64_t model_vocab(const struct run *r)
-{
-    int64_t v = dt_dataset_get_info(r->ds)->vocab_size;
-    return r->job->model.vocab_size > v ? r->job->model.vocab_size : v;
-}
-
 struct gen {
     int64_t seq_len, vocab, draw_from;
     int32_t *ctx; /* every token so far */
@@ -250,16 +175,18 @@ struct gen {
     double *work;
 };
 
-static dt_status gen_alloc(struct gen *g, const struct run *r, const struct dt_generate_opts *o)
+static dt_status gen_alloc(struct gen *g, const dt_infer_t *in, const struct dt_generate_opts *o)
 {
     dt_status st;
     size_t cap = o->prompt_len + 1 + (size_t)o->tokens;
-    g->seq_len = dt_model_input_numel(r->model);
-    g->vocab = model_vocab(r);
-    g->draw_from = dt_dataset_get_info(r->ds)->vocab_size;
+    dt_model_t *model = dt_infer_model(in);
+    g->seq_len = dt_model_input_numel(model);
+    /* the probabilities the model outputs per position: its classes */
+    g->vocab = dt_infer_vocab(in);
+    g->draw_from = dt_infer_dataset(in)->vocab_size;
     if (g->draw_from > BYTE_VOCAB)
         g->draw_from = BYTE_VOCAB;
-    if (dt_model_labels_per_row(r->model) != g->seq_len)
+    if (dt_model_labels_per_row(model) != g->seq_len)
         return dt_set_error(DT_ERR_USAGE,
                             "the job's model does not predict a token at each of its %lld "
                             "positions; dtrain generate needs a language model (model.type gpt)",
@@ -285,7 +212,7 @@ static void gen_free(struct gen *g)
 }
 
 /* One new token from the last seq_len tokens of the context. */
-static dt_status next_token(struct run *r, struct gen *g, const struct dt_generate_opts *o,
+static dt_status next_token(dt_model_t *model, struct gen *g, const struct dt_generate_opts *o,
                             uint64_t index, int64_t *tok)
 {
     int64_t n = g->len < g->seq_len ? g->len : g->seq_len, first = g->len - n;
@@ -293,20 +220,19 @@ static dt_status next_token(struct run *r, struct gen *g, const struct dt_genera
     int64_t correct = 0;
     for (int64_t i = 0; i < g->seq_len; i++)
         g->x[i] = i < n ? (float)g->ctx[first + i] : 0.0f; /* right-padded with token 0 */
-    dt_status st = dt_model_forward(r->model, g->x, g->y, 1, 0, o->seed, 0, 0, &loss, &correct);
-    if (st == DT_OK)
-        st = dt_model_get_output(r->model, g->probs);
+    dt_status st = dt_model_forward(model, g->x, g->y, 1, 0, o->seed, 0, 0, &loss, &correct);
+    if (st == DT_OK) st = dt_model_get_output(model, g->probs);
     if (st == DT_OK)
         st = dt_generate_pick(g->probs + (n - 1) * g->vocab, g->draw_from, o->temperature, o->top_k,
                               o->seed, index, g->work, tok);
     return st;
 }
 
-static dt_status generate(struct run *r, const struct dt_generate_opts *o)
+static dt_status generate(const dt_infer_t *in, const struct dt_generate_opts *o)
 {
     struct gen g = {0};
     dt_status st;
-    DT_CHECK(gen_alloc(&g, r, o));
+    DT_CHECK(gen_alloc(&g, in, o));
     for (size_t i = 0; i < o->prompt_len; i++)
         g.ctx[g.len++] = (unsigned char)o->prompt[i];
     if (g.len == 0)
@@ -316,7 +242,7 @@ static dt_status generate(struct run *r, const struct dt_generate_opts *o)
     double t0 = dt_now();
     for (int64_t k = 0; k < o->tokens; k++) {
         int64_t tok;
-        DT_CHECK(next_token(r, &g, o, (uint64_t)k, &tok));
+        DT_CHECK(next_token(dt_infer_model(in), &g, o, (uint64_t)k, &tok));
         g.ctx[g.len++] = (int32_t)tok;
         char byte = (char)(unsigned char)tok;
         DT_CHECK(o->emit(o->ctx, &byte, 1));
@@ -334,22 +260,19 @@ dt_status dt_generate_run(const struct dt_job *job, dt_comm_t *comm,
                           const struct dt_generate_opts *o)
 {
     dt_status st;
-    struct run r = {.job = job, .comm = comm, .quiet = 1, .eval_only = 1, .gen_only = 1};
-    r.rank = dt_comm_rank(comm);
-    r.world = dt_comm_size(comm);
-    if (r.world != 1)
+    dt_infer_t *in = NULL;
+    int world = dt_comm_size(comm);
+    if (world != 1)
         return dt_set_error(DT_ERR_USAGE,
                             "dtrain generate runs on one rank, but it was started as %d ranks "
                             "(mpirun -np %d); run it without mpirun, or with -np 1",
-                            r.world, r.world);
-    DT_CHECK(dt_train_open_data(&r));
-    DT_CHECK(check_job(&r, o));
+                            world, world);
+    DT_CHECK(dt_infer_open(job, comm, &in));
+    DT_CHECK(check_job(dt_infer_dataset(in), o));
     DT_CHECK(check_causal(job));
-    DT_CHECK(dt_train_choose_backend(&r));
-    DT_CHECK(dt_train_build(&r));
-    DT_CHECK(load_params(&r, o->checkpoint));
-    DT_CHECK(generate(&r, o));
+    DT_CHECK(dt_infer_load(in, o->checkpoint));
+    DT_CHECK(generate(in, o));
 out:
-    dt_train_close(&r, st);
+    dt_infer_close(in, st);
     return st;
 }

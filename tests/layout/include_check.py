@@ -50,8 +50,8 @@ def rule_broken(src, dst):
     if st in TOP_FREE:
         return None
     if LEVELS[dt] > LEVELS[st] or (LEVELS[dt] == LEVELS[st] and dt != st):
-        return "%s/ may include only itself and the folders below it (%s)" % (
-            st, " < ".join(sorted(LEVELS, key=LEVELS.get)))
+        return "%s/ may include only itself and the folders below it " \
+               "(core < kernels < collectives < io < runtime < launch < bench, tests)" % st
     if st == "runtime" == dt and len(s) > 2 and len(d) > 2:
         sr, dr = s[1], d[1]
         if sr in ROOMS and dr in ROOMS and sr != dr and ROOMS[dr] >= ROOMS[sr]:
@@ -60,8 +60,8 @@ def rule_broken(src, dst):
     if len(d) > 2 and (d[0], d[1]) in BACKENDS:
         if len(s) < 3 or (s[0], s[1]) != (d[0], d[1]):
             if not (len(s) == 2 and s[0] == d[0]):
-                return "%s/%s/ is a backend's own folder: outside %s/ use %s/*.h" % (
-                    d[0], d[1], d[0], d[0])
+                return "%s/%s/ is a backend's own folder: other folders use %s/*.h" % (
+                    d[0], d[1], d[0])
     if os.path.basename(dst).endswith("_impl.h"):
         ddir = os.path.dirname(dst)
         if not (os.path.dirname(src) + "/").startswith(ddir + "/"):
