@@ -20,7 +20,10 @@ kernels/*.h and collectives/*.h, and backends never include each other. A
 header named *_impl.h is private to the folder it sits in and the folders
 under it. tests/ and bench/ sit on top and may include anything.
 
-Prints one line per offending include (file:line, what it includes, the
+The build's object libraries (CMakeLists.txt) follow the same order: a
+target_link_libraries() of one of them names only libraries below it.
+
+Prints one line per offending include or link (file:line, what it includes, the
 rule) and exits 1 when there is any, 0 when there is none.
 """
 import os
@@ -69,6 +72,33 @@ def rule_broken(src, dst):
     return None
 
 
+# The object libraries of CMakeLists.txt, by the layer they build.
+LIBS = {"dt_core": 0, "dt_kernels": 1, "dt_cuda": 1, "dt_comm": 2, "dt_nccl": 2, "dt_io": 3,
+        "dt_config": 4.0, "dt_engine": 4.1}
+LINK = re.compile(r"target_link_libraries\(\s*(dt_\w+)([^)]*)\)", re.S)
+
+
+def check_links(root):
+    """Lines naming each object library that links one at or above its layer."""
+    path = os.path.join(root, "CMakeLists.txt")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    bad = []
+    for m in LINK.finditer(text):
+        lib = m.group(1)
+        if lib not in LIBS:
+            continue
+        line = text.count("\n", 0, m.start()) + 1
+        for dep in re.findall(r"\bdt_\w+", m.group(2)):
+            if dep in LIBS and LIBS[dep] >= LIBS[lib]:
+                bad.append("CMakeLists.txt:%d: %s links %s, which is not below it "
+                           "(dt_core < dt_kernels, dt_cuda < dt_comm, dt_nccl < dt_io < "
+                           "dt_config < dt_engine)" % (line, lib, dep))
+    return bad
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -100,11 +130,14 @@ def main():
                     if why:
                         print("%s:%d: includes %s: %s" % (src, no, dst, why))
                         bad += 1
+    for line in check_links(root):
+        print(line)
+        bad += 1
     if checked == 0:
         print("include_check: no source files under %s" % root, file=sys.stderr)
         return 2
     if bad:
-        print("include_check: %d include(s) break the layering in %d files checked"
+        print("include_check: %d include(s) or link(s) break the layering in %d files checked"
               % (bad, checked), file=sys.stderr)
         return 1
     print("include_check: %d files, every include stays in its layer or below" % checked)
