@@ -10,7 +10,7 @@
 - Every exit code `DTRAIN --help` names, and every code of the exit-code
   table in docs/training.md, is a tag of EXIT STATUS.
 - With BUILD_DIR: `cmake --install BUILD_DIR --prefix WORK_DIR/prefix` puts
-  the page, unchanged, at share/man/man1/dtrain.1.
+  the page, unchanged, at share/man/man1/dtrain.1 ($CMAKE names cmake).
 
 Prints one line per problem and exits 1 when there is any.
 """
@@ -108,7 +108,7 @@ def main():
         build, work = sys.argv[3], os.path.abspath(sys.argv[4])
         shutil.rmtree(work, ignore_errors=True)
         prefix = os.path.join(work, "prefix")
-        r = subprocess.run(["cmake", "--install", build, "--prefix", prefix],
+        r = subprocess.run([os.environ.get("CMAKE", "cmake"), "--install", build, "--prefix", prefix],
                            capture_output=True, text=True, timeout=300)
         got = os.path.join(prefix, "share", "man", "man1", "dtrain.1")
         if r.returncode != 0:
