@@ -14,7 +14,7 @@
 #include "cpu_ops.h"
 
 /* e^x in blocks of DT_CPU_LANES that GCC vectorises at -O2 (libm's expf
- * is a call per element, a third of the fast path's time with it): x =
+ * is a call per element, which no loop around it can vectorise): x =
  * n ln2 + t with |t| <= ln2/2 (Cody-Waite: ln2 in a short high part, so
  * n*LN2_HI is exact, and a low part), e^t by its Taylor series to t^7
  * (relative error below 1e-8 on that interval, so the result is within a
