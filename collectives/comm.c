@@ -6,7 +6,9 @@
  * backend's vtable (comm_impl.h). The checks depend only on the arguments,
  * so when every rank makes the same call every rank rejects it alike and
  * none is left waiting in a collective. The registry is the one place that
- * knows which backends are built (the NCCL #ifdef lives here).
+ * knows which backends are built (the NCCL #ifdef lives here) and what
+ * each one is (dt_comm_caps*, dt_comm_auto), so that the names of
+ * communicators are compared here and nowhere above collectives/.
  */
 #include "comm.h"
 
@@ -17,19 +19,86 @@
 
 #include "comm_impl.h"
 
+/* What each backend is. nccl's entry exists in every build, so that a
+ * job can be checked against it (and told that this build lacks it)
+ * before anything is created. */
+#define ALL_COLLECTIVES                                                                            \
+    (DT_COMM_HAS_ALLREDUCE | DT_COMM_HAS_IALLREDUCE | DT_COMM_HAS_BROADCAST |                      \
+     DT_COMM_HAS_ALLGATHER | DT_COMM_HAS_REDUCE_SCATTER | DT_COMM_HAS_BARRIER)
+
+const struct dt_comm_caps dt_mpi_comm_caps = {
+    .built = 1,
+    .device_buffers = 0,
+    .device_backend = NULL,
+    .shares_device = 1,
+    .nonblocking = 1,
+    .collectives = ALL_COLLECTIVES | DT_COMM_HAS_RING,
+};
+
+const struct dt_comm_caps dt_nccl_comm_caps = {
+#ifdef DT_HAVE_NCCL
+    .built = 1,
+#else
+    .built = 0,
+#endif
+    .device_buffers = 1,
+    .device_backend = "cuda",
+    .shares_device = 0,
+    .nonblocking = 1,
+    .collectives = ALL_COLLECTIVES,
+};
+
+/* In the order comm.backend: auto prefers them; create is NULL for a
+ * backend this build lacks. */
 struct backend_entry {
     const char *name;
     dt_status (*create)(dt_comm_t **out);
+    const struct dt_comm_caps *caps;
 };
 
 static const struct backend_entry backends[] = {
-    {"mpi", dt_mpi_comm_create},
+    {"mpi", dt_mpi_comm_create, &dt_mpi_comm_caps},
 #ifdef DT_HAVE_NCCL
-    {"nccl", dt_nccl_comm_create},
+    {"nccl", dt_nccl_comm_create, &dt_nccl_comm_caps},
+#else
+    {"nccl", NULL, &dt_nccl_comm_caps},
 #endif
 };
 
 #define NBACKENDS (sizeof backends / sizeof backends[0])
+
+static const struct backend_entry *find_backend(const char *name)
+{
+    for (size_t i = 0; name && i < NBACKENDS; i++)
+        if (!strcmp(name, backends[i].name)) return &backends[i];
+    return NULL;
+}
+
+const struct dt_comm_caps *dt_comm_caps(const dt_comm_t *c)
+{
+    return c->ops->caps;
+}
+
+const struct dt_comm_caps *dt_comm_caps_named(const char *backend)
+{
+    const struct backend_entry *e = find_backend(backend);
+    return e ? e->caps : NULL;
+}
+
+const char *dt_comm_auto(int device_memory, int shared)
+{
+    for (size_t i = 0; device_memory && i < NBACKENDS; i++)
+        if (backends[i].caps->device_buffers && (!shared || backends[i].caps->shares_device))
+            return backends[i].name;
+    for (size_t i = 0; i < NBACKENDS; i++)
+        if (!backends[i].caps->device_buffers) return backends[i].name;
+    return backends[0].name;
+}
+
+int dt_comm_is(const dt_comm_t *c, const char *backend)
+{
+    return backend && !strcmp(c->ops->name, backend);
+}
 
 #ifdef DT_HAVE_NCCL
 static const char built_names[] = "mpi, nccl";
@@ -43,9 +112,9 @@ dt_status dt_comm_create(const char *backend, dt_comm_t **out)
     if (!backend || !backend[0])
         return dt_set_error(DT_ERR_INVALID_ARG, "no communicator backend named (built: %s)",
                             built_names);
-    for (size_t i = 0; i < NBACKENDS; i++)
-        if (!strcmp(backend, backends[i].name)) return backends[i].create(out);
-    if (!strcmp(backend, "nccl"))
+    const struct backend_entry *e = find_backend(backend);
+    if (e && e->create) return e->create(out);
+    if (e && e->caps == &dt_nccl_comm_caps)
         return dt_set_error(DT_ERR_UNSUPPORTED,
                             "this dtrain was built without NCCL, so it has no nccl communicator "
                             "(built: %s); use the mpi backend, or rebuild with nvcc and NCCL "
@@ -230,7 +299,7 @@ dt_status dt_comm_bind_stream(dt_comm_t *c, void *stream)
 
 int dt_comm_device_buffers(const dt_comm_t *c)
 {
-    return c->ops->device_buffers;
+    return c->ops->caps->device_buffers;
 }
 
 dt_status dt_comm_iring(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,

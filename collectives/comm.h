@@ -32,6 +32,54 @@ typedef struct dt_comm_req dt_comm_req_t;
  * summing in fp32 and rounding each partial sum to nearest bf16. */
 enum dt_comm_op { DT_COMM_SUM, DT_COMM_AVG, DT_COMM_MAX, DT_COMM_MIN };
 
+/* What a communicator backend is, for the decisions that depend on it
+ * (which one serves a compute backend's memory, whether gradients go
+ * through host memory, which all-reduce options apply) so that no caller
+ * needs to know backends by name. The same for every communicator of a
+ * backend: asked of one (dt_comm_caps) or, before one exists, of a name
+ * (dt_comm_caps_named), also for a backend this build lacks (built 0). */
+enum dt_comm_collective {
+    DT_COMM_HAS_ALLREDUCE = 1u << 0,
+    DT_COMM_HAS_IALLREDUCE = 1u << 1,
+    DT_COMM_HAS_BROADCAST = 1u << 2,
+    DT_COMM_HAS_ALLGATHER = 1u << 3,
+    DT_COMM_HAS_REDUCE_SCATTER = 1u << 4,
+    DT_COMM_HAS_BARRIER = 1u << 5,
+    /* dt_comm_iring, and an iallreduce that runs as dtrain's ring or as
+     * the library's (dt_comm_set_ring_min_bytes, comm.mpi_allreduce) */
+    DT_COMM_HAS_RING = 1u << 6,
+};
+struct dt_comm_caps {
+    int built; /* 1: this dtrain has it (dt_comm_create can make one) */
+    /* 1: buffers are device memory of the compute backend named by
+     * device_backend, and collectives are ordered on its stream
+     * (dt_comm_bind_stream); 0: host memory (device_backend NULL). */
+    int device_buffers;
+    const char *device_backend;
+    /* device_buffers: 1 when two ranks may work on one device (NCCL
+     * refuses); host-buffer backends have no device and say 1. */
+    int shares_device;
+    /* 1: iallreduce returns before the sum is done and it progresses while
+     * the caller computes (the overlap of gradient buckets). */
+    int nonblocking;
+    unsigned collectives; /* DT_COMM_HAS_* */
+};
+/* Never NULL. */
+const struct dt_comm_caps *dt_comm_caps(const dt_comm_t *c);
+/* NULL for a name this version does not know. */
+const struct dt_comm_caps *dt_comm_caps_named(const char *backend);
+/* The communicator comm.backend: auto stands for, in the order this
+ * version prefers them: for a compute backend whose buffers are device
+ * memory (device_memory 1), the first device-buffer communicator that
+ * allows ranks on a shared device when `shared`, built or not (a build
+ * without it says so when it is created, rather than quietly going
+ * through host memory); otherwise, and for host memory, the first
+ * host-buffer one. Never NULL. */
+const char *dt_comm_auto(int device_memory, int shared);
+/* 1 when c is a communicator of backend `backend` (e.g. the control
+ * communicator already open is the one a job asks for). */
+int dt_comm_is(const dt_comm_t *c, const char *backend);
+
 /* Creates a communicator over every rank of the job. MPI must be
  * initialised. Unknown backend: DT_ERR_UNSUPPORTED naming the ones built. */
 dt_status dt_comm_create(const char *backend, dt_comm_t **out);

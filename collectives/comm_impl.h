@@ -40,7 +40,8 @@ struct dt_comm_ops {
     void (*destroy)(dt_comm_t *c);
     /* Optional (NULL: only a NULL stream is accepted). */
     dt_status (*bind_stream)(dt_comm_t *c, void *stream);
-    int device_buffers; /* 1: buffers are device memory */
+    /* dt_comm_caps: the backend's entry in comm.c's registry */
+    const struct dt_comm_caps *caps;
 };
 
 struct dt_comm {
@@ -68,6 +69,10 @@ static inline size_t dt_ring_chunk_start(size_t count, int size, int k)
 {
     return (size_t)(((unsigned __int128)count * (unsigned)k) / (unsigned)size);
 }
+
+/* What each backend this version knows is, built or not (comm.c). */
+extern const struct dt_comm_caps dt_mpi_comm_caps;
+extern const struct dt_comm_caps dt_nccl_comm_caps;
 
 /* collectives/mpi/comm_mpi.c */
 dt_status dt_mpi_comm_create(dt_comm_t **out);

@@ -1,7 +1,9 @@
 /*
  * backend.c - the registry of compute backends and the thin wrappers that
  * dispatch through a backend's vtable. The #ifdef for CUDA lives here and
- * in kernels/cuda/ only.
+ * in kernels/cuda/ only. The registry is also where the rest of the tree
+ * asks what a backend is (dt_backend_caps*, dt_backend_auto), so that the
+ * names of backends are compared here and nowhere above kernels/.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,22 +108,93 @@ int dt_precision_parse(const char *name)
     return -1;
 }
 
+/* ---- the registry ------------------------------------------------------- */
+
+static int cpu_usable(int device, char *why, size_t len)
+{
+    (void)device;
+    if (len) why[0] = '\0';
+    return 1;
+}
+
+/* Every backend this version knows, in the order runtime.device: auto
+ * prefers them. One this build lacks keeps its entry (its probe says why
+ * it is missing) with no create and no caps. */
+struct backend_entry {
+    const char *name;
+    int (*usable)(int device, char *why, size_t len);
+    dt_status (*create)(const struct dt_backend_opts *opts, dt_backend_t **out);
+    const struct dt_backend_caps *caps;
+};
+
+static const struct backend_entry backends[] = {
+#ifdef DT_HAVE_CUDA
+    {"cuda", dt_cuda_usable_device, dt_cuda_backend_create, &dt_cuda_backend_caps},
+#else
+    {"cuda", dt_cuda_usable_device, NULL, NULL},
+#endif
+    {"cpu", cpu_usable, dt_cpu_backend_create, &dt_cpu_backend_caps},
+};
+
+#define NBACKENDS (sizeof backends / sizeof backends[0])
+
+static const struct backend_entry *find_backend(const char *name)
+{
+    for (size_t i = 0; name && i < NBACKENDS; i++)
+        if (strcmp(name, backends[i].name) == 0) return &backends[i];
+    return NULL;
+}
+
+const struct dt_backend_caps *dt_backend_caps(const dt_backend_t *be)
+{
+    return be->caps;
+}
+
+const struct dt_backend_caps *dt_backend_caps_named(const char *name)
+{
+    const struct backend_entry *e = find_backend(name);
+    return e ? e->caps : NULL;
+}
+
+int dt_backend_available(const char *name, int device, char *why, size_t len)
+{
+    const struct backend_entry *e = find_backend(name);
+    if (!e) {
+        snprintf(why, len, "unknown compute backend '%s' (this build has: %s)", name ? name : "",
+                 dt_backend_list());
+        return 0;
+    }
+    return e->usable(device, why, len) && e->create != NULL;
+}
+
+const char *dt_backend_auto(int device, char *why, size_t len)
+{
+    for (size_t i = 0; i + 1 < NBACKENDS; i++)
+        if (dt_backend_available(backends[i].name, device, why, len)) {
+            if (len) why[0] = '\0';
+            return backends[i].name;
+        }
+    /* the last one, the cpu, is always there */
+    return backends[NBACKENDS - 1].name;
+}
+
 dt_status dt_backend_create(const char *name, const struct dt_backend_opts *opts,
                             dt_backend_t **out)
 {
     *out = NULL;
-    if (strcmp(name, "cpu") == 0)
-        return dt_cpu_backend_create(opts, out);
-    if (strcmp(name, "cuda") == 0) {
-        char why[512];
-        if (!dt_cuda_usable_device(opts ? opts->device : 0, why, sizeof why))
-            return dt_set_error(DT_ERR_UNSUPPORTED, "the cuda backend is not usable: %s", why);
-#ifdef DT_HAVE_CUDA
-        return dt_cuda_backend_create(opts, out);
-#endif
-    }
-    return dt_set_error(DT_ERR_UNSUPPORTED, "unknown compute backend '%s' (this build has: %s)",
-                        name, dt_backend_list());
+    const struct backend_entry *e = find_backend(name);
+    char why[512];
+    if (!e)
+        return dt_set_error(DT_ERR_UNSUPPORTED, "unknown compute backend '%s' (this build has: %s)",
+                            name, dt_backend_list());
+    if (!e->usable(opts ? opts->device : 0, why, sizeof why))
+        return dt_set_error(DT_ERR_UNSUPPORTED, "the %s backend is not usable: %s", e->name, why);
+    if (!e->create)
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "the %s backend is not built into this dtrain "
+                            "(this build has: %s)",
+                            e->name, dt_backend_list());
+    return e->create(opts, out);
 }
 
 void dt_backend_destroy(dt_backend_t *be)

@@ -30,6 +30,47 @@ struct dt_backend_opts {
 const char *dt_precision_name(enum dt_dtype p);
 int dt_precision_parse(const char *name);
 
+/* What a backend is, for the decisions that depend on it (which memory a
+ * run budgets, which communicator serves it, whether a reduced precision
+ * is worth it) so that no caller needs to know backends by name. The same
+ * for every instance of a backend in one build: asked of a backend
+ * (dt_backend_caps) or, before one exists, of a name
+ * (dt_backend_caps_named). */
+#define DT_PRECISION_BIT(t) (1u << (unsigned)(t))
+struct dt_backend_caps {
+    /* 1: dt_backend_alloc returns device memory, which the host reaches
+     * only through dt_backend_copy; 0: host memory (cpu). */
+    int device_memory;
+    /* 1: ops and copies are queued on one stream (dt_backend_stream) and
+     * complete at dt_backend_sync; 0: each completes before it returns. */
+    int has_stream;
+    /* 1: an instance runs on one of the node's devices, picked by
+     * dt_backend_opts.device and named by dt_backend_device_uuid. */
+    int per_device;
+    /* DT_PRECISION_BIT(t) for each train.precision t (DT_F32, DT_BF16,
+     * DT_F16) the backend takes, and for those of them it computes in
+     * natively, at least as fast as fp32 (cpu: fp32 alone; its bf16 and
+     * fp16 round fp32 matmul inputs). */
+    unsigned precisions;
+    unsigned native_precisions;
+    /* Why this build's backend may lack an op and what to do about it, for
+     * the message that names the op ("" when there is nothing to say). */
+    const char *missing_op_hint;
+};
+/* Never NULL. */
+const struct dt_backend_caps *dt_backend_caps(const dt_backend_t *be);
+/* The capabilities of backend `name` as built into this dtrain; NULL for
+ * a name this build does not have (an unknown one, or cuda without CUDA). */
+const struct dt_backend_caps *dt_backend_caps_named(const char *name);
+/* 1 when backend `name` is built in and can run on visible device
+ * `device` (a GPU backend probes it), else 0 and the reason in why. */
+int dt_backend_available(const char *name, int device, char *why, size_t len);
+/* The backend runtime.device: auto stands for on visible device `device`:
+ * the first backend, in the order of preference (a GPU before the cpu),
+ * that is available there; why gets the reason the one preferred before it
+ * is not ("" when the first is taken). Never NULL. */
+const char *dt_backend_auto(int device, char *why, size_t len);
+
 /* Creates backend `name` ("cpu"; "cuda" in CUDA builds). Unknown or
  * unavailable names fail with DT_ERR_UNSUPPORTED and say why. */
 dt_status dt_backend_create(const char *name, const struct dt_backend_opts *opts,

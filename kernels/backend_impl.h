@@ -10,6 +10,7 @@
 struct dt_backend {
     const char *name;
     const struct dt_ops *ops;
+    const struct dt_backend_caps *caps; /* dt_backend_caps: the backend's own constant */
     dt_status (*alloc)(dt_backend_t *be, size_t bytes, void **out);
     void (*free)(dt_backend_t *be, void *ptr);
     dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
@@ -26,7 +27,9 @@ struct dt_backend {
 
 /* kernels/cpu/backend_cpu.c */
 dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out);
+extern const struct dt_backend_caps dt_cpu_backend_caps;
 /* kernels/cuda/backend_cuda.cu (CUDA builds only) */
 dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out);
+extern const struct dt_backend_caps dt_cuda_backend_caps;
 
 #endif

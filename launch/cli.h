@@ -1,7 +1,10 @@
 /*
- * cli.h - the dtrain subcommands. Each returns a process exit code
- * (sysexits) and prints its own errors; only launch/ turns statuses into
- * exit codes.
+ * cli.h - the dtrain subcommands and the helpers they share. Each command
+ * (dt_cmd_*, one cmd_*.c file each; train and eval share cmd_train.c)
+ * returns a process exit code (sysexits) and prints its own errors; only
+ * launch/ turns statuses into exit codes. main.c dispatches to the
+ * commands; the commands call only the helpers declared below (cli.c,
+ * options.c, ranks.c, output.c), never each other or main.c.
  */
 #ifndef DT_CLI_H
 #define DT_CLI_H
@@ -22,8 +25,9 @@ int dt_cmd_launch(int argc, char **argv);
 int dt_cmd_doctor(int argc, char **argv);
 int dt_cmd_findbatch(int argc, char **argv);
 int dt_cmd_generate(int argc, char **argv);
+int dt_cmd_version(int argc, char **argv);
 
-/* Reads argv[1..argc) of subcommand cmd: one job file, --set key=value
+/* Reading a job (cli.c). Reads argv[1..argc) of subcommand cmd: one job file, --set key=value
  * (applied in order after the file), and where the pointers are not NULL
  * --print-config and --resume (others refuse them as unknown options);
  * loads and validates the job. 0; -1 after printing usage for -h or
@@ -34,6 +38,8 @@ int dt_cli_parse_job(const char *cmd, const char *usage, int argc, char **argv, 
 /* Shared option parsing (options.c). is_help: arg is -h or --help, for
  * which every command prints its own usage to stdout and exits 0. */
 int dt_cli_is_help(const char *arg);
+/* 1 when any of the n args is -h or --help. */
+int dt_cli_asks_help(int n, char **args);
 /* The value `text` of option `opt` of command `cmd`: a whole number from lo
  * to hi, or a number from lo to hi (below hi with hi_open; hi INFINITY for
  * no upper bound). 0 with *out, or 64 after one message naming the option,
@@ -44,7 +50,8 @@ int dt_cli_opt_int(const char *cmd, const char *opt, const char *text, int64_t l
 int dt_cli_opt_real(const char *cmd, const char *opt, const char *text, double lo, double hi,
                     int hi_open, const char *note, double *out);
 
-/* Prints "dtrain: <message>" for a failed status and returns its exit code. */
+/* Messages (cli.c). Prints "dtrain: <message>" for a failed status and
+ * returns its exit code. */
 int dt_cli_fail(dt_status st);
 /* Prints a usage error and returns 64. */
 int dt_cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

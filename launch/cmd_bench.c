@@ -9,7 +9,8 @@
  *
  * An mpi communicator always exists: it is the one measured with --backend
  * mpi, and the control channel with --backend nccl, where each rank first
- * opens the cuda compute backend on GPU (local rank mod visible GPUs), the
+ * opens the compute backend whose memory nccl works on (cuda, from the
+ * communicator's capabilities) on GPU (local rank mod visible GPUs), the
  * ranks agree that all of them have one, and the nccl communicator, bound
  * to that backend's stream, all-reduces its memory.
  */
@@ -103,7 +104,7 @@ static int parse_option(const char *opt, const char *val, struct bench_args *a)
                                 val);
         a->mode = val;
     } else if (!strcmp(opt, "--backend")) {
-        if (strcmp(val, "mpi") != 0 && strcmp(val, "nccl") != 0)
+        if (!dt_comm_caps_named(val))
             return dt_cli_usage("bench allreduce: --backend '%s' is not mpi or nccl", val);
         a->backend = val;
     } else {
@@ -126,22 +127,26 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
     }
     if (a->opts.min_bytes && a->opts.max_bytes && a->opts.min_bytes > a->opts.max_bytes)
         return dt_cli_usage("bench allreduce: --min-bytes is larger than --max-bytes");
-    if (strcmp(a->mode, "blocking") != 0 && strcmp(a->backend, "mpi") != 0)
+    if (strcmp(a->mode, "blocking") != 0 &&
+        !(dt_comm_caps_named(a->backend)->collectives & DT_COMM_HAS_RING))
         return dt_cli_usage("bench allreduce: --mode %s applies to --backend mpi only", a->mode);
     return 0;
 }
 
-/* This rank's GPU, agreed: every rank has one, or every rank fails with
- * the first failing rank's message. */
-static dt_status open_device(dt_comm_t *ctl, dt_backend_t **be)
+/* This rank's GPU, of the compute backend whose memory communicator
+ * `backend` works on, agreed: every rank has one, or every rank fails
+ * with the first failing rank's message. */
+static dt_status open_device(const char *backend, dt_comm_t *ctl, dt_backend_t **be)
 {
     int count = dt_cuda_device_count();
     struct dt_backend_opts o = {.threads = 1,
                                 .device = count > 0 ? dt_comm_local_rank(ctl) % count : 0};
+    const char *device_backend = dt_comm_caps_named(backend)->device_backend;
     *be = NULL;
-    dt_status st = dt_backend_create("cuda", &o, be);
+    DT_ASSERT(device_backend != NULL); /* host buffers: measured as the control communicator */
+    dt_status st = dt_backend_create(device_backend, &o, be);
     if (st != DT_OK)
-        dt_error_context(st, "bench allreduce --backend nccl needs a GPU on every rank");
+        dt_error_context(st, "bench allreduce --backend %s needs a GPU on every rank", backend);
     st = dt_dist_agree(ctl, st);
     if (st != DT_OK && *be) {
         dt_backend_destroy(*be);
@@ -154,7 +159,7 @@ static dt_status open_device(dt_comm_t *ctl, dt_backend_t **be)
 static dt_status open_device_comm(const char *backend, dt_comm_t *ctl, dt_backend_t **be,
                                   dt_comm_t **c)
 {
-    dt_status st = open_device(ctl, be);
+    dt_status st = open_device(backend, ctl, be);
     if (st == DT_OK) st = dt_comm_create(backend, c);
     if (st == DT_OK) st = dt_comm_bind_stream(*c, dt_backend_stream(*be));
     if (st == DT_OK) dt_comm_set_timeout(*c, BENCH_COMM_TIMEOUT_S);
@@ -208,7 +213,7 @@ static int run(const struct bench_args *a, int *argc, char ***argv)
     dt_status st = DT_OK;
     struct dt_bench_allreduce_opts opts = a->opts;
     struct dt_bench_device dev = {0};
-    if (strcmp(a->backend, "mpi") == 0) {
+    if (dt_comm_is(ctl, a->backend)) { /* measure the control communicator itself */
         c = ctl;
         opts.nonblocking = strcmp(a->mode, "blocking") != 0;
         dt_comm_set_ring_min_bytes(c, strcmp(a->mode, "ring") == 0 ? 0 : SIZE_MAX);

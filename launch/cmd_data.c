@@ -1,6 +1,6 @@
 /*
- * cmd_data.c - `dtrain data import idx|npy|csv|text|tokens ...`, `dtrain
- * data info FILE` and `dtrain config reference|layers|defaults`.
+ * cmd_data.c - `dtrain data import idx|npy|csv|text|tokens ...` and `dtrain
+ * data info FILE`.
  */
 #include <errno.h>
 #include <float.h>
@@ -15,8 +15,6 @@
 #include "io/lm_import.h"
 #include "io/npy.h"
 #include "io/outfile.h"
-#include "runtime/config/config.h"
-#include "runtime/model/layers/layer.h"
 #include "core/util.h"
 #include "cli.h"
 
@@ -337,18 +335,10 @@ static const char info_usage[] =
     "its samples, shapes, dtypes and size. A quoted glob pattern or several files are one\n"
     "dataset that spans them, shown as a whole and file by file.\n";
 
-/* Any of args is -h or --help. */
-static int asks_help(int n, char **args)
-{
-    for (int i = 0; i < n; i++)
-        if (dt_cli_is_help(args[i])) return 1;
-    return 0;
-}
-
 int dt_cmd_data(int argc, char **argv)
 {
     if (argc == 2 && dt_cli_is_help(argv[1])) return fputs(data_usage, stdout), 0;
-    if (argc >= 3 && !strcmp(argv[1], "import") && asks_help(argc - 3, argv + 3))
+    if (argc >= 3 && !strcmp(argv[1], "import") && dt_cli_asks_help(argc - 3, argv + 3))
         return fputs(import_help, stdout), 0;
     if (argc >= 2 && !strcmp(argv[1], "import")) install_import_signals();
     if (argc >= 3 && !strcmp(argv[1], "import") && !strcmp(argv[2], "idx"))
@@ -374,37 +364,9 @@ int dt_cmd_data(int argc, char **argv)
         return dt_cli_usage("data import: unknown format '%s' (this version imports: idx, npy, "
                             "csv, text, tokens; see 'dtrain data import --help')",
                             argv[2]);
-    if (argc >= 2 && !strcmp(argv[1], "info") && asks_help(argc - 2, argv + 2))
+    if (argc >= 2 && !strcmp(argv[1], "info") && dt_cli_asks_help(argc - 2, argv + 2))
         return fputs(info_usage, stdout), 0;
     if (argc >= 3 && !strcmp(argv[1], "info"))
         return info(argc - 2, argv + 2);
     return dt_cli_usage("data: expected 'import idx|npy|csv|text|tokens ...' or 'info FILE...'");
-}
-
-static const char config_usage[] =
-    "usage: dtrain config reference | layers | defaults\n"
-    "  reference  print the job-file reference as Markdown: every key, its type, default,\n"
-    "             allowed values and meaning, and the rules between keys (docs/config.md)\n"
-    "  layers     print the layer reference: every layer kind of model.layers and its\n"
-    "             settings (docs/layers.md)\n"
-    "  defaults   print the default job as YAML (a job file)\n";
-
-int dt_cmd_config(int argc, char **argv)
-{
-    if (asks_help(argc - 1, argv + 1)) return fputs(config_usage, stdout), 0;
-    if (argc == 2 && !strcmp(argv[1], "layers")) {
-        dt_layer_write_reference(stdout);
-        return 0;
-    }
-    if (argc == 2 && !strcmp(argv[1], "reference")) {
-        dt_job_write_reference(stdout);
-        return 0;
-    }
-    if (argc == 2 && !strcmp(argv[1], "defaults")) {
-        static struct dt_job job;
-        dt_job_defaults(&job);
-        dt_job_write_yaml(&job, stdout);
-        return 0;
-    }
-    return dt_cli_usage("config: expected 'reference', 'layers' or 'defaults'");
 }

@@ -1,17 +1,19 @@
 /*
- * main.c - the dtrain command line: dispatches subcommands and maps
- * failures to one message and a sysexits exit code. Every command returns
+ * main.c - the dtrain command line's dispatch: the command table and
+ * main(), nothing else. Each command lives in its own cmd_*.c and uses
+ * only the shared helpers (cli.c: the messages for a failure and a usage
+ * error, which map it to a sysexits exit code, and reading a job;
+ * options.c, ranks.c, output.c), never another command's file or this
+ * one (tests/layout/cli_check.py checks it). Every command returns
  * through dt_cli_ranks_join (ranks.c: a rank that did not start MPI still
  * meets its peers' start-up agreement) and dt_cli_output_end (output.c,
  * which checks what it printed).
  */
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
 #include "core/log.h"
 #include "cli.h"
 
@@ -71,48 +73,14 @@ static const char usage_text[] =
     "75 stopped or restartable failure (run again to resume from the last checkpoint),\n"
     "69 (doctor) the environment has a problem.\n";
 
-int dt_cli_fail(dt_status st)
-{
-    const char *msg = dt_last_error();
-    fprintf(stderr, "dtrain: %s\n", msg[0] ? msg : dt_status_str(st));
-    return dt_status_exit_code(st);
-}
-
-int dt_cli_usage(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "dtrain: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n(see 'dtrain --help')\n");
-    return 64;
-}
-
-static const char version_usage[] =
-    "usage: dtrain version\n"
-    "Prints dtrain's version, the compute backends built in, and the GPU found (or why\n"
-    "none is usable).\n";
-
-static int cmd_version(int argc, char **argv)
-{
-    if (argc >= 2 && dt_cli_is_help(argv[1])) return fputs(version_usage, stdout), 0;
-    if (argc >= 2) return dt_cli_usage("version: unexpected argument '%s'", argv[1]);
-    char why[512];
-    int gpu = dt_cuda_usable(why, sizeof why);
-    printf("dtrain %s (backends: %s)\ngpu: %s%s\n", DT_VERSION, dt_backend_list(),
-           gpu ? "" : "none; ", why);
-    return 0;
-}
-
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
 } commands[] = {
-    {"train", dt_cmd_train},          {"eval", dt_cmd_eval},    {"generate", dt_cmd_generate},
-    {"launch", dt_cmd_launch},        {"ckpt", dt_cmd_ckpt},    {"data", dt_cmd_data},
-    {"find-batch", dt_cmd_findbatch}, {"bench", dt_cmd_bench},  {"doctor", dt_cmd_doctor},
-    {"config", dt_cmd_config},        {"version", cmd_version}, {"--version", cmd_version},
+    {"train", dt_cmd_train},          {"eval", dt_cmd_eval},       {"generate", dt_cmd_generate},
+    {"launch", dt_cmd_launch},        {"ckpt", dt_cmd_ckpt},       {"data", dt_cmd_data},
+    {"find-batch", dt_cmd_findbatch}, {"bench", dt_cmd_bench},     {"doctor", dt_cmd_doctor},
+    {"config", dt_cmd_config},        {"version", dt_cmd_version}, {"--version", dt_cmd_version},
 };
 
 /* `dtrain help CMD [SUB]` is `dtrain CMD [SUB] --help`. */

@@ -24,6 +24,13 @@ int dt_cli_is_help(const char *arg)
     return !strcmp(arg, "-h") || !strcmp(arg, "--help");
 }
 
+int dt_cli_asks_help(int n, char **args)
+{
+    for (int i = 0; i < n; i++)
+        if (dt_cli_is_help(args[i])) return 1;
+    return 0;
+}
+
 int dt_cli_opt_int(const char *cmd, const char *opt, const char *text, int64_t lo, int64_t hi,
                    const char *note, int64_t *out)
 {

@@ -809,6 +809,7 @@ static const struct dt_comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
+    .caps = &dt_mpi_comm_caps,
 };
 
 /* The ranks that share this node's memory: local rank and size. */

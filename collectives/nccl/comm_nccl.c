@@ -635,7 +635,7 @@ static const struct dt_comm_ops nccl_ops = {
     .abort = nccl_abort,
     .destroy = nccl_destroy,
     .bind_stream = nccl_bind_stream,
-    .device_buffers = 1,
+    .caps = &dt_nccl_comm_caps,
 };
 
 /* ---- set-up --------------------------------------------------------------------- */

@@ -219,6 +219,17 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
     return DT_OK;
 }
 
+/* Host memory, no stream; bf16 and fp16 round fp32 matmul inputs (slower
+ * than fp32), and the reference table has every op. */
+const struct dt_backend_caps dt_cpu_backend_caps = {
+    .device_memory = 0,
+    .has_stream = 0,
+    .per_device = 0,
+    .precisions = DT_PRECISION_BIT(DT_F32) | DT_PRECISION_BIT(DT_BF16) | DT_PRECISION_BIT(DT_F16),
+    .native_precisions = DT_PRECISION_BIT(DT_F32),
+    .missing_op_hint = "",
+};
+
 dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out)
 {
     if (!out)
@@ -241,6 +252,7 @@ dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t
     cb->base = (struct dt_backend){
         .name = "cpu",
         .ops = o.reference_kernels ? &cpu_ops_ref : &cpu_ops_fast,
+        .caps = &dt_cpu_backend_caps,
         .alloc = cpu_alloc,
         .free = cpu_free,
         .copy = cpu_copy,

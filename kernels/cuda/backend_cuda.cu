@@ -615,6 +615,23 @@ static dt_status check_opts(const struct dt_backend_opts *o)
     return DT_OK;
 }
 
+/* Device memory on one GPU, one stream; fp32, bf16 and fp16 on the GPU's
+ * own units. Without cuDNN the convolution and pooling ops are missing. */
+extern "C" const struct dt_backend_caps dt_cuda_backend_caps = {
+    .device_memory = 1,
+    .has_stream = 1,
+    .per_device = 1,
+    .precisions = DT_PRECISION_BIT(DT_F32) | DT_PRECISION_BIT(DT_BF16) | DT_PRECISION_BIT(DT_F16),
+    .native_precisions =
+        DT_PRECISION_BIT(DT_F32) | DT_PRECISION_BIT(DT_BF16) | DT_PRECISION_BIT(DT_F16),
+#ifdef DT_HAVE_CUDNN
+    .missing_op_hint = "",
+#else
+    .missing_op_hint = "this dtrain was built without cuDNN; rebuild with cuDNN installed, or "
+                       "run on runtime.device: cpu",
+#endif
+};
+
 /* reference_kernels has no meaning here: cuda has one op table. */
 extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, dt_backend_t **out)
 {
@@ -641,6 +658,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     DT_CHECK(open_buffers(cb));
     cb->base.name = "cuda";
     cb->base.ops = &cuda_ops;
+    cb->base.caps = &dt_cuda_backend_caps;
     cb->base.alloc = cuda_alloc;
     cb->base.free = cuda_free;
     cb->base.copy = cuda_copy;

@@ -108,7 +108,7 @@ static void gather_facts(dt_comm_t *c, const struct dt_doctor_opts *o, struct fa
     f->gpu_described = dt_cuda_device_info(f->device, &f->gpu, f->gpu_why, sizeof f->gpu_why);
     if (f->gpu_described)
         f->gpu_usable = dt_cuda_usable_device(f->device, f->gpu_why, sizeof f->gpu_why);
-    f->cuda_built = strstr(dt_backend_list(), "cuda") != NULL;
+    f->cuda_built = dt_backend_caps_named("cuda") != NULL;
     dt_comm_library_version("mpi", f->mpi, sizeof f->mpi);
     dt_comm_library_version("nccl", f->nccl, sizeof f->nccl);
     dt_h5_library_version(f->hdf5, sizeof f->hdf5, &f->hdf5_parallel);

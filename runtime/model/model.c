@@ -213,17 +213,15 @@ static dt_status check_ops(const dt_model_t *m, const struct node *n)
     if (!m->be)
         return DT_OK;
     const size_t nops = sizeof n->l.kind->ops / sizeof n->l.kind->ops[0];
+    const char *hint = dt_backend_caps(m->be)->missing_op_hint;
     for (size_t k = 0; k < nops && n->l.kind->ops[k] != DT_OP_COUNT; k++)
         if (!dt_backend_supports(m->be, n->l.kind->ops[k], DT_F32))
             return dt_set_error(DT_ERR_UNSUPPORTED,
                                 "%s: %s layers need the %s op, which the %s backend of this "
-                                "build lacks%s",
+                                "build lacks%s%s%s",
                                 n->l.where, n->l.kind->name, dt_op_name(n->l.kind->ops[k]),
-                                dt_backend_name(m->be),
-                                strcmp(dt_backend_name(m->be), "cuda") == 0
-                                    ? " (this dtrain was built without cuDNN; rebuild with cuDNN "
-                                      "installed, or run on runtime.device: cpu)"
-                                    : "");
+                                dt_backend_name(m->be), hint[0] ? " (" : "", hint,
+                                hint[0] ? ")" : "");
     return DT_OK;
 }
 

@@ -243,8 +243,8 @@ static int rank_device(const struct run *r)
     return count > 0 ? dt_comm_local_rank(r->comm) % count : 0;
 }
 
-/* runtime.device resolved: auto takes a usable GPU, else the CPU with the
- * reason logged once. */
+/* runtime.device resolved: auto takes the backend the registry prefers
+ * that is usable here (a GPU, else the CPU, with the reason logged once). */
 static dt_status resolve_device(struct run *r, const char **name)
 {
     const struct dt_job *job = r->job;
@@ -252,13 +252,8 @@ static dt_status resolve_device(struct run *r, const char **name)
     *name = job->runtime.device;
     if (strcmp(*name, "auto") != 0)
         return DT_OK;
-    if (dt_cuda_usable_device(rank_device(r), why, sizeof why)) {
-        *name = "cuda";
-        return DT_OK;
-    }
-    *name = "cpu";
-    if (r->rank == 0)
-        DT_LOG_INFO("runtime", "device: cpu; %s", why);
+    *name = dt_backend_auto(rank_device(r), why, sizeof why);
+    if (r->rank == 0 && why[0]) DT_LOG_INFO("runtime", "device: %s; %s", *name, why);
     return DT_OK;
 }
 
@@ -273,8 +268,8 @@ static dt_status backend_local(struct run *r, const char **name)
     dt_status st = resolve_device(r, name);
     if (st != DT_OK)
         return st;
-    if (strcmp(*name, "cuda") == 0)
-        o.device = rank_device(r);
+    const struct dt_backend_caps *caps = dt_backend_caps_named(*name);
+    if (caps && caps->per_device) o.device = rank_device(r);
     st = dt_backend_create(*name, &o, &r->be);
     return st == DT_OK ? st : dt_error_context(st, "runtime.device=%s", *name);
 }
@@ -321,25 +316,36 @@ out:
     return st;
 }
 
-/* The gradient communicator: comm.backend, auto = nccl for GPU memory
- * (unless ranks share a GPU, which NCCL refuses), mpi for host memory. */
+/* The gradient communicator: comm.backend; auto = a device-buffer one
+ * (nccl) for device memory, unless ranks share a GPU (which NCCL
+ * refuses), else a host-buffer one (mpi). A host-buffer communicator on
+ * device memory stages the gradients through host memory. */
 static dt_status open_grad_comm(struct run *r, int shared)
 {
     const char *want = r->job->comm.backend;
-    int cuda = strcmp(dt_backend_name(r->be), "cuda") == 0;
+    int device = dt_backend_caps(r->be)->device_memory;
     r->grad_comm = r->comm;
     if (r->world == 1 || r->eval_only)
         return DT_OK;
-    if (strcmp(want, "auto") == 0)
-        want = cuda && !shared ? "nccl" : "mpi";
-    if (strcmp(want, "nccl") == 0 && !cuda)
-        return dt_set_error(DT_ERR_USAGE, "comm.backend=nccl all-reduces GPU memory, but this "
-                                          "run trains on the cpu; set comm.backend to mpi or auto");
-    if (strcmp(want, "nccl") == 0 && shared)
-        return dt_set_error(DT_ERR_USAGE, "comm.backend=nccl cannot run two ranks on one GPU "
-                                          "(runtime.share_gpus); set comm.backend to mpi or auto");
-    if (strcmp(want, "mpi") == 0) {
-        r->stage_grads = cuda;
+    if (strcmp(want, "auto") == 0) want = dt_comm_auto(device, shared);
+    const struct dt_comm_caps *cc = dt_comm_caps_named(want);
+    if (!cc)
+        return dt_set_error(DT_ERR_USAGE,
+                            "comm.backend=%s is not a communicator this dtrain "
+                            "knows; set comm.backend to auto",
+                            want);
+    if (cc->device_buffers && !device)
+        return dt_set_error(DT_ERR_USAGE,
+                            "comm.backend=%s all-reduces GPU memory, but this run trains on the "
+                            "%s; set comm.backend to mpi or auto",
+                            want, dt_backend_name(r->be));
+    if (cc->device_buffers && shared && !cc->shares_device)
+        return dt_set_error(DT_ERR_USAGE,
+                            "comm.backend=%s cannot run two ranks on one GPU "
+                            "(runtime.share_gpus); set comm.backend to mpi or auto",
+                            want);
+    if (dt_comm_is(r->comm, want)) { /* the control communicator serves */
+        r->stage_grads = device && !cc->device_buffers;
         return DT_OK;
     }
     dt_status st = dt_comm_create(want, &r->own_comm);
@@ -369,10 +375,13 @@ dt_status dt_train_choose_backend(struct run *r)
         return st;
     r->scaling = strcmp(r->job->train.precision, "fp16") == 0;
     dt_scaler_init(&r->scaler);
-    if (r->rank == 0 && strcmp(name, "cpu") == 0 && strcmp(r->job->train.precision, "fp32") != 0)
-        DT_LOG_WARN("runtime", "train.precision=%s on the cpu rounds matmul inputs as a GPU's "
-                               "tensor cores would, but is slower than fp32 here",
-                    r->job->train.precision);
+    int precision = dt_precision_parse(r->job->train.precision);
+    if (r->rank == 0 && precision >= 0 &&
+        !(dt_backend_caps(r->be)->native_precisions & DT_PRECISION_BIT(precision)))
+        DT_LOG_WARN("runtime",
+                    "train.precision=%s on the %s rounds matmul inputs as a GPU's "
+                    "tensor cores would, but is slower than fp32 here",
+                    r->job->train.precision, dt_backend_name(r->be));
     char line[DT_DIST_MSG];
     snprintf(line, sizeof line, "rank %d/%d on %s, local rank %d/%d, device %s, %s, %d thread%s%s",
              r->rank, r->world, dt_comm_host(r->comm), dt_comm_local_rank(r->comm),
@@ -582,7 +591,7 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     if (st != DT_OK)
         return st;
     uint64_t p4 = times(ms.params, sizeof(float));
-    int host = strcmp(dt_backend_name(r->be), "cpu") == 0;
+    int host = !dt_backend_caps(r->be)->device_memory;
     int states = r->eval_only ? 0 : dt_optim_state_count_for(job);
     need.params = host ? p4 : 0;
     need.grads = host ? p4 : 0;
@@ -882,7 +891,7 @@ dt_status dt_train_build(struct run *r)
             "overlap %s%s",
             job->comm.grad_dtype, r->nown ? "reduce-scattered" : "all-reduced",
             dt_comm_backend(r->grad_comm),
-            strcmp(dt_comm_backend(r->grad_comm), "mpi") != 0 ? ""
+            !(dt_comm_caps(r->grad_comm)->collectives & DT_COMM_HAS_RING) ? ""
             : strcmp(job->comm.mpi_allreduce, "library") == 0 ? " (the library's all-reduce)"
                                                               : " (ring)",
             r->stage_grads ? " (through host memory)" : "", dt_reducer_bucket_count(r->red),

@@ -80,9 +80,12 @@ static const struct dt_bench_device fake_device = {.be = (dt_backend_t *)1,
  * buffers, goes into `ops` and takes its place; returns the real one. */
 static const struct dt_comm_ops *mark_device(struct dt_comm_ops *ops)
 {
+    static struct dt_comm_caps device_caps;
     const struct dt_comm_ops *real = comm->ops;
     *ops = *real;
-    ops->device_buffers = 1;
+    device_caps = *real->caps;
+    device_caps.device_buffers = 1;
+    ops->caps = &device_caps;
     comm->ops = ops;
     return real;
 }
@@ -210,6 +213,58 @@ static void test_nccl_unavailable(void)
     int32_t one = 1;
     CU_ASSERT_EQUAL(dt_comm_allreduce(comm, &one, 1, DT_I32, DT_COMM_SUM), DT_OK);
     CU_ASSERT_EQUAL(one, 1);
+}
+
+/* What the communicators say they are: mpi by instance and by name (and
+ * its table agrees), nccl by name in every build. */
+static void test_caps(void)
+{
+    const struct dt_comm_caps *mpi = dt_comm_caps_named("mpi");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mpi);
+    CU_ASSERT_PTR_EQUAL(dt_comm_caps(comm), mpi);
+    CU_ASSERT_EQUAL(mpi->built, 1);
+    CU_ASSERT_EQUAL(mpi->device_buffers, 0);
+    CU_ASSERT_EQUAL(dt_comm_device_buffers(comm), 0);
+    CU_ASSERT_PTR_NULL(mpi->device_backend);
+    CU_ASSERT_EQUAL(mpi->nonblocking, 1);
+    CU_ASSERT(mpi->collectives & DT_COMM_HAS_REDUCE_SCATTER);
+    CU_ASSERT(mpi->collectives & DT_COMM_HAS_ALLGATHER);
+    CU_ASSERT(mpi->collectives & DT_COMM_HAS_IALLREDUCE);
+    CU_ASSERT(mpi->collectives & DT_COMM_HAS_RING);
+    /* the bits say what the table has */
+    const struct dt_comm_ops *o = comm->ops;
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_ALLREDUCE), o->allreduce != NULL);
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_IALLREDUCE), o->iallreduce != NULL);
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_BROADCAST), o->broadcast != NULL);
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_ALLGATHER), o->allgather != NULL);
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_REDUCE_SCATTER), o->reduce_scatter != NULL);
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_BARRIER), o->barrier != NULL);
+    CU_ASSERT_EQUAL(!!(mpi->collectives & DT_COMM_HAS_RING), dt_comm_has_ring(comm));
+
+    const struct dt_comm_caps *nccl = dt_comm_caps_named("nccl");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(nccl);
+#ifdef DT_HAVE_NCCL
+    CU_ASSERT_EQUAL(nccl->built, 1);
+#else
+    CU_ASSERT_EQUAL(nccl->built, 0);
+#endif
+    CU_ASSERT_EQUAL(nccl->device_buffers, 1);
+    CU_ASSERT_STRING_EQUAL(nccl->device_backend, "cuda");
+    CU_ASSERT_EQUAL(nccl->shares_device, 0);
+    CU_ASSERT(nccl->collectives & DT_COMM_HAS_REDUCE_SCATTER);
+    CU_ASSERT_FALSE(nccl->collectives & DT_COMM_HAS_RING);
+    CU_ASSERT_PTR_NULL(dt_comm_caps_named("gloo"));
+    CU_ASSERT_PTR_NULL(dt_comm_caps_named(NULL));
+
+    /* comm.backend: auto */
+    CU_ASSERT_STRING_EQUAL(dt_comm_auto(0, 0), "mpi");
+    CU_ASSERT_STRING_EQUAL(dt_comm_auto(0, 1), "mpi");
+    CU_ASSERT_STRING_EQUAL(dt_comm_auto(1, 0), "nccl");
+    CU_ASSERT_STRING_EQUAL(dt_comm_auto(1, 1), "mpi"); /* NCCL refuses a shared GPU */
+
+    CU_ASSERT_EQUAL(dt_comm_is(comm, "mpi"), 1);
+    CU_ASSERT_EQUAL(dt_comm_is(comm, "nccl"), 0);
+    CU_ASSERT_EQUAL(dt_comm_is(comm, NULL), 0);
 }
 
 /* Host buffers: no stream to bind, buffers are not device memory. */
@@ -465,6 +520,7 @@ int main(int argc, char **argv)
     CU_pSuite one = CU_add_suite("comm_one_rank", NULL, NULL);
     CU_ADD(one, test_registry);
     CU_ADD(one, test_nccl_unavailable);
+    CU_ADD(one, test_caps);
     CU_ADD(one, test_mpi_streams_and_timeout);
     CU_ADD(one, test_bad_args);
     CU_ADD(one, test_one_rank_identity);

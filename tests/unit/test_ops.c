@@ -206,6 +206,58 @@ static void test_backend_create(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "threads"));
 }
 
+/* What the cpu backend says it is, by instance and by name, and what it
+ * says of the names it is not. */
+static void test_backend_caps(void)
+{
+    const struct dt_backend_caps *named = dt_backend_caps_named("cpu");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(named);
+    for (int k = 0; k < NBACKENDS; k++) {
+        const struct dt_backend_caps *c = dt_backend_caps(backends[k]);
+        CU_ASSERT_PTR_EQUAL(c, named); /* both op tables: one backend */
+        struct dt_backend_mem mem;
+        CU_ASSERT_EQUAL(dt_backend_mem_info(backends[k], &mem), DT_OK);
+        CU_ASSERT_EQUAL(mem.device, c->device_memory);
+        CU_ASSERT_EQUAL(c->has_stream, dt_backend_stream(backends[k]) != NULL);
+    }
+    CU_ASSERT_EQUAL(named->device_memory, 0);
+    CU_ASSERT_EQUAL(named->has_stream, 0);
+    CU_ASSERT_EQUAL(named->per_device, 0);
+    CU_ASSERT_EQUAL(named->precisions, DT_PRECISION_BIT(DT_F32) | DT_PRECISION_BIT(DT_BF16) |
+                                           DT_PRECISION_BIT(DT_F16));
+    /* bf16 and fp16 are fp32 with rounded inputs here: not native */
+    CU_ASSERT_EQUAL(named->native_precisions, DT_PRECISION_BIT(DT_F32));
+    CU_ASSERT_STRING_EQUAL(named->missing_op_hint, "");
+    CU_ASSERT_PTR_NULL(dt_backend_caps_named("tpu"));
+    CU_ASSERT_PTR_NULL(dt_backend_caps_named(NULL));
+
+    char why[512] = "x";
+    CU_ASSERT_EQUAL(dt_backend_available("cpu", 0, why, sizeof why), 1);
+    CU_ASSERT_EQUAL(dt_backend_available("tpu", 0, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "unknown compute backend 'tpu'"));
+    const char *picked = dt_backend_auto(0, why, sizeof why);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dt_backend_caps_named(picked));
+#ifdef DT_HAVE_CUDA
+    const struct dt_backend_caps *gpu = dt_backend_caps_named("cuda");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(gpu);
+    CU_ASSERT_EQUAL(gpu->device_memory, 1);
+    CU_ASSERT_EQUAL(gpu->has_stream, 1);
+    CU_ASSERT_EQUAL(gpu->per_device, 1);
+    CU_ASSERT(gpu->native_precisions & DT_PRECISION_BIT(DT_BF16));
+    char probe[512];
+    int usable = dt_cuda_usable_device(0, probe, sizeof probe);
+    CU_ASSERT_EQUAL(dt_backend_caps_named(picked)->device_memory, usable);
+    CU_ASSERT_EQUAL(why[0] != '\0', !usable);
+#else
+    /* no GPU backend in this build: auto is the cpu, and says why */
+    CU_ASSERT_PTR_NULL(dt_backend_caps_named("cuda"));
+    CU_ASSERT_STRING_EQUAL(picked, "cpu");
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "built without CUDA"));
+    CU_ASSERT_EQUAL(dt_backend_available("cuda", 0, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "built without CUDA"));
+#endif
+}
+
 static void test_backend_memory(void)
 {
     dt_backend_t *be = backends[FAST];
@@ -1350,6 +1402,7 @@ int main(void)
         return 1;
     CU_pSuite s = CU_add_suite("cpu_backend", suite_init, suite_cleanup);
     CU_ADD(s, test_backend_create);
+    CU_ADD(s, test_backend_caps);
     CU_ADD(s, test_backend_memory);
 
     s = CU_add_suite("linear", suite_init, suite_cleanup);
