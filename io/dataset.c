@@ -15,14 +15,12 @@
  * Reads of arbitrary rows: the requested rows are sorted and de-duplicated,
  * consecutive rows are merged into runs, and each run is one H5Dread of a
  * hyperslab into a contiguous buffer; rows are then normalised into the
- * caller's buffer in request order. Measured on a 60000x28x28 uint8 x
- * chunked by 1024 rows, 128 random rows per read (HDF5 1.10.8, page cache
- * warm): one read per run 0.18 ms, one read of the union of the
- * hyperslabs 2.7 ms (HDF5 1.10 handles irregular selections slowly), a
- * point selection 3.8 ms.
+ * caller's buffer in request order. One read per run beats both one read
+ * of the union of the hyperslabs (HDF5 1.10 handles irregular selections
+ * slowly) and a point selection.
  * The chunk cache is switched off for unfiltered x: with it on, HDF5 pulls
- * a whole 800 KB chunk into the cache to return one 784-byte row (3.0 ms).
- * Filtered (compressed) x needs the cache, so it gets a large one instead.
+ * a whole chunk into the cache to return one row of it. Filtered
+ * (compressed) x needs the cache, so it gets a large one instead.
  *
  * Normalisation is per channel when the file says so (norm_channel_mean,
  * norm_channel_std): a sample is then C planes of H x W values, each with
@@ -1076,7 +1074,7 @@ static int req_cmp(const void *a, const void *b)
 /* Reads sorted unique rows[0..m) of x into buf, one H5Dread per run of
  * consecutive rows. The memory space has the shape of the file selection
  * (run x sample shape): HDF5 then copies straight through, while a 1-D
- * memory space of the same size takes its general path, 13x slower.
+ * memory space of the same size takes its general path, much slower.
  * Lock held. */
 static dt_status read_runs(const struct dsfile *ds, const char *split, const struct split *sp,
                            const struct dt_split_info *si, const uint64_t *rows, size_t m,
