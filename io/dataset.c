@@ -111,12 +111,6 @@ static void copy_printable(char *dst, size_t cap, const char *src)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
-static void close_id(hid_t id, herr_t (*fn)(hid_t))
-{
-    if (id >= 0)
-        fn(id);
-}
-
 /* ---- attributes (lock held) ------------------------------------------ */
 
 static dt_status attr_exists(const char *path, hid_t obj, const char *name, int *yes)
@@ -197,10 +191,10 @@ static dt_status read_str_attr(const char *path, hid_t obj, const char *name,
 out:
     free(vl);
     free(fixed);
-    close_id(mt, H5Tclose);
-    close_id(s, H5Sclose);
-    close_id(t, H5Tclose);
-    close_id(a, H5Aclose);
+    dt_h5_close(mt);
+    dt_h5_close(s);
+    dt_h5_close(t);
+    dt_h5_close(a);
     return st;
 }
 
@@ -234,9 +228,9 @@ static dt_status read_num_attr(const char *path, hid_t obj, const char *name, in
 read_fail:
     st = dt_h5_error(DT_ERR_BAD_DATA, "dataset %s: cannot read attribute '%s'", path, name);
 out:
-    close_id(s, H5Sclose);
-    close_id(t, H5Tclose);
-    close_id(a, H5Aclose);
+    dt_h5_close(s);
+    dt_h5_close(t);
+    dt_h5_close(a);
     return st;
 }
 
@@ -292,9 +286,9 @@ static dt_status read_channel_attr(const char *path, hid_t obj, const char *name
     *count = (int)n;
 out:
     free(v);
-    close_id(s, H5Sclose);
-    close_id(t, H5Tclose);
-    close_id(a, H5Aclose);
+    dt_h5_close(s);
+    dt_h5_close(t);
+    dt_h5_close(a);
     return st;
 }
 
@@ -551,9 +545,9 @@ static dt_status open_x(const char *path, const char *split, hid_t g, const char
     *out = d;
     d = -1;
 out:
-    close_id(dapl, H5Pclose);
-    close_id(dcpl, H5Pclose);
-    close_id(d, H5Dclose);
+    dt_h5_close(dapl);
+    dt_h5_close(dcpl);
+    dt_h5_close(d);
     return st;
 }
 
@@ -707,7 +701,7 @@ static dt_status check_x_storage(const struct dsfile *ds, const char *obj, const
                               "in chunks of at most that (rewrite it with smaller chunks)",
                               ds->info.path, obj, (int)(FILTERED_CHUNK_MAX_BYTES >> 20));
     }
-    if (dcpl >= 0) H5Pclose(dcpl);
+    dt_h5_close(dcpl);
     return st;
 }
 
@@ -718,8 +712,7 @@ static dt_status check_y_storage(const struct dsfile *ds, const char *obj, hid_t
     char declared[64];
     hid_t t = H5Dget_type(y);
     size_t size = t >= 0 ? H5Tget_size(t) : 0;
-    if (t >= 0)
-        H5Tclose(t);
+    dt_h5_close(t);
     snprintf(declared, sizeof declared, "%lld labels", (long long)si->n);
     return check_storage(ds, obj, y, si->n, 1, size, declared);
 }
@@ -792,8 +785,8 @@ static dt_status open_split(struct dsfile *ds, int i)
     DT_CHECK(check_y_storage(ds, obj, y, si));
     DT_CHECK(load_labels(ds, name, y, sp, si));
 out:
-    close_id(y, H5Dclose);
-    close_id(g, H5Gclose);
+    dt_h5_close(y);
+    dt_h5_close(g);
     return st;
 }
 
@@ -865,8 +858,8 @@ static dt_status open_lm_split(struct dsfile *ds, int i)
     si->ndim = 1;
     si->window_shifts = 1;
 out:
-    close_id(t, H5Tclose);
-    close_id(g, H5Gclose);
+    dt_h5_close(t);
+    dt_h5_close(g);
     return st;
 }
 
@@ -1021,8 +1014,8 @@ static void file_close(struct dsfile *ds)
         return;
     dt_h5_lock();
     for (int i = 0; i < DT_DATASET_MAX_SPLITS; i++)
-        close_id(ds->splits[i].x, H5Dclose);
-    close_id(ds->file, H5Fclose);
+        dt_h5_close(ds->splits[i].x);
+    dt_h5_close(ds->file);
     dt_h5_unlock();
     for (int i = 0; i < DT_DATASET_MAX_SPLITS; i++)
         free(ds->splits[i].labels);
@@ -1105,14 +1098,14 @@ static dt_status read_runs(const struct dsfile *ds, const char *split, const str
             st = dt_h5_error(DT_ERR_IO, "dataset %s: cannot read rows %llu..%llu of /%s/x",
                              ds->info.path, (unsigned long long)rows[i],
                              (unsigned long long)rows[j - 1], split);
-            close_id(ms, H5Sclose);
+            dt_h5_close(ms);
             goto out;
         }
         H5Sclose(ms);
         i = j;
     }
 out:
-    close_id(fs, H5Sclose);
+    dt_h5_close(fs);
     return st;
 }
 
@@ -2085,8 +2078,8 @@ dt_status dt_dataset_read_windows(dt_dataset_t *ds, const char *split, const uin
                 y[i * (size_t)T + (size_t)t] = tok[t + 1];
         }
     }
-    close_id(fs, H5Sclose);
-    close_id(mem, H5Sclose);
+    dt_h5_close(fs);
+    dt_h5_close(mem);
     dt_h5_unlock();
     if (st == DT_OK && bytes_read)
         *bytes_read += (uint64_t)n * (uint64_t)(T + 1) * f->splits[s].x_file_size;
