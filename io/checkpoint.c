@@ -57,7 +57,8 @@
 
 #include "core/fault.h"
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "dataset_impl.h"
 #include "hdf5_lock.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
 #include "dataset_impl.h"
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
 #include "dataset_impl.h"
 #include "hdf5_lock.h"
 

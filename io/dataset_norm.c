@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
 #include "dataset_impl.h"
 
 /* Per-channel normalisation: every split's samples are images of exactly

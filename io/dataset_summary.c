@@ -7,7 +7,7 @@
  */
 #include <stdio.h>
 
-#include "core/util.h"
+#include "core/text.h"
 #include "dataset_impl.h"
 
 /* Per-class counts on one line: "6000 each" when equal, every count when

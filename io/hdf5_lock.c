@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "outfile.h"
 
 #define COMPACT_MAX_BYTES 65536 /* a compact dataset lives in its object header */

@@ -39,7 +39,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/files.h"
+#include "core/text.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"

@@ -22,7 +22,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/text.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

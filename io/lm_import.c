@@ -32,7 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/files.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"

@@ -17,7 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 

@@ -17,7 +17,7 @@
 #include "io/outfile.h"
 #include "runtime/config/config.h"
 #include "runtime/model/layers/layer.h"
-#include "core/util.h"
+#include "core/alloc.h"
 #include "cli.h"
 
 /* A signal that ends an import removes the temporary file it was writing,

@@ -23,7 +23,8 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "io/model_file.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "generate.h"
 #include "runtime/train/train_impl.h"
 
