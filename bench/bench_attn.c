@@ -17,7 +17,7 @@
 #include <stdlib.h>
 
 #include "kernels/backend.h"
-#include "core/util.h"
+#include "core/clock.h"
 
 #define MIN_CALLS 2
 

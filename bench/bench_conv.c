@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "core/util.h"
+#include "core/clock.h"
 
 #define DEFAULT_BATCH 128
 #define DEFAULT_SECONDS 1.0

@@ -18,7 +18,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/ops.h"
-#include "core/util.h"
+#include "core/clock.h"
 
 #define SKIP_CODE 77
 #define VOCAB 50257

@@ -33,7 +33,7 @@
 #include <sys/resource.h>
 
 #include "io/loader.h"
-#include "core/util.h"
+#include "core/clock.h"
 
 #define READ_ITERS 200
 #define CACHE_EPOCHS 2   /* epochs per timed run of a cache setting */

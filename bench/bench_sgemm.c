@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/util.h"
+#include "core/clock.h"
 
 #define MAX_DIMS 16
 

@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 
 #define PATTERN_MAX_PERIOD 8191 /* a prime, so misplaced blocks show */
 #define FP32_EXACT (1u << 24)   /* integers up to this are exact in fp32 */

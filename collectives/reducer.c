@@ -31,7 +31,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 
 #define MIB_BYTES 1048576.0
 #define GRAD_BYTES 4.0 /* fp32 */

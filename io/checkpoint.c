@@ -57,7 +57,8 @@
 
 #include "core/fault.h"
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 
@@ -559,8 +560,8 @@ static herr_t put_num(hid_t loc, const char *name, enum attr_kind k, const void 
     hid_t sp = H5Screate(H5S_SCALAR);
     hid_t a = sp < 0 ? -1 : H5Acreate2(loc, name, file_type(k), sp, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = a < 0 ? -1 : H5Awrite(a, mem_type(k), v);
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
+    dt_h5_close(a);
+    dt_h5_close(sp);
     return e;
 }
 
@@ -571,9 +572,9 @@ static herr_t put_str(hid_t loc, const char *name, const char *value)
     herr_t e = t < 0 || sp < 0 ? -1 : H5Tset_size(t, strlen(value) + 1);
     hid_t a = e < 0 ? -1 : H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
     e = a < 0 ? -1 : H5Awrite(a, t, value);
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
+    dt_h5_close(a);
+    dt_h5_close(sp);
+    dt_h5_close(t);
     return e;
 }
 
@@ -589,7 +590,7 @@ static dt_status create_file(struct save *s)
     dt_status st = s->file < 0
                        ? dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot create %s", s->final, s->tmp)
                        : DT_OK;
-    if (fapl >= 0) H5Pclose(fapl);
+    dt_h5_close(fapl);
     return st;
 }
 
@@ -630,7 +631,7 @@ static dt_status create_datasets(struct save *s)
     hid_t ysp = H5Screate_simple(1, &ylen, NULL);
     s->job =
         ysp < 0 ? -1 : H5Dcreate2(s->file, JOB_NAME, H5T_STD_U8LE, ysp, lcpl, dcpl, H5P_DEFAULT);
-    if (ysp >= 0) H5Sclose(ysp);
+    dt_h5_close(ysp);
     if (s->job < 0) {
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot create its job", s->tmp);
         goto out;
@@ -643,15 +644,15 @@ static dt_status create_datasets(struct save *s)
         hid_t sp = H5Screate_simple(t->shape.ndim, dims, NULL);
         s->dsets[i] =
             sp < 0 ? -1 : H5Dcreate2(s->file, t->name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
-        if (sp >= 0) H5Sclose(sp);
+        dt_h5_close(sp);
         if (s->dsets[i] < 0 || put_num(s->dsets[i], "checksum", A_U64, &s->sums[i]) < 0) {
             st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot create tensor %s", s->tmp, t->name);
             goto out;
         }
     }
 out:
-    if (lcpl >= 0) H5Pclose(lcpl);
-    if (dcpl >= 0) H5Pclose(dcpl);
+    dt_h5_close(lcpl);
+    dt_h5_close(dcpl);
     return st;
 }
 
@@ -758,8 +759,8 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot write tensor %s%s", s->tmp, t->name,
                          hint);
     }
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
+    dt_h5_close(ms);
+    dt_h5_close(fs);
     return st;
 }
 
@@ -781,8 +782,8 @@ static dt_status write_job(struct save *s, hid_t dxpl)
         dt_outfile_free_text(s->tmp, hint, sizeof hint);
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot write its job%s", s->tmp, hint);
     }
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
+    dt_h5_close(ms);
+    dt_h5_close(fs);
     return st;
 }
 
@@ -809,11 +810,11 @@ static dt_status write_tensors(struct save *s)
 static dt_status close_file(struct save *s, int flush)
 {
     dt_status st = DT_OK;
-    if (s->job >= 0 && H5Dclose(s->job) < 0)
+    if (dt_h5_close(s->job) < 0)
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot close its job", s->tmp);
     s->job = -1;
     for (int i = 0; i < s->n; i++)
-        if (s->dsets[i] >= 0 && H5Dclose(s->dsets[i]) < 0 && st == DT_OK)
+        if (dt_h5_close(s->dsets[i]) < 0 && st == DT_OK)
             st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot close tensor %s", s->tmp,
                              s->t[i].name);
     if (flush && st == DT_OK && H5Fflush(s->file, H5F_SCOPE_GLOBAL) < 0)
@@ -1030,7 +1031,7 @@ static dt_status open_file(struct reader *r, const char *path)
 
 static void reader_close(struct reader *r)
 {
-    if (r->f >= 0) H5Fclose(r->f);
+    dt_h5_close(r->f);
     r->f = -1;
 }
 
@@ -1060,7 +1061,7 @@ static dt_status open_attr(const struct reader *r, hid_t loc, const char *tensor
     if (*a < 0 || (*t = H5Aget_type(*a)) < 0 || (sp = H5Aget_space(*a)) < 0 ||
         (*n = H5Sget_simple_extent_npoints(sp)) < 0) {
         dt_status st = damaged_h5(r, "cannot read %s", who);
-        if (sp >= 0) H5Sclose(sp);
+        dt_h5_close(sp);
         return st;
     }
     H5Sclose(sp);
@@ -1069,8 +1070,8 @@ static dt_status open_attr(const struct reader *r, hid_t loc, const char *tensor
 
 static void close_attr(hid_t a, hid_t t)
 {
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
+    dt_h5_close(t);
+    dt_h5_close(a);
 }
 
 /* One number (of the kind's type: integers for integer kinds, integers or
@@ -1285,9 +1286,9 @@ out:
         free(*out);
         *out = NULL;
     }
-    if (t >= 0) H5Tclose(t);
-    if (sp >= 0) H5Sclose(sp);
-    if (d >= 0) H5Dclose(d);
+    dt_h5_close(t);
+    dt_h5_close(sp);
+    dt_h5_close(d);
     return st;
 }
 
@@ -1435,8 +1436,8 @@ static dt_status open_tensor(const struct reader *r, const char *name, struct te
     DT_CHECK(dt_h5_check_storage(h->d, &stor));
     st = get_num(r, h->d, name, "checksum", A_U64, &h->checksum);
 out:
-    if (ty >= 0) H5Tclose(ty);
-    if (sp >= 0) H5Sclose(sp);
+    dt_h5_close(ty);
+    dt_h5_close(sp);
     if (st != DT_OK && h->d >= 0) {
         H5Dclose(h->d);
         h->d = -1;
@@ -1558,13 +1559,11 @@ static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, con
             st = damaged_h5(r, "cannot read tensor %s", name);
         else
             sum += checksum_slice(buf, (size_t)lo, (size_t)(hi - lo));
-        if (ms >= 0)
-            H5Sclose(ms);
+        dt_h5_close(ms);
     }
     if (st == DT_OK && checksum_finish(h->numel ? sum : 0, (size_t)h->numel) != h->checksum)
         st = damaged(r, "tensor %s fails its checksum", name);
-    if (fs >= 0)
-        H5Sclose(fs);
+    dt_h5_close(fs);
     H5Dclose(h->d);
     h->d = -1;
     return st;

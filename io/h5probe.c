@@ -77,14 +77,11 @@ static dt_status write_locked(const char *path, const int64_t *v)
         goto out;
     }
 out:
-    if (d >= 0)
-        H5Dclose(d);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (f >= 0 && H5Fclose(f) < 0 && st == DT_OK)
+    dt_h5_close(d);
+    dt_h5_close(sp);
+    if (dt_h5_close(f) < 0 && st == DT_OK)
         st = dt_h5_write_error("HDF5 test file", path, path, "close it");
-    if (fapl >= 0)
-        H5Pclose(fapl);
+    dt_h5_close(fapl);
     return st;
 }
 
@@ -112,10 +109,8 @@ static dt_status read_locked(const char *path, int64_t *got)
     if (d < 0 || H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, got) < 0)
         st = dt_h5_error(DT_ERR_IO, "HDF5 test file %s: its dataset cannot be read back", path);
 out:
-    if (d >= 0)
-        H5Dclose(d);
-    if (f >= 0)
-        H5Fclose(f);
+    dt_h5_close(d);
+    dt_h5_close(f);
     return st;
 }
 

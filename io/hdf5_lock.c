@@ -1,8 +1,9 @@
 /*
- * hdf5_lock.c - the process-wide HDF5 mutex, HDF5 error text, and the
- * checks of links and storage made before a file's declared sizes are
- * trusted (see hdf5_lock.h). The mutex is the one mutable global of io/:
- * HDF5 itself is process-global state, so its lock has to be too.
+ * hdf5_lock.c - the process-wide HDF5 mutex, the one close of any HDF5
+ * handle, HDF5 error text, and the checks of links and storage made before
+ * a file's declared sizes are trusted (see hdf5_lock.h). The mutex is the
+ * one mutable global of io/: HDF5 itself is process-global state, so its
+ * lock has to be too.
  */
 #include "hdf5_lock.h"
 
@@ -13,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "outfile.h"
 
 #define COMPACT_MAX_BYTES 65536 /* a compact dataset lives in its object header */
@@ -32,6 +34,38 @@ void dt_h5_lock(void)
 }
 
 void dt_h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
+
+int dt_h5_close(hid_t id)
+{
+    herr_t r = -1;
+    if (id < 0) return 0;
+    switch (H5Iget_type(id)) {
+    case H5I_FILE:
+        r = H5Fclose(id);
+        break;
+    case H5I_GROUP:
+        r = H5Gclose(id);
+        break;
+    case H5I_DATASET:
+        r = H5Dclose(id);
+        break;
+    case H5I_DATASPACE:
+        r = H5Sclose(id);
+        break;
+    case H5I_DATATYPE:
+        r = H5Tclose(id);
+        break;
+    case H5I_ATTR:
+        r = H5Aclose(id);
+        break;
+    case H5I_GENPROP_LST:
+        r = H5Pclose(id);
+        break;
+    default:
+        break;
+    }
+    return r < 0 ? -1 : 0;
+}
 
 /* The innermost entry of HDF5's error stack (where the problem was found). */
 struct walk_ctx {
@@ -157,7 +191,7 @@ static void external_path(hid_t d, const char *file, const char *name, char *buf
     } else {
         hid_t dapl = H5Dget_access_plist(d);
         if (dapl >= 0 && H5Pget_efile_prefix(dapl, prefix, sizeof prefix) < 0) prefix[0] = '\0';
-        if (dapl >= 0) H5Pclose(dapl);
+        dt_h5_close(dapl);
     }
     const char *origin = "${ORIGIN}";
     if (!strncmp(prefix, origin, strlen(origin))) {
@@ -201,7 +235,7 @@ static dt_status check_chunks(hid_t d, hid_t dcpl, const struct dt_h5_storage *s
     if (e < 0) {
         dt_status st =
             dt_h5_error(DT_ERR_BAD_DATA, "%s: cannot read the chunk layout of %s", s->what, s->obj);
-        if (sp >= 0) H5Sclose(sp);
+        dt_h5_close(sp);
         return st;
     }
     H5Sclose(sp);
@@ -269,7 +303,7 @@ dt_status dt_h5_check_storage(hid_t d, const struct dt_h5_storage *s)
                           s->what, s->obj, s->declared, (unsigned long long)s->bytes);
     }
 out:
-    if (dcpl >= 0) H5Pclose(dcpl);
+    dt_h5_close(dcpl);
     return st;
 }
 
@@ -299,10 +333,10 @@ int dt_h5_read_format(hid_t f, char *buf, size_t len)
             text[MAX] = '\0';
         }
     }
-    if (mt >= 0) H5Tclose(mt);
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
+    dt_h5_close(mt);
+    dt_h5_close(sp);
+    dt_h5_close(t);
+    dt_h5_close(a);
     if (!ok) return -1;
     size_t i = 0;
     for (; text[i] && i + 1 < len; i++)

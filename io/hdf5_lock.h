@@ -1,14 +1,16 @@
 /*
  * hdf5_lock.h - internal to io/: the one process-wide lock around HDF5,
- * the conversion of HDF5 failures into dt_status, and the checks every
- * reader in io/ makes before it trusts what a file declares.
+ * the one close of any HDF5 handle, the conversion of HDF5 failures into
+ * dt_status, and the checks every reader in io/ makes before it trusts
+ * what a file declares.
  *
  * Debian's parallel HDF5 is built without thread safety, so every HDF5 call
  * made by io/ (dataset reads from loader threads, imports, checkpoints)
  * happens with this lock held. The first lock also switches off HDF5's
  * automatic printing of its error stack: failures are reported through
  * dt_set_error instead, with HDF5's own innermost message appended.
- * Not a public header: nothing outside io/ includes it.
+ * Not a public header: nothing outside io/ includes it but the tests that
+ * build HDF5 files themselves (they use dt_h5_close).
  */
 #ifndef DT_IO_HDF5_LOCK_H
 #define DT_IO_HDF5_LOCK_H
@@ -35,6 +37,14 @@ void dt_h5_error_text(char *buf, size_t len);
  * entry of its error stack, or 0 when the error was not a system call's.
  * Lock held, right after the failing call. */
 int dt_h5_errno(void);
+
+/* Closes id, whatever kind of HDF5 object it is (file, group, dataset,
+ * dataspace, datatype, attribute, property list: H5Iget_type says which),
+ * or does nothing when id < 0 (never opened, or its open failed): the one
+ * cleanup of every HDF5 handle, `dt_h5_close(x)` at a function's `out`.
+ * 0, or -1 when the close failed or id names no open object of those
+ * kinds (nothing is closed then). With the lock held, as any HDF5 call. */
+int dt_h5_close(hid_t id);
 
 /* dt_set_error(st, fmt, ...) with " (HDF5: <innermost message>)" appended
  * when HDF5 has one. Lock held. Returns st. */

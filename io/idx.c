@@ -39,7 +39,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/files.h"
+#include "core/text.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"
@@ -516,18 +519,12 @@ static dt_status create_split(hid_t file, const char *path, const struct split_s
     *x_out = x;
     x = -1;
 out:
-    if (x >= 0)
-        H5Dclose(x);
-    if (y >= 0)
-        H5Dclose(y);
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (sy >= 0)
-        H5Sclose(sy);
-    if (sx >= 0)
-        H5Sclose(sx);
-    if (g >= 0)
-        H5Gclose(g);
+    dt_h5_close(x);
+    dt_h5_close(y);
+    dt_h5_close(dcpl);
+    dt_h5_close(sy);
+    dt_h5_close(sx);
+    dt_h5_close(g);
     return st;
 }
 
@@ -545,10 +542,8 @@ static dt_status write_rows(hid_t x, const char *path, const struct split_src *s
         r = H5Dwrite(x, H5T_NATIVE_UCHAR, ms, fs, H5P_DEFAULT, buf);
     dt_status st = DT_OK;
     if (r < 0) st = dt_h5_write_error("dataset", path, path, "write images to /%s/x", s->name);
-    if (ms >= 0)
-        H5Sclose(ms);
-    if (fs >= 0)
-        H5Sclose(fs);
+    dt_h5_close(ms);
+    dt_h5_close(fs);
     return st;
 }
 

@@ -22,7 +22,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/text.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 
@@ -95,10 +97,8 @@ static dt_status write_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtyp
     dt_status st = DT_OK;
     if (r < 0)
         st = dt_h5_write_error("dataset", path, path, "write attribute '%s'", name);
-    if (a >= 0)
-        H5Aclose(a);
-    if (s >= 0)
-        H5Sclose(s);
+    dt_h5_close(a);
+    dt_h5_close(s);
     return st;
 }
 
@@ -245,8 +245,7 @@ static hid_t x_type(enum dt_dtype t)
     hid_t h = H5Tcopy(H5T_IEEE_F32LE);
     if (h < 0 || H5Tset_fields(h, 15, 10, 5, 0, 10) < 0 || H5Tset_size(h, 2) < 0 ||
         H5Tset_ebias(h, 15) < 0) {
-        if (h >= 0)
-            H5Tclose(h);
+        dt_h5_close(h);
         return -1;
     }
     return h;
@@ -281,20 +280,13 @@ static dt_status write_split(hid_t file, const char *path, const struct dt_impor
         goto out;
     }
 out:
-    if (t >= 0)
-        H5Tclose(t);
-    if (x >= 0)
-        H5Dclose(x);
-    if (y >= 0)
-        H5Dclose(y);
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (sy >= 0)
-        H5Sclose(sy);
-    if (sx >= 0)
-        H5Sclose(sx);
-    if (g >= 0)
-        H5Gclose(g);
+    dt_h5_close(t);
+    dt_h5_close(x);
+    dt_h5_close(y);
+    dt_h5_close(dcpl);
+    dt_h5_close(sy);
+    dt_h5_close(sx);
+    dt_h5_close(g);
     return st;
 }
 

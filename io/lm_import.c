@@ -32,7 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/files.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"
@@ -177,12 +179,9 @@ static dt_status create_tokens(const struct lm_writer *w, const char *name, int6
         (*d = H5Dcreate2(g, "tokens", w->out_u16 ? H5T_STD_U16LE : H5T_STD_I32LE, s, H5P_DEFAULT,
                          dcpl, H5P_DEFAULT)) < 0)
         st = dt_h5_write_error("dataset", w->out_path, w->tmp, "create /%s/tokens", name);
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (s >= 0)
-        H5Sclose(s);
-    if (g >= 0)
-        H5Gclose(g);
+    dt_h5_close(dcpl);
+    dt_h5_close(s);
+    dt_h5_close(g);
     return st;
 }
 
@@ -200,10 +199,8 @@ static dt_status write_tokens(const struct lm_writer *w, const char *name, hid_t
                  w->out) < 0)
         st = dt_h5_write_error("dataset", w->out_path, w->tmp, "write tokens %lld to %lld of /%s",
                                (long long)at, (long long)(at + n), name);
-    if (ms >= 0)
-        H5Sclose(ms);
-    if (fs >= 0)
-        H5Sclose(fs);
+    dt_h5_close(ms);
+    dt_h5_close(fs);
     return st;
 }
 

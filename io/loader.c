@@ -53,7 +53,8 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_MAX_PREFETCH 1024

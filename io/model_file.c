@@ -17,7 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "hdf5_lock.h"
 #include "outfile.h"
 
@@ -36,8 +37,7 @@ static herr_t put_string_attr(hid_t loc, const char *name, const char *value)
     hid_t sp = H5Screate(H5S_SCALAR);
     hid_t a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = a < 0 ? -1 : H5Awrite(a, t, value);
-    if (a >= 0)
-        H5Aclose(a);
+    dt_h5_close(a);
     H5Sclose(sp);
     H5Tclose(t);
     return e;
@@ -48,8 +48,7 @@ static herr_t put_int_attr(hid_t loc, const char *name, int value)
     hid_t sp = H5Screate(H5S_SCALAR);
     hid_t a = H5Acreate2(loc, name, H5T_NATIVE_INT, sp, H5P_DEFAULT, H5P_DEFAULT);
     herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, &value);
-    if (a >= 0)
-        H5Aclose(a);
+    dt_h5_close(a);
     H5Sclose(sp);
     return e;
 }
@@ -65,8 +64,7 @@ static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const 
     herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
     dt_status st = DT_OK;
     if (e < 0) st = dt_h5_write_error("model", path, tmp, "write tensor %s", t->name);
-    if (d >= 0)
-        H5Dclose(d);
+    dt_h5_close(d);
     H5Sclose(sp);
     return st;
 }
@@ -109,8 +107,7 @@ static dt_status save_locked(const char *tmp, const char *path, const struct dt_
     }
     for (int i = 0; i < n && st == DT_OK; i++)
         st = write_tensor(g, &t[i], path, tmp);
-    if (g >= 0)
-        H5Gclose(g);
+    dt_h5_close(g);
     if (H5Fclose(f) < 0 && st == DT_OK)
         st = dt_h5_write_error("model", path, tmp, "finish writing %s", tmp);
     return st;
@@ -191,8 +188,8 @@ static dt_status open_one(struct load_ctx *c, hid_t grp, const char *name, const
     /* the number of dimensions is checked before they are read into dims */
     int ok = nd >= 1 && nd <= DT_MAX_DIMS && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0 &&
              (cls == H5T_FLOAT || cls == H5T_INTEGER);
-    if (ty >= 0) H5Tclose(ty);
-    if (sp >= 0) H5Sclose(sp);
+    dt_h5_close(ty);
+    dt_h5_close(sp);
     if (!ok)
         return dt_set_error(DT_ERR_BAD_DATA,
                             "model %s: /params/%s is not an array of numbers of 1 to %d "
@@ -239,8 +236,7 @@ static herr_t load_one(hid_t grp, const char *name, const H5L_info_t *info, void
     }
     if (c->st == DT_OK && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0)
         c->st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: cannot read tensor %s", c->path, name);
-    if (d >= 0)
-        H5Dclose(d);
+    dt_h5_close(d);
     if (c->st != DT_OK) {
         free(t->data);
         t->data = NULL;
@@ -290,12 +286,9 @@ static dt_status check_version(hid_t f, const char *path)
         st = dt_set_error(
             DT_ERR_BAD_DATA, "model %s has format version %lld; this dtrain reads version %d%s",
             path, version, MODEL_VERSION, version > MODEL_VERSION ? ": use a newer dtrain" : "");
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (t >= 0)
-        H5Tclose(t);
-    if (a >= 0)
-        H5Aclose(a);
+    dt_h5_close(sp);
+    dt_h5_close(t);
+    dt_h5_close(a);
     return st;
 }
 
@@ -320,8 +313,7 @@ static void load_locked(struct load_ctx *c)
     if (c->st == DT_OK && H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, load_one, c) < 0 &&
         c->st == DT_OK)
         c->st = dt_h5_error(DT_ERR_BAD_DATA, "model %s: cannot list its tensors", c->path);
-    if (g >= 0)
-        H5Gclose(g);
+    dt_h5_close(g);
     H5Fclose(f);
 }
 

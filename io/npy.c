@@ -29,7 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 #include "dataset.h"
 #include "import.h"
 

@@ -30,7 +30,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/files.h"
+#include "core/text.h"
 
 #define HDF5_HEADER_BYTES 8192 /* superblock, root group, heaps */
 #define HDF5_OBJECT_BYTES 1024 /* one object header, its links, a chunk index entry */

@@ -26,7 +26,7 @@
 #include "runtime/train/dist.h"
 #include "core/log.h"
 #include "runtime/monitor/memory.h"
-#include "core/util.h"
+#include "core/text.h"
 #include "cli.h"
 
 /* A collective that takes longer aborts the benchmark (nccl; for mpi the

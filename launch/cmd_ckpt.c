@@ -17,7 +17,8 @@
 #include <time.h>
 
 #include "io/checkpoint.h"
-#include "core/util.h"
+#include "core/files.h"
+#include "core/text.h"
 #include "cli.h"
 
 #define DIR_BYTES 4096

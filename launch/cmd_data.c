@@ -15,7 +15,7 @@
 #include "io/lm_import.h"
 #include "io/npy.h"
 #include "io/outfile.h"
-#include "core/util.h"
+#include "core/alloc.h"
 #include "cli.h"
 
 /* A signal that ends an import removes the temporary file it was writing,

@@ -41,7 +41,7 @@
 #include "core/log.h"
 #include "runtime/monitor/memory.h"
 #include "runtime/train/train.h"
-#include "core/util.h"
+#include "core/text.h"
 #include "cli.h"
 
 #define FB_DEFAULT_MARGIN 0.10

@@ -39,7 +39,9 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/text.h"
 
 #define LOG_SUBSYS "launch"
 #define EXIT_TEMPFAIL 75 /* stopped cleanly or restartable */

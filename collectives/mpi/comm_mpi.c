@@ -49,7 +49,8 @@
 
 #include "core/bf16.h"
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "collectives/comm_impl.h"
 
 #define RING_TAGS 32768 /* MPI guarantees tags up to 32767 */

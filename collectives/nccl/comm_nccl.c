@@ -38,7 +38,8 @@
 #include <time.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "collectives/comm_impl.h"
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)

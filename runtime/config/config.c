@@ -24,7 +24,8 @@
 #include <yaml.h>
 
 #include "config_impl.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
 
 #define KEY_MAX 512  /* longest dotted key reported as such */
 #define GOT_MAX 60   /* bytes of a bad value quoted back in a message */

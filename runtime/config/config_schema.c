@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/text.h"
 
 #define FIELD(f) .offset = offsetof(struct dt_job, f), .size = sizeof(((struct dt_job *)0)->f)
 #define ROW(k, t, f, d, doc_, ...)                                                                 \

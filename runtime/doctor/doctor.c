@@ -31,7 +31,9 @@
 #include "runtime/train/dist.h"
 #include "doctor_impl.h"
 #include "core/fault.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/host.h"
 
 #define GEMM_B 64
 #define GEMM_IN 96

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "doctor_impl.h"
-#include "core/util.h"
+#include "core/text.h"
 
 struct problems {
     int n;

@@ -20,7 +20,8 @@
 
 #include "core/log.h"
 #include "core/rng.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "generate.h"
 #include "runtime/train/infer.h"
 

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
 
 #define MAX_INPUTS 8
 #define ALIGN 16 /* floats: every arena region starts on 64 bytes */

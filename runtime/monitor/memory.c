@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/text.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define CGROUP_PATH 4096

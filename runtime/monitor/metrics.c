@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/files.h"
 
 struct dt_metrics {
     FILE *fp;

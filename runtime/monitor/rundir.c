@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/files.h"
 
 #define DT_RUNDIR_PATH (4096 + 64)
 #define MARKER_TEXT "dtrain run directory\n"

@@ -23,7 +23,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "core/files.h"
 
 #define TB_FILE_VERSION "brain.Event:2"
 #define TB_CRC_MASK_DELTA 0xa282ead8u

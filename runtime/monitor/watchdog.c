@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/clock.h"
 
 #define WATCH_PERIOD_S 0.25
 #define NOTE_LINE_MAX 2048

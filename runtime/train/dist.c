@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/util.h"
 
 struct outcome {
     int32_t status;

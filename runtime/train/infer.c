@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/alloc.h"
 #include "infer.h"
 #include "io/model_file.h"
 #include "train_impl.h"

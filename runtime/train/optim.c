@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/alloc.h"
 
 enum optim_kind { OPT_SGD, OPT_ADAMW };
 

@@ -37,7 +37,11 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "train_impl.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/files.h"
+#include "core/host.h"
+#include "core/text.h"
 #include "runtime/monitor/watchdog.h"
 
 #define BAR_WIDTH 24

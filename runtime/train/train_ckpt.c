@@ -20,7 +20,8 @@
 #include "dist.h"
 #include "core/log.h"
 #include "train_impl.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/clock.h"
 #include "runtime/monitor/watchdog.h"
 
 /* parameters and two optimizer states each, and the buffers */

@@ -19,7 +19,10 @@
 #include "core/log.h"
 #include "runtime/monitor/memory.h"
 #include "train_impl.h"
-#include "core/util.h"
+#include "core/alloc.h"
+#include "core/files.h"
+#include "core/host.h"
+#include "core/text.h"
 
 #define TRAIN_LOG "train.log"
 #define TRAIN_METRICS "metrics.jsonl"

@@ -33,6 +33,7 @@
 #include "fz_h5.h"
 #include "fz_util.h"
 #include "io/checkpoint.h"
+#include "io/hdf5_lock.h"
 #include "runtime/config/config.h"
 
 #define MAX_TENSORS 5
@@ -236,8 +237,8 @@ static uint64_t stored_checksum(hid_t f, const char *name)
             sum = dt_ckpt_checksum(v, (size_t)n);
         free(v);
     }
-    if (s >= 0) H5Sclose(s);
-    if (d >= 0) H5Dclose(d);
+    dt_h5_close(s);
+    dt_h5_close(d);
     return sum;
 }
 

@@ -21,6 +21,7 @@
 #include "fz_h5.h"
 #include "fz_util.h"
 #include "io/dataset.h"
+#include "io/hdf5_lock.h"
 
 #define MAX_SPLITS 5
 #define MAX_ROWS 64
@@ -121,7 +122,7 @@ static void split(struct fz_in *in, hid_t f, int i, int k)
         g = H5Gcreate2(f, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         if (g >= 0) split_data(in, g, k);
     }
-    if (g >= 0) H5Gclose(g);
+    dt_h5_close(g);
 }
 
 static void build(struct fz_in *in, const char *path)

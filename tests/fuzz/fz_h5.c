@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/hdf5_lock.h"
+
 #define WRITE_CAP ((uint64_t)1 << 18)  /* bytes written into one dataset, at most */
 #define MAX_WRITTEN_CHUNKS 4096        /* chunks a write may touch, at most */
 #define MAX_CHUNKS ((uint64_t)1 << 20) /* above: dim 0 unlimited (a sparse chunk index) */
@@ -438,8 +440,8 @@ static int write_rows(hid_t ds, int nd, const uint64_t *dims, uint64_t rows, hid
     if (fs >= 0 && ms >= 0 &&
         (nd == 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0))
         r = H5Dwrite(ds, mt, ms, fs, H5P_DEFAULT, buf);
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
+    dt_h5_close(ms);
+    dt_h5_close(fs);
     free(buf);
     return r >= 0;
 }
@@ -464,7 +466,7 @@ static int writable(hid_t ds, hid_t ftype, int nd, const uint64_t *dims)
     hsize_t chunk[FZ_MAX_DIMS];
     int chunked = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
                   H5Pget_chunk(dcpl, FZ_MAX_DIMS, chunk) == nd;
-    if (dcpl >= 0) H5Pclose(dcpl);
+    dt_h5_close(dcpl);
     uint64_t bytes = H5Tget_size(ftype), chunks = 1;
     for (int i = 0; i < nd; i++) {
         uint64_t per = chunked && chunk[i] ? (dims[i] + chunk[i] - 1) / chunk[i] : 1;
@@ -537,7 +539,7 @@ void fz_h5_dataset(struct fz_in *in, hid_t loc, const struct fz_dset *d, struct 
         H5Dclose(ds);
     }
     H5Pclose(lcpl);
-    if (space >= 0) H5Sclose(space);
+    dt_h5_close(space);
     H5Pclose(dcpl);
     H5Tclose(ftype);
     if (made) *made = m;

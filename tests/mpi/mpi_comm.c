@@ -31,7 +31,7 @@
 #include "core/bf16.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "core/util.h"
+#include "core/clock.h"
 #include "mpi_cu.h"
 
 /* Open MPI's libraries have no frame pointers: with the fast unwinder the

@@ -33,6 +33,7 @@
 
 #include "collectives/comm.h"
 #include "io/checkpoint.h"
+#include "io/hdf5_lock.h"
 #include "io/model_file.h"
 #include "cu_util.h"
 
@@ -483,8 +484,8 @@ static haddr_t data_offset(const char *path, const char *name)
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     hid_t d = f < 0 ? -1 : H5Dopen2(f, name, H5P_DEFAULT);
     haddr_t off = d < 0 ? HADDR_UNDEF : H5Dget_offset(d);
-    if (d >= 0) H5Dclose(d);
-    if (f >= 0) H5Fclose(f);
+    dt_h5_close(d);
+    dt_h5_close(f);
     return off;
 }
 

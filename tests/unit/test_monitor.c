@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "core/util.h"
+#include "core/files.h"
 #include "runtime/monitor/metrics.h"
 #include "runtime/monitor/nvml.h"
 #include "runtime/monitor/tbevents.h"

@@ -1,9 +1,12 @@
 /*
- * util.h - small helpers shared by every module: monotonic time, CPU
- * count, directory creation, checked allocation, edit distance.
+ * files.h - how dtrain opens, writes and names files: inputs read only
+ * when they are regular files, outputs written only onto regular files,
+ * neither open ever blocking (a FIFO or a device of that name is an
+ * error, not a hang), writes resumed after short writes, files of lines
+ * kept whole, and paths checked against the length HDF5 and MPI-IO need.
  */
-#ifndef DT_UTIL_H
-#define DT_UTIL_H
+#ifndef DT_FILES_H
+#define DT_FILES_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -11,30 +14,8 @@
 
 #include "status.h"
 
-/* Seconds on a monotonic clock. */
-double dt_now(void);
-
-/* CPUs this process may run on (sched affinity), at least 1. */
-int dt_cpu_count(void);
-
-/* The threads a training rank uses: runtime.threads when > 0; else every
- * core it is bound to when the launcher bound it; when nothing bound it,
- * the CPUs Slurm gave the task (SLURM_CPUS_PER_TASK: with
- * TaskPlugin=task/none nothing binds), else an equal share of the node
- * among its `local_size` ranks. At least 1. */
-int dt_rank_threads(long job_threads, int local_size);
-
 /* mkdir -p with mode 0777 & ~umask. Errors name the path. */
 dt_status dt_mkdir_p(const char *path);
-
-/* malloc/calloc that record "out of memory allocating N bytes for what". */
-dt_status dt_malloc(size_t bytes, const char *what, void **out);
-dt_status dt_calloc(size_t n, size_t size, const char *what, void **out);
-
-/* Checked products: *out = a * b and 1, or 0 when the product does not
- * fit (or, for int64, when either factor is negative). */
-int dt_mul_i64(int64_t a, int64_t b, int64_t *out);
-int dt_mul_size(size_t a, size_t b, size_t *out);
 
 /* The one way dtrain opens a file it reads (job files, datasets,
  * checkpoints, model files, IDX files): read-only and without blocking
@@ -81,22 +62,5 @@ dt_status dt_output_end_line(FILE *f, const char *path, const char *what, int dr
  * DT_ERR_NOT_FOUND. Messages name `what` ("output.dir") and say what to
  * change. */
 dt_status dt_path_fits(const char *path, size_t extra, const char *what);
-
-/* Whether stdout reaches a person's terminal. Under Open MPI's mpirun a
- * rank's stdout is a pseudo-terminal that mpirun creates whatever its own
- * stdout is (a batch job's output file, say), so there the launcher's own
- * stdout decides: mpirun is the rank's parent on its node. */
-int dt_stdout_is_terminal(void);
-
-/* Levenshtein distance between two strings (for "did you mean"). */
-int dt_edit_distance(const char *a, const char *b);
-
-/* Formats bytes with three significant digits in powers of 1024: "512 B",
- * "4.00 MiB", "23.5 GiB", "256 KiB"; UINT64_MAX as "more than 16 EiB"
- * (what saturating size arithmetic gives for "too large to count"). */
-void dt_format_bytes(uint64_t bytes, char *buf, size_t len);
-
-/* Formats seconds as "1h02m03s" / "2m05s" / "12.3s". */
-void dt_format_duration(double seconds, char *buf, size_t len);
 
 #endif

@@ -1,38 +1,17 @@
 /*
- * util.c - helpers with no better home; none keeps state.
+ * files.c - opening inputs and outputs safely, writing all of a buffer,
+ * keeping files of lines whole, checking path lengths, making directories
+ * (see files.h). Nothing here keeps state.
  */
 #define _GNU_SOURCE
-#include "util.h"
+#include "files.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-double dt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int dt_cpu_count(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int n = CPU_COUNT(&set);
-        if (n > 0)
-            return n;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
 
 dt_status dt_mkdir_p(const char *path)
 {
@@ -56,33 +35,6 @@ dt_status dt_mkdir_p(const char *path)
         return dt_set_error(DT_ERR_IO, "'%s' exists and is not a directory", path);
     return DT_OK;
 }
-
-dt_status dt_malloc(size_t bytes, const char *what, void **out)
-{
-    *out = malloc(bytes ? bytes : 1);
-    if (!*out)
-        return dt_set_error(DT_ERR_NOMEM, "out of host memory allocating %zu bytes for %s", bytes,
-                            what);
-    return DT_OK;
-}
-
-dt_status dt_calloc(size_t n, size_t size, const char *what, void **out)
-{
-    *out = calloc(n ? n : 1, size ? size : 1);
-    if (!*out)
-        return dt_set_error(DT_ERR_NOMEM, "out of host memory allocating %zu x %zu bytes for %s",
-                            n, size, what);
-    return DT_OK;
-}
-
-int dt_mul_i64(int64_t a, int64_t b, int64_t *out)
-{
-    if (a < 0 || b < 0)
-        return 0;
-    return !__builtin_mul_overflow(a, b, out);
-}
-
-int dt_mul_size(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
 /* " (it is a directory)" and the like, for a path that is not a regular file */
 static const char *file_kind(mode_t m)
@@ -297,110 +249,4 @@ dt_status dt_path_fits(const char *path, size_t extra, const char *what)
                         "%s '%.200s%s': its full path is %zu bytes, beyond the system's limit "
                         "of %d bytes for a path: use a shorter one",
                         what, path, len > 200 ? "..." : "", base + len, PATH_MAX - 1);
-}
-
-int dt_edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (lb > 255)
-        lb = 255;
-    int row[256];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            int best = diag + cost;
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-void dt_format_duration(double s, char *buf, size_t len)
-{
-    if (s < 0 || s != s)
-        s = 0;
-    if (s < 60) {
-        snprintf(buf, len, "%.1fs", s);
-        return;
-    }
-    long t = (long)(s + 0.5);
-    if (t < 3600)
-        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
-    else
-        snprintf(buf, len, "%ldh%02ldm%02lds", t / 3600, (t / 60) % 60, t % 60);
-}
-
-void dt_format_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (b == UINT64_MAX) {
-        snprintf(buf, len, "more than 16 EiB");
-        return;
-    }
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 6) {
-        v /= 1024.0;
-        u++;
-    }
-    int decimals = u == 0 || v >= 100 ? 0 : v >= 10 ? 1 : 2;
-    snprintf(buf, len, "%.*f %s", decimals, v, unit[u]);
-}
-
-/* A path /proc shows for a terminal: a pseudo-terminal or a console. */
-static int is_terminal_path(const char *p)
-{
-    return strncmp(p, "/dev/pts/", 9) == 0 || strncmp(p, "/dev/tty", 8) == 0 ||
-           strncmp(p, "/dev/console", 12) == 0;
-}
-
-int dt_stdout_is_terminal(void)
-{
-    if (!isatty(STDOUT_FILENO))
-        return 0;
-    if (!getenv("OMPI_COMM_WORLD_SIZE"))
-        return 1;
-    char link[64], target[256];
-    snprintf(link, sizeof link, "/proc/%ld/fd/1", (long)getppid());
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    if (n <= 0)
-        return 0;
-    target[n] = '\0';
-    return is_terminal_path(target);
-}
-
-/* SLURM_CPUS_PER_TASK, or 0 when it is unset or not a positive count. */
-static int slurm_cpus_per_task(void)
-{
-    const char *v = getenv("SLURM_CPUS_PER_TASK");
-    char *end;
-    if (!v || !*v)
-        return 0;
-    long n = strtol(v, &end, 10);
-    return *end == '\0' && n > 0 && n <= INT_MAX ? (int)n : 0;
-}
-
-int dt_rank_threads(long job_threads, int local_size)
-{
-    if (job_threads > 0)
-        return job_threads < INT_MAX ? (int)job_threads : INT_MAX;
-    int aff = dt_cpu_count();
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online > 0 && aff < online)
-        return aff;
-    int slurm = slurm_cpus_per_task();
-    if (slurm > 0)
-        return slurm < aff ? slurm : aff;
-    int per = aff / (local_size > 0 ? local_size : 1);
-    return per > 0 ? per : 1;
 }
