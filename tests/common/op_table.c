@@ -863,6 +863,14 @@ int dt_op_case_has_backward(const struct dt_op_case *c)
     return rn && rn->bwd;
 }
 
+int dt_op_case_calls(const struct dt_op_case *c, enum dt_op_id op)
+{
+    const struct runner *rn = runner_of(c);
+    for (const enum dt_op_id *o = rn ? rn->needs : NULL; o && *o != DT_OP_COUNT; o++)
+        if (*o == op) return 1;
+    return 0;
+}
+
 int dt_op_case_compare(const struct dt_op_case *c, dt_backend_t *test, dt_backend_t *ref)
 {
     const struct runner *rn = runner_of(c);

@@ -66,4 +66,8 @@ int dt_op_case_conventions(const struct dt_op_case *c, dt_backend_t *be);
 /* 1 when the case's op has a backward that dt_op_case_gradcheck checks. */
 int dt_op_case_has_backward(const struct dt_op_case *c);
 
+/* 1 when running case c calls op (its forward, backward, workspace query),
+ * 0 otherwise or when the case has no runner. */
+int dt_op_case_calls(const struct dt_op_case *c, enum dt_op_id op);
+
 #endif
