@@ -74,6 +74,42 @@ struct dt_pool2d_shape {
 };
 
 /*
+ * The element-wise ops (the activations), one row each:
+ *
+ *   U(a, name, s, forward, gradient, cpu, doc)
+ *
+ * name_fwd(out, in, n):      out[i] = forward, with x = in[i]
+ * name_bwd(din, dout, s, n): din[i] = gradient, with dy = dout[i] and s[i]
+ *                            the forward's input (s is x) or its output
+ *                            (s is y); din is written
+ * cpu:  BLOCKED - the CPU's fast version is the same expression over fixed
+ *       blocks the compiler vectorises (the same bits as the reference);
+ *       OWN - kernels/cpu/activation.c writes its fast version itself.
+ * doc:  what the layer of that name computes, for the layer reference.
+ *
+ * forward and gradient are float expressions that compile as C on the
+ * host and as CUDA device code (the float functions of <math.h>), so both
+ * backends expand the same rows (kernels/cpu/activation.c,
+ * kernels/cuda/activation.cu); DT_OP_LIST, the layer kinds, the values of
+ * model.activation and the tests come from this list too. `a` is passed
+ * through to U. ReLU lets NaN through (as torch does), so a non-finite
+ * activation still reaches the loss and the finite check.
+ */
+#define DT_INV_SQRT2 0.70710678118654752440f
+#define DT_INV_SQRT_2PI 0.39894228040143267794f
+#define DT_UNARY_LIST(U, a)                                                                        \
+    U(a, relu, x, x < 0.0f ? 0.0f : x, x > 0.0f ? dy : 0.0f, BLOCKED, "max(x, 0)")                 \
+    U(a, gelu, x, 0.5f * x * erfcf(-x * DT_INV_SQRT2),                                             \
+      dy * (0.5f * erfcf(-x * DT_INV_SQRT2) + x * (DT_INV_SQRT_2PI * expf(-0.5f * x * x))), OWN,   \
+      "exact GELU, x * Phi(x)")                                                                    \
+    U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), BLOCKED, "hyperbolic tangent")
+
+/* The two ops of a row of DT_UNARY_LIST, as rows of DT_OP_LIST. */
+#define DT_OP_UNARY_PAIR(X, name, s, forward, gradient, cpu, doc)                                  \
+    X(name##_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                      \
+    X(name##_bwd, (dt_backend_t * be, float *din, const float *dout, const float *s, size_t n))
+
+/*
  * The op list: X(name, (parameters)). Per op:
  *
  * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T
@@ -83,9 +119,7 @@ struct dt_pool2d_shape {
  * bias_bwd       db(C) += sum over B of dout(B,C)
  * channel_bias_fwd  x(N,C,HW) += b(C), in place
  * channel_bias_bwd  db(C) += sum over N and HW of dout(N,C,HW)
- * relu_*         out = max(in, 0); din = dout * (in > 0)
- * gelu_*         exact GELU: out = 0.5 x (1 + erf(x / sqrt 2)); backward takes the input
- * tanh_*         out = tanh(in); backward takes the OUTPUT: din = dout * (1 - out^2)
+ * <unary>_fwd, <unary>_bwd   the element-wise ops, one pair per row of DT_UNARY_LIST above
  * dropout_*      inverted dropout on a (rows, cols) block whose first row is row
  *                `row0` of the global batch. Element e = (row0 + r) * cols + c is
  *                kept when u >= p, u = dt_rng_u32_to_unit(word e % 4 of
@@ -168,12 +202,7 @@ struct dt_pool2d_shape {
     X(bias_bwd, (dt_backend_t * be, float *db, const float *dout, int B, int C))                   \
     X(channel_bias_fwd, (dt_backend_t * be, float *x, const float *b, int N, int C, int HW))       \
     X(channel_bias_bwd, (dt_backend_t * be, float *db, const float *dout, int N, int C, int HW))   \
-    X(relu_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
-    X(relu_bwd, (dt_backend_t * be, float *din, const float *dout, const float *in, size_t n))     \
-    X(gelu_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
-    X(gelu_bwd, (dt_backend_t * be, float *din, const float *dout, const float *in, size_t n))     \
-    X(tanh_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
-    X(tanh_bwd, (dt_backend_t * be, float *din, const float *dout, const float *out, size_t n))    \
+    DT_UNARY_LIST(DT_OP_UNARY_PAIR, X)                                                             \
     X(dropout_fwd, (dt_backend_t * be, float *out, const float *in, int rows, int cols, float p,    \
                     const struct dt_rng_key *key, uint64_t row0))                                  \
     X(dropout_bwd, (dt_backend_t * be, float *din, const float *dout, int rows, int cols, float p, \

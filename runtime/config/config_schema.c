@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "kernels/ops.h"
 
 #define FIELD(f) .offset = offsetof(struct dt_job, f), .size = sizeof(((struct dt_job *)0)->f)
 #define ROW(k, t, f, d, doc_, ...)                                                                 \
@@ -32,7 +33,10 @@
 #define ONE_OF(list) .choices = (list)
 
 static const char *const model_types[] = {"mlp", "cnn", "resnet", "gpt", "layers", NULL};
-static const char *const activations[] = {"relu", "gelu", "tanh", NULL};
+/* model.activation: every element-wise op of kernels/ops.h is a layer kind. */
+#define ACTIVATION_NAME(a, name, s, forward, gradient, cpu, doc) #name,
+static const char *const activations[] = {DT_UNARY_LIST(ACTIVATION_NAME, _) NULL};
+#undef ACTIVATION_NAME
 static const char *const inits[] = {"kaiming", "xavier", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};

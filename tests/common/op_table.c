@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "op_args.h"
 
 /* finite differences: step, tolerance (relative, with the gradient size
  * below which it is absolute), elements checked per input at most */
@@ -327,25 +328,26 @@ static void act_setup(struct run *r)
     out_r(r, "y", n, R);
     grad(r, "dx", GRAD_W, X0);
 }
+static int act_of(const struct run *r)
+{
+    for (int a = 0; a < DT_TEST_NACT; a++)
+        if (dt_test_act_fwd_op(a) == r->c->op) return a;
+    return -1;
+}
 static void act_fwd(struct run *r)
 {
     size_t n = r->c->dims[0];
-    if (r->c->op == DT_OP_relu_fwd)
-        CALL(r, relu_fwd, F(r, X2), F(r, X0), n);
-    else if (r->c->op == DT_OP_gelu_fwd)
-        CALL(r, gelu_fwd, F(r, X2), F(r, X0), n);
-    else
-        CALL(r, tanh_fwd, F(r, X2), F(r, X0), n);
+    if (!r->failed)
+        check(r, dt_test_act_fwd(r->o, r->be, act_of(r), F(r, X2), F(r, X0), n),
+              dt_op_name(r->c->op));
 }
 static void act_bwd(struct run *r)
 {
     size_t n = r->c->dims[0];
-    if (r->c->op == DT_OP_relu_fwd)
-        CALL(r, relu_bwd, F(r, X3), F(r, X1), F(r, X0), n);
-    else if (r->c->op == DT_OP_gelu_fwd)
-        CALL(r, gelu_bwd, F(r, X3), F(r, X1), F(r, X0), n);
-    else /* tanh's backward takes the output */
-        CALL(r, tanh_bwd, F(r, X3), F(r, X1), F(r, X2), n);
+    int a = act_of(r);
+    if (!r->failed)
+        check(r, dt_test_act_bwd(r->o, r->be, a, F(r, X3), F(r, X1), F(r, X0), F(r, X2), n),
+              dt_op_name(dt_test_act_bwd_op(a)));
 }
 
 /* add: 0 a, 1 b, 2 y;  accumulate: 0 src, 1 dst0, 2 dst */
@@ -674,16 +676,21 @@ static void attn_bwd(struct run *r)
          d[4], ws, r->ws_bytes);
 }
 
+/* one runner per row of DT_UNARY_LIST */
+#define ACT_RUNNER(a, name, s, forward, gradient, cpu, doc)                                        \
+    {DT_OP_##name##_fwd, NEEDS(DT_OP_##name##_fwd, DT_OP_##name##_bwd), act_setup, act_fwd,        \
+     act_bwd},
+
 static const struct runner runners[] = {
     {DT_OP_linear_fwd, NEEDS(DT_OP_linear_fwd, DT_OP_linear_bwd), linear_setup, linear_fwd,
      linear_bwd},
     {DT_OP_bias_fwd, NEEDS(DT_OP_bias_fwd, DT_OP_bias_bwd), bias_setup, bias_fwd, bias_bwd},
     {DT_OP_channel_bias_fwd, NEEDS(DT_OP_channel_bias_fwd, DT_OP_channel_bias_bwd), bias_setup,
      bias_fwd, bias_bwd},
-    {DT_OP_relu_fwd, NEEDS(DT_OP_relu_fwd, DT_OP_relu_bwd), act_setup, act_fwd, act_bwd},
-    {DT_OP_gelu_fwd, NEEDS(DT_OP_gelu_fwd, DT_OP_gelu_bwd), act_setup, act_fwd, act_bwd},
-    {DT_OP_tanh_fwd, NEEDS(DT_OP_tanh_fwd, DT_OP_tanh_bwd), act_setup, act_fwd, act_bwd},
+    // clang-format off
+    DT_UNARY_LIST(ACT_RUNNER, _)
     {DT_OP_add, NEEDS(DT_OP_add), sum_setup, sum_fwd, NULL},
+    // clang-format on
     {DT_OP_accumulate, NEEDS(DT_OP_accumulate), sum_setup, sum_fwd, NULL},
     {DT_OP_softmax_xent_fwd, NEEDS(DT_OP_softmax_xent_fwd, DT_OP_softmax_xent_bwd), xent_setup,
      xent_fwd, xent_bwd},

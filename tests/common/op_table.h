@@ -13,7 +13,7 @@
  *   linear_fwd            B, In, Out
  *   bias_fwd              B, C
  *   channel_bias_fwd      N, C, HW
- *   relu/gelu/tanh_fwd, add, accumulate   n
+ *   <unary>_fwd (each row of DT_UNARY_LIST), add, accumulate   n
  *   softmax_xent_fwd      B, C
  *   conv2d_fwd            N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w,
  *                         dil_h, dil_w, groups
