@@ -102,7 +102,10 @@ struct dt_pool2d_shape {
     U(a, gelu, x, 0.5f * x * erfcf(-x * DT_INV_SQRT2),                                             \
       dy * (0.5f * erfcf(-x * DT_INV_SQRT2) + x * (DT_INV_SQRT_2PI * expf(-0.5f * x * x))), OWN,   \
       "exact GELU, x * Phi(x)")                                                                    \
-    U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), BLOCKED, "hyperbolic tangent")
+    U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), BLOCKED, "hyperbolic tangent")                   \
+    U(a, silu, x, x / (1.0f + expf(-x)),                                                           \
+      dy * (1.0f / (1.0f + expf(-x))) * (1.0f + x * (1.0f - 1.0f / (1.0f + expf(-x)))), BLOCKED,   \
+      "x * sigmoid(x) (SiLU)")
 
 /* The two ops of a row of DT_UNARY_LIST, as rows of DT_OP_LIST. */
 #define DT_OP_UNARY_PAIR(X, name, s, forward, gradient, cpu, doc)                                  \

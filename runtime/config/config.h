@@ -84,7 +84,7 @@ struct dt_job {
         char recompute[DT_JOB_STR];  /* none | all | comma-separated block names */
         struct dt_layer_spec layers[DT_JOB_MAX_LAYERS]; /* model.type layers */
         int nlayers;
-        char activation[DT_JOB_STR]; /* relu | gelu | tanh */
+        char activation[DT_JOB_STR]; /* a row of DT_UNARY_LIST: relu, gelu, tanh, silu */
         double dropout;              /* after each hidden activation, [0, 1) */
         char init[DT_JOB_STR];       /* kaiming | xavier */
     } model;

@@ -738,6 +738,7 @@ const struct dt_op_case dt_op_cases[] = {
     {"relu 100", DT_OP_relu_fwd, {100}, 1e-6},
     {"gelu 100", DT_OP_gelu_fwd, {100}, 1e-6},
     {"tanh 100", DT_OP_tanh_fwd, {100}, 1e-6},
+    {"silu 100", DT_OP_silu_fwd, {100}, 1e-6},
     {"softmax_xent 7x10", DT_OP_softmax_xent_fwd, {7, 10}, 1e-5},
     {"channel_bias 3x5x7", DT_OP_channel_bias_fwd, {3, 5, 7}, 1e-6},
     {"channel_bias 2x4x50", DT_OP_channel_bias_fwd, {2, 4, 50}, 1e-6},

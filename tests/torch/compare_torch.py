@@ -52,6 +52,8 @@ CASES = [
                               "eps": 1e-8}),
     ("mlp", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.1, "beta1": 0.8, "beta2": 0.99,
                               "eps": 1e-6}),
+    ("mlp", "adamw", "silu", {"lr": 0.003, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99,
+                              "eps": 1e-8}),
     ("cnn", "sgd", "relu", {"lr": 0.05, "momentum": 0.9, "nesterov": "false",
                             "weight_decay": 0.01, "norm_weight_decay": 0.001}),
     ("cnn", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.05, "beta1": 0.9, "beta2": 0.999,
@@ -185,7 +187,7 @@ class TorchMLP(torch.nn.Module):
     def __init__(self, act):
         super().__init__()
         self.act = {"relu": torch.relu, "tanh": torch.tanh,
-                    "gelu": torch.nn.functional.gelu}[act]
+                    "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[act]
         dims = [SIDE * SIDE] + HIDDEN + [CLASSES]
         for i in range(len(dims) - 1):
             setattr(self, f"fc{i + 1}", torch.nn.Linear(dims[i], dims[i + 1]))

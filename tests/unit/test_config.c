@@ -514,7 +514,7 @@ static void test_bad_floats_bools_enums(void)
     expect_load_error("data:\n  shuffle: maybe\n",
                       ":2:12: data.shuffle: expected true or false, got 'maybe'");
     expect_load_error("model:\n  activation: relu6\n",
-                      ":2:15: model.activation: expected one of relu, gelu, tanh, got 'relu6'");
+                      ":2:15: model.activation: expected one of relu, gelu, tanh, silu, got 'relu6'");
     expect_load_error("runtime:\n  progress: \"\"\n",
                       ":2:13: runtime.progress: expected one of auto, bar, lines, off, got ''");
 }
