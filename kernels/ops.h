@@ -167,6 +167,9 @@ struct dt_pool2d_shape {
  * layernorm_fwd  per row of x(rows, D): mean, rstd = 1/sqrt(biased var + eps);
  *                y = (x - mean)*rstd*gamma + beta; mean_out, rstd_out (rows) saved
  * layernorm_bwd  dx (written), dgamma += , dbeta += ; takes x, mean, rstd, gamma
+ * rmsnorm_fwd    per row of x(rows, D): rstd = 1/sqrt(mean of x^2 + eps); y = x*rstd*gamma;
+ *                rstd_out (rows) saved. No mean is taken out and there is no shift.
+ * rmsnorm_bwd    dx (written), dgamma += ; takes x, rstd, gamma
  * embedding_fwd  out(N,D) = w(V,D)[ids[n]]: ids are N floats holding whole numbers in
  *                [0, V) (token ids, exact below 2^24); anything else is DT_ERR_INVALID_ARG
  * embedding_bwd  dw(V,D)[ids[n]] += dout(n) for n = 0..N-1 in that order per row of dw
@@ -251,6 +254,10 @@ struct dt_pool2d_shape {
     X(layernorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
                       const float *x, const float *mean, const float *rstd, const float *gamma,    \
                       int rows, int D))                                                            \
+    X(rmsnorm_fwd, (dt_backend_t * be, float *y, float *rstd_out, const float *x,                  \
+                    const float *gamma, float eps, int rows, int D))                               \
+    X(rmsnorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, const float *dy, const float *x,  \
+                    const float *rstd, const float *gamma, int rows, int D))                       \
     X(embedding_fwd, (dt_backend_t * be, float *out, const float *ids, const float *w, int N,      \
                       int V, int D))                                                               \
     X(embedding_bwd, (dt_backend_t * be, float *dw, const float *dout, const float *ids, int N,    \

@@ -83,16 +83,20 @@ static const struct dt_ops cpu_ops_ref = {
     .batchnorm_bwd = dt_cpu_batchnorm_bwd_ref,
     .layernorm_fwd = dt_cpu_layernorm_fwd_ref,
     .layernorm_bwd = dt_cpu_layernorm_bwd_ref,
+    .rmsnorm_fwd = dt_cpu_rmsnorm_fwd_ref,
+    .rmsnorm_bwd = dt_cpu_rmsnorm_bwd_ref,
     .embedding_fwd = dt_cpu_embedding_fwd_ref,
     .embedding_bwd = dt_cpu_embedding_bwd_ref,
     .attention_workspace = dt_cpu_attention_workspace,
     .attention_fwd = dt_cpu_attention_fwd_ref,
     .attention_bwd = dt_cpu_attention_bwd_ref,
+    /* clang-format off */
     DT_UNARY_LIST(CPU_UNARY_REF_OPS, _)
+    /* clang-format on */
 };
 
-/* softmax-xent backward has no faster version than the reference (see
- * softmax_xent.c). */
+/* softmax-xent backward and RMS norm have no faster version than the
+ * reference (see softmax_xent.c, norm.c). */
 static const struct dt_ops cpu_ops_fast = {
     .linear_fwd = dt_cpu_linear_fwd,
     .linear_bwd = dt_cpu_linear_bwd,
@@ -131,12 +135,16 @@ static const struct dt_ops cpu_ops_fast = {
     .batchnorm_bwd = dt_cpu_batchnorm_bwd,
     .layernorm_fwd = dt_cpu_layernorm_fwd,
     .layernorm_bwd = dt_cpu_layernorm_bwd,
+    .rmsnorm_fwd = dt_cpu_rmsnorm_fwd_ref,
+    .rmsnorm_bwd = dt_cpu_rmsnorm_bwd_ref,
     .embedding_fwd = dt_cpu_embedding_fwd,
     .embedding_bwd = dt_cpu_embedding_bwd,
     .attention_workspace = dt_cpu_attention_workspace,
     .attention_fwd = dt_cpu_attention_fwd,
     .attention_bwd = dt_cpu_attention_bwd,
+    /* clang-format off */
     DT_UNARY_LIST(CPU_UNARY_FAST_OPS, _)
+    /* clang-format on */
 };
 
 /* Zero bytes still get a real (one-line) allocation, so a valid buffer is

@@ -6,8 +6,9 @@
  *                    fast path and the CUDA ops are tested against.
  *   dt_cpu_<op>      the fast path (BLAS for linear, blocked loops that the
  *                    compiler vectorises for the rest). Where nothing is
- *                    faster than the reference (softmax-xent backward),
- *                    only the _ref exists and the fast table points at it.
+ *                    faster than the reference (softmax-xent backward,
+ *                    RMS norm), only the _ref exists and the fast table
+ *                    points at it.
  *
  * backend_cpu.c puts one set or the other into the backend's op table
  * (dt_backend_opts.reference_kernels). Both sets check their arguments the
@@ -69,6 +70,8 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
  *                    ONLY, FAST  dt_cpu_<op> alone
  * so nothing is declared that is not defined. */
 #define DT_CPU_ONE_softmax_xent_bwd ONLY, REF
+#define DT_CPU_ONE_rmsnorm_fwd ONLY, REF
+#define DT_CPU_ONE_rmsnorm_bwd ONLY, REF
 #define DT_CPU_ONE_attention_workspace ONLY, FAST
 #define DT_CPU_ONE_to_bf16 ONLY, FAST
 #define DT_CPU_ONE_from_bf16 ONLY, FAST

@@ -140,6 +140,12 @@ int dt_test_invalid_args(const struct dt_ops *o, dt_backend_t *be, float *x, flo
     REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, NULL, 1, 4, &loss, &hits));
     REFUSED(&t, "softmax_xent_bwd", o->softmax_xent_bwd(be, z, x, lab, -1, 4, 1.0f));
     REFUSED(&t, "softmax_xent_bwd", o->softmax_xent_bwd(be, z, NULL, lab, 2, 4, 1.0f));
+    REFUSED(&t, "rmsnorm_fwd", o->rmsnorm_fwd(be, z, y, x, NULL, 1e-5f, 2, 3));
+    REFUSED(&t, "rmsnorm_fwd", o->rmsnorm_fwd(be, z, y, x, x, -1.0f, 2, 3));
+    REFUSED(&t, "rmsnorm_fwd", o->rmsnorm_fwd(be, z, y, x, x, 1e-5f, 2, -3));
+    REFUSED(&t, "rmsnorm_bwd", o->rmsnorm_bwd(be, z, NULL, x, x, y, x, 2, 3));
+    REFUSED(&t, "rmsnorm_bwd", o->rmsnorm_bwd(be, z, z, x, x, NULL, x, 2, 3));
+    REFUSED(&t, "rmsnorm_bwd", o->rmsnorm_bwd(be, z, z, x, x, y, x, -2, 3));
     struct dt_sgd_args sgd = {.lr = 0.1f, .momentum = 0.9f};
     REFUSED(&t, "sgd_update", o->sgd_update(be, x, y, NULL, 4, &sgd));
     REFUSED(&t, "sgd_update", o->sgd_update(be, x, y, z, 4, NULL));

@@ -620,6 +620,30 @@ static void ln_bwd(struct run *r)
          d[0], d[1]);
 }
 
+/* rmsnorm: 0 x, 1 gamma, 2 dy, 3 y, 4 rstd, 5 dx, 6 dgamma */
+static void rms_setup(struct run *r)
+{
+    const int *d = r->c->dims;
+    size_t n = (size_t)d[0] * d[1];
+    buf(r, "x", IN, F32, n, UNIFORM);
+    buf(r, "gamma", IN, F32, (size_t)d[1], POSITIVE);
+    int R = buf(r, "dy", CONST, F32, n, UNIFORM);
+    out_r(r, "y", n, R);
+    buf(r, "rstd", OUT, F32, (size_t)d[0], ZERO);
+    grad(r, "dx", GRAD_W, 0);
+    grad(r, "dgamma", GRAD_P, 1);
+}
+static void rms_fwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    CALL(r, rmsnorm_fwd, F(r, 3), F(r, 4), F(r, 0), F(r, 1), BN_EPS, d[0], d[1]);
+}
+static void rms_bwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    CALL(r, rmsnorm_bwd, F(r, 5), F(r, 6), F(r, 2), F(r, 0), F(r, 4), F(r, 1), d[0], d[1]);
+}
+
 /* embedding: 0 ids, 1 w, 2 dy, 3 y, 4 dw */
 static void emb_setup(struct run *r)
 {
@@ -709,6 +733,7 @@ static const struct runner runners[] = {
     {DT_OP_batchnorm_infer, NEEDS(DT_OP_batchnorm_infer), bni_setup, bni_fwd, NULL},
     {DT_OP_layernorm_fwd, NEEDS(DT_OP_layernorm_fwd, DT_OP_layernorm_bwd), ln_setup, ln_fwd,
      ln_bwd},
+    {DT_OP_rmsnorm_fwd, NEEDS(DT_OP_rmsnorm_fwd, DT_OP_rmsnorm_bwd), rms_setup, rms_fwd, rms_bwd},
     {DT_OP_embedding_fwd, NEEDS(DT_OP_embedding_fwd, DT_OP_embedding_bwd), emb_setup, emb_fwd,
      emb_bwd},
     {DT_OP_attention_fwd,
@@ -787,6 +812,9 @@ const struct dt_op_case dt_op_cases[] = {
     {"batchnorm_infer 3x4x9", DT_OP_batchnorm_infer, {3, 4, 9}, 1e-6},
     {"layernorm 5x8", DT_OP_layernorm_fwd, {5, 8}, 1e-5},
     {"layernorm 3x37", DT_OP_layernorm_fwd, {3, 37}, 1e-5},
+    {"rmsnorm 5x8", DT_OP_rmsnorm_fwd, {5, 8}, 1e-5},
+    {"rmsnorm 3x37", DT_OP_rmsnorm_fwd, {3, 37}, 1e-5},
+    {"rmsnorm 2x300 (rows wider than a block)", DT_OP_rmsnorm_fwd, {2, 300}, 1e-5},
     {"embedding 13 ids, 5x8 table (repeated ids)", DT_OP_embedding_fwd, {13, 5, 8}, 0.0},
     {"embedding 6 ids, 40x37 table", DT_OP_embedding_fwd, {6, 40, 37}, 0.0},
     {"attention 2x5 heads 2x8", DT_OP_attention_fwd, {2, 5, 2, 8, 0}, 1e-5},

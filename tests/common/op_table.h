@@ -21,7 +21,7 @@
  *   batchnorm_fwd         N, C, HW, ranks (ranks > 1: the statistics are summed
  *                         with ranks-1 other ranks' data, as model.sync_bn does)
  *   batchnorm_infer       N, C, HW
- *   layernorm_fwd         rows, D
+ *   layernorm_fwd, rmsnorm_fwd   rows, D
  *   embedding_fwd         N, V, D (ids drawn in [0, V))
  *   attention_fwd         B, T, H, Dh, causal (0 or 1)
  * The functions are not thread safe (they use the thread's backend calls

@@ -2,7 +2,8 @@
 """dtrain against PyTorch on the same models, weights and batch.
 
 For an MLP with SGD (momentum, Nesterov, weight decay) and AdamW and each
-activation, and for a convolutional network (conv2d with padding, stride,
+activation, for an MLP with RMS norm (the formula written out: torch 1.13
+has no nn.RMSNorm), for a convolutional network (conv2d with padding, stride,
 dilation and groups, batch norm, max and average pooling, a residual sum,
 layer norm, global average pooling), and for a small GPT (model.type
 gpt: token and learned position embeddings, pre-norm blocks of causal
@@ -54,6 +55,8 @@ CASES = [
                               "eps": 1e-6}),
     ("mlp", "adamw", "silu", {"lr": 0.003, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99,
                               "eps": 1e-8}),
+    ("rms", "adamw", "silu", {"lr": 0.003, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99,
+                              "eps": 1e-8, "norm_weight_decay": 0.01}),
     ("cnn", "sgd", "relu", {"lr": 0.05, "momentum": 0.9, "nesterov": "false",
                             "weight_decay": 0.01, "norm_weight_decay": 0.001}),
     ("cnn", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.05, "beta1": 0.9, "beta2": 0.999,
@@ -160,6 +163,41 @@ CNN_LAYERS = [
 ]
 
 
+# An MLP with RMS norm (eps as a layer setting) and the given activation.
+RMS_LAYERS = [
+    "{name: flat, kind: flatten}",
+    "{name: fc1, kind: linear, out: 48}",
+    "{name: rms, kind: rmsnorm, eps: 1e-3}",
+    "{name: act, kind: ACT}",
+    "{name: fc2, kind: linear, out: classes}",
+]
+
+
+class TorchRMSNorm(torch.nn.Module):
+    """y = x / sqrt(mean(x^2 over the last dimension) + eps) * weight (torch
+    1.13 has no nn.RMSNorm)."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+class TorchRMSMLP(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.act = {"relu": torch.relu, "silu": torch.nn.functional.silu}[act]
+        self.fc1 = torch.nn.Linear(SIDE * SIDE, 48)
+        self.rms = TorchRMSNorm(48, 1e-3)
+        self.fc2 = torch.nn.Linear(48, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.rms(self.fc1(x.flatten(1)))))
+
+
 class TorchCNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -208,6 +246,9 @@ def write_job(path, model, opt, act, hp):
                  f"  activation: {act}", "  dropout: 0", "  init: kaiming"]
     elif model == "cnn":
         lines = ["model:", "  type: layers", "  layers:"] + [f"    - {l}" for l in CNN_LAYERS]
+    elif model == "rms":
+        lines = ["model:", "  type: layers", "  layers:"]
+        lines += [f"    - {l.replace('ACT', act)}" for l in RMS_LAYERS]
     else:  # gpt: act holds the case's model keys
         lines = ["model:", "  type: gpt"] + [f"  {k}: {v}" for k, v in {**GPT_MODEL, **act}.items()]
         lines += ["data:", f"  seq_len: {GPT_SEQ}"]
@@ -278,7 +319,8 @@ def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
         forward = lambda: model(x).view(-1, vocab)
         target = y.reshape(-1)
     else:
-        model = TorchMLP(act) if kind == "mlp" else TorchCNN()
+        model = {"mlp": lambda: TorchMLP(act), "rms": lambda: TorchRMSMLP(act),
+                 "cnn": TorchCNN}[kind]()
         forward, target = lambda: model(x), y
     model.train()
     params0 = load("params0.bin")

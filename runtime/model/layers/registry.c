@@ -24,6 +24,7 @@
     X(global_avgpool)                                                                              \
     X(batchnorm)                                                                                   \
     X(layernorm)                                                                                   \
+    X(rmsnorm)                                                                                     \
     DT_UNARY_LIST(UNARY_KIND, X)                                                                   \
     X(dropout)                                                                                     \
     X(flatten)                                                                                     \
