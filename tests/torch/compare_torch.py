@@ -9,7 +9,8 @@ layer norm, global average pooling), and for a small GPT (model.type
 gpt: token and learned position embeddings, pre-norm blocks of causal
 multi-head attention with a fused qkv projection and a GELU MLP, the head
 tied to the token embedding or not, the vocabulary padded or not,
-model.recompute none or all, GPT-2's initialisation and one ten times as
+model.recompute none or all, layer norm or RMS norm (model.norm),
+GPT-2's initialisation and one ten times as
 wide with random biases and norms), torch_step runs dtrain's model for a
 few optimizer steps on one batch; this script loads dtrain's initial
 weights into an identical torch.nn model, repeats the steps with
@@ -75,10 +76,16 @@ GPT_CASES = [
     ("gpt-untied-padded", {"tie_embeddings": "false", "vocab_size": 80, "recompute": "none"}),
     ("gpt-recompute", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "all"}),
     ("gpt-wide", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none"}),
+    ("gpt-rmsnorm", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none",
+                     "norm": "rmsnorm"}),
 ]
+# The cases that start from weights 10 times GPT-2's, with random biases
+# and norm scales (see widen).
+WIDE = ("gpt-wide", "gpt-rmsnorm")
 # GPT-2's initial weights (std 0.02) keep every GELU input and attention
 # score near 0, where a wrong GELU or softmax scale hardly shows; gpt-wide
-# starts from weights 10 times as large and random biases and norms.
+# starts from weights 10 times as large and random biases and norms, and
+# gpt-rmsnorm (model.norm rmsnorm) likewise.
 
 
 def widen(layout, params0):
@@ -100,14 +107,14 @@ class TorchGPT(torch.nn.Module):
     h0.qkv)."""
 
     class Block(torch.nn.Module):
-        def __init__(self, c, heads):
+        def __init__(self, c, heads, norm):
             super().__init__()
             nn = torch.nn
             self.heads = heads
-            self.ln1 = nn.LayerNorm(c)
+            self.ln1 = norm(c)
             self.qkv = nn.Linear(c, 3 * c)
             self.proj = nn.Linear(c, c)
-            self.ln2 = nn.LayerNorm(c)
+            self.ln2 = norm(c)
             self.fc = nn.Linear(c, 4 * c)
             self.fc2 = nn.Linear(4 * c, c)
 
@@ -126,13 +133,14 @@ class TorchGPT(torch.nn.Module):
             x = x + self.attention(self.ln1(x))
             return x + self.fc2(torch.nn.functional.gelu(self.fc(self.ln2(x))))
 
-    def __init__(self, vocab, seq, c, layers, heads, tied):
+    def __init__(self, vocab, seq, c, layers, heads, tied, rms=False):
         super().__init__()
         nn = torch.nn
+        norm = (lambda d: TorchRMSNorm(d, 1e-5)) if rms else nn.LayerNorm
         self.wte = nn.Embedding(vocab, c)
         self.wpe = nn.Embedding(seq, c)
-        self.h = nn.ModuleList([TorchGPT.Block(c, heads) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(c)
+        self.h = nn.ModuleList([TorchGPT.Block(c, heads, norm) for _ in range(layers)])
+        self.ln_f = norm(c)
         self.head = None if tied else nn.Linear(c, vocab, bias=False)
 
     def forward(self, idx):
@@ -300,7 +308,7 @@ def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
            str(len(x)), out, str(STEPS)]
     if kind == "gpt":
         cmd += [str(GPT_SEQ), str(GPT_VOCAB)]
-    if tag == "gpt-wide":  # the layout and initial weights first, then the steps from wider ones
+    if tag in WIDE:  # the layout and initial weights first, then the steps from wider ones
         subprocess.run(cmd[:6] + ["0"] + cmd[7:], check=True)
         layout = [e for e in read_layout(os.path.join(out, "layout.txt")) if e[2] != "buffer"]
         start = os.path.join(out, "start.bin")
@@ -315,7 +323,8 @@ def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
     if kind == "gpt":
         vocab = max(GPT_VOCAB, int(act["vocab_size"]))
         model = TorchGPT(vocab, GPT_SEQ, GPT_MODEL["n_embd"], GPT_MODEL["n_layer"],
-                         GPT_MODEL["n_head"], act["tie_embeddings"] == "true")
+                         GPT_MODEL["n_head"], act["tie_embeddings"] == "true",
+                         act.get("norm") == "rmsnorm")
         forward = lambda: model(x).view(-1, vocab)
         target = y.reshape(-1)
     else:

@@ -544,6 +544,33 @@ static void test_gpt(void)
     CU_ASSERT_EQUAL(gpt_model("  n_head: 3\n", GPT_ROWS, &m), DT_ERR_USAGE);
 }
 
+/* model.norm rmsnorm: ln1, ln2 and ln_f keep their names and lose their
+ * bias; the whole GPT's gradient against finite differences. */
+static void test_gpt_rmsnorm(void)
+{
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(gpt_model("  norm: rmsnorm\n", GPT_ROWS, &m), DT_OK);
+    /* as test_gpt, each of the 5 norms with 8 floats fewer (no bias) */
+    const size_t block = 8 + 216 + 72 + 8 + 288 + 264;
+    CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(88 + 48 + 2 * block + 8));
+    CU_ASSERT_EQUAL(dt_model_param_count(m), 2 + 2 * 10 + 1);
+    int norms = 0;
+    for (int i = 0; i < dt_model_param_count(m); i++) {
+        const char *name = dt_model_param(m, i)->name;
+        norms += strstr(name, "ln") != NULL;
+        CU_ASSERT(!(strstr(name, "ln") && strstr(name, "bias")));
+    }
+    CU_ASSERT_EQUAL(norms, 5);
+    float x[GPT_ROWS * GPT_T];
+    int32_t y[GPT_ROWS * GPT_T];
+    gpt_batch(x, y);
+    double worst = worst_fd(m, x, y, GPT_ROWS, 1, 1e-3);
+    CU_ASSERT(worst < 2e-2);
+    if (worst >= 2e-2) fprintf(stderr, "gpt rmsnorm gradient: worst relative error %g\n", worst);
+    dt_model_destroy(m);
+    CU_ASSERT_EQUAL(gpt_model("  norm: batchnorm\n", GPT_ROWS, &m), DT_ERR_USAGE);
+}
+
 /* ---- the flat buffers' layout -------------------------------------------- */
 
 /* Whether tensors [0, count) start on DT_MODEL_ALIGN_BYTES, lie inside
@@ -830,6 +857,7 @@ int main(void)
     CU_ADD(s, test_reference_page);
     CU_ADD(s, test_tensor_core);
     CU_ADD(s, test_gpt);
+    CU_ADD(s, test_gpt_rmsnorm);
     CU_ADD(s, test_tie_errors);
     CU_ADD(s, test_aligned_layout);
     int rc = cu_run_all();
