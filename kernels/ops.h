@@ -6,9 +6,10 @@
  * shapes are given in elements. All tensors are fp32, row-major, dense;
  * images are NCHW.
  *
- * The ops are listed once, in DT_OP_LIST below: the op table (struct
- * dt_ops), the op ids (enum dt_op_id), their names and the backend query
- * dt_backend_supports() all come from that list. A backend leaves an op it
+ * The ops are listed once, in DT_OP_LIST below (the element-wise ones as
+ * the rows of DT_UNARY_LIST): the op table (struct dt_ops), the op ids
+ * (enum dt_op_id), their names and the backend query dt_backend_supports()
+ * all come from that list. A backend leaves an op it
  * does not have NULL; callers ask dt_backend_supports() before building a
  * model that needs it, so a job learns at start-up, in words, what its
  * backend lacks.
@@ -91,9 +92,12 @@ struct dt_pool2d_shape {
  * host and as CUDA device code (the float functions of <math.h>), so both
  * backends expand the same rows (kernels/cpu/activation.c,
  * kernels/cuda/activation.cu); DT_OP_LIST, the layer kinds, the values of
- * model.activation and the tests come from this list too. `a` is passed
- * through to U. ReLU lets NaN through (as torch does), so a non-finite
- * activation still reaches the loss and the finite check.
+ * model.activation and the tests come from this list too: a new
+ * activation is one row here and one case in tests/common/op_table.c.
+ * `a` is passed through to U; an expression has no comma outside
+ * parentheses (it is one macro argument). ReLU lets NaN through (as torch
+ * does), so a non-finite activation still reaches the loss and the finite
+ * check.
  */
 #define DT_INV_SQRT2 0.70710678118654752440f
 #define DT_INV_SQRT_2PI 0.39894228040143267794f

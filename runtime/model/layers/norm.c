@@ -12,8 +12,8 @@
  * layernorm: over the last dimension, as torch.nn.LayerNorm(last dim).
  *
  * rmsnorm: over the last dimension by the root mean square, without
- * taking out the mean and without a shift: y = x / sqrt(mean(x^2) + eps)
- * * weight (as T5 and LLaMA normalise).
+ * taking out the mean and without a shift (as T5 and LLaMA normalise):
+ * y = x / sqrt(mean(x^2) + eps) * weight.
  *
  * Scales start at one, shifts at zero; both are in the norm weight-decay
  * group (train.optimizer.norm_weight_decay, 0 by default).
