@@ -6,9 +6,10 @@
  * shapes are given in elements. All tensors are fp32, row-major, dense;
  * images are NCHW.
  *
- * The ops are listed once, in DT_OP_LIST below: the op table (struct
- * dt_ops), the op ids (enum dt_op_id), their names and the backend query
- * dt_backend_supports() all come from that list. A backend leaves an op it
+ * The ops are listed once, in DT_OP_LIST below (the element-wise ones as
+ * the rows of DT_UNARY_LIST): the op table (struct dt_ops), the op ids
+ * (enum dt_op_id), their names and the backend query dt_backend_supports()
+ * all come from that list. A backend leaves an op it
  * does not have NULL; callers ask dt_backend_supports() before building a
  * model that needs it, so a job learns at start-up, in words, what its
  * backend lacks.
@@ -74,6 +75,48 @@ struct dt_pool2d_shape {
 };
 
 /*
+ * The element-wise ops (the activations), one row each:
+ *
+ *   U(a, name, s, forward, gradient, cpu, doc)
+ *
+ * name_fwd(out, in, n):      out[i] = forward, with x = in[i]
+ * name_bwd(din, dout, s, n): din[i] = gradient, with dy = dout[i] and s[i]
+ *                            the forward's input (s is x) or its output
+ *                            (s is y); din is written
+ * cpu:  BLOCKED - the CPU's fast version is the same expression over fixed
+ *       blocks the compiler vectorises (the same bits as the reference);
+ *       OWN - kernels/cpu/activation.c writes its fast version itself.
+ * doc:  what the layer of that name computes, for the layer reference.
+ *
+ * forward and gradient are float expressions that compile as C on the
+ * host and as CUDA device code (the float functions of <math.h>), so both
+ * backends expand the same rows (kernels/cpu/activation.c,
+ * kernels/cuda/activation.cu); DT_OP_LIST, the layer kinds, the values of
+ * model.activation and the tests come from this list too: a new
+ * activation is one row here and one case in tests/common/op_table.c.
+ * `a` is passed through to U; an expression has no comma outside
+ * parentheses (it is one macro argument). ReLU lets NaN through (as torch
+ * does), so a non-finite activation still reaches the loss and the finite
+ * check.
+ */
+#define DT_INV_SQRT2 0.70710678118654752440f
+#define DT_INV_SQRT_2PI 0.39894228040143267794f
+#define DT_UNARY_LIST(U, a)                                                                        \
+    U(a, relu, x, x < 0.0f ? 0.0f : x, x > 0.0f ? dy : 0.0f, BLOCKED, "max(x, 0)")                 \
+    U(a, gelu, x, 0.5f * x * erfcf(-x * DT_INV_SQRT2),                                             \
+      dy * (0.5f * erfcf(-x * DT_INV_SQRT2) + x * (DT_INV_SQRT_2PI * expf(-0.5f * x * x))), OWN,   \
+      "exact GELU, x * Phi(x)")                                                                    \
+    U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), BLOCKED, "hyperbolic tangent")                   \
+    U(a, silu, x, x / (1.0f + expf(-x)),                                                           \
+      dy * (1.0f / (1.0f + expf(-x))) * (1.0f + x * (1.0f - 1.0f / (1.0f + expf(-x)))), BLOCKED,   \
+      "x * sigmoid(x) (SiLU)")
+
+/* The two ops of a row of DT_UNARY_LIST, as rows of DT_OP_LIST. */
+#define DT_OP_UNARY_PAIR(X, name, s, forward, gradient, cpu, doc)                                  \
+    X(name##_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                      \
+    X(name##_bwd, (dt_backend_t * be, float *din, const float *dout, const float *s, size_t n))
+
+/*
  * The op list: X(name, (parameters)). Per op:
  *
  * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T
@@ -83,9 +126,7 @@ struct dt_pool2d_shape {
  * bias_bwd       db(C) += sum over B of dout(B,C)
  * channel_bias_fwd  x(N,C,HW) += b(C), in place
  * channel_bias_bwd  db(C) += sum over N and HW of dout(N,C,HW)
- * relu_*         out = max(in, 0); din = dout * (in > 0)
- * gelu_*         exact GELU: out = 0.5 x (1 + erf(x / sqrt 2)); backward takes the input
- * tanh_*         out = tanh(in); backward takes the OUTPUT: din = dout * (1 - out^2)
+ * <unary>_fwd, <unary>_bwd   the element-wise ops, one pair per row of DT_UNARY_LIST above
  * dropout_*      inverted dropout on a (rows, cols) block whose first row is row
  *                `row0` of the global batch. Element e = (row0 + r) * cols + c is
  *                kept when u >= p, u = dt_rng_u32_to_unit(word e % 4 of
@@ -130,6 +171,9 @@ struct dt_pool2d_shape {
  * layernorm_fwd  per row of x(rows, D): mean, rstd = 1/sqrt(biased var + eps);
  *                y = (x - mean)*rstd*gamma + beta; mean_out, rstd_out (rows) saved
  * layernorm_bwd  dx (written), dgamma += , dbeta += ; takes x, mean, rstd, gamma
+ * rmsnorm_fwd    per row of x(rows, D): rstd = 1/sqrt(mean of x^2 + eps); y = x*rstd*gamma;
+ *                rstd_out (rows) saved. No mean is taken out and there is no shift.
+ * rmsnorm_bwd    dx (written), dgamma += ; takes x, rstd, gamma
  * embedding_fwd  out(N,D) = w(V,D)[ids[n]]: ids are N floats holding whole numbers in
  *                [0, V) (token ids, exact below 2^24); anything else is DT_ERR_INVALID_ARG
  * embedding_bwd  dw(V,D)[ids[n]] += dout(n) for n = 0..N-1 in that order per row of dw
@@ -168,12 +212,7 @@ struct dt_pool2d_shape {
     X(bias_bwd, (dt_backend_t * be, float *db, const float *dout, int B, int C))                   \
     X(channel_bias_fwd, (dt_backend_t * be, float *x, const float *b, int N, int C, int HW))       \
     X(channel_bias_bwd, (dt_backend_t * be, float *db, const float *dout, int N, int C, int HW))   \
-    X(relu_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
-    X(relu_bwd, (dt_backend_t * be, float *din, const float *dout, const float *in, size_t n))     \
-    X(gelu_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
-    X(gelu_bwd, (dt_backend_t * be, float *din, const float *dout, const float *in, size_t n))     \
-    X(tanh_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                        \
-    X(tanh_bwd, (dt_backend_t * be, float *din, const float *dout, const float *out, size_t n))    \
+    DT_UNARY_LIST(DT_OP_UNARY_PAIR, X)                                                             \
     X(dropout_fwd, (dt_backend_t * be, float *out, const float *in, int rows, int cols, float p,    \
                     const struct dt_rng_key *key, uint64_t row0))                                  \
     X(dropout_bwd, (dt_backend_t * be, float *din, const float *dout, int rows, int cols, float p, \
@@ -219,6 +258,10 @@ struct dt_pool2d_shape {
     X(layernorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
                       const float *x, const float *mean, const float *rstd, const float *gamma,    \
                       int rows, int D))                                                            \
+    X(rmsnorm_fwd, (dt_backend_t * be, float *y, float *rstd_out, const float *x,                  \
+                    const float *gamma, float eps, int rows, int D))                               \
+    X(rmsnorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, const float *dy, const float *x,  \
+                    const float *rstd, const float *gamma, int rows, int D))                       \
     X(embedding_fwd, (dt_backend_t * be, float *out, const float *ids, const float *w, int N,      \
                       int V, int D))                                                               \
     X(embedding_bwd, (dt_backend_t * be, float *dw, const float *dout, const float *ids, int N,    \

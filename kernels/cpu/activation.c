@@ -1,18 +1,20 @@
 /*
- * activation.c - elementwise activations on the CPU: ReLU, exact (erf)
- * GELU and tanh, with their backward passes.
+ * activation.c - the element-wise ops of DT_UNARY_LIST (kernels/ops.h) on
+ * the CPU: relu, exact (erf) GELU, tanh, ..., forward and backward.
  *
- * ReLU has a fast version that works on fixed blocks of DT_CPU_LANES
- * elements so GCC vectorises it at -O2; it gives the same bits as the
- * reference. GELU is x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2 (the
- * form that keeps the negative tail's relative precision); its fast
- * version works on such blocks too, with erfc from a Chebyshev fit (see
- * gelu_lanes) and the vectorised exp of vexp.h, whose e^(-x^2/2) serves
- * the backward's density too; it agrees with the reference (libm's erfcf)
- * to 1e-6 relative in every element. tanh is bound by libm's tanhf, which the compiler does not
- * vectorise without -ffast-math, so the fast table uses the reference for
- * it. ReLU and GELU let NaN through (as torch does) so that a non-finite
- * activation still reaches the loss and the finite check.
+ * Each row of the list becomes, through CPU_UNARY below, a reference loop
+ * (dt_cpu_<name>_fwd_ref/_bwd_ref) and, for rows marked BLOCKED, a fast
+ * version that evaluates the same expression on fixed blocks of
+ * DT_CPU_LANES elements, which GCC vectorises at -O2 where the expression
+ * allows (relu; tanh stays bound by libm's tanhf without -ffast-math).
+ * Both evaluate the same float expression per element, so they give the
+ * same bits. The list writes GELU as x Phi(x) with Phi(x) = erfc(-x /
+ * sqrt 2) / 2 (the form that keeps the negative tail's relative
+ * precision); its fast version (OWN in the list) is written out here:
+ * erfc from a Chebyshev fit (see gelu_lanes) and the vectorised exp of
+ * vexp.h, whose e^(-x^2/2) serves the backward's density too; it agrees
+ * with the reference (libm's erfcf) to 1e-6 relative in every element, so
+ * it cannot be a plain row.
  *
  * These ops have no parameters; the activation gradient (din) is WRITTEN
  * (=). out == in (and din == dout) may be the same buffer.
@@ -22,9 +24,6 @@
 
 #include "cpu_ops.h"
 #include "vexp.h"
-
-#define INV_SQRT2 0.70710678118654752440f
-#define INV_SQRT_2PI 0.39894228040143267794f
 
 static dt_status check_unary(const char *op, const float *out, const float *in)
 {
@@ -40,105 +39,86 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
     return DT_OK;
 }
 
-/* ---- ReLU ------------------------------------------------------------- */
+/* ---- the rows of DT_UNARY_LIST ----------------------------------------- */
 
-/* out = max(in, 0), NaN passes through */
-static inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
-
-/* din = dout * (in > 0) */
-static inline float relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
-
-dt_status dt_cpu_relu_fwd_ref(dt_backend_t *be, float *out, const float *in, size_t n)
-{
-    dt_status st = check_unary("relu_fwd", out, in);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++)
-        out[i] = relu(in[i]);
-    return DT_OK;
-}
-
-dt_status dt_cpu_relu_bwd_ref(dt_backend_t *be, float *din, const float *dout, const float *in,
-                              size_t n)
-{
-    dt_status st = check_binary("relu_bwd", din, dout, in);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++)
-        din[i] = relu_grad(dout[i], in[i]);
-    return DT_OK;
-}
-
-/* Each block is computed into a local array, then stored: the loads cannot
- * alias the stores, so the compiler vectorises without runtime checks and
- * out == in stays correct. */
-dt_status dt_cpu_relu_fwd(dt_backend_t *be, float *out, const float *in, size_t n)
-{
-    dt_status st = check_unary("relu_fwd", out, in);
-    if (st != DT_OK)
-        return st;
-    size_t i = 0;
-    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
-        float t[DT_CPU_LANES];
-        for (int k = 0; k < DT_CPU_LANES; k++)
-            t[k] = relu(in[i + k]);
-        for (int k = 0; k < DT_CPU_LANES; k++)
-            out[i + k] = t[k];
+/* The reference: one element at a time. */
+#define CPU_UNARY_REF(name, s, forward, gradient)                                                  \
+    dt_status dt_cpu_##name##_fwd_ref(dt_backend_t *be, float *out, const float *in, size_t n)     \
+    {                                                                                              \
+        dt_status st = check_unary(#name "_fwd", out, in);                                         \
+        for (size_t i = 0; st == DT_OK && i < n; i++) {                                            \
+            const float x = in[i];                                                                 \
+            out[i] = (forward);                                                                    \
+        }                                                                                          \
+        return st;                                                                                 \
+    }                                                                                              \
+    dt_status dt_cpu_##name##_bwd_ref(dt_backend_t *be, float *din, const float *dout,             \
+                                      const float *saved, size_t n)                                \
+    {                                                                                              \
+        dt_status st = check_binary(#name "_bwd", din, dout, saved);                               \
+        for (size_t i = 0; st == DT_OK && i < n; i++) {                                            \
+            const float dy = dout[i], s = saved[i];                                                \
+            din[i] = (gradient);                                                                   \
+        }                                                                                          \
+        return st;                                                                                 \
     }
-    for (; i < n; i++)
-        out[i] = relu(in[i]);
-    return DT_OK;
-}
 
-dt_status dt_cpu_relu_bwd(dt_backend_t *be, float *din, const float *dout, const float *in,
-                          size_t n)
-{
-    dt_status st = check_binary("relu_bwd", din, dout, in);
-    if (st != DT_OK)
-        return st;
-    size_t i = 0;
-    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
-        float t[DT_CPU_LANES];
-        for (int k = 0; k < DT_CPU_LANES; k++)
-            t[k] = relu_grad(dout[i + k], in[i + k]);
-        for (int k = 0; k < DT_CPU_LANES; k++)
-            din[i + k] = t[k];
+/* The fast version of a BLOCKED row: each block is computed into a local
+ * array, then stored, so the loads cannot alias the stores (the compiler
+ * vectorises without runtime checks) and out == in stays correct. */
+#define CPU_UNARY_FAST_BLOCKED(name, s, forward, gradient)                                         \
+    dt_status dt_cpu_##name##_fwd(dt_backend_t *be, float *out, const float *in, size_t n)         \
+    {                                                                                              \
+        dt_status st = check_unary(#name "_fwd", out, in);                                         \
+        if (st != DT_OK)                                                                           \
+            return st;                                                                             \
+        size_t i = 0;                                                                              \
+        for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {                                         \
+            float t[DT_CPU_LANES];                                                                 \
+            for (int k = 0; k < DT_CPU_LANES; k++) {                                               \
+                const float x = in[i + k];                                                         \
+                t[k] = (forward);                                                                  \
+            }                                                                                      \
+            memcpy(out + i, t, sizeof t);                                                          \
+        }                                                                                          \
+        for (; i < n; i++) {                                                                       \
+            const float x = in[i];                                                                 \
+            out[i] = (forward);                                                                    \
+        }                                                                                          \
+        return DT_OK;                                                                              \
+    }                                                                                              \
+    dt_status dt_cpu_##name##_bwd(dt_backend_t *be, float *din, const float *dout,                 \
+                                  const float *saved, size_t n)                                    \
+    {                                                                                              \
+        dt_status st = check_binary(#name "_bwd", din, dout, saved);                               \
+        if (st != DT_OK)                                                                           \
+            return st;                                                                             \
+        size_t i = 0;                                                                              \
+        for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {                                         \
+            float t[DT_CPU_LANES];                                                                 \
+            for (int k = 0; k < DT_CPU_LANES; k++) {                                               \
+                const float dy = dout[i + k], s = saved[i + k];                                    \
+                t[k] = (gradient);                                                                 \
+            }                                                                                      \
+            memcpy(din + i, t, sizeof t);                                                          \
+        }                                                                                          \
+        for (; i < n; i++) {                                                                       \
+            const float dy = dout[i], s = saved[i];                                                \
+            din[i] = (gradient);                                                                   \
+        }                                                                                          \
+        return DT_OK;                                                                              \
     }
-    for (; i < n; i++)
-        din[i] = relu_grad(dout[i], in[i]);
-    return DT_OK;
-}
 
-/* ---- GELU (exact) ----------------------------------------------------- */
+/* An OWN row's fast version is written out below. */
+#define CPU_UNARY_FAST_OWN(name, s, forward, gradient)
 
-/* out = x * Phi(x),  Phi(x) = 0.5 (1 + erf(x / sqrt 2)) */
-dt_status dt_cpu_gelu_fwd_ref(dt_backend_t *be, float *out, const float *in, size_t n)
-{
-    dt_status st = check_unary("gelu_fwd", out, in);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        float x = in[i];
-        out[i] = 0.5f * x * erfcf(-x * INV_SQRT2);
-    }
-    return DT_OK;
-}
+#define CPU_UNARY(a, name, s, forward, gradient, cpu, doc)                                         \
+    CPU_UNARY_REF(name, s, forward, gradient)                                                      \
+    CPU_UNARY_FAST_##cpu(name, s, forward, gradient)
 
-/* d/dx [x Phi(x)] = Phi(x) + x phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
-dt_status dt_cpu_gelu_bwd_ref(dt_backend_t *be, float *din, const float *dout, const float *in,
-                              size_t n)
-{
-    dt_status st = check_binary("gelu_bwd", din, dout, in);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        float x = in[i];
-        float cdf = 0.5f * erfcf(-x * INV_SQRT2);
-        float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-        din[i] = dout[i] * (cdf + x * pdf);
-    }
-    return DT_OK;
-}
+DT_UNARY_LIST(CPU_UNARY, _)
+
+/* ---- GELU's own fast version ------------------------------------------- */
 
 /* For k < DT_CPU_LANES: cdf[k] = Phi(x[k]) and e[k] = e^(-x[k]^2 / 2).
  * With z = |x| / sqrt 2 and t = 1 / (1 + z/2), erfc(z) = t e^(-z^2 + c(t))
@@ -151,7 +131,7 @@ static inline __attribute__((always_inline)) void gelu_lanes(const float *x, flo
 {
     float nh[DT_CPU_LANES], l[DT_CPU_LANES], c[DT_CPU_LANES], t[DT_CPU_LANES], ec[DT_CPU_LANES];
     for (int k = 0; k < DT_CPU_LANES; k++) {
-        float z = fabsf(x[k]) * INV_SQRT2;
+        float z = fabsf(x[k]) * DT_INV_SQRT2;
         float h = z * z;
         nh[k] = -h;
         l[k] = fmaf(z, z, -h);
@@ -203,7 +183,7 @@ gelu_bwd_rows(float *din, const float *dout, const float *in, size_t n)
         memcpy(d, dout + i, m * sizeof *d);
         gelu_lanes(x, cdf, e);
         for (int k = 0; k < DT_CPU_LANES; k++)
-            d[k] = d[k] * (cdf[k] + x[k] * (INV_SQRT_2PI * e[k]));
+            d[k] = d[k] * (cdf[k] + x[k] * (DT_INV_SQRT_2PI * e[k]));
         memcpy(din + i, d, m * sizeof *d);
     }
 }
@@ -223,30 +203,4 @@ dt_status dt_cpu_gelu_bwd(dt_backend_t *be, float *din, const float *dout, const
     if (st == DT_OK)
         gelu_bwd_rows(din, dout, in, n);
     return st;
-}
-
-/* ---- tanh ------------------------------------------------------------- */
-
-dt_status dt_cpu_tanh_fwd_ref(dt_backend_t *be, float *out, const float *in, size_t n)
-{
-    dt_status st = check_unary("tanh_fwd", out, in);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++)
-        out[i] = tanhf(in[i]);
-    return DT_OK;
-}
-
-/* takes the forward OUTPUT y = tanh(x):  din = dout * (1 - y^2) */
-dt_status dt_cpu_tanh_bwd_ref(dt_backend_t *be, float *din, const float *dout, const float *out,
-                              size_t n)
-{
-    dt_status st = check_binary("tanh_bwd", din, dout, out);
-    if (st != DT_OK)
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        float y = out[i];
-        din[i] = dout[i] * (1.0f - y * y);
-    }
-    return DT_OK;
 }

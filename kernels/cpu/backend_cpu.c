@@ -39,17 +39,17 @@ struct cpu_backend {
     size_t operand_cap[DT_CPU_OPERANDS];
 };
 
+/* The element-wise ops, one pair per row of DT_UNARY_LIST (activation.c). */
+#define CPU_UNARY_REF_OPS(a, name, s, forward, gradient, cpu, doc)                                 \
+    .name##_fwd = dt_cpu_##name##_fwd_ref, .name##_bwd = dt_cpu_##name##_bwd_ref,
+#define CPU_UNARY_FAST_OPS(a, name, s, forward, gradient, cpu, doc)                                \
+    .name##_fwd = dt_cpu_##name##_fwd, .name##_bwd = dt_cpu_##name##_bwd,
+
 static const struct dt_ops cpu_ops_ref = {
     .linear_fwd = dt_cpu_linear_fwd_ref,
     .linear_bwd = dt_cpu_linear_bwd_ref,
     .bias_fwd = dt_cpu_bias_fwd_ref,
     .bias_bwd = dt_cpu_bias_bwd_ref,
-    .relu_fwd = dt_cpu_relu_fwd_ref,
-    .relu_bwd = dt_cpu_relu_bwd_ref,
-    .gelu_fwd = dt_cpu_gelu_fwd_ref,
-    .gelu_bwd = dt_cpu_gelu_bwd_ref,
-    .tanh_fwd = dt_cpu_tanh_fwd_ref,
-    .tanh_bwd = dt_cpu_tanh_bwd_ref,
     .dropout_fwd = dt_cpu_dropout_fwd_ref,
     .dropout_bwd = dt_cpu_dropout_bwd_ref,
     .flatten_fwd = dt_cpu_flatten_fwd_ref,
@@ -83,26 +83,25 @@ static const struct dt_ops cpu_ops_ref = {
     .batchnorm_bwd = dt_cpu_batchnorm_bwd_ref,
     .layernorm_fwd = dt_cpu_layernorm_fwd_ref,
     .layernorm_bwd = dt_cpu_layernorm_bwd_ref,
+    .rmsnorm_fwd = dt_cpu_rmsnorm_fwd_ref,
+    .rmsnorm_bwd = dt_cpu_rmsnorm_bwd_ref,
     .embedding_fwd = dt_cpu_embedding_fwd_ref,
     .embedding_bwd = dt_cpu_embedding_bwd_ref,
     .attention_workspace = dt_cpu_attention_workspace,
     .attention_fwd = dt_cpu_attention_fwd_ref,
     .attention_bwd = dt_cpu_attention_bwd_ref,
+    /* clang-format off */
+    DT_UNARY_LIST(CPU_UNARY_REF_OPS, _)
+    /* clang-format on */
 };
 
-/* tanh and softmax-xent backward have no faster version than the
- * reference (see activation.c, softmax_xent.c). */
+/* softmax-xent backward and RMS norm have no faster version than the
+ * reference (see softmax_xent.c, norm.c). */
 static const struct dt_ops cpu_ops_fast = {
     .linear_fwd = dt_cpu_linear_fwd,
     .linear_bwd = dt_cpu_linear_bwd,
     .bias_fwd = dt_cpu_bias_fwd,
     .bias_bwd = dt_cpu_bias_bwd,
-    .relu_fwd = dt_cpu_relu_fwd,
-    .relu_bwd = dt_cpu_relu_bwd,
-    .gelu_fwd = dt_cpu_gelu_fwd,
-    .gelu_bwd = dt_cpu_gelu_bwd,
-    .tanh_fwd = dt_cpu_tanh_fwd_ref,
-    .tanh_bwd = dt_cpu_tanh_bwd_ref,
     .dropout_fwd = dt_cpu_dropout_fwd,
     .dropout_bwd = dt_cpu_dropout_bwd,
     .flatten_fwd = dt_cpu_flatten_fwd,
@@ -136,11 +135,16 @@ static const struct dt_ops cpu_ops_fast = {
     .batchnorm_bwd = dt_cpu_batchnorm_bwd,
     .layernorm_fwd = dt_cpu_layernorm_fwd,
     .layernorm_bwd = dt_cpu_layernorm_bwd,
+    .rmsnorm_fwd = dt_cpu_rmsnorm_fwd_ref,
+    .rmsnorm_bwd = dt_cpu_rmsnorm_bwd_ref,
     .embedding_fwd = dt_cpu_embedding_fwd,
     .embedding_bwd = dt_cpu_embedding_bwd,
     .attention_workspace = dt_cpu_attention_workspace,
     .attention_fwd = dt_cpu_attention_fwd,
     .attention_bwd = dt_cpu_attention_bwd,
+    /* clang-format off */
+    DT_UNARY_LIST(CPU_UNARY_FAST_OPS, _)
+    /* clang-format on */
 };
 
 /* Zero bytes still get a real (one-line) allocation, so a valid buffer is

@@ -6,9 +6,9 @@
  *                    fast path and the CUDA ops are tested against.
  *   dt_cpu_<op>      the fast path (BLAS for linear, blocked loops that the
  *                    compiler vectorises for the rest). Where nothing is
- *                    faster than the reference (libm-bound GELU and tanh,
- *                    softmax-xent backward), only the _ref exists and the
- *                    fast table points at it.
+ *                    faster than the reference (softmax-xent backward,
+ *                    RMS norm), only the _ref exists and the fast table
+ *                    points at it.
  *
  * backend_cpu.c puts one set or the other into the backend's op table
  * (dt_backend_opts.reference_kernels). Both sets check their arguments the
@@ -64,14 +64,33 @@ dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, c
 /* Every op of the list in kernels/ops.h, in both versions: dt_cpu_<op>_ref
  * and dt_cpu_<op> (linear.c, activation.c, dropout.c, flatten.c,
  * softmax_xent.c, optim.c, reduce.c, cast.c, elementwise.c, conv.c, pool.c,
- * norm.c, embedding.c, attention.c). Where an op has one version only (GELU
- * and tanh have no faster loop than the reference; the bf16 casts and the
- * attention workspace size serve both tables) the other
- * name is declared and never defined; backend_cpu.c's tables say which
- * function each table takes. */
-#define DT_CPU_OP_PROTOS(name, params)                                                             \
+ * norm.c, embedding.c, attention.c), except the ops named here, which have
+ * one version that both tables take (backend_cpu.c):
+ *   DT_CPU_ONE_<op>  ONLY, REF   dt_cpu_<op>_ref alone
+ *                    ONLY, FAST  dt_cpu_<op> alone
+ * so nothing is declared that is not defined. */
+#define DT_CPU_ONE_softmax_xent_bwd ONLY, REF
+#define DT_CPU_ONE_rmsnorm_fwd ONLY, REF
+#define DT_CPU_ONE_rmsnorm_bwd ONLY, REF
+#define DT_CPU_ONE_attention_workspace ONLY, FAST
+#define DT_CPU_ONE_to_bf16 ONLY, FAST
+#define DT_CPU_ONE_from_bf16 ONLY, FAST
+
+/* DT_CPU_VERSIONS(op) is REF or FAST for the ops above, BOTH otherwise:
+ * DT_CPU_ONE_<op> expands to two arguments only where it is defined. */
+#define DT_CPU_SECOND(a, b, ...) b
+#define DT_CPU_SECOND_OF(...) DT_CPU_SECOND(__VA_ARGS__)
+#define DT_CPU_VERSIONS(name) DT_CPU_SECOND_OF(DT_CPU_ONE_##name, BOTH, ~)
+#define DT_CPU_CAT(a, b) DT_CPU_CAT_(a, b)
+#define DT_CPU_CAT_(a, b) a##b
+
+#define DT_CPU_PROTO_BOTH(name, params)                                                            \
     dt_status dt_cpu_##name##_ref params;                                                          \
     dt_status dt_cpu_##name params;
+#define DT_CPU_PROTO_REF(name, params) dt_status dt_cpu_##name##_ref params;
+#define DT_CPU_PROTO_FAST(name, params) dt_status dt_cpu_##name params;
+#define DT_CPU_OP_PROTOS(name, params)                                                             \
+    DT_CPU_CAT(DT_CPU_PROTO_, DT_CPU_VERSIONS(name))(name, params)
 DT_OP_LIST(DT_CPU_OP_PROTOS)
 #undef DT_CPU_OP_PROTOS
 

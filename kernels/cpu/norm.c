@@ -1,7 +1,7 @@
 /*
  * norm.c - batch normalisation over (N, HW) per channel of x(N, C, HW),
- * and layer normalisation over the last dimension of x(rows, D), on the
- * CPU, forward and backward.
+ * and layer and RMS normalisation over the last dimension of x(rows, D),
+ * on the CPU, forward and backward.
  *
  * Batch norm is split as kernels/ops.h documents so that the model can sum
  * the per-channel sums over ranks between the steps (model.sync_bn):
@@ -14,6 +14,8 @@
  * multiply-add per element (y = (x - mean)*a + beta, a per channel) and
  * sum each (n, c) plane with one double accumulator per lane of
  * DT_CPU_LANES, so the loops vectorise at -O2 without reassociating sums.
+ * RMS norm has the reference only (both tables take it): each sum runs in
+ * double in a fixed order, so it is deterministic.
  *
  * Parameter gradients (dgamma, dbeta) ACCUMULATE (+=); the input gradient
  * (dx) and the outputs are WRITTEN (=). Sums (stats, dstats) are written.
@@ -315,6 +317,76 @@ dt_status dt_cpu_layernorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, f
             size_t e = (size_t)r * D + d;
             double xhat = ((double)x[e] - mean[r]) * rstd[r];
             dx[e] = (float)(rstd[r] * ((double)dy[e] * gamma[d] - mg - xhat * mgx));
+        }
+    }
+    return DT_OK;
+}
+
+/* ---- RMS norm ---------------------------------------------------------- */
+
+static dt_status check_rms(const char *op, int rows, int D)
+{
+    return rows < 1 || D < 1
+               ? dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: sizes must be >= 1 (rows=%d, D=%d)", op,
+                              rows, D)
+               : DT_OK;
+}
+
+/* Per row r of x(rows, D): rstd_r = 1/sqrt(sum_d x[r,d]^2 / D + eps);
+ * y(rows, D) = x * rstd_r * gamma(D); rstd_out(rows) kept for backward. */
+dt_status dt_cpu_rmsnorm_fwd_ref(dt_backend_t *be, float *y, float *rstd_out, const float *x,
+                                 const float *gamma, float eps, int rows, int D)
+{
+    DT_CPU_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd",
+                   "y, rstd_out, x and gamma must not be NULL");
+    DT_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    dt_status st = check_rms("rmsnorm_fwd", rows, D);
+    if (st != DT_OK) return st;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * D;
+        double ss = 0.0;
+        for (int d = 0; d < D; d++)
+            ss += (double)xr[d] * xr[d];
+        double rstd = 1.0 / sqrt(ss / D + eps);
+        for (int d = 0; d < D; d++)
+            y[(size_t)r * D + d] = (float)(xr[d] * rstd * gamma[d]);
+        rstd_out[r] = (float)rstd;
+    }
+    return DT_OK;
+}
+
+/* With xhat = x * rstd_r and g = dy * gamma, per row r of (rows, D):
+ *   dx = rstd_r * (g - xhat * mean_d(g * xhat))      (written)
+ *   dgamma(D) += sum over rows of dy * xhat          (rows in order)
+ * (y = gamma * x * rstd with rstd = (mean(x^2) + eps)^(-1/2), whose
+ * derivative in x_j is -rstd^3 x_j / D.) */
+dt_status dt_cpu_rmsnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, const float *dy,
+                                 const float *x, const float *rstd, const float *gamma, int rows,
+                                 int D)
+{
+    DT_CPU_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
+                   "tensors must not be NULL");
+    dt_status st = check_rms("rmsnorm_bwd", rows, D);
+    if (st != DT_OK) return st;
+    for (int d = 0; d < D; d++) {
+        double sg = 0.0;
+        for (int r = 0; r < rows; r++) {
+            size_t e = (size_t)r * D + d;
+            sg += (double)dy[e] * ((double)x[e] * rstd[r]);
+        }
+        dgamma[d] += (float)sg;
+    }
+    for (int r = 0; r < rows; r++) {
+        double mgx = 0.0;
+        for (int d = 0; d < D; d++) {
+            size_t e = (size_t)r * D + d;
+            mgx += (double)dy[e] * gamma[d] * ((double)x[e] * rstd[r]);
+        }
+        mgx /= D;
+        for (int d = 0; d < D; d++) {
+            size_t e = (size_t)r * D + d;
+            double xhat = (double)x[e] * rstd[r];
+            dx[e] = (float)(rstd[r] * ((double)dy[e] * gamma[d] - xhat * mgx));
         }
     }
     return DT_OK;

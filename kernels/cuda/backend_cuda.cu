@@ -414,6 +414,10 @@ static dt_status cuda_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
 
 /* ---- op table ---------------------------------------------------------- */
 
+/* The element-wise ops, one pair per row of DT_UNARY_LIST (activation.cu). */
+#define CUDA_UNARY_OPS(a, name, s, forward, gradient, cpu, doc)                                    \
+    .name##_fwd = dt_cuda_##name##_fwd, .name##_bwd = dt_cuda_##name##_bwd,
+
 /* In DT_OP_LIST order (C++ takes designated initializers in order only).
  * Without cuDNN the convolution and pooling ops stay NULL and
  * dt_backend_supports says so. */
@@ -424,13 +428,10 @@ static const struct dt_ops cuda_ops = {
     .bias_bwd = dt_cuda_bias_bwd,
     .channel_bias_fwd = dt_cuda_channel_bias_fwd,
     .channel_bias_bwd = dt_cuda_channel_bias_bwd,
-    .relu_fwd = dt_cuda_relu_fwd,
-    .relu_bwd = dt_cuda_relu_bwd,
-    .gelu_fwd = dt_cuda_gelu_fwd,
-    .gelu_bwd = dt_cuda_gelu_bwd,
-    .tanh_fwd = dt_cuda_tanh_fwd,
-    .tanh_bwd = dt_cuda_tanh_bwd,
+    // clang-format off
+    DT_UNARY_LIST(CUDA_UNARY_OPS, _)
     .dropout_fwd = dt_cuda_dropout_fwd,
+    // clang-format on
     .dropout_bwd = dt_cuda_dropout_bwd,
     .flatten_fwd = dt_cuda_flatten_fwd,
     .flatten_bwd = dt_cuda_flatten_bwd,
@@ -455,6 +456,8 @@ static const struct dt_ops cuda_ops = {
     .batchnorm_bwd = dt_cuda_batchnorm_bwd,
     .layernorm_fwd = dt_cuda_layernorm_fwd,
     .layernorm_bwd = dt_cuda_layernorm_bwd,
+    .rmsnorm_fwd = dt_cuda_rmsnorm_fwd,
+    .rmsnorm_bwd = dt_cuda_rmsnorm_bwd,
     .embedding_fwd = dt_cuda_embedding_fwd,
     .embedding_bwd = dt_cuda_embedding_bwd,
     .attention_workspace = dt_cuda_attention_workspace,

@@ -1,6 +1,6 @@
 /*
- * norm.cu - batch normalisation (NCHW, per channel) and layer
- * normalisation (per row) on the GPU, with kernels of our own.
+ * norm.cu - batch normalisation (NCHW, per channel), layer normalisation
+ * and RMS normalisation (per row) on the GPU, with kernels of our own.
  *
  * Batch norm is split as kernels/ops.h says: batchnorm_stats sums x and x^2
  * per channel, the model may add those sums over ranks (sync_bn), and
@@ -18,7 +18,8 @@
  * thread per column adding the rows in order, in double. The sums differ
  * from the CPU's, which add in another order, by far less than fp32
  * resolution. Layer norm takes the variance in two passes (the mean
- * first), so large offsets do not cancel.
+ * first), so large offsets do not cancel. RMS norm is layer norm without
+ * the mean and the shift, summed the same ways.
  *
  * The variance from the sums, E[x^2] - mean^2, can come out a rounding
  * error below zero for a constant channel; it is taken as 0 then.
@@ -234,6 +235,60 @@ static __global__ void ln_dparams(float *dgamma, float *dbeta, const float *dy, 
     }
 }
 
+/* Block r normalises row r of x(rows, D) by its root mean square:
+ * rstd = 1/sqrt(mean of x^2 + eps) (the sum in double), y = x*rstd*gamma. */
+static __global__ void rms_fwd(float *y, float *rstd_out, const float *x, const float *gamma,
+                               float eps, int D)
+{
+    __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float *yr = y + (size_t)blockIdx.x * D;
+    double q = 0.0;
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS)
+        q += (double)xr[d] * xr[d];
+    sa[threadIdx.x] = q;
+    sb[threadIdx.x] = 0.0;
+    block_sum2(sa, sb);
+    const float rf = (float)(1.0 / sqrt(sa[0] / D + (double)eps));
+    if (threadIdx.x == 0)
+        rstd_out[blockIdx.x] = rf;
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS)
+        yr[d] = xr[d] * rf * gamma[d];
+}
+
+/* Block r: dx of row r. With g = dy*gamma and xhat = x*rstd,
+ * dx = rstd * (g - xhat * mean(g*xhat)). */
+static __global__ void rms_dx(float *dx, const float *dy, const float *x, const float *rstd,
+                              const float *gamma, int D)
+{
+    __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
+    const size_t off = (size_t)blockIdx.x * D;
+    const float r = rstd[blockIdx.x];
+    double b = 0.0;
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS)
+        b += (double)dy[off + d] * gamma[d] * (double)(x[off + d] * r);
+    sa[threadIdx.x] = b;
+    sb[threadIdx.x] = 0.0;
+    block_sum2(sa, sb);
+    const float mgx = (float)(sa[0] / D);
+    for (int d = threadIdx.x; d < D; d += DT_CUDA_THREADS)
+        dx[off + d] = r * (dy[off + d] * gamma[d] - x[off + d] * r * mgx);
+}
+
+/* Thread d: dgamma[d] += sum over rows of dy*xhat, rows in order, in double. */
+static __global__ void rms_dgamma(float *dgamma, const float *dy, const float *x,
+                                  const float *rstd, int rows, int D)
+{
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
+        double g = 0.0;
+        for (int r = 0; r < rows; r++) {
+            const size_t e = (size_t)r * D + d;
+            g += (double)dy[e] * (double)(x[e] * rstd[r]);
+        }
+        dgamma[d] += (float)g;
+    }
+}
+
 #define BN_FMT "N=%d C=%d HW=%d"
 #define REQUIRE_NCHW(op, N, C, HW)                                                                 \
     DT_CUDA_REQUIRE((N) >= 0 && (C) >= 0 && (HW) >= 0, op, "negative size (" BN_FMT ")", N, C, HW)
@@ -376,4 +431,37 @@ dt_status dt_cuda_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, floa
     }
     ln_dx<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(dx, dy, x, mean, rstd, gamma, D);
     return DT_CUDA_LAUNCHED(cb, "layernorm_bwd", "rows=%d D=%d", rows, D);
+}
+
+dt_status dt_cuda_rmsnorm_fwd(dt_backend_t *be, float *y, float *rstd_out, const float *x,
+                              const float *gamma, float eps, int rows, int D)
+{
+    DT_CUDA_REQUIRE(rows >= 0 && D >= 0, "rmsnorm_fwd", "negative size (rows=%d D=%d)", rows, D);
+    DT_CUDA_REQUIRE(eps >= 0.0f, "rmsnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    if (rows == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(D > 0, "rmsnorm_fwd", "rows of D=0 values have no mean (rows=%d)", rows);
+    DT_CUDA_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd", "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    rms_fwd<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(y, rstd_out, x, gamma, eps, D);
+    return DT_CUDA_LAUNCHED(cb, "rmsnorm_fwd", "rows=%d D=%d", rows, D);
+}
+
+dt_status dt_cuda_rmsnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, const float *dy,
+                              const float *x, const float *rstd, const float *gamma, int rows,
+                              int D)
+{
+    DT_CUDA_REQUIRE(rows >= 0 && D >= 0, "rmsnorm_bwd", "negative size (rows=%d D=%d)", rows, D);
+    if (rows == 0 || D == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
+                    "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    rms_dgamma<<<dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream>>>(dgamma, dy, x, rstd,
+                                                                              rows, D);
+    dt_status st = DT_CUDA_LAUNCHED(cb, "rmsnorm_bwd", "rows=%d D=%d, dgamma", rows, D);
+    if (st != DT_OK)
+        return st;
+    rms_dx<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(dx, dy, x, rstd, gamma, D);
+    return DT_CUDA_LAUNCHED(cb, "rmsnorm_bwd", "rows=%d D=%d", rows, D);
 }

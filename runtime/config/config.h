@@ -81,10 +81,11 @@ struct dt_job {
         int64_t n_layer, n_head, n_embd; /* gpt: blocks, attention heads, width */
         int64_t vocab_size;          /* gpt: 0 = the dataset's vocabulary */
         int tie_embeddings;          /* gpt: the output head uses the token embedding */
+        char norm[DT_JOB_STR];       /* gpt: layernorm | rmsnorm */
         char recompute[DT_JOB_STR];  /* none | all | comma-separated block names */
         struct dt_layer_spec layers[DT_JOB_MAX_LAYERS]; /* model.type layers */
         int nlayers;
-        char activation[DT_JOB_STR]; /* relu | gelu | tanh */
+        char activation[DT_JOB_STR]; /* a row of DT_UNARY_LIST: relu, gelu, tanh, silu */
         double dropout;              /* after each hidden activation, [0, 1) */
         char init[DT_JOB_STR];       /* kaiming | xavier */
     } model;

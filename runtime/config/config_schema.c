@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/text.h"
+#include "kernels/ops.h"
 
 #define FIELD(f) .offset = offsetof(struct dt_job, f), .size = sizeof(((struct dt_job *)0)->f)
 #define ROW(k, t, f, d, doc_, ...)                                                                 \
@@ -32,8 +33,12 @@
 #define ONE_OF(list) .choices = (list)
 
 static const char *const model_types[] = {"mlp", "cnn", "resnet", "gpt", "layers", NULL};
-static const char *const activations[] = {"relu", "gelu", "tanh", NULL};
+/* model.activation: every element-wise op of kernels/ops.h is a layer kind. */
+#define ACTIVATION_NAME(a, name, s, forward, gradient, cpu, doc) #name,
+static const char *const activations[] = {DT_UNARY_LIST(ACTIVATION_NAME, _) NULL};
+#undef ACTIVATION_NAME
 static const char *const inits[] = {"kaiming", "xavier", NULL};
+static const char *const gpt_norms[] = {"layernorm", "rmsnorm", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
@@ -107,6 +112,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         FROM_TO(0, 1 << 24)),
     ROW("model.tie_embeddings", B, model.tie_embeddings, "true",
         "gpt: the output head uses the token embedding's weights (one tensor, as GPT-2)", ANY),
+    ROW("model.norm", E, model.norm, "layernorm",
+        "gpt: the normalisation before each block's attention and MLP and before the head: "
+        "layernorm (as GPT-2) or rmsnorm (no mean taken out, no shift; the layers keep the "
+        "names ln1, ln2, ln_f)", ONE_OF(gpt_norms)),
     ROW("model.recompute", S, model.recompute, "none",
         "activation recomputation: none, all, or block names separated by commas (a block is "
         "a layer or a group of layers named <block>.<layer>, such as a resnet's stage1.block1); "

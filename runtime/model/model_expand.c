@@ -23,6 +23,8 @@
  *           with model.tie_embeddings); loss. Weights start normal(0,
  *           0.02), the residual projections (proj, fc2) normal(0,
  *           0.02/sqrt(2 n_layer)), as GPT-2; each block is recomputable.
+ *           ln1, ln2 and ln_f are of the kind model.norm names (layernorm
+ *           or rmsnorm).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -75,6 +77,7 @@ static void gpt(struct list *s, const struct dt_job *job)
 {
     const long long C = (long long)job->model.n_embd, L = (long long)job->model.n_layer;
     const double p = job->model.dropout, proj_std = 0.02 / sqrt(2.0 * (double)L);
+    const char *norm = job->model.norm;
     char prev[DT_LAYER_NAME];
     struct dt_layer_spec *e = add(s, "embedding", "wte");
     dt_layer_spec_arg(e, "dim", "%lld", C);
@@ -87,7 +90,7 @@ static void gpt(struct list *s, const struct dt_job *job)
         snprintf(prev, sizeof prev, "drop");
     }
     for (long long i = 0; i < L; i++) {
-        add(s, "layernorm", "h%lld.ln1", i);
+        add(s, norm, "h%lld.ln1", i);
         e = add(s, "linear", "h%lld.qkv", i);
         dt_layer_spec_arg(e, "out", "%lld", 3 * C);
         dt_layer_spec_arg(e, "init_std", "0.02");
@@ -100,7 +103,7 @@ static void gpt(struct list *s, const struct dt_job *job)
             dt_layer_spec_arg(add(s, "dropout", "h%lld.drop1", i), "p", "%.17g", p);
         e = add(s, "add", "h%lld.res1", i);
         snprintf(e->inputs, sizeof e->inputs, "%s,h%lld.%s", prev, i, p > 0 ? "drop1" : "proj");
-        add(s, "layernorm", "h%lld.ln2", i);
+        add(s, norm, "h%lld.ln2", i);
         e = add(s, "linear", "h%lld.fc", i);
         dt_layer_spec_arg(e, "out", "%lld", 4 * C);
         dt_layer_spec_arg(e, "init_std", "0.02");
@@ -114,7 +117,7 @@ static void gpt(struct list *s, const struct dt_job *job)
         snprintf(e->inputs, sizeof e->inputs, "h%lld.res1,h%lld.%s", i, i, p > 0 ? "drop2" : "fc2");
         snprintf(prev, sizeof prev, "h%lld.res2", i);
     }
-    add(s, "layernorm", "ln_f");
+    add(s, norm, "ln_f");
     e = add(s, "linear", "head");
     dt_layer_spec_arg(e, "out", "classes");
     dt_layer_spec_arg(e, "bias", "false");

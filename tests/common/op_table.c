@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "op_args.h"
 
 /* finite differences: step, tolerance (relative, with the gradient size
  * below which it is absolute), elements checked per input at most */
@@ -327,25 +328,26 @@ static void act_setup(struct run *r)
     out_r(r, "y", n, R);
     grad(r, "dx", GRAD_W, X0);
 }
+static int act_of(const struct run *r)
+{
+    for (int a = 0; a < DT_TEST_NACT; a++)
+        if (dt_test_act_fwd_op(a) == r->c->op) return a;
+    return -1;
+}
 static void act_fwd(struct run *r)
 {
     size_t n = r->c->dims[0];
-    if (r->c->op == DT_OP_relu_fwd)
-        CALL(r, relu_fwd, F(r, X2), F(r, X0), n);
-    else if (r->c->op == DT_OP_gelu_fwd)
-        CALL(r, gelu_fwd, F(r, X2), F(r, X0), n);
-    else
-        CALL(r, tanh_fwd, F(r, X2), F(r, X0), n);
+    if (!r->failed)
+        check(r, dt_test_act_fwd(r->o, r->be, act_of(r), F(r, X2), F(r, X0), n),
+              dt_op_name(r->c->op));
 }
 static void act_bwd(struct run *r)
 {
     size_t n = r->c->dims[0];
-    if (r->c->op == DT_OP_relu_fwd)
-        CALL(r, relu_bwd, F(r, X3), F(r, X1), F(r, X0), n);
-    else if (r->c->op == DT_OP_gelu_fwd)
-        CALL(r, gelu_bwd, F(r, X3), F(r, X1), F(r, X0), n);
-    else /* tanh's backward takes the output */
-        CALL(r, tanh_bwd, F(r, X3), F(r, X1), F(r, X2), n);
+    int a = act_of(r);
+    if (!r->failed)
+        check(r, dt_test_act_bwd(r->o, r->be, a, F(r, X3), F(r, X1), F(r, X0), F(r, X2), n),
+              dt_op_name(dt_test_act_bwd_op(a)));
 }
 
 /* add: 0 a, 1 b, 2 y;  accumulate: 0 src, 1 dst0, 2 dst */
@@ -618,6 +620,30 @@ static void ln_bwd(struct run *r)
          d[0], d[1]);
 }
 
+/* rmsnorm: 0 x, 1 gamma, 2 dy, 3 y, 4 rstd, 5 dx, 6 dgamma */
+static void rms_setup(struct run *r)
+{
+    const int *d = r->c->dims;
+    size_t n = (size_t)d[0] * d[1];
+    buf(r, "x", IN, F32, n, UNIFORM);
+    buf(r, "gamma", IN, F32, (size_t)d[1], POSITIVE);
+    int R = buf(r, "dy", CONST, F32, n, UNIFORM);
+    out_r(r, "y", n, R);
+    buf(r, "rstd", OUT, F32, (size_t)d[0], ZERO);
+    grad(r, "dx", GRAD_W, 0);
+    grad(r, "dgamma", GRAD_P, 1);
+}
+static void rms_fwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    CALL(r, rmsnorm_fwd, F(r, 3), F(r, 4), F(r, 0), F(r, 1), BN_EPS, d[0], d[1]);
+}
+static void rms_bwd(struct run *r)
+{
+    const int *d = r->c->dims;
+    CALL(r, rmsnorm_bwd, F(r, 5), F(r, 6), F(r, 2), F(r, 0), F(r, 4), F(r, 1), d[0], d[1]);
+}
+
 /* embedding: 0 ids, 1 w, 2 dy, 3 y, 4 dw */
 static void emb_setup(struct run *r)
 {
@@ -674,16 +700,21 @@ static void attn_bwd(struct run *r)
          d[4], ws, r->ws_bytes);
 }
 
+/* one runner per row of DT_UNARY_LIST */
+#define ACT_RUNNER(a, name, s, forward, gradient, cpu, doc)                                        \
+    {DT_OP_##name##_fwd, NEEDS(DT_OP_##name##_fwd, DT_OP_##name##_bwd), act_setup, act_fwd,        \
+     act_bwd},
+
 static const struct runner runners[] = {
     {DT_OP_linear_fwd, NEEDS(DT_OP_linear_fwd, DT_OP_linear_bwd), linear_setup, linear_fwd,
      linear_bwd},
     {DT_OP_bias_fwd, NEEDS(DT_OP_bias_fwd, DT_OP_bias_bwd), bias_setup, bias_fwd, bias_bwd},
     {DT_OP_channel_bias_fwd, NEEDS(DT_OP_channel_bias_fwd, DT_OP_channel_bias_bwd), bias_setup,
      bias_fwd, bias_bwd},
-    {DT_OP_relu_fwd, NEEDS(DT_OP_relu_fwd, DT_OP_relu_bwd), act_setup, act_fwd, act_bwd},
-    {DT_OP_gelu_fwd, NEEDS(DT_OP_gelu_fwd, DT_OP_gelu_bwd), act_setup, act_fwd, act_bwd},
-    {DT_OP_tanh_fwd, NEEDS(DT_OP_tanh_fwd, DT_OP_tanh_bwd), act_setup, act_fwd, act_bwd},
+    // clang-format off
+    DT_UNARY_LIST(ACT_RUNNER, _)
     {DT_OP_add, NEEDS(DT_OP_add), sum_setup, sum_fwd, NULL},
+    // clang-format on
     {DT_OP_accumulate, NEEDS(DT_OP_accumulate), sum_setup, sum_fwd, NULL},
     {DT_OP_softmax_xent_fwd, NEEDS(DT_OP_softmax_xent_fwd, DT_OP_softmax_xent_bwd), xent_setup,
      xent_fwd, xent_bwd},
@@ -702,6 +733,7 @@ static const struct runner runners[] = {
     {DT_OP_batchnorm_infer, NEEDS(DT_OP_batchnorm_infer), bni_setup, bni_fwd, NULL},
     {DT_OP_layernorm_fwd, NEEDS(DT_OP_layernorm_fwd, DT_OP_layernorm_bwd), ln_setup, ln_fwd,
      ln_bwd},
+    {DT_OP_rmsnorm_fwd, NEEDS(DT_OP_rmsnorm_fwd, DT_OP_rmsnorm_bwd), rms_setup, rms_fwd, rms_bwd},
     {DT_OP_embedding_fwd, NEEDS(DT_OP_embedding_fwd, DT_OP_embedding_bwd), emb_setup, emb_fwd,
      emb_bwd},
     {DT_OP_attention_fwd,
@@ -731,6 +763,7 @@ const struct dt_op_case dt_op_cases[] = {
     {"relu 100", DT_OP_relu_fwd, {100}, 1e-6},
     {"gelu 100", DT_OP_gelu_fwd, {100}, 1e-6},
     {"tanh 100", DT_OP_tanh_fwd, {100}, 1e-6},
+    {"silu 100", DT_OP_silu_fwd, {100}, 1e-6},
     {"softmax_xent 7x10", DT_OP_softmax_xent_fwd, {7, 10}, 1e-5},
     {"channel_bias 3x5x7", DT_OP_channel_bias_fwd, {3, 5, 7}, 1e-6},
     {"channel_bias 2x4x50", DT_OP_channel_bias_fwd, {2, 4, 50}, 1e-6},
@@ -779,6 +812,9 @@ const struct dt_op_case dt_op_cases[] = {
     {"batchnorm_infer 3x4x9", DT_OP_batchnorm_infer, {3, 4, 9}, 1e-6},
     {"layernorm 5x8", DT_OP_layernorm_fwd, {5, 8}, 1e-5},
     {"layernorm 3x37", DT_OP_layernorm_fwd, {3, 37}, 1e-5},
+    {"rmsnorm 5x8", DT_OP_rmsnorm_fwd, {5, 8}, 1e-5},
+    {"rmsnorm 3x37", DT_OP_rmsnorm_fwd, {3, 37}, 1e-5},
+    {"rmsnorm 2x300 (rows wider than a block)", DT_OP_rmsnorm_fwd, {2, 300}, 1e-5},
     {"embedding 13 ids, 5x8 table (repeated ids)", DT_OP_embedding_fwd, {13, 5, 8}, 0.0},
     {"embedding 6 ids, 40x37 table", DT_OP_embedding_fwd, {6, 40, 37}, 0.0},
     {"attention 2x5 heads 2x8", DT_OP_attention_fwd, {2, 5, 2, 8, 0}, 1e-5},
@@ -861,6 +897,14 @@ int dt_op_case_has_backward(const struct dt_op_case *c)
 {
     const struct runner *rn = runner_of(c);
     return rn && rn->bwd;
+}
+
+int dt_op_case_calls(const struct dt_op_case *c, enum dt_op_id op)
+{
+    const struct runner *rn = runner_of(c);
+    for (const enum dt_op_id *o = rn ? rn->needs : NULL; o && *o != DT_OP_COUNT; o++)
+        if (*o == op) return 1;
+    return 0;
 }
 
 int dt_op_case_compare(const struct dt_op_case *c, dt_backend_t *test, dt_backend_t *ref)

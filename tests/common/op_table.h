@@ -13,7 +13,7 @@
  *   linear_fwd            B, In, Out
  *   bias_fwd              B, C
  *   channel_bias_fwd      N, C, HW
- *   relu/gelu/tanh_fwd, add, accumulate   n
+ *   <unary>_fwd (each row of DT_UNARY_LIST), add, accumulate   n
  *   softmax_xent_fwd      B, C
  *   conv2d_fwd            N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w,
  *                         dil_h, dil_w, groups
@@ -21,7 +21,7 @@
  *   batchnorm_fwd         N, C, HW, ranks (ranks > 1: the statistics are summed
  *                         with ranks-1 other ranks' data, as model.sync_bn does)
  *   batchnorm_infer       N, C, HW
- *   layernorm_fwd         rows, D
+ *   layernorm_fwd, rmsnorm_fwd   rows, D
  *   embedding_fwd         N, V, D (ids drawn in [0, V))
  *   attention_fwd         B, T, H, Dh, causal (0 or 1)
  * The functions are not thread safe (they use the thread's backend calls
@@ -65,5 +65,9 @@ int dt_op_case_conventions(const struct dt_op_case *c, dt_backend_t *be);
 
 /* 1 when the case's op has a backward that dt_op_case_gradcheck checks. */
 int dt_op_case_has_backward(const struct dt_op_case *c);
+
+/* 1 when running case c calls op (its forward, backward, workspace query),
+ * 0 otherwise or when the case has no runner. */
+int dt_op_case_calls(const struct dt_op_case *c, enum dt_op_id op);
 
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """check_ops.py - the CPU backend's convolution, pooling, batch norm, layer
-norm, attention and embedding forwards against NumPy written from the
+norm, RMS norm, attention and embedding forwards against NumPy written from the
 definitions (PyTorch's conventions: cross-correlation, zero padding, groups
 splitting channels in order, max pooling ignoring padding, average pooling
 counting it, running variance unbiased; attention as
@@ -51,6 +51,7 @@ POOL = [
 ]
 BN = [[4, 3, 5], [2, 5, 21], [3, 2, 64]]
 LN = [[5, 8], [3, 37], [2, 100]]
+RMS = [[5, 8], [3, 37], [2, 300]]
 # B T H Dh causal
 ATTN = [[2, 5, 2, 8, 0], [2, 5, 2, 8, 1], [1, 1, 3, 4, 1], [1, 9, 1, 7, 1], [2, 70, 2, 6, 1],
         [1, 67, 3, 5, 0]]
@@ -148,6 +149,14 @@ def check_ln(driver, table, d, path):
     return [("y", y, (x - m[:, None]) * r[:, None] * g + b), ("mean", mean, m), ("rstd", rstd, r)]
 
 
+def check_rms(driver, table, d, path):
+    rows, dd = d
+    x, g, y, rstd = take(run(driver, table, "rms", d, path), (rows, dd), (dd,), (rows, dd),
+                         (rows,))
+    r = 1.0 / np.sqrt((x * x).mean(axis=1) + EPS)
+    return [("y", y, x * r[:, None] * g), ("rstd", rstd, r)]
+
+
 def attention(qkv, causal):
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh) each
     t, dh = q.shape[1], q.shape[3]
@@ -186,7 +195,8 @@ def main():
     for table in ("ref", "fast"):
         for name, fn, cases in (("conv", check_conv, CONV), ("pool", check_pool, POOL),
                                 ("batchnorm", check_bn, BN), ("layernorm", check_ln, LN),
-                                ("attention", check_attn, ATTN), ("embedding", check_emb, EMB)):
+                                ("attention", check_attn, ATTN), ("embedding", check_emb, EMB),
+                                ("rmsnorm", check_rms, RMS)):
             for d in cases:
                 for what, got, want in fn(a.driver, table, d, path):
                     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)

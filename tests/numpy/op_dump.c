@@ -17,6 +17,8 @@
  *     writes qkv(B,T,3,H,Dh), out(B,T,H,Dh), lse(B,H,T)
  *   op_dump ref|fast emb N V D FILE
  *     writes ids(N) (whole numbers in floats), w(V,D), out(N,D)
+ *   op_dump ref|fast rms rows D FILE
+ *     writes x, gamma, y, rstd (RMS norm, eps 1e-5)
  * Exit status 64 on bad usage, 70 when an op fails.
  */
 #include <stdio.h>
@@ -59,14 +61,15 @@ int main(int argc, char **argv)
     static const struct {
         const char *op;
         int nargs;
-    } ops[] = {{"conv", 14}, {"pool", 10}, {"bn", 3}, {"ln", 2}, {"attn", 5}, {"emb", 3}};
+    } ops[] = {{"conv", 14}, {"pool", 10}, {"bn", 3}, {"ln", 2},
+               {"attn", 5},  {"emb", 3},   {"rms", 2}};
     int which = -1;
     for (int i = 0; argc > 2 && i < (int)(sizeof ops / sizeof ops[0]); i++)
         if (strcmp(argv[2], ops[i].op) == 0)
             which = i;
     if (argc < 4 || which < 0 || argc != 4 + ops[which].nargs ||
         (strcmp(argv[1], "ref") && strcmp(argv[1], "fast"))) {
-        fprintf(stderr, "usage: op_dump ref|fast conv|pool|bn|ln|attn|emb DIMS... FILE\n");
+        fprintf(stderr, "usage: op_dump ref|fast conv|pool|bn|ln|attn|emb|rms DIMS... FILE\n");
         return 64;
     }
     int d[MAX_ARGS];
@@ -138,6 +141,13 @@ int main(int argc, char **argv)
             ids[i] = (float)(int)ids[i];
         ok(op->embedding_fwd(be, out, ids, w, N, V, D));
         put(f, ids, N), put(f, w, (size_t)V * D), put(f, out, (size_t)N * D);
+    } else if (which == 6) {
+        int rows = d[0], D = d[1];
+        size_t n = (size_t)rows * D;
+        float *x = values(n, 16, -2, 3), *g = values(D, 17, 0.5f, 1.5f);
+        float *y = values(n, 0, 0, 0), *rstd = values(rows, 0, 0, 0);
+        ok(op->rmsnorm_fwd(be, y, rstd, x, g, EPS, rows, D));
+        put(f, x, n), put(f, g, D), put(f, y, n), put(f, rstd, rows);
     } else {
         int rows = d[0], D = d[1];
         size_t n = (size_t)rows * D;

@@ -2,13 +2,15 @@
 """dtrain against PyTorch on the same models, weights and batch.
 
 For an MLP with SGD (momentum, Nesterov, weight decay) and AdamW and each
-activation, and for a convolutional network (conv2d with padding, stride,
+activation, for an MLP with RMS norm (the formula written out: torch 1.13
+has no nn.RMSNorm), for a convolutional network (conv2d with padding, stride,
 dilation and groups, batch norm, max and average pooling, a residual sum,
 layer norm, global average pooling), and for a small GPT (model.type
 gpt: token and learned position embeddings, pre-norm blocks of causal
 multi-head attention with a fused qkv projection and a GELU MLP, the head
 tied to the token embedding or not, the vocabulary padded or not,
-model.recompute none or all, GPT-2's initialisation and one ten times as
+model.recompute none or all, layer norm or RMS norm (model.norm),
+GPT-2's initialisation and one ten times as
 wide with random biases and norms), torch_step runs dtrain's model for a
 few optimizer steps on one batch; this script loads dtrain's initial
 weights into an identical torch.nn model, repeats the steps with
@@ -52,6 +54,10 @@ CASES = [
                               "eps": 1e-8}),
     ("mlp", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.1, "beta1": 0.8, "beta2": 0.99,
                               "eps": 1e-6}),
+    ("mlp", "adamw", "silu", {"lr": 0.003, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99,
+                              "eps": 1e-8}),
+    ("rms", "adamw", "silu", {"lr": 0.003, "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99,
+                              "eps": 1e-8, "norm_weight_decay": 0.01}),
     ("cnn", "sgd", "relu", {"lr": 0.05, "momentum": 0.9, "nesterov": "false",
                             "weight_decay": 0.01, "norm_weight_decay": 0.001}),
     ("cnn", "adamw", "relu", {"lr": 0.003, "weight_decay": 0.05, "beta1": 0.9, "beta2": 0.999,
@@ -70,10 +76,16 @@ GPT_CASES = [
     ("gpt-untied-padded", {"tie_embeddings": "false", "vocab_size": 80, "recompute": "none"}),
     ("gpt-recompute", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "all"}),
     ("gpt-wide", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none"}),
+    ("gpt-rmsnorm", {"tie_embeddings": "true", "vocab_size": 0, "recompute": "none",
+                     "norm": "rmsnorm"}),
 ]
+# The cases that start from weights 10 times GPT-2's, with random biases
+# and norm scales (see widen).
+WIDE = ("gpt-wide", "gpt-rmsnorm")
 # GPT-2's initial weights (std 0.02) keep every GELU input and attention
 # score near 0, where a wrong GELU or softmax scale hardly shows; gpt-wide
-# starts from weights 10 times as large and random biases and norms.
+# starts from weights 10 times as large and random biases and norms, and
+# gpt-rmsnorm (model.norm rmsnorm) likewise.
 
 
 def widen(layout, params0):
@@ -95,14 +107,14 @@ class TorchGPT(torch.nn.Module):
     h0.qkv)."""
 
     class Block(torch.nn.Module):
-        def __init__(self, c, heads):
+        def __init__(self, c, heads, norm):
             super().__init__()
             nn = torch.nn
             self.heads = heads
-            self.ln1 = nn.LayerNorm(c)
+            self.ln1 = norm(c)
             self.qkv = nn.Linear(c, 3 * c)
             self.proj = nn.Linear(c, c)
-            self.ln2 = nn.LayerNorm(c)
+            self.ln2 = norm(c)
             self.fc = nn.Linear(c, 4 * c)
             self.fc2 = nn.Linear(4 * c, c)
 
@@ -121,13 +133,14 @@ class TorchGPT(torch.nn.Module):
             x = x + self.attention(self.ln1(x))
             return x + self.fc2(torch.nn.functional.gelu(self.fc(self.ln2(x))))
 
-    def __init__(self, vocab, seq, c, layers, heads, tied):
+    def __init__(self, vocab, seq, c, layers, heads, tied, rms=False):
         super().__init__()
         nn = torch.nn
+        norm = (lambda d: TorchRMSNorm(d, 1e-5)) if rms else nn.LayerNorm
         self.wte = nn.Embedding(vocab, c)
         self.wpe = nn.Embedding(seq, c)
-        self.h = nn.ModuleList([TorchGPT.Block(c, heads) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(c)
+        self.h = nn.ModuleList([TorchGPT.Block(c, heads, norm) for _ in range(layers)])
+        self.ln_f = norm(c)
         self.head = None if tied else nn.Linear(c, vocab, bias=False)
 
     def forward(self, idx):
@@ -158,6 +171,41 @@ CNN_LAYERS = [
 ]
 
 
+# An MLP with RMS norm (eps as a layer setting) and the given activation.
+RMS_LAYERS = [
+    "{name: flat, kind: flatten}",
+    "{name: fc1, kind: linear, out: 48}",
+    "{name: rms, kind: rmsnorm, eps: 1e-3}",
+    "{name: act, kind: ACT}",
+    "{name: fc2, kind: linear, out: classes}",
+]
+
+
+class TorchRMSNorm(torch.nn.Module):
+    """y = x / sqrt(mean(x^2 over the last dimension) + eps) * weight (torch
+    1.13 has no nn.RMSNorm)."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+class TorchRMSMLP(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.act = {"relu": torch.relu, "silu": torch.nn.functional.silu}[act]
+        self.fc1 = torch.nn.Linear(SIDE * SIDE, 48)
+        self.rms = TorchRMSNorm(48, 1e-3)
+        self.fc2 = torch.nn.Linear(48, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.rms(self.fc1(x.flatten(1)))))
+
+
 class TorchCNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -185,7 +233,7 @@ class TorchMLP(torch.nn.Module):
     def __init__(self, act):
         super().__init__()
         self.act = {"relu": torch.relu, "tanh": torch.tanh,
-                    "gelu": torch.nn.functional.gelu}[act]
+                    "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[act]
         dims = [SIDE * SIDE] + HIDDEN + [CLASSES]
         for i in range(len(dims) - 1):
             setattr(self, f"fc{i + 1}", torch.nn.Linear(dims[i], dims[i + 1]))
@@ -206,6 +254,9 @@ def write_job(path, model, opt, act, hp):
                  f"  activation: {act}", "  dropout: 0", "  init: kaiming"]
     elif model == "cnn":
         lines = ["model:", "  type: layers", "  layers:"] + [f"    - {l}" for l in CNN_LAYERS]
+    elif model == "rms":
+        lines = ["model:", "  type: layers", "  layers:"]
+        lines += [f"    - {l.replace('ACT', act)}" for l in RMS_LAYERS]
     else:  # gpt: act holds the case's model keys
         lines = ["model:", "  type: gpt"] + [f"  {k}: {v}" for k, v in {**GPT_MODEL, **act}.items()]
         lines += ["data:", f"  seq_len: {GPT_SEQ}"]
@@ -257,7 +308,7 @@ def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
            str(len(x)), out, str(STEPS)]
     if kind == "gpt":
         cmd += [str(GPT_SEQ), str(GPT_VOCAB)]
-    if tag == "gpt-wide":  # the layout and initial weights first, then the steps from wider ones
+    if tag in WIDE:  # the layout and initial weights first, then the steps from wider ones
         subprocess.run(cmd[:6] + ["0"] + cmd[7:], check=True)
         layout = [e for e in read_layout(os.path.join(out, "layout.txt")) if e[2] != "buffer"]
         start = os.path.join(out, "start.bin")
@@ -272,11 +323,13 @@ def run_case(driver, work, kind, opt, act, hp, x, y, tag=None):
     if kind == "gpt":
         vocab = max(GPT_VOCAB, int(act["vocab_size"]))
         model = TorchGPT(vocab, GPT_SEQ, GPT_MODEL["n_embd"], GPT_MODEL["n_layer"],
-                         GPT_MODEL["n_head"], act["tie_embeddings"] == "true")
+                         GPT_MODEL["n_head"], act["tie_embeddings"] == "true",
+                         act.get("norm") == "rmsnorm")
         forward = lambda: model(x).view(-1, vocab)
         target = y.reshape(-1)
     else:
-        model = TorchMLP(act) if kind == "mlp" else TorchCNN()
+        model = {"mlp": lambda: TorchMLP(act), "rms": lambda: TorchRMSMLP(act),
+                 "cnn": TorchCNN}[kind]()
         forward, target = lambda: model(x), y
     model.train()
     params0 = load("params0.bin")

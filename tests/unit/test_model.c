@@ -141,6 +141,32 @@ static void test_residual_gradient(void)
     dt_model_destroy(m);
 }
 
+/* RMS norm on the model input (it has no input gradient: its dx goes to
+ * the workspace) and after a linear layer, with SiLU between. */
+static void test_rmsnorm_silu_gradient(void)
+{
+    CU_ASSERT_EQUAL_FATAL(layers_job("    - {name: n0, kind: rmsnorm}\n"
+                                     "    - {name: a, kind: linear, out: 6}\n"
+                                     "    - {name: n1, kind: rmsnorm, eps: 1e-3}\n"
+                                     "    - {name: s, kind: silu}\n"
+                                     "    - {name: f, kind: flatten}\n"
+                                     "    - {name: out, kind: linear, out: classes}\n",
+                                     NULL),
+                          DT_OK);
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(4, &m), DT_OK);
+    /* n0: 6 (no bias), a: 6x6+6, n1: 6, out: 36x5+5 */
+    CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(6 + 42 + 6 + 185));
+    float x[4 * IN_H * IN_W];
+    int32_t y[4];
+    random_batch(x, y, 4, 13);
+    double worst = worst_fd(m, x, y, 4, 1, 1e-2);
+    CU_ASSERT(worst < 2e-2);
+    if (worst >= 2e-2)
+        fprintf(stderr, "rmsnorm/silu model gradient: worst relative error %g\n", worst);
+    dt_model_destroy(m);
+}
+
 static const char *const CNN =
     "    - {name: blk.conv, kind: conv2d, out: 4, kernel: 3, padding: 1}\n"
     "    - {name: blk.bn, kind: batchnorm}\n"
@@ -518,6 +544,33 @@ static void test_gpt(void)
     CU_ASSERT_EQUAL(gpt_model("  n_head: 3\n", GPT_ROWS, &m), DT_ERR_USAGE);
 }
 
+/* model.norm rmsnorm: ln1, ln2 and ln_f keep their names and lose their
+ * bias; the whole GPT's gradient against finite differences. */
+static void test_gpt_rmsnorm(void)
+{
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(gpt_model("  norm: rmsnorm\n", GPT_ROWS, &m), DT_OK);
+    /* as test_gpt, each of the 5 norms with 8 floats fewer (no bias) */
+    const size_t block = 8 + 216 + 72 + 8 + 288 + 264;
+    CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(88 + 48 + 2 * block + 8));
+    CU_ASSERT_EQUAL(dt_model_param_count(m), 2 + 2 * 10 + 1);
+    int norms = 0;
+    for (int i = 0; i < dt_model_param_count(m); i++) {
+        const char *name = dt_model_param(m, i)->name;
+        norms += strstr(name, "ln") != NULL;
+        CU_ASSERT(!(strstr(name, "ln") && strstr(name, "bias")));
+    }
+    CU_ASSERT_EQUAL(norms, 5);
+    float x[GPT_ROWS * GPT_T];
+    int32_t y[GPT_ROWS * GPT_T];
+    gpt_batch(x, y);
+    double worst = worst_fd(m, x, y, GPT_ROWS, 1, 1e-3);
+    CU_ASSERT(worst < 2e-2);
+    if (worst >= 2e-2) fprintf(stderr, "gpt rmsnorm gradient: worst relative error %g\n", worst);
+    dt_model_destroy(m);
+    CU_ASSERT_EQUAL(gpt_model("  norm: batchnorm\n", GPT_ROWS, &m), DT_ERR_USAGE);
+}
+
 /* ---- the flat buffers' layout -------------------------------------------- */
 
 /* Whether tensors [0, count) start on DT_MODEL_ALIGN_BYTES, lie inside
@@ -792,6 +845,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("model", NULL, NULL);
     CU_ADD(s, test_residual_gradient);
+    CU_ADD(s, test_rmsnorm_silu_gradient);
     CU_ADD(s, test_recompute);
     CU_ADD(s, test_cnn_gradient);
     CU_ADD(s, test_groups);
@@ -803,6 +857,7 @@ int main(void)
     CU_ADD(s, test_reference_page);
     CU_ADD(s, test_tensor_core);
     CU_ADD(s, test_gpt);
+    CU_ADD(s, test_gpt_rmsnorm);
     CU_ADD(s, test_tie_errors);
     CU_ADD(s, test_aligned_layout);
     int rc = cu_run_all();

@@ -1,6 +1,9 @@
 /*
- * activation.c - element-wise activations (relu, gelu, tanh) and dropout,
- * on inputs of any shape. No settings except dropout's p.
+ * activation.c - the element-wise activations, one layer kind per row of
+ * DT_UNARY_LIST (kernels/ops.h: relu, gelu, tanh, ...), and dropout, on
+ * inputs of any shape. The activations have no settings; dropout has p.
+ * The kinds come from the op list, so a new activation op is a new layer
+ * kind (and a value of model.activation) with nothing written here.
  */
 #include <stdio.h>
 
@@ -19,15 +22,20 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
     return (size_t)(x->rows * dt_shape_numel(&l->in));
 }
 
-/* relu and gelu take the input in backward, tanh its output. */
-#define ACTIVATION(NAME, SAVED, DOC)                                                               \
+/* What a row's backward takes: the layer's input (x) or its output (y). */
+#define SAVED_x in
+#define SAVED_y out
+#define SAVED_OF(s) SAVED_##s
+
+#define ACTIVATION(a, NAME, s, forward, gradient, cpu, DOC)                                        \
     static dt_status NAME##_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
     {                                                                                              \
         return x->ops->NAME##_fwd(x->be, x->out, x->in, n_of(l, x));                               \
     }                                                                                              \
     static dt_status NAME##_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
     {                                                                                              \
-        return x->din ? x->ops->NAME##_bwd(x->be, x->din, x->dout, x->SAVED, n_of(l, x)) : DT_OK;  \
+        return x->din ? x->ops->NAME##_bwd(x->be, x->din, x->dout, x->SAVED_OF(s), n_of(l, x))     \
+                      : DT_OK;                                                                     \
     }                                                                                              \
     const struct dt_layer_kind dt_layer_##NAME = {                                                 \
         .name = #NAME,                                                                             \
@@ -39,9 +47,7 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
         .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_COUNT},                              \
     };
 
-ACTIVATION(relu, in, "max(x, 0)")
-ACTIVATION(gelu, in, "exact GELU, x * Phi(x)")
-ACTIVATION(tanh, out, "hyperbolic tangent")
+DT_UNARY_LIST(ACTIVATION, _)
 
 /* ---- dropout ------------------------------------------------------------- */
 

@@ -11,6 +11,10 @@
  *
  * layernorm: over the last dimension, as torch.nn.LayerNorm(last dim).
  *
+ * rmsnorm: over the last dimension by the root mean square, without
+ * taking out the mean and without a shift (as T5 and LLaMA normalise):
+ * y = x / sqrt(mean(x^2) + eps) * weight.
+ *
  * Scales start at one, shifts at zero; both are in the norm weight-decay
  * group (train.optimizer.norm_weight_decay, 0 by default).
  */
@@ -234,4 +238,60 @@ const struct dt_layer_kind dt_layer_layernorm = {
     .bwd = ln_bwd,
     .workspace = ln_workspace,
     .ops = {DT_OP_layernorm_fwd, DT_OP_layernorm_bwd, DT_OP_COUNT},
+};
+
+/* ---- RMS norm ------------------------------------------------------------ */
+
+/* The same settings and shapes as layer norm (struct ln_cfg), one scale
+ * and no shift, one rstd kept per normalised row. */
+static dt_status rms_build(struct dt_layer *l, const struct dt_layer_spec *spec,
+                           const struct dt_job *job, int64_t num_classes)
+{
+    static const char *const known[] = {"eps", NULL};
+    struct ln_cfg *c = (struct ln_cfg *)l->cfg;
+    dt_status st;
+    DT_CHECK(dt_layer_known(l, spec, known));
+    DT_CHECK(dt_layer_float(l, spec, "eps", 1e-5, 0, 1, 0, &c->eps));
+    if (c->eps <= 0 || l->in.ndim < 1) {
+        st = dt_set_error(DT_ERR_USAGE,
+                          "%s: rmsnorm needs eps above 0 and an input with a last dimension",
+                          l->where);
+        goto out;
+    }
+    c->D = l->in.dim[l->in.ndim - 1];
+    c->per_sample = dt_shape_numel(&l->in) / c->D;
+    l->out = l->in;
+    dt_layer_param(l, "weight", dt_shape_make(1, c->D, 0, 0, 0), DT_INIT_ONES, DT_GROUP_NORM, 0, 0);
+    l->saved_per_row = c->per_sample; /* 1/rms of each normalised row */
+out:
+    return st;
+}
+
+static dt_status rms_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
+    int rows = (int)(x->rows * c->per_sample);
+    return x->ops->rmsnorm_fwd(x->be, x->out, x->saved, x->in, x->p[0], (float)c->eps, rows,
+                               (int)c->D);
+}
+
+static dt_status rms_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
+    int rows = (int)(x->rows * c->per_sample);
+    float *dx = x->din ? x->din : (float *)x->ws;
+    return x->ops->rmsnorm_bwd(x->be, dx, x->g[0], x->dout, x->in, x->saved, x->p[0], rows,
+                               (int)c->D);
+}
+
+const struct dt_layer_kind dt_layer_rmsnorm = {
+    .name = "rmsnorm",
+    .doc = "RMS normalisation over the last dimension: x / sqrt(mean(x^2) + eps) * weight, no "
+           "shift",
+    .settings = "eps: 1e-5",
+    .build = rms_build,
+    .fwd = rms_fwd,
+    .bwd = rms_bwd,
+    .workspace = ln_workspace,
+    .ops = {DT_OP_rmsnorm_fwd, DT_OP_rmsnorm_bwd, DT_OP_COUNT},
 };

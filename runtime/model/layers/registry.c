@@ -1,6 +1,7 @@
 /*
  * registry.c - the list of layer kinds, and the setting readers every kind
- * uses, so each setting is checked and reported the same way.
+ * uses, so each setting is checked and reported the same way. The kinds
+ * are one X-macro list (LAYER_KINDS), so a new kind is one line here.
  */
 #include "layer.h"
 
@@ -11,19 +12,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const struct dt_layer_kind dt_layer_linear, dt_layer_conv2d, dt_layer_maxpool2d,
-    dt_layer_avgpool2d, dt_layer_global_avgpool, dt_layer_batchnorm, dt_layer_layernorm,
-    dt_layer_relu, dt_layer_gelu, dt_layer_tanh, dt_layer_dropout, dt_layer_flatten, dt_layer_add,
-    dt_layer_softmax_xent, dt_layer_embedding, dt_layer_pos_embedding, dt_layer_attention;
+/* The layer kinds, in the order the layer reference lists them: one line
+ * per kind, X(name) for the struct dt_layer_kind dt_layer_<name> its file
+ * defines. The activations are the rows of DT_UNARY_LIST (activation.c). */
+#define UNARY_KIND(X, name, s, forward, gradient, cpu, doc) X(name)
+#define LAYER_KINDS(X)                                                                             \
+    X(linear)                                                                                      \
+    X(conv2d)                                                                                      \
+    X(maxpool2d)                                                                                   \
+    X(avgpool2d)                                                                                   \
+    X(global_avgpool)                                                                              \
+    X(batchnorm)                                                                                   \
+    X(layernorm)                                                                                   \
+    X(rmsnorm)                                                                                     \
+    DT_UNARY_LIST(UNARY_KIND, X)                                                                   \
+    X(dropout)                                                                                     \
+    X(flatten)                                                                                     \
+    X(add)                                                                                         \
+    X(softmax_xent)                                                                                \
+    X(embedding)                                                                                   \
+    X(pos_embedding)                                                                               \
+    X(attention)
 
-static const struct dt_layer_kind *const kinds[] = {
-    &dt_layer_linear,    &dt_layer_conv2d,         &dt_layer_maxpool2d,
-    &dt_layer_avgpool2d, &dt_layer_global_avgpool, &dt_layer_batchnorm,
-    &dt_layer_layernorm, &dt_layer_relu,           &dt_layer_gelu,
-    &dt_layer_tanh,      &dt_layer_dropout,        &dt_layer_flatten,
-    &dt_layer_add,       &dt_layer_softmax_xent,   &dt_layer_embedding,
-    &dt_layer_pos_embedding, &dt_layer_attention,
-};
+#define KIND_DECL(name) extern const struct dt_layer_kind dt_layer_##name;
+LAYER_KINDS(KIND_DECL)
+#undef KIND_DECL
+
+#define KIND_REF(name) &dt_layer_##name,
+static const struct dt_layer_kind *const kinds[] = {LAYER_KINDS(KIND_REF)};
+#undef KIND_REF
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 const struct dt_layer_kind *dt_layer_kind_find(const char *name)
