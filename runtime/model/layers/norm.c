@@ -179,24 +179,35 @@ struct ln_cfg {
     double eps;
 };
 
-static dt_status ln_build(struct dt_layer *l, const struct dt_layer_spec *spec,
-                          const struct dt_job *job, int64_t num_classes)
+/* What layer and RMS norm share: eps, the normalised width (the last
+ * dimension) and the rows of it per sample; the output has the input's
+ * shape. */
+static dt_status last_dim_norm(struct dt_layer *l, const struct dt_layer_spec *spec,
+                               const char *kind, struct ln_cfg *c)
 {
     static const char *const known[] = {"eps", NULL};
-    struct ln_cfg *c = (struct ln_cfg *)l->cfg;
     dt_status st;
     DT_CHECK(dt_layer_known(l, spec, known));
     DT_CHECK(dt_layer_float(l, spec, "eps", 1e-5, 0, 1, 0, &c->eps));
     if (c->eps <= 0 || l->in.ndim < 1) {
         st = dt_set_error(DT_ERR_USAGE,
-                          "%s: layernorm needs eps above 0 and an input with a "
-                          "last dimension",
-                          l->where);
+                          "%s: %s needs eps above 0 and an input with a last dimension", l->where,
+                          kind);
         goto out;
     }
     c->D = l->in.dim[l->in.ndim - 1];
     c->per_sample = dt_shape_numel(&l->in) / c->D;
     l->out = l->in;
+out:
+    return st;
+}
+
+static dt_status ln_build(struct dt_layer *l, const struct dt_layer_spec *spec,
+                          const struct dt_job *job, int64_t num_classes)
+{
+    struct ln_cfg *c = (struct ln_cfg *)l->cfg;
+    dt_status st;
+    DT_CHECK(last_dim_norm(l, spec, "layernorm", c));
     struct dt_shape d = dt_shape_make(1, c->D, 0, 0, 0);
     dt_layer_param(l, "weight", d, DT_INIT_ONES, DT_GROUP_NORM, 0, 0);
     dt_layer_param(l, "bias", d, DT_INIT_ZEROS, DT_GROUP_NORM, 0, 0);
@@ -247,20 +258,9 @@ const struct dt_layer_kind dt_layer_layernorm = {
 static dt_status rms_build(struct dt_layer *l, const struct dt_layer_spec *spec,
                            const struct dt_job *job, int64_t num_classes)
 {
-    static const char *const known[] = {"eps", NULL};
     struct ln_cfg *c = (struct ln_cfg *)l->cfg;
     dt_status st;
-    DT_CHECK(dt_layer_known(l, spec, known));
-    DT_CHECK(dt_layer_float(l, spec, "eps", 1e-5, 0, 1, 0, &c->eps));
-    if (c->eps <= 0 || l->in.ndim < 1) {
-        st = dt_set_error(DT_ERR_USAGE,
-                          "%s: rmsnorm needs eps above 0 and an input with a last dimension",
-                          l->where);
-        goto out;
-    }
-    c->D = l->in.dim[l->in.ndim - 1];
-    c->per_sample = dt_shape_numel(&l->in) / c->D;
-    l->out = l->in;
+    DT_CHECK(last_dim_norm(l, spec, "rmsnorm", c));
     dt_layer_param(l, "weight", dt_shape_make(1, c->D, 0, 0, 0), DT_INIT_ONES, DT_GROUP_NORM, 0, 0);
     l->saved_per_row = c->per_sample; /* 1/rms of each normalised row */
 out:
