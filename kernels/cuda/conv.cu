@@ -22,7 +22,14 @@
  *
  * conv2d_workspace reports the largest workspace the three algorithms of a
  * shape need, so the model can carve it from its activation memory; the
- * ops use the `ws` they are given and never allocate during a step.
+ * ops use the `ws` they are given and never allocate during a step. The
+ * model sizes that workspace for its largest micro-batch, but a plan is
+ * keyed by the whole shape, so a smaller batch (the short last piece of an
+ * evaluation) is a shape of its own whose best algorithm may want more:
+ * a plan made inside an op therefore chooses within the workspace that op
+ * was given, and a remembered plan that needs more than it is made again
+ * within it. The choice stays a pure function of shape, device and that
+ * workspace, which every rank reserves alike.
  *
  * Math: TF32 tensor cores only when the backend's allow_tf32 is set; else
  * the descriptors ask for CUDNN_FMA_MATH, full fp32. In this version the
@@ -224,9 +231,10 @@ static int transform_algo(enum conv_dir d, int algo)
     }
 }
 
-/* Picks the algorithm of direction d (see the top of the file). */
+/* Picks the algorithm of direction d (see the top of the file), needing
+ * at most `budget` bytes of workspace. */
 static dt_status choose(struct cuda_backend *cb, cudnnHandle_t h, const char *op,
-                        struct conv_plan *p, enum conv_dir d)
+                        struct conv_plan *p, enum conv_dir d, size_t budget)
 {
     struct candidate c[MAX_CANDIDATES];
     int count = 0;
@@ -242,6 +250,8 @@ static dt_status choose(struct cuda_backend *cb, cudnnHandle_t h, const char *op
     size_t limit = cb->total_mem / WS_MEM_SHARE;
     if (limit > WS_LIMIT)
         limit = WS_LIMIT;
+    if (limit > budget)
+        limit = budget;
     /* pass 0: deterministic direct algorithms; 1: deterministic ones with
      * transforms too; 2: any that works */
     for (int pass = 0; pass < 3; pass++) {
@@ -276,10 +286,22 @@ static dt_status choose(struct cuda_backend *cb, cudnnHandle_t h, const char *op
                         op, dir_name[d], limit, SHAPE_ARGS(&p->shape), count);
 }
 
-/* The plan of shape s: found in the table, or made (descriptors and the
- * three algorithms) in a free slot or the oldest one. */
+/* The most workspace a plan's three algorithms need. */
+static size_t plan_workspace(const struct conv_plan *p)
+{
+    size_t most = 0;
+    for (int d = 0; d < NDIR; d++)
+        most = p->ws[d] > most ? p->ws[d] : most;
+    return most;
+}
+
+/* The plan of shape s whose algorithms need at most `budget` bytes of
+ * workspace (SIZE_MAX: the device's own limit): found in the table, or
+ * made (descriptors and the three algorithms) in a free slot or the oldest
+ * one; a remembered plan of the shape that needs more is made again in its
+ * slot. */
 static dt_status plan_for(struct cuda_backend *cb, const char *op, const struct dt_conv2d_shape *s,
-                          cudnnHandle_t *h, struct conv_plan **out)
+                          size_t budget, cudnnHandle_t *h, struct conv_plan **out)
 {
     dt_status st = check_shape(op, s);
     if (st != DT_OK)
@@ -296,13 +318,16 @@ static dt_status plan_for(struct cuda_backend *cb, const char *op, const struct 
                                 op);
     }
     struct dt_cuda_conv_plans *t = cb->conv_plans;
-    for (int i = 0; i < CONV_PLANS; i++) {
+    int slot = -1;
+    for (int i = 0; i < CONV_PLANS && slot < 0; i++) {
         if (t->plan[i].used && !memcmp(&t->plan[i].shape, s, sizeof *s)) {
-            *out = &t->plan[i];
-            return DT_OK;
+            if (plan_workspace(&t->plan[i]) <= budget) {
+                *out = &t->plan[i];
+                return DT_OK;
+            }
+            slot = i;
         }
     }
-    int slot = -1;
     for (int i = 0; i < CONV_PLANS && slot < 0; i++)
         if (!t->plan[i].used)
             slot = i;
@@ -315,7 +340,7 @@ static dt_status plan_for(struct cuda_backend *cb, const char *op, const struct 
     p->shape = *s;
     st = describe(cb, op, p, s);
     for (int d = 0; d < NDIR && st == DT_OK; d++)
-        st = choose(cb, *h, op, p, d == 0 ? FWD : d == 1 ? BWD_DATA : BWD_FILTER);
+        st = choose(cb, *h, op, p, d == 0 ? FWD : d == 1 ? BWD_DATA : BWD_FILTER, budget);
     if (st != DT_OK) {
         plan_clear(p);
         return st;
@@ -336,7 +361,7 @@ static dt_status prepare(struct cuda_backend *cb, const char *op, const struct d
                          struct conv_plan **out)
 {
     struct conv_plan *p = NULL;
-    dt_status st = plan_for(cb, op, s, h, &p);
+    dt_status st = plan_for(cb, op, s, ws ? ws_bytes : 0, h, &p);
     if (st != DT_OK)
         return st;
     if (ws_bytes < p->ws[d] || (p->ws[d] > 0 && !ws))
@@ -359,13 +384,10 @@ dt_status dt_cuda_conv2d_workspace(dt_backend_t *be, const struct dt_conv2d_shap
     struct cuda_backend *cb = dt_cuda_of(be);
     struct conv_plan *p = NULL;
     cudnnHandle_t h = NULL;
-    dt_status st = plan_for(cb, "conv2d_workspace", s, &h, &p);
+    dt_status st = plan_for(cb, "conv2d_workspace", s, SIZE_MAX, &h, &p);
     if (st != DT_OK)
         return st;
-    size_t most = 0;
-    for (int d = 0; d < NDIR; d++)
-        most = p->ws[d] > most ? p->ws[d] : most;
-    *bytes = most;
+    *bytes = plan_workspace(p);
     return DT_OK;
 }
 
