@@ -223,14 +223,14 @@ void dt_cuda_note_usage(struct cuda_backend *cb)
         cb->peak_used = total_b - free_b;
 }
 
+/* Device memory grows only where the backend allocates (dt_cuda_note_usage
+ * there) and is read whole by cuda_mem_info, so a wait for the stream does
+ * not also ask the driver for its memory figures. */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op)
 {
-    dt_status st = dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
-                                  "waiting for the stream; the fault may be in any op queued "
-                                  "before it, CUDA_LAUNCH_BLOCKING=1 names it");
-    if (st == DT_OK)
-        dt_cuda_note_usage(cb);
-    return st;
+    return dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
+                          "waiting for the stream; the fault may be in any op queued "
+                          "before it, CUDA_LAUNCH_BLOCKING=1 names it");
 }
 
 dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out)
