@@ -10,7 +10,8 @@
  * and none is left waiting in a set-up collective.
  *
  * Streams: every collective runs on the communicator's own non-blocking
- * stream. With a bound (compute) stream it starts after the work queued
+ * stream, created with the device's highest priority so that the blocks of
+ * an all-reduce are scheduled before backward's queued ones. With a bound (compute) stream it starts after the work queued
  * there (an event recorded on it, waited for by the comm stream), and when
  * it completes the bound stream waits for its done event, so later compute
  * sees the result while backward work queued meanwhile overlaps it.
@@ -684,8 +685,13 @@ static dt_status prepare_device(struct nccl_comm *n)
     const char *what = "the NCCL communicator";
     err = cudaGetDevice(&n->device);
     if (err != cudaSuccess) return cuda_fail(n, err, "cudaGetDevice", what);
-    err = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
-    if (err != cudaSuccess) return cuda_fail(n, err, "cudaStreamCreateWithFlags", what);
+    /* the highest priority the device has (the numerically least), so a
+     * bucket's all-reduce is scheduled ahead of backward's queued blocks */
+    int least = 0, greatest = 0;
+    err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (err != cudaSuccess) return cuda_fail(n, err, "cudaDeviceGetStreamPriorityRange", what);
+    err = cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, greatest);
+    if (err != cudaSuccess) return cuda_fail(n, err, "cudaStreamCreateWithPriority", what);
     err = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
     if (err != cudaSuccess) return cuda_fail(n, err, "cudaEventCreateWithFlags", what);
     return DT_OK;
