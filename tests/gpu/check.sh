@@ -48,6 +48,14 @@
 #              python's nvidia.* packages (pip's nvidia-nccl-cu13 and the
 #              like: nvidia/*/lib), torch/lib. Where one of those holds it,
 #              its folder is added to LD_LIBRARY_PATH and the check goes on;
+#   versions   (not a stop) a cuDNN or NCCL found at run time older than
+#              the one dtrain was built against (`dtrain version`'s "cudnn:"
+#              and "nccl:" lines, "RUN (built against BUILT)") is a warning
+#              that names both: within a major version (one soname) an
+#              older library keeps the interface, a function it lacks fails
+#              when called, and the GPU suites that follow show whether this
+#              pair works. A different major version is a stop: its
+#              interface is not the one dtrain was compiled for;
 #   space      no folder has room for the scratch files: the mktemp folder,
 #              else $TMPDIR, /tmp, /var/tmp, the repository, $HOME (the first
 #              with room is taken, and TMPDIR with it). Where /dev/shm is
@@ -450,6 +458,46 @@ for m in ("torch", "h5py"):
   PF_NOTES+=("$BENCH_SKIP for $PY")
 }
 
+# pf_versions: cuDNN's and NCCL's versions at run time against those dtrain
+# was built against, from `dtrain version`'s "cudnn:" and "nccl:" lines
+# ("RUN" alone when the two are the same, "RUN (built against BUILT)" or
+# "RUN (built with BUILT)" when not). An older run-time library is a
+# warning naming both; it does not stop the check (see the top of the file).
+pf_versions() {
+  local out lib line run built compared="" older=""
+  out=$(timeout 60 "$DTRAIN" version 2>/dev/null) || out=""
+  for lib in cudnn:cuDNN nccl:NCCL; do
+    line=$(sed -n "s/^${lib%%:*}: *//p" <<<"$out" | head -1)
+    run=$(grep -oE '^[0-9]+\.[0-9]+\.[0-9]+' <<<"$line" || true)
+    [ -n "$run" ] || continue
+    built=$(grep -oE 'built (against|with) [0-9]+\.[0-9]+\.[0-9]+' <<<"$line" | grep -oE '[0-9.]+$' || true)
+    built=${built:-$run}
+    compared="$compared${compared:+, }${lib#*:} $run"
+    if [ "$run" = "$built" ]; then
+      continue
+    elif [ "${run%%.*}" != "${built%%.*}" ]; then
+      pf_stop "${lib#*:} at run time is $run, of another major version than the $built dtrain was built" \
+        "against; put ${lib#*:} ${built%%.*}.x on the library path (LD_LIBRARY_PATH), or rebuild dtrain here"
+      return 1
+    elif [ "$(printf '%s\n' "$run" "$built" | sort -V | head -1)" = "$run" ]; then
+      pf_say "versions: WARNING: ${lib#*:} at run time is $run, older than the $built dtrain was built" \
+        "against; a GPU stage that fails may fail for that: put ${lib#*:} $built or newer on the library" \
+        "path (LD_LIBRARY_PATH)"
+      PF_NOTES+=("WARNING: ${lib#*:} $run older than the $built built against")
+      older="$older${older:+ and }${lib#*:}"
+    else
+      compared="$compared (built against $built)"
+    fi
+  done
+  if [ -z "$compared" ]; then
+    pf_say "versions: not compared (dtrain version names no cuDNN or NCCL: a build without them)"
+  elif [ -n "$older" ]; then
+    pf_say "versions: $compared; $older older than dtrain was built against (the warning above)"
+  else
+    pf_say "versions: $compared; none older than dtrain was built against"
+  fi
+}
+
 # pf_space: room for the scratch folder, and for what goes to /dev/shm.
 pf_space() {
   local bench=0 shm_free=0 shm_plan=ok need=$SCRATCH_MB
@@ -526,7 +574,7 @@ pf_space() {
 # preflight: the checks above, in order; the first failure ends the check.
 # PyTorch and h5py matter to the bench part alone.
 preflight() {
-  pf_glibc && pf_libraries && { [ "$PART" != bench ] || pf_python; } && pf_space
+  pf_glibc && pf_libraries && pf_versions && { [ "$PART" != bench ] || pf_python; } && pf_space
 }
 
 info() {
@@ -583,7 +631,7 @@ main() {
 
   if wanted info; then
     t0=$(date +%s)
-    if info; then record info PASS $(($(date +%s) - t0)) "$("$DTRAIN" version | tail -1)"; else
+    if info; then record info PASS $(($(date +%s) - t0)) "$("$DTRAIN" version | grep '^gpu:' | head -1)"; else
       record info FAIL $(($(date +%s) - t0)) "dtrain does not start or lacks libraries"
     fi
   fi

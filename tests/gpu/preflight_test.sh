@@ -14,6 +14,8 @@
 #     libnccl_dtfake.so.2 (a name no machine has, so the real NCCL of the
 #     machine cannot answer for it), put nowhere, in a pip-style nvidia.nccl
 #     namespace package, in a torch/lib, or in a CUDA toolkit folder;
+#   - a stand-in dtrain (a script) whose `dtrain version` names the cuDNN
+#     and NCCL of FAKE_CUDNN and FAKE_NCCL;
 #   - a bundle (.gpu-bundle with env, MANIFEST and the real dtrain) beside a
 #     copy of check.sh;
 #   - a sitecustomize.py that hides torch or h5py from the python, and empty
@@ -110,6 +112,19 @@ EOF
 printf '%s\n' "dtrain GPU bundle" "made:    by tests/gpu/preflight_test.sh" \
   "glibc:   needs $HOST_GLIBC or newer" "" "./bin/dtrain" >"$W/brepo/.gpu-bundle/MANIFEST"
 (cd "$W/brepo" && sha256sum tests/gpu/check.sh >.gpu-bundle/SOURCES.sha256)
+
+# a dtrain whose version lines are FAKE_CUDNN and FAKE_NCCL (none when unset)
+mkdir -p "$W/vbuild"
+cat >"$W/vbuild/dtrain" <<'EOF'
+#!/bin/sh
+[ "$1" = version ] || exit 0
+echo "dtrain 0.1.0 (backends: cpu cuda; stand-in)"
+echo "gpu: none; stand-in"
+[ -n "${FAKE_CUDNN:-}" ] && echo "cudnn: $FAKE_CUDNN"
+[ -n "${FAKE_NCCL:-}" ] && echo "nccl: $FAKE_NCCL"
+exit 0
+EOF
+chmod +x "$W/vbuild/dtrain"
 
 touch "$W/data.h5" # setup asks only that the dataset exists
 
@@ -218,6 +233,30 @@ PART="correctness --compile"
 run_case compile_correctness "$CHECK" expect_refused DTRAIN_BUILD_DIR="$BUILD" -- \
   "--compile belongs to the bench part"
 PART=""
+
+echo "== cuDNN and NCCL versions"
+VB=$W/vbuild
+run_case versions_same "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight \
+  FAKE_CUDNN=9.5.0 FAKE_NCCL=2.28.3 -- \
+  "^preflight: versions: cuDNN 9\.5\.0, NCCL 2\.28\.3; none older than dtrain was built against$"
+! grep -q WARNING "$W/versions_same.out" || fail "versions_same: a warning for the same versions"
+run_case versions_older "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight \
+  FAKE_CUDNN="9.1.0 (built against 9.10.0)" FAKE_NCCL="2.21.5 (built with 2.28.3)" -- \
+  "^preflight: versions: WARNING: cuDNN at run time is 9\.1\.0, older than the 9\.10\.0 dtrain was built against" \
+  "^preflight: versions: WARNING: NCCL at run time is 2\.21\.5, older than the 2\.28\.3 dtrain was built against"
+grep -q '^preflight: versions: cuDNN 9.1.0, NCCL 2.21.5; cuDNN and NCCL older than dtrain was built against' \
+  "$W/versions_older.out" || fail "versions_older: the summing-up line: $(grep '^preflight: versions: [^W]' "$W/versions_older.out")"
+row versions_older 'preflight +PASS' | grep -q 'cuDNN 9.1.0 older than the 9.10.0 built against.*NCCL 2.21.5 older' ||
+  fail "versions_older: the preflight row does not carry the warnings: $(row versions_older preflight)"
+# newer at run time, compared as versions (9.10 after 9.9), not as text
+run_case versions_newer "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight \
+  FAKE_CUDNN="9.10.0 (built against 9.9.1)" FAKE_NCCL="2.28.3 (built with 2.21.5)" -- \
+  "^preflight: versions: cuDNN 9\.10\.0 \(built against 9\.9\.1\), NCCL 2\.28\.3 \(built against 2\.21\.5\); none older"
+! grep -q WARNING "$W/versions_newer.out" || fail "versions_newer: $(grep WARNING "$W/versions_newer.out")"
+run_case versions_major "$CHECK" expect_stop DTRAIN_BUILD_DIR="$VB" FAKE_CUDNN="8.9.7 (built against 9.5.0)" -- \
+  "cuDNN at run time is 8\.9\.7, of another major version than the 9\.5\.0 dtrain was built against"
+run_case versions_none "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight -- \
+  "^preflight: versions: not compared"
 
 echo "== NCCL"
 run_case nccl_nowhere "$CHECK" expect_stop DTRAIN_BUILD_DIR="$FB" -- \
