@@ -599,7 +599,11 @@ info() {
 }
 
 main() {
-  echo "dtrain GPU check, part $PART, $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, logs in $LOG"
+  local what=$PART
+  if [ "$PART" = bench ]; then
+    if [ "$COMPILE" = 1 ]; then what="$PART (torch.compile too)"; else what="$PART (no torch.compile)"; fi
+  fi
+  echo "dtrain GPU check, part $what, $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, logs in $LOG"
   if command -v nvidia-smi >/dev/null && timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     GPU_SEEN=1
   fi

@@ -211,9 +211,16 @@ grep -q 'bash tests/gpu/check.sh bench' "$W/default_part/summary.txt" ||
   fail "default_part: summary.txt does not say how to run the bench part"
 PART=bench
 run_case bench_part "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench" \
-  DTRAIN_CHECK_BUDGET_S= -- '^dtrain GPU check, part bench, .*budget 300s'
+  DTRAIN_CHECK_BUDGET_S= -- '^dtrain GPU check, part bench \(no torch.compile\), .*budget 300s'
 [ "$(rows bench_part)" = "setup PASS,preflight PASS,bench SKIP" ] || fail "bench_part: stage table '$(rows bench_part)'"
 ! grep -q 'check.sh bench' "$W/bench_part/summary.txt" || fail "bench_part: points to itself"
+# torch.compile when asked, by option or by variable
+PART="bench --compile"
+run_case compile_option "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight -- \
+  '^dtrain GPU check, part bench \(torch.compile too\), '
+PART=bench
+run_case compile_env "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
+  DTRAIN_CHECK_COMPILE=1 -- '^dtrain GPU check, part bench \(torch.compile too\), '
 # refusals: exit 2 before anything runs (no summary.txt)
 expect_refused() { # NAME PATTERN
   [ "$RC" = 2 ] || fail "$1: exit $RC, want 2"
