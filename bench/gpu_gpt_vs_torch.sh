@@ -4,8 +4,9 @@
 # width 768, vocabulary 50257, context 1024) in bf16 (dtrain
 # train.precision=bf16 against torch.autocast(bfloat16), fp32 master
 # weights on both), AdamW, dropout 0, on BATCH sequences per step (default
-# 8). PyTorch runs bench/gpu_gpt_vs_torch.py twice: with
-# F.scaled_dot_product_attention eagerly, and with torch.compile. Printed:
+# 8). PyTorch runs bench/gpu_gpt_vs_torch.py with
+# F.scaled_dot_product_attention eagerly, and, when asked (COMPILE=1), once
+# more with torch.compile (its --compile; minutes of compiling). Printed:
 # tokens/s of each, dtrain's ratio to each, and the model-FLOPs utilisation
 # of all three against PEAK_TFLOPS (default 989, the H100/H200 SXM dense
 # bf16 datasheet figure), FLOPs per token counted the same way for all
@@ -16,7 +17,8 @@
 # dtrain on PATH), PYTHON (default python3, with torch), LAYERS, HEADS,
 # DIM, VOCAB, SEQ (the shape), TARGET_S (seconds of timed PyTorch steps,
 # default 8), STEPS1/STEPS2 (dtrain's short and long run, default 4 and
-# 14), NO_COMPILE=1 (skip the torch.compile run), TORCH_TIMEOUT_S (each
+# 14), COMPILE=1 (the torch.compile run too; NO_COMPILE=1 turns it off
+# again), TORCH_TIMEOUT_S (each
 # PyTorch run's limit, default 90 s: a torch.compile that takes longer is
 # reported as unavailable, not as a failure), DTRAIN_BENCH_TMP (where the
 # run folders go, default /dev/shm; the two runs of GPT-2 small take about
@@ -98,7 +100,7 @@ torch_side() { # NAME EXTRA-ARGS...
 pt=$(torch_side eager)
 [ -n "$pt" ] || { pt=0; echo "PyTorch (eager) failed:"; tail -5 "$work/eager.err"; }
 ptc=0
-if [ "${NO_COMPILE:-0}" != 1 ]; then
+if [ "${COMPILE:-0}" = 1 ] && [ "${NO_COMPILE:-0}" != 1 ]; then
   ptc=$(torch_side compiled --compile)
   [ -n "$ptc" ] || { ptc=0; echo "PyTorch (torch.compile) failed, is unavailable or took over ${TORCH_TIMEOUT}s:"; tail -3 "$work/compiled.err"; }
 fi

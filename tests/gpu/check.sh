@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check: the one script to run on a machine with an NVIDIA GPU. It
-# runs dtrain's GPU test suites, the GPU training test and the GPU
-# benchmark against PyTorch, each stage under its own timeout and all of it
-# within a hard time budget (DTRAIN_CHECK_BUDGET_S, default 600 s), and
-# writes what it saw to a log folder. Root or not.
-#
-#   bash tests/gpu/check.sh [LOGDIR]          (default ./gpu-check-out)
+# runs in two parts, each sized to fit well inside one command on a machine
+# that limits a command to 600 s, each with its own time budget, log folder
+# and report:
+#   bash tests/gpu/check.sh [correctness|bench] [LOGDIR]
+#   correctness  (the default) dtrain's GPU test suites and the GPU training
+#                test; budget DTRAIN_CHECK_BUDGET_S, default 300 s;
+#   bench        the GPU benchmarks against PyTorch; budget
+#                DTRAIN_CHECK_BUDGET_S, default 300 s. torch.compile is
+#                skipped unless asked: --compile after the part's name, or
+#                DTRAIN_CHECK_COMPILE=1 (bench/gpu_gpt_vs_torch.sh's COMPILE=1).
+# LOGDIR defaults to ./gpu-check-out/PART. A first argument with a "/" in it
+# is a LOGDIR (the form `check.sh LOGDIR` runs correctness). An unknown part,
+# or a budget over the machine's limit for one command
+# (DTRAIN_CHECK_COMMAND_S, default 600 s), is refused with exit 2 before
+# anything runs. Root or not.
 #
 # Where dtrain comes from, first that applies:
 #   1. DTRAIN_BUILD_DIR=DIR: a build made there (dtrain, tests/, tests/gpu/);
@@ -16,17 +25,16 @@
 #   3. build-gpu/ when it holds a dtrain;
 #   4. a CUDA build into build-gpu/ for this machine's GPU, when cmake and
 #      every dependency are installed (launch/setup.sh's packages).
-# Stages, in order: setup, preflight (below), info (nvidia-smi, dtrain
-# version, libraries),
-# doctor and doctor_mpi (`dtrain doctor` alone and under mpirun -np 1: no
-# problem found, and its GPU checks ran where nvidia-smi lists a GPU),
-# doctor_test (tests/cli/doctor_test.sh),
+# Stages, in order. Both parts: setup, preflight (below), info (nvidia-smi,
+# dtrain version, libraries). correctness: doctor and doctor_mpi (`dtrain
+# doctor` alone and under mpirun -np 1: no problem found, and its GPU checks
+# ran where nvidia-smi lists a GPU), doctor_test (tests/cli/doctor_test.sh),
 # unit (the CPU unit suites: does this build run here at all), the GPU
 # suites test_gpu_ops, test_gpu_op_table (every case of the shared op
 # table, convolution and pooling through cuDNN included, against the CPU),
 # test_gpu_attention, test_gpu_comm and test_cuda_host (each when built),
-# gpu_train (tests/gpu/gpu_train.sh), bench (bench/gpu_vs_torch.sh), bench_gpt
-# (bench/gpu_gpt_vs_torch.sh: GPT-2 small in bf16 against PyTorch).
+# gpu_train (tests/gpu/gpu_train.sh). bench: bench (bench/gpu_vs_torch.sh),
+# bench_gpt (bench/gpu_gpt_vs_torch.sh: GPT-2 small in bf16 against PyTorch).
 #
 # preflight, in the check's first seconds, looks for what would make a later
 # stage fail for the machine's sake rather than dtrain's. The first such
@@ -40,6 +48,14 @@
 #              python's nvidia.* packages (pip's nvidia-nccl-cu13 and the
 #              like: nvidia/*/lib), torch/lib. Where one of those holds it,
 #              its folder is added to LD_LIBRARY_PATH and the check goes on;
+#   versions   (not a stop) a cuDNN or NCCL found at run time older than
+#              the one dtrain was built against (`dtrain version`'s "cudnn:"
+#              and "nccl:" lines, "RUN (built against BUILT)") is a warning
+#              that names both: within a major version (one soname) an
+#              older library keeps the interface, a function it lacks fails
+#              when called, and the GPU suites that follow show whether this
+#              pair works. A different major version is a stop: its
+#              interface is not the one dtrain was compiled for;
 #   space      no folder has room for the scratch files: the mktemp folder,
 #              else $TMPDIR, /tmp, /var/tmp, the repository, $HOME (the first
 #              with room is taken, and TMPDIR with it). Where /dev/shm is
@@ -52,15 +68,48 @@
 # torch) are recorded as SKIP with "PyTorch missing" or "h5py missing".
 # Needs in MiB, measured for this check's runs (see the constants below):
 #   DTRAIN_CHECK_SCRATCH_MB (1024), DTRAIN_CHECK_SHM_MB (32),
-#   DTRAIN_CHECK_BENCH_MB (4608).
+#   DTRAIN_CHECK_BENCH_MB (4608, the bench part only).
 # DTRAIN_CHECK_STAGES="preflight bench ..." runs setup, preflight and only the
-# stages named (a partial check: exit 0 or 1, never 77).
+# stages named of the part (a partial check: exit 0 or 1, never 77).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-LOG=${1:-./gpu-check-out}
+# the parts and their default budgets, in seconds
+PARTS="correctness bench"
+CORRECTNESS_BUDGET_S=300
+BENCH_BUDGET_S=300
+COMMAND_S=${DTRAIN_CHECK_COMMAND_S:-600} # the most one command may run on the GPU machine
+refuse() { # MESSAGE: a usage error, before anything runs
+  echo "check.sh: $*" >&2
+  echo "usage: bash tests/gpu/check.sh [correctness|bench [--compile]] [LOGDIR]" >&2
+  exit 2
+}
+PART=correctness
+if [ $# -gt 0 ] && [[ $1 != */* ]]; then
+  case " $PARTS " in
+    *" $1 "*) PART=$1 ;;
+    *) refuse "unknown part '$1': the parts are ${PARTS// /, }" ;;
+  esac
+  shift
+fi
+COMPILE=${DTRAIN_CHECK_COMPILE:-0}
+if [ "${1:-}" = --compile ]; then
+  [ "$PART" = bench ] || refuse "--compile belongs to the bench part"
+  COMPILE=1
+  shift
+fi
+[ $# -le 1 ] || refuse "too many arguments: $*"
+case $PART in
+  correctness) BUDGET=${DTRAIN_CHECK_BUDGET_S:-$CORRECTNESS_BUDGET_S} ;;
+  bench) BUDGET=${DTRAIN_CHECK_BUDGET_S:-$BENCH_BUDGET_S} ;;
+esac
+[[ $BUDGET =~ ^[0-9]+$ ]] && [[ $COMMAND_S =~ ^[0-9]+$ ]] ||
+  refuse "DTRAIN_CHECK_BUDGET_S ($BUDGET) and DTRAIN_CHECK_COMMAND_S ($COMMAND_S) must be whole seconds"
+[ "$BUDGET" -le "$COMMAND_S" ] ||
+  refuse "a ${BUDGET}s budget for $PART is over the ${COMMAND_S}s one command may run" \
+    "(DTRAIN_CHECK_COMMAND_S); the machine would end the check before it wrote its report"
+LOG=${1:-./gpu-check-out/$PART}
 mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)
-BUDGET=${DTRAIN_CHECK_BUDGET_S:-600}
 RESERVE_S=10 # kept back for packing the logs
 START=$(date +%s)
 WORK=$(mktemp -d)
@@ -409,11 +458,51 @@ for m in ("torch", "h5py"):
   PF_NOTES+=("$BENCH_SKIP for $PY")
 }
 
+# pf_versions: cuDNN's and NCCL's versions at run time against those dtrain
+# was built against, from `dtrain version`'s "cudnn:" and "nccl:" lines
+# ("RUN" alone when the two are the same, "RUN (built against BUILT)" or
+# "RUN (built with BUILT)" when not). An older run-time library is a
+# warning naming both; it does not stop the check (see the top of the file).
+pf_versions() {
+  local out lib line run built compared="" older=""
+  out=$(timeout 60 "$DTRAIN" version 2>/dev/null) || out=""
+  for lib in cudnn:cuDNN nccl:NCCL; do
+    line=$(sed -n "s/^${lib%%:*}: *//p" <<<"$out" | head -1)
+    run=$(grep -oE '^[0-9]+\.[0-9]+\.[0-9]+' <<<"$line" || true)
+    [ -n "$run" ] || continue
+    built=$(grep -oE 'built (against|with) [0-9]+\.[0-9]+\.[0-9]+' <<<"$line" | grep -oE '[0-9.]+$' || true)
+    built=${built:-$run}
+    compared="$compared${compared:+, }${lib#*:} $run"
+    if [ "$run" = "$built" ]; then
+      continue
+    elif [ "${run%%.*}" != "${built%%.*}" ]; then
+      pf_stop "${lib#*:} at run time is $run, of another major version than the $built dtrain was built" \
+        "against; put ${lib#*:} ${built%%.*}.x on the library path (LD_LIBRARY_PATH), or rebuild dtrain here"
+      return 1
+    elif [ "$(printf '%s\n' "$run" "$built" | sort -V | head -1)" = "$run" ]; then
+      pf_say "versions: WARNING: ${lib#*:} at run time is $run, older than the $built dtrain was built" \
+        "against; a GPU stage that fails may fail for that: put ${lib#*:} $built or newer on the library" \
+        "path (LD_LIBRARY_PATH)"
+      PF_NOTES+=("WARNING: ${lib#*:} $run older than the $built built against")
+      older="$older${older:+ and }${lib#*:}"
+    else
+      compared="$compared (built against $built)"
+    fi
+  done
+  if [ -z "$compared" ]; then
+    pf_say "versions: not compared (dtrain version names no cuDNN or NCCL: a build without them)"
+  elif [ -n "$older" ]; then
+    pf_say "versions: $compared; $older older than dtrain was built against (the warning above)"
+  else
+    pf_say "versions: $compared; none older than dtrain was built against"
+  fi
+}
+
 # pf_space: room for the scratch folder, and for what goes to /dev/shm.
 pf_space() {
   local bench=0 shm_free=0 shm_plan=ok need=$SCRATCH_MB
-  # the benchmarks run where there is a GPU and PyTorch
-  if [ "$GPU_SEEN" = 1 ] && [ -z "$GPT_SKIP" ]; then bench=$BENCH_MB; fi
+  # the benchmarks run in the bench part, where there is a GPU and PyTorch
+  if [ "$PART" = bench ] && [ "$GPU_SEEN" = 1 ] && [ -z "$GPT_SKIP" ]; then bench=$BENCH_MB; fi
   [ -d /dev/shm ] && [ -w /dev/shm ] && shm_free=$(free_mib /dev/shm)
   if [ "$shm_free" -ge $((SHM_MB + bench)) ]; then
     pf_say "/dev/shm: $shm_free MiB free, $((SHM_MB + bench)) needed"
@@ -483,8 +572,9 @@ pf_space() {
 }
 
 # preflight: the checks above, in order; the first failure ends the check.
+# PyTorch and h5py matter to the bench part alone.
 preflight() {
-  pf_glibc && pf_libraries && pf_python && pf_space
+  pf_glibc && pf_libraries && pf_versions && { [ "$PART" != bench ] || pf_python; } && pf_space
 }
 
 info() {
@@ -509,7 +599,11 @@ info() {
 }
 
 main() {
-  echo "dtrain GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, logs in $LOG"
+  local what=$PART
+  if [ "$PART" = bench ]; then
+    if [ "$COMPILE" = 1 ]; then what="$PART (torch.compile too)"; else what="$PART (no torch.compile)"; fi
+  fi
+  echo "dtrain GPU check, part $what, $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, logs in $LOG"
   if command -v nvidia-smi >/dev/null && timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     GPU_SEEN=1
   fi
@@ -541,11 +635,20 @@ main() {
 
   if wanted info; then
     t0=$(date +%s)
-    if info; then record info PASS $(($(date +%s) - t0)) "$("$DTRAIN" version | tail -1)"; else
+    if info; then record info PASS $(($(date +%s) - t0)) "$("$DTRAIN" version | grep '^gpu:' | head -1)"; else
       record info FAIL $(($(date +%s) - t0)) "dtrain does not start or lacks libraries"
     fi
   fi
 
+  if [ "$PART" = bench ]; then
+    bench_part
+  else
+    correctness_part
+  fi
+}
+
+# correctness_part: the doctor, the unit suites, the GPU suites, gpu_train.
+correctness_part() {
   # dtrain doctor alone and as one rank under mpirun: exit 0 means no
   # problem found; where nvidia-smi lists a GPU, its GPU checks must have run
   # (and the NCCL all-reduce under mpirun).
@@ -585,7 +688,12 @@ main() {
   done
 
   stage gpu_train 240 bash "$REPO/tests/gpu/gpu_train.sh" "$DTRAIN" "$REPO" "$WORK/gpu_train"
+}
 
+# bench_part: the benchmarks against PyTorch, torch.compile only when asked.
+# Their limits share the part's budget: about two minutes each on an H200
+# without torch.compile.
+bench_part() {
   if [ "$GPU_SEEN" = 0 ]; then
     record bench SKIP 0 "no GPU${BENCH_SKIP:+; $BENCH_SKIP}"
     record bench_gpt SKIP 0 "no GPU${GPT_SKIP:+; $GPT_SKIP}"
@@ -594,14 +702,14 @@ main() {
   if [ -n "$BENCH_SKIP" ]; then
     skip bench "$BENCH_SKIP"
   else
-    stage bench 200 bash -c 'DTRAIN=$1 bash "$2" | tee "$3"; exit "${PIPESTATUS[0]}"' _ \
+    stage bench 130 bash -c 'DTRAIN=$1 bash "$2" | tee "$3"; exit "${PIPESTATUS[0]}"' _ \
       "$DTRAIN" "$REPO/bench/gpu_vs_torch.sh" "$LOG/bench.txt"
   fi
   if [ -n "$GPT_SKIP" ]; then
     skip bench_gpt "$GPT_SKIP"
   else
-    stage bench_gpt 200 bash -c 'DTRAIN=$1 bash "$2" | tee -a "$3"; exit "${PIPESTATUS[0]}"' _ \
-      "$DTRAIN" "$REPO/bench/gpu_gpt_vs_torch.sh" "$LOG/bench.txt"
+    stage bench_gpt 150 bash -c 'DTRAIN=$1 COMPILE=$4 bash "$2" | tee -a "$3"; exit "${PIPESTATUS[0]}"' _ \
+      "$DTRAIN" "$REPO/bench/gpu_gpt_vs_torch.sh" "$LOG/bench.txt" "$COMPILE"
   fi
 }
 
@@ -624,7 +732,7 @@ finish() {
   fi
   [ -n "$SKIP_NOTES" ] && verdict="$verdict; skipped: $SKIP_NOTES"
   {
-    echo "dtrain GPU check: $verdict ($(($(date +%s) - START))s of a ${BUDGET}s budget)"
+    echo "dtrain GPU check, part $PART: $verdict ($(($(date +%s) - START))s of a ${BUDGET}s budget)"
     echo "dtrain: ${DTRAIN:-none} ($(timeout 60 "${DTRAIN:-false}" version 2>/dev/null | paste -sd';' - || echo '?'))"
     if [ "$GPU_SEEN" = 1 ]; then
       echo "gpu: $(timeout 30 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo '?')"
@@ -634,6 +742,10 @@ finish() {
     echo
     printf '%s\n' "${RESULTS[@]}"
     grep '^BENCH ' "$LOG/bench.txt" 2>/dev/null || true
+    if [ "$PART" = correctness ] && [ -z "$PF_ERR" ]; then
+      echo
+      echo "the benchmarks are a part of their own: bash tests/gpu/check.sh bench [--compile] (about ${BENCH_BUDGET_S}s)"
+    fi
   } >"$LOG/summary.txt"
   echo
   cat "$LOG/summary.txt"

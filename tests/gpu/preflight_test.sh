@@ -14,6 +14,8 @@
 #     libnccl_dtfake.so.2 (a name no machine has, so the real NCCL of the
 #     machine cannot answer for it), put nowhere, in a pip-style nvidia.nccl
 #     namespace package, in a torch/lib, or in a CUDA toolkit folder;
+#   - a stand-in dtrain (a script) whose `dtrain version` names the cuDNN
+#     and NCCL of FAKE_CUDNN and FAKE_NCCL;
 #   - a bundle (.gpu-bundle with env, MANIFEST and the real dtrain) beside a
 #     copy of check.sh;
 #   - a sitecustomize.py that hides torch or h5py from the python, and empty
@@ -111,21 +113,36 @@ printf '%s\n' "dtrain GPU bundle" "made:    by tests/gpu/preflight_test.sh" \
   "glibc:   needs $HOST_GLIBC or newer" "" "./bin/dtrain" >"$W/brepo/.gpu-bundle/MANIFEST"
 (cd "$W/brepo" && sha256sum tests/gpu/check.sh >.gpu-bundle/SOURCES.sha256)
 
+# a dtrain whose version lines are FAKE_CUDNN and FAKE_NCCL (none when unset)
+mkdir -p "$W/vbuild"
+cat >"$W/vbuild/dtrain" <<'EOF'
+#!/bin/sh
+[ "$1" = version ] || exit 0
+echo "dtrain 0.1.0 (backends: cpu cuda; stand-in)"
+echo "gpu: none; stand-in"
+[ -n "${FAKE_CUDNN:-}" ] && echo "cudnn: $FAKE_CUDNN"
+[ -n "${FAKE_NCCL:-}" ] && echo "nccl: $FAKE_NCCL"
+exit 0
+EOF
+chmod +x "$W/vbuild/dtrain"
+
 touch "$W/data.h5" # setup asks only that the dataset exists
 
 # ---- running the check ------------------------------------------------------------------
-# check NAME SCRIPT [VAR=VALUE ...]: runs the check (in the folder RUN_IN,
-# default the current one), output in $W/NAME.out, logs in $W/NAME/, exit
-# status in RC.
+# check NAME SCRIPT [VAR=VALUE ...]: runs the check's part PART (none named
+# when empty) in the folder RUN_IN (default the current one), output in
+# $W/NAME.out, logs in $W/NAME/, exit status in RC.
 TOP=$PWD
 RUN_IN=$TOP
+PART=""
 check() {
   local name=$1 script=$2
   shift 2
   set +e
-  cd "$RUN_IN" && env -u CUDA_HOME -u CUDA_PATH -u TMPDIR -u PYTHON -u DTRAIN_CHECK_STAGES -u PYTHONPATH -u DTRAIN_BUNDLE \
+  # shellcheck disable=SC2086 # PART: none, one or two words
+  cd "$RUN_IN" && env -u DTRAIN_CHECK_COMMAND_S -u DTRAIN_CHECK_COMPILE -u CUDA_HOME -u CUDA_PATH -u TMPDIR -u PYTHON -u DTRAIN_CHECK_STAGES -u PYTHONPATH -u DTRAIN_BUNDLE \
     -u DTRAIN_BUILD_DIR DTRAIN_DATA="$W/data.h5" PATH="$W/shims:$PATH" DTRAIN_CHECK_BUDGET_S=120 \
-    "$@" bash "$script" "$W/$name" >"$W/$name.out" 2>&1
+    "$@" bash "$script" $PART "$W/$name" >"$W/$name.out" 2>&1
   RC=$?
   cd - >/dev/null
   set -e
@@ -147,7 +164,7 @@ expect_stop() {
     fail "$name: no 'preflight FAILED:' line matching '$pattern'"
   [ "$(rows "$name")" = "setup PASS,preflight FAIL" ] ||
     fail "$name: stage table '$(rows "$name")', want 'setup PASS,preflight FAIL' (an early stop)"
-  grep -q '^dtrain GPU check: FAILED at preflight: ' "$W/$name/summary.txt" ||
+  grep -q '^dtrain GPU check, part [a-z]*: FAILED at preflight: ' "$W/$name/summary.txt" ||
     fail "$name: summary.txt's verdict does not name the preflight"
   echo "$name: exit $RC; $(grep '^preflight FAILED: ' "$W/$name.out" | cut -c1-160)..."
 }
@@ -181,6 +198,72 @@ echo "== nothing faked"
 run_case plain "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight -- \
   '^preflight: libraries: every library of dtrain found' '^preflight: scratch: '
 [ "$(rows plain)" = "setup PASS,preflight PASS" ] || fail "plain: stage table '$(rows plain)'"
+
+echo "== parts"
+# no part named: correctness, whose stages do not include the benchmarks,
+# under its own default budget, with a pointer to the other part
+run_case default_part "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench" \
+  DTRAIN_CHECK_BUDGET_S= -- '^dtrain GPU check, part correctness, .*budget 300s'
+[ "$(rows default_part)" = "setup PASS,preflight PASS" ] || fail "default_part: stage table '$(rows default_part)'"
+grep -q '^dtrain GPU check, part correctness: PASSED .* of a 300s budget' "$W/default_part/summary.txt" ||
+  fail "default_part: verdict '$(head -1 "$W/default_part/summary.txt")'"
+grep -q 'bash tests/gpu/check.sh bench' "$W/default_part/summary.txt" ||
+  fail "default_part: summary.txt does not say how to run the bench part"
+PART=bench
+run_case bench_part "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench" \
+  DTRAIN_CHECK_BUDGET_S= -- '^dtrain GPU check, part bench \(no torch.compile\), .*budget 300s'
+[ "$(rows bench_part)" = "setup PASS,preflight PASS,bench SKIP" ] || fail "bench_part: stage table '$(rows bench_part)'"
+! grep -q 'check.sh bench' "$W/bench_part/summary.txt" || fail "bench_part: points to itself"
+# torch.compile when asked, by option or by variable
+PART="bench --compile"
+run_case compile_option "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight -- \
+  '^dtrain GPU check, part bench \(torch.compile too\), '
+PART=bench
+run_case compile_env "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
+  DTRAIN_CHECK_COMPILE=1 -- '^dtrain GPU check, part bench \(torch.compile too\), '
+# refusals: exit 2 before anything runs (no summary.txt)
+expect_refused() { # NAME PATTERN
+  [ "$RC" = 2 ] || fail "$1: exit $RC, want 2"
+  grep -qE "^check.sh: $2" "$W/$1.out" || fail "$1: no refusal matching '$2'"
+  [ ! -e "$W/$1/summary.txt" ] || fail "$1: the check ran (a summary.txt) although refused"
+  echo "$1: exit $RC; $(head -1 "$W/$1.out" | cut -c1-120)"
+}
+PART=benchmarks
+run_case part_unknown "$CHECK" expect_refused DTRAIN_BUILD_DIR="$BUILD" -- \
+  "unknown part 'benchmarks': the parts are correctness, bench"
+PART=bench
+run_case budget_over "$CHECK" expect_refused DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_BUDGET_S=601 -- \
+  "a 601s budget for bench is over the 600s one command may run"
+run_case budget_limit "$CHECK" expect_refused DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_COMMAND_S=250 \
+  DTRAIN_CHECK_BUDGET_S= -- "a 300s budget for bench is over the 250s"
+PART="correctness --compile"
+run_case compile_correctness "$CHECK" expect_refused DTRAIN_BUILD_DIR="$BUILD" -- \
+  "--compile belongs to the bench part"
+PART=""
+
+echo "== cuDNN and NCCL versions"
+VB=$W/vbuild
+run_case versions_same "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight \
+  FAKE_CUDNN=9.5.0 FAKE_NCCL=2.28.3 -- \
+  "^preflight: versions: cuDNN 9\.5\.0, NCCL 2\.28\.3; none older than dtrain was built against$"
+! grep -q WARNING "$W/versions_same.out" || fail "versions_same: a warning for the same versions"
+run_case versions_older "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight \
+  FAKE_CUDNN="9.1.0 (built against 9.10.0)" FAKE_NCCL="2.21.5 (built with 2.28.3)" -- \
+  "^preflight: versions: WARNING: cuDNN at run time is 9\.1\.0, older than the 9\.10\.0 dtrain was built against" \
+  "^preflight: versions: WARNING: NCCL at run time is 2\.21\.5, older than the 2\.28\.3 dtrain was built against"
+grep -q '^preflight: versions: cuDNN 9.1.0, NCCL 2.21.5; cuDNN and NCCL older than dtrain was built against' \
+  "$W/versions_older.out" || fail "versions_older: the summing-up line: $(grep '^preflight: versions: [^W]' "$W/versions_older.out")"
+row versions_older 'preflight +PASS' | grep -q 'cuDNN 9.1.0 older than the 9.10.0 built against.*NCCL 2.21.5 older' ||
+  fail "versions_older: the preflight row does not carry the warnings: $(row versions_older preflight)"
+# newer at run time, compared as versions (9.10 after 9.9), not as text
+run_case versions_newer "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight \
+  FAKE_CUDNN="9.10.0 (built against 9.9.1)" FAKE_NCCL="2.28.3 (built with 2.21.5)" -- \
+  "^preflight: versions: cuDNN 9\.10\.0 \(built against 9\.9\.1\), NCCL 2\.28\.3 \(built against 2\.21\.5\); none older"
+! grep -q WARNING "$W/versions_newer.out" || fail "versions_newer: $(grep WARNING "$W/versions_newer.out")"
+run_case versions_major "$CHECK" expect_stop DTRAIN_BUILD_DIR="$VB" FAKE_CUDNN="8.9.7 (built against 9.5.0)" -- \
+  "cuDNN at run time is 8\.9\.7, of another major version than the 9\.5\.0 dtrain was built against"
+run_case versions_none "$CHECK" expect_pass DTRAIN_BUILD_DIR="$VB" DTRAIN_CHECK_STAGES=preflight -- \
+  "^preflight: versions: not compared"
 
 echo "== NCCL"
 run_case nccl_nowhere "$CHECK" expect_stop DTRAIN_BUILD_DIR="$FB" -- \
@@ -222,12 +305,19 @@ run_case shm_short "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_S
   "^preflight: /dev/shm: 8 MiB free, 32 needed: Open MPI's shared memory goes to .*" \
   "OMPI_MCA_btl_vader_backing_directory.*NCCL_SHM_DISABLE=1"
 # a GPU and PyTorch: the benchmarks' run folders need /dev/shm room as well
+PART=bench
 run_case shm_bench "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
   PATH="$W/gpu-shims:$W/shims:$PATH" PYTHONPATH="$W/pkgs" FAKE_DF="/dev/shm=1000 /=100000" -- \
   "^preflight: /dev/shm: 1000 MiB free, 4640 needed with the benchmarks' run folders: those go to .*DTRAIN_BENCH_TMP" \
   "^preflight: scratch: .*, 5632 needed"
+# the correctness part keeps no benchmark run folders
+PART=""
+run_case shm_correctness "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES=preflight \
+  PATH="$W/gpu-shims:$W/shims:$PATH" PYTHONPATH="$W/pkgs" FAKE_DF="/dev/shm=1000 /=100000" -- \
+  "^preflight: /dev/shm: 1000 MiB free, 32 needed$" "^preflight: scratch: .*, 1024 needed"
 
-echo "== PyTorch and h5py"
+echo "== PyTorch and h5py (the bench part)"
+PART=bench
 # a GPU is listed, so a SKIP recorded as a GPU stage's would turn into FAIL
 run_case no_torch "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench bench_gpt" \
   PATH="$W/gpu-shims:$W/shims:$PATH" PYTHONPATH="$W/hide:$W/pkgs" FAKE_HIDE="torch h5py" -- \
@@ -238,7 +328,7 @@ row no_torch 'bench +SKIP' | grep -q 'PyTorch and h5py missing$' ||
   fail "no_torch: bench's reason: $(row no_torch bench)"
 row no_torch 'bench_gpt +SKIP' | grep -q 'PyTorch missing$' ||
   fail "no_torch: bench_gpt's reason: $(row no_torch bench_gpt)"
-grep -q '^dtrain GPU check: PASSED .*skipped: bench (PyTorch and h5py missing), bench_gpt (PyTorch missing)' \
+grep -q '^dtrain GPU check, part bench: PASSED .*skipped: bench (PyTorch and h5py missing), bench_gpt (PyTorch missing)' \
   "$W/no_torch/summary.txt" || fail "no_torch: verdict '$(head -1 "$W/no_torch/summary.txt")'"
 run_case no_h5py "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAGES="preflight bench" \
   PATH="$W/gpu-shims:$W/shims:$PATH" PYTHONPATH="$W/hide:$W/pkgs" FAKE_HIDE="h5py" -- \
@@ -260,6 +350,7 @@ run_case no_gpu "$CHECK" expect_pass DTRAIN_BUILD_DIR="$BUILD" DTRAIN_CHECK_STAG
 [ "$(rows no_gpu)" = "setup PASS,preflight PASS,bench SKIP,bench_gpt SKIP" ] ||
   fail "no_gpu: stage table '$(rows no_gpu)'"
 row no_gpu 'bench +SKIP' | grep -q 'no GPU$' || fail "no_gpu: bench's reason: $(row no_gpu bench)"
+PART=""
 
 if [ "$FAILS" = 0 ]; then echo "preflight_test: all passed"; else echo "preflight_test: $FAILS FAILED"; fi
 [ "$FAILS" = 0 ]

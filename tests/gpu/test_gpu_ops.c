@@ -9,8 +9,10 @@
  * that rounds its operands the same way (products of rounded operands are
  * exact in fp32, so only the order of the fp32 sums differs: 1e-5, and a
  * GPU "bf16" that never rounds fails by orders of magnitude; the test also
- * checks the result differs from plain fp32), fp32 at 1e-5, and TF32, which
- * the CPU does not emulate, against fp32 at 1e-3. The other ops are fp32
+ * checks the result differs from plain fp32), fp32 at 1e-5, and TF32 against
+ * CPU references whose inputs are reduced to TF32 both ways a tensor core
+ * may do it, rounded to nearest even and truncated (tests/common/tf32.c),
+ * at TF32_TOL; the one it matched is printed. The other ops are fp32
  * whatever the precision and run on the fp32 configuration at 1e-5. Dropout, flatten, fill and
  * scale must match bit for bit, and the softmax loss and sumsq must come
  * out the same bits on every run. The bf16 casts of gradients for the wire
@@ -36,6 +38,7 @@
 #include "kernels/backend.h"
 #include "core/rng.h"
 #include "tests/common/op_args.h"
+#include "tests/common/tf32.h"
 #include "tests/unit/cu_util.h"
 
 #define SKIP_CODE 77
@@ -60,7 +63,7 @@ static const struct gpu_cfg {
     double tol; /* for linear */
 } cfgs[NCFG] = {
     {"fp32", DT_F32, 0, 1e-5},
-    {"tf32", DT_F32, 1, 1e-3},
+    {"tf32", DT_F32, 1, 1e-5}, /* TF32_TOL, against the TF32 references */
     {"bf16", DT_BF16, 0, 1e-5},
     {"fp16", DT_F16, 0, 1e-5},
 };
@@ -68,6 +71,21 @@ static const struct gpu_cfg {
  * much on random inputs (rounding to bf16 or fp16 moves each operand by up
  * to 2^-9 or 2^-12 relative), or it did not round. */
 #define ROUNDED_MIN_DIFF 1e-5
+/* A TF32 GEMM against a CPU GEMM on the same inputs reduced to TF32: each
+ * reduced input has 11 significant bits, so every product (22 bits) is
+ * exact in fp32 and both sides add the same numbers; only the fp32
+ * rounding of the sums differs with their order. That error is a random
+ * walk of K roundings of 2^-24 of the partial sums, about
+ * sqrt(K) 2^-24 sqrt(K/9) for K products of inputs uniform in [-1, 1],
+ * while the measure divides by max |out|, about 3 sqrt(K/9): under 1e-6
+ * for the largest K here (784); a CPU GEMM that adds the same products in
+ * reversed blocks of 8 came within 8e-7 on these shapes. 1e-5 is the bound
+ * of the fp32 configuration too. The two ways of reducing move each input
+ * by up to 2^-11 (rounding) or 2^-10 (truncation, always toward zero), which
+ * put their results 6e-4 to 1e-3 apart on these shapes, so one tolerance
+ * tells them apart. cuBLAS may also leave a GEMM in full fp32
+ * (TF32 is allowed, not required): that result is accepted, and said. */
+#define TF32_TOL 1e-5
 
 static dt_backend_t *cpu, *gpu[NCFG];
 /* CPU references per configuration: the reference kernels at that
@@ -314,8 +332,71 @@ static void test_backend_oom(void)
 
 /* ---- linear ----------------------------------------------------------- */
 
+/* The four results of linear_case on the fp32 CPU reference, from inputs
+ * in, w, dout and the old dw as given (all fp32): out, din, dw (+= old),
+ * dw twice from zero. */
+static void linear_ref(int B, int I, int O, const float *in, const float *w, const float *dout,
+                       const float *old, float *res[4])
+{
+    dt_backend_t *ref = cpu_ref[FP32];
+    const struct dt_ops *rops = dt_backend_ops(ref);
+    memcpy(res[2], old, (size_t)O * I * sizeof *old);
+    memset(res[3], 0, (size_t)O * I * sizeof *old);
+    OK(rops->linear_fwd(ref, res[0], in, w, B, I, O));
+    OK(rops->linear_bwd(ref, res[1], res[2], dout, in, w, B, I, O));
+    OK(rops->linear_bwd(ref, NULL, res[3], dout, in, w, B, I, O));
+    OK(rops->linear_bwd(ref, res[1], res[3], dout, in, w, B, I, O));
+}
+
+/* The TF32 GEMMs' four results gots (out, din, dw, dw2) against three CPU
+ * references: inputs rounded to TF32, inputs truncated, and plain fp32
+ * (fp32s, already computed). The old values of dw are added in fp32 by
+ * cuBLAS (beta), so they are not reduced. Each result must match one of
+ * them within TF32_TOL; which one is printed. */
+static void linear_tf32_check(int B, int I, int O, const float *in, const float *w,
+                              const float *dout, const float *old, const float *gots[4],
+                              const float *fp32s[4])
+{
+    static const char *const names[4] = {"out", "din", "dw (+= old)", "dw (twice from 0)"};
+    static const char *const how[3] = {"rounded", "truncated", "fp32, not reduced"};
+    const size_t nin = (size_t)B * I, nw = (size_t)O * I, nout = (size_t)B * O;
+    const size_t sizes[4] = {nout, nin, nw, nw};
+    float *r_in = hnew(nin), *r_w = hnew(nw), *r_dout = hnew(nout);
+    float *res[2][4];
+    for (int m = 0; m < 2; m++) { /* 0: round to nearest even, 1: truncate */
+        for (int k = 0; k < 4; k++)
+            res[m][k] = hnew(sizes[k]);
+        dt_test_tf32_reduce(r_in, in, nin, m == 0);
+        dt_test_tf32_reduce(r_w, w, nw, m == 0);
+        dt_test_tf32_reduce(r_dout, dout, nout, m == 0);
+        linear_ref(B, I, O, r_in, r_w, r_dout, old, res[m]);
+    }
+    printf("\n  linear %dx%dx%d (tf32):", B, I, O);
+    for (int k = 0; k < 4; k++) {
+        const float *refs[3] = {res[0][k], res[1][k], fp32s[k]};
+        double e[3];
+        int best = 0;
+        for (int m = 0; m < 3; m++) {
+            e[m] = norm_err(gots[k], refs[m], sizes[k], TINY);
+            if (e[m] < e[best]) best = m;
+        }
+        if (e[best] <= TF32_TOL)
+            printf(" %s %s (%.2g)%s", names[k], how[best], e[best], k < 3 ? "," : "");
+        else
+            printf("\n  linear %dx%dx%d %s (tf32): matches no reference: error %.3g rounded, "
+                   "%.3g truncated, %.3g fp32 > %.3g",
+                   B, I, O, names[k], e[0], e[1], e[2], TF32_TOL);
+        CU_ASSERT(e[best] <= TF32_TOL);
+    }
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 4; k++)
+            free(res[m][k]);
+    free(r_in), free(r_w), free(r_dout);
+}
+
 /* out, din and dw (+= onto old values) against the CPU; then dw from zero
- * by two backward calls, one without din. */
+ * by two backward calls, one without din. TF32 against the TF32
+ * references (linear_tf32_check). */
 static void linear_case(int c, int B, int I, int O)
 {
     dt_backend_t *g = gpu[c];
@@ -344,6 +425,11 @@ static void linear_case(int c, int B, int I, int O)
 
     char what[96];
     const double tol = cfgs[c].tol;
+    if (c == TF32) {
+        const float *gots[4] = {out, din, dw, dw2}, *fp32s[4] = {out_c, din_c, dw_c, dw2_c};
+        linear_tf32_check(B, I, O, in, w, dout, old, gots, fp32s);
+        goto out;
+    }
     snprintf(what, sizeof what, "linear %dx%dx%d out", B, I, O);
     CHECK_CLOSE(what, cfgs[c].name, out, out_c, nout, TINY, tol);
     snprintf(what, sizeof what, "linear %dx%dx%d din (written)", B, I, O);
@@ -363,6 +449,7 @@ static void linear_case(int c, int B, int I, int O)
         free(out32);
     }
 
+out:
     dt_backend_free(g, d_in), dt_backend_free(g, d_w), dt_backend_free(g, d_dout);
     dt_backend_free(g, d_out), dt_backend_free(g, d_din);
     dt_backend_free(g, d_dw), dt_backend_free(g, d_dw2);
