@@ -30,13 +30,14 @@ import os
 import re
 import sys
 
+from sources import source_files
+
 LEVELS = {"core": 0, "kernels": 1, "collectives": 2, "io": 3, "runtime": 4,
           "launch": 5, "bench": 6, "tests": 6}
 ROOMS = {"config": 0, "monitor": 1, "model": 2, "train": 3, "generate": 4, "doctor": 4}
 TOP_FREE = {"bench", "tests"}
 BACKENDS = {("kernels", "cpu"), ("kernels", "cuda"), ("collectives", "mpi"),
             ("collectives", "nccl")}
-EXTS = (".c", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 
@@ -104,32 +105,23 @@ def main():
                            os.path.join(os.path.dirname(__file__), "..", ".."))
     bad = 0
     checked = 0
-    for top in sorted(LEVELS):
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if not name.endswith(EXTS):
-                    continue
-                path = os.path.join(dirpath, name)
-                src = os.path.relpath(path, root)
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    lines = f.read().split("\n")
-                checked += 1
-                for no, line in enumerate(lines, 1):
-                    m = INCLUDE.match(line)
-                    if not m:
-                        continue
-                    inc = m.group(1)
-                    here = os.path.normpath(os.path.join(dirpath, inc))
-                    if not os.path.isfile(here):
-                        here = os.path.normpath(os.path.join(root, inc))
-                        if not os.path.isfile(here):
-                            continue  # a generated or system header
-                    dst = os.path.relpath(here, root)
-                    why = rule_broken(src, dst)
-                    if why:
-                        print("%s:%d: includes %s: %s" % (src, no, dst, why))
-                        bad += 1
+    for src, path, text in source_files(root, LEVELS):
+        checked += 1
+        for no, line in enumerate(text.split("\n"), 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            inc = m.group(1)
+            here = os.path.normpath(os.path.join(os.path.dirname(path), inc))
+            if not os.path.isfile(here):
+                here = os.path.normpath(os.path.join(root, inc))
+                if not os.path.isfile(here):
+                    continue  # a generated or system header
+            dst = os.path.relpath(here, root)
+            why = rule_broken(src, dst)
+            if why:
+                print("%s:%d: includes %s: %s" % (src, no, dst, why))
+                bad += 1
     for line in check_links(root):
         print(line)
         bad += 1

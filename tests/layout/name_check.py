@@ -23,13 +23,14 @@ import os
 import re
 import sys
 
+from sources import source_files
+
 NAMES = ("cpu", "cuda", "mpi", "nccl")
 LITERAL = re.compile(r'^"(%s)"$' % "|".join(NAMES))
 CALL = re.compile(r"\b(strcmp|strncmp|strcasecmp|strncasecmp|strstr|strcasestr|memcmp)\s*\(")
 EQUALS = re.compile(r'(?:[=!]=\s*"(?:%s)")|(?:"(?:%s)"\s*[=!]=)' % ("|".join(NAMES),
                                                                   "|".join(NAMES)))
 EXEMPT = {"kernels", "collectives", "tests", "bench"}
-EXTS = (".c", ".h", ".cu", ".cuh")
 JOB_FIELD = re.compile(r"^\(?\s*(?:j|job)\s*->")
 
 
@@ -117,27 +118,14 @@ def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), "..", ".."))
     bad = checked = 0
-    for top in sorted(os.listdir(root)):
-        path = os.path.join(root, top)
-        if (top in EXEMPT or top.startswith(".") or not os.path.isdir(path) or
-                os.path.exists(os.path.join(path, "CMakeCache.txt"))):
-            continue
-        for dirpath, dirnames, filenames in os.walk(path):
-            dirnames[:] = sorted(d for d in dirnames
-                                 if not os.path.exists(os.path.join(dirpath, d, "CMakeCache.txt")))
-            for name in sorted(filenames):
-                if not name.endswith(EXTS):
-                    continue
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, root).replace(os.sep, "/")
-                with open(full, encoding="utf-8", errors="replace") as f:
-                    text = f.read()
-                checked += 1
-                for line, src in findings(rel, text):
-                    print("%s:%d: %s: outside kernels/ and collectives/, ask the table "
-                          "(dt_backend_caps, dt_comm_caps, dt_comm_is, ...), not the name"
-                          % (rel, line, src))
-                    bad += 1
+    tops = [t for t in os.listdir(root) if t not in EXEMPT and not t.startswith(".")]
+    for rel, _, text in source_files(root, tops):
+        checked += 1
+        for line, src in findings(rel, text):
+            print("%s:%d: %s: outside kernels/ and collectives/, ask the table "
+                  "(dt_backend_caps, dt_comm_caps, dt_comm_is, ...), not the name"
+                  % (rel, line, src))
+            bad += 1
     if checked == 0:
         print("name_check: no source files under %s" % root, file=sys.stderr)
         return 2
