@@ -65,7 +65,7 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
         if (st != DT_OK || n == 0)                                                                 \
             return st;                                                                             \
         struct cuda_backend *cb = dt_cuda_of(be);                                                  \
-        name##_fwd_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(out, in, n);      \
+        DT_CUDA_LAUNCH(name##_fwd_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, out, in, n);      \
         return DT_CUDA_LAUNCHED(cb, #name "_fwd", "n=%zu", n);                                     \
     }                                                                                              \
     dt_status dt_cuda_##name##_bwd(dt_backend_t *be, float *din, const float *dout,                \
@@ -75,8 +75,7 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
         if (st != DT_OK || n == 0)                                                                 \
             return st;                                                                             \
         struct cuda_backend *cb = dt_cuda_of(be);                                                  \
-        name##_bwd_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(din, dout,        \
-                                                                                 saved, n);        \
+        DT_CUDA_LAUNCH(name##_bwd_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, din, dout, saved, n);        \
         return DT_CUDA_LAUNCHED(cb, #name "_bwd", "n=%zu", n);                                     \
     }
 

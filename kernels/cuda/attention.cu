@@ -476,7 +476,7 @@ template <int CH>
 static void launch_fwd(struct cuda_backend *cb, float *out, float *lse, const float *qkv,
                        const struct att_geom &g)
 {
-    att_fwd_kernel<CH><<<att_grid(g, FWD_BQ), ATT_THREADS, 0, cb->stream>>>(out, lse, qkv, g);
+    DT_CUDA_LAUNCH(att_fwd_kernel<CH>, att_grid(g, FWD_BQ), ATT_THREADS, 0, cb->stream, out, lse, qkv, g);
 }
 
 dt_status dt_cuda_attention_fwd(dt_backend_t *be, float *out, float *lse, const float *qkv, int B,
@@ -513,10 +513,8 @@ template <int CH>
 static void launch_bwd(struct cuda_backend *cb, float *dqkv, const float *dout, const float *qkv,
                        const float *lse, const float *dvec, const struct att_geom &g)
 {
-    att_dkv_kernel<CH>
-        <<<att_grid(g, BWD_B), ATT_THREADS, 0, cb->stream>>>(dqkv, dout, qkv, lse, dvec, g);
-    att_dq_kernel<CH>
-        <<<att_grid(g, BWD_B), ATT_THREADS, 0, cb->stream>>>(dqkv, dout, qkv, lse, dvec, g);
+    DT_CUDA_LAUNCH(att_dkv_kernel<CH>, att_grid(g, BWD_B), ATT_THREADS, 0, cb->stream, dqkv, dout, qkv, lse, dvec, g);
+    DT_CUDA_LAUNCH(att_dq_kernel<CH>, att_grid(g, BWD_B), ATT_THREADS, 0, cb->stream, dqkv, dout, qkv, lse, dvec, g);
 }
 
 dt_status dt_cuda_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout, const float *qkv,
@@ -539,7 +537,7 @@ dt_status dt_cuda_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout
     size_t blocks = (rows + DVEC_WARPS - 1) / DVEC_WARPS;
     if (blocks > DT_CUDA_MAX_BLOCKS)
         blocks = DT_CUDA_MAX_BLOCKS;
-    att_dvec_kernel<<<(unsigned)blocks, DVEC_WARPS * ATT_WARP, 0, cb->stream>>>(dvec, dout, out, g);
+    DT_CUDA_LAUNCH(att_dvec_kernel, (unsigned)blocks, DVEC_WARPS * ATT_WARP, 0, cb->stream, dvec, dout, out, g);
     st = DT_CUDA_LAUNCHED(cb, "attention_bwd", ATT_FMT ", rowsum(dout*out)", B, T, H, Dh, causal);
     if (st != DT_OK)
         return st;

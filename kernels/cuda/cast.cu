@@ -65,7 +65,7 @@ dt_status dt_cuda_to_bf16(dt_backend_t *be, uint16_t *dst, const float *src, siz
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
     const unsigned blocks = dt_cuda_blocks(n);
-    to_bf16_kernel<<<blocks, DT_CUDA_THREADS, 0, cb->stream>>>(dst, src, n);
+    DT_CUDA_LAUNCH(to_bf16_kernel, blocks, DT_CUDA_THREADS, 0, cb->stream, dst, src, n);
     return DT_CUDA_LAUNCHED(cb, "to_bf16", "n=%zu, %u blocks", n, blocks);
 }
 
@@ -77,6 +77,6 @@ dt_status dt_cuda_from_bf16(dt_backend_t *be, float *dst, const uint16_t *src, s
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
     const unsigned blocks = dt_cuda_blocks(n);
-    from_bf16_kernel<<<blocks, DT_CUDA_THREADS, 0, cb->stream>>>(dst, src, n);
+    DT_CUDA_LAUNCH(from_bf16_kernel, blocks, DT_CUDA_THREADS, 0, cb->stream, dst, src, n);
     return DT_CUDA_LAUNCHED(cb, "from_bf16", "n=%zu, %u blocks", n, blocks);
 }

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda_launch.h"
+
 /* The runtime headers are plain C; everything declared from here on has C
  * linkage, whichever .cu file includes it. */
 #ifdef __cplusplus

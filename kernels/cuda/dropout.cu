@@ -75,8 +75,7 @@ static dt_status dropout_apply(dt_backend_t *be, const char *op, float *out, con
     const uint64_t e0 = row0 * (uint64_t)cols;
     const uint64_t first = dt_dropout_first_block(e0);
     const uint64_t nblocks = dt_dropout_block_count(e0, n);
-    dropout_kernel<<<dt_cuda_blocks((size_t)nblocks), DT_CUDA_THREADS, 0, cb->stream>>>(
-        out, in, e0, n, first, nblocks, s, p, dt_dropout_scale(p));
+    DT_CUDA_LAUNCH(dropout_kernel, dt_cuda_blocks((size_t)nblocks), DT_CUDA_THREADS, 0, cb->stream, out, in, e0, n, first, nblocks, s, p, dt_dropout_scale(p));
     return DT_CUDA_LAUNCHED(cb, op, "rows=%d, cols=%d, p=%g, row0=%llu", rows, cols, (double)p,
                             (unsigned long long)row0);
 }

@@ -74,8 +74,7 @@ dt_status dt_cuda_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, i
         return DT_OK;
     DT_CUDA_REQUIRE(x && b, "channel_bias_fwd", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    channel_bias_add<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(x, b, n, (size_t)C,
-                                                                            (size_t)HW);
+    DT_CUDA_LAUNCH(channel_bias_add, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, b, n, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "channel_bias_fwd", "N=%d C=%d HW=%d", N, C, HW);
 }
 
@@ -89,7 +88,7 @@ dt_status dt_cuda_channel_bias_bwd(dt_backend_t *be, float *db, const float *dou
         return DT_OK;
     DT_CUDA_REQUIRE(db && dout, "channel_bias_bwd", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    channel_sum<<<(unsigned)C, DT_CUDA_THREADS, 0, cb->stream>>>(db, dout, N, C, HW);
+    DT_CUDA_LAUNCH(channel_sum, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, db, dout, N, C, HW);
     return DT_CUDA_LAUNCHED(cb, "channel_bias_bwd", "N=%d C=%d HW=%d", N, C, HW);
 }
 
@@ -100,7 +99,7 @@ dt_status dt_cuda_add(dt_backend_t *be, float *out, const float *a, const float 
         return DT_OK;
     DT_CUDA_REQUIRE(out && a && b, "add", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    add_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(out, a, b, n);
+    DT_CUDA_LAUNCH(add_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, out, a, b, n);
     return DT_CUDA_LAUNCHED(cb, "add", "n=%zu", n);
 }
 
@@ -111,6 +110,6 @@ dt_status dt_cuda_accumulate(dt_backend_t *be, float *dst, const float *src, siz
         return DT_OK;
     DT_CUDA_REQUIRE(dst && src, "accumulate", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    accumulate_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(dst, src, n);
+    DT_CUDA_LAUNCH(accumulate_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, dst, src, n);
     return DT_CUDA_LAUNCHED(cb, "accumulate", "n=%zu", n);
 }

@@ -145,13 +145,12 @@ dt_status dt_cuda_embedding_fwd(dt_backend_t *be, float *out, const float *ids, 
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
     struct emb_check *dcheck = (struct emb_check *)cb->dscalars;
-    emb_check_kernel<<<1, EMB_CHECK_THREADS, 0, cb->stream>>>(ids, N, V, dcheck);
+    DT_CUDA_LAUNCH(emb_check_kernel, 1, EMB_CHECK_THREADS, 0, cb->stream, ids, N, V, dcheck);
     st = DT_CUDA_LAUNCHED(cb, "embedding_fwd", "checking ids (N=%d, V=%d)", N, V);
     if (st != DT_OK)
         return st;
     const size_t total = (size_t)N * (size_t)D;
-    emb_fwd_kernel<<<dt_cuda_blocks(total), DT_CUDA_THREADS, 0, cb->stream>>>(out, ids, w, total, V,
-                                                                              D);
+    DT_CUDA_LAUNCH(emb_fwd_kernel, dt_cuda_blocks(total), DT_CUDA_THREADS, 0, cb->stream, out, ids, w, total, V, D);
     st = DT_CUDA_LAUNCHED(cb, "embedding_fwd", "N=%d, V=%d, D=%d", N, V, D);
     if (st != DT_OK)
         return st;
@@ -182,6 +181,6 @@ dt_status dt_cuda_embedding_bwd(dt_backend_t *be, float *dw, const float *dout, 
     struct cuda_backend *cb = dt_cuda_of(be);
     dim3 grid((unsigned)((D + EMB_THREADS - 1) / EMB_THREADS),
               (unsigned)(V < EMB_PARTS ? V : EMB_PARTS));
-    emb_bwd_kernel<<<grid, EMB_THREADS, 0, cb->stream>>>(dw, dout, ids, N, V, D);
+    DT_CUDA_LAUNCH(emb_bwd_kernel, grid, EMB_THREADS, 0, cb->stream, dw, dout, ids, N, V, D);
     return DT_CUDA_LAUNCHED(cb, "embedding_bwd", "N=%d, V=%d, D=%d", N, V, D);
 }

@@ -115,11 +115,9 @@ static dt_status operands(struct cuda_backend *cb, const struct shape *s, const 
     for (int i = 0; i < count; i++) {
         char *p = (char *)scratch + off[i];
         if (cb->precision == DT_BF16)
-            round_bf16<<<dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream>>>(
-                (__nv_bfloat16 *)p, src[i], n[i]);
+            DT_CUDA_LAUNCH(round_bf16, dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream, (__nv_bfloat16 *)p, src[i], n[i]);
         else
-            round_fp16<<<dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream>>>((__half *)p,
-                                                                                  src[i], n[i]);
+            DT_CUDA_LAUNCH(round_fp16, dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream, (__half *)p, src[i], n[i]);
         st = DT_CUDA_LAUNCHED(cb, s->op, SHAPE_FMT ", rounding operands to %s", SHAPE_ARGS(s),
                               dt_precision_name(cb->precision));
         if (st != DT_OK)
@@ -226,7 +224,7 @@ dt_status dt_cuda_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, in
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
     const size_t n = (size_t)B * C;
-    bias_add<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(x, b, n, (size_t)C);
+    DT_CUDA_LAUNCH(bias_add, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, b, n, (size_t)C);
     return DT_CUDA_LAUNCHED(cb, "bias_fwd", "B=%d C=%d", B, C);
 }
 
@@ -237,6 +235,6 @@ dt_status dt_cuda_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B
     if (st != DT_OK || C == 0)
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
-    bias_colsum<<<dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream>>>(db, dout, B, C);
+    DT_CUDA_LAUNCH(bias_colsum, dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream, db, dout, B, C);
     return DT_CUDA_LAUNCHED(cb, "bias_bwd", "B=%d C=%d", B, C);
 }

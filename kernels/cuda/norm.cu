@@ -303,8 +303,7 @@ dt_status dt_cuda_batchnorm_stats(dt_backend_t *be, double *stats, const float *
     DT_CUDA_REQUIRE(stats && (x || (size_t)N * HW == 0), "batchnorm_stats",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    channel_sums<<<(unsigned)C, DT_CUDA_THREADS, 0, cb->stream>>>(stats, SUMS_STATS, x, NULL, NULL,
-                                                                  NULL, N, C, HW);
+    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, stats, SUMS_STATS, x, NULL, NULL, NULL, N, C, HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_stats", BN_FMT, N, C, HW);
 }
 
@@ -324,13 +323,11 @@ dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, flo
     DT_CUDA_REQUIRE(mean_out && invstd_out && stats && gamma && beta && (n == 0 || (x && y)),
                     "batchnorm_fwd", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    bn_params<<<dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream>>>(
-        mean_out, invstd_out, running_mean, running_var, stats, count, eps, momentum, C);
+    DT_CUDA_LAUNCH(bn_params, dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream, mean_out, invstd_out, running_mean, running_var, stats, count, eps, momentum, C);
     dt_status st = DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT ", statistics", N, C, HW);
     if (st != DT_OK || n == 0)
         return st;
-    bn_apply<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(
-        y, x, mean_out, invstd_out, gamma, beta, n, (size_t)C, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_apply, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, y, x, mean_out, invstd_out, gamma, beta, n, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT, N, C, HW);
 }
 
@@ -346,8 +343,7 @@ dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
     DT_CUDA_REQUIRE(y && x && running_mean && running_var && gamma && beta, "batchnorm_infer",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    bn_infer<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(
-        y, x, running_mean, running_var, gamma, beta, eps, n, (size_t)C, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_infer, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, y, x, running_mean, running_var, gamma, beta, eps, n, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_infer", BN_FMT, N, C, HW);
 }
 
@@ -362,8 +358,7 @@ dt_status dt_cuda_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const f
     DT_CUDA_REQUIRE(dstats && mean && invstd && ((x && dy) || (size_t)N * HW == 0),
                     "batchnorm_bwd_reduce", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    channel_sums<<<(unsigned)C, DT_CUDA_THREADS, 0, cb->stream>>>(dstats, SUMS_BWD, x, dy, mean,
-                                                                  invstd, N, C, HW);
+    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, dstats, SUMS_BWD, x, dy, mean, invstd, N, C, HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd_reduce", BN_FMT, N, C, HW);
 }
 
@@ -381,16 +376,14 @@ dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, floa
                     "batchnorm_bwd", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
     if (dgamma || dbeta) {
-        bn_dparams<<<dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream>>>(dgamma, dbeta,
-                                                                                  local, C);
+        DT_CUDA_LAUNCH(bn_dparams, dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream, dgamma, dbeta, local, C);
         dt_status st = DT_CUDA_LAUNCHED(cb, "batchnorm_bwd", BN_FMT ", dgamma and dbeta", N, C, HW);
         if (st != DT_OK)
             return st;
     }
     if (n == 0)
         return DT_OK;
-    bn_dx<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(
-        dx, dy, x, mean, invstd, gamma, global, count, n, (size_t)C, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_dx, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, dx, dy, x, mean, invstd, gamma, global, count, n, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd", BN_FMT, N, C, HW);
 }
 
@@ -406,8 +399,7 @@ dt_status dt_cuda_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, flo
     DT_CUDA_REQUIRE(y && mean_out && rstd_out && x && gamma && beta, "layernorm_fwd",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    ln_fwd<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(y, mean_out, rstd_out, x, gamma,
-                                                               beta, eps, D);
+    DT_CUDA_LAUNCH(ln_fwd, (unsigned)rows, DT_CUDA_THREADS, 0, cb->stream, y, mean_out, rstd_out, x, gamma, beta, eps, D);
     return DT_CUDA_LAUNCHED(cb, "layernorm_fwd", "rows=%d D=%d", rows, D);
 }
 
@@ -422,14 +414,13 @@ dt_status dt_cuda_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, floa
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
     if (dgamma || dbeta) {
-        ln_dparams<<<dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream>>>(
-            dgamma, dbeta, dy, x, mean, rstd, rows, D);
+        DT_CUDA_LAUNCH(ln_dparams, dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream, dgamma, dbeta, dy, x, mean, rstd, rows, D);
         dt_status st =
             DT_CUDA_LAUNCHED(cb, "layernorm_bwd", "rows=%d D=%d, dgamma and dbeta", rows, D);
         if (st != DT_OK)
             return st;
     }
-    ln_dx<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(dx, dy, x, mean, rstd, gamma, D);
+    DT_CUDA_LAUNCH(ln_dx, (unsigned)rows, DT_CUDA_THREADS, 0, cb->stream, dx, dy, x, mean, rstd, gamma, D);
     return DT_CUDA_LAUNCHED(cb, "layernorm_bwd", "rows=%d D=%d", rows, D);
 }
 
@@ -443,7 +434,7 @@ dt_status dt_cuda_rmsnorm_fwd(dt_backend_t *be, float *y, float *rstd_out, const
     DT_CUDA_REQUIRE(D > 0, "rmsnorm_fwd", "rows of D=0 values have no mean (rows=%d)", rows);
     DT_CUDA_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    rms_fwd<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(y, rstd_out, x, gamma, eps, D);
+    DT_CUDA_LAUNCH(rms_fwd, (unsigned)rows, DT_CUDA_THREADS, 0, cb->stream, y, rstd_out, x, gamma, eps, D);
     return DT_CUDA_LAUNCHED(cb, "rmsnorm_fwd", "rows=%d D=%d", rows, D);
 }
 
@@ -457,11 +448,10 @@ dt_status dt_cuda_rmsnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, const 
     DT_CUDA_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    rms_dgamma<<<dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream>>>(dgamma, dy, x, rstd,
-                                                                              rows, D);
+    DT_CUDA_LAUNCH(rms_dgamma, dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream, dgamma, dy, x, rstd, rows, D);
     dt_status st = DT_CUDA_LAUNCHED(cb, "rmsnorm_bwd", "rows=%d D=%d, dgamma", rows, D);
     if (st != DT_OK)
         return st;
-    rms_dx<<<(unsigned)rows, DT_CUDA_THREADS, 0, cb->stream>>>(dx, dy, x, rstd, gamma, D);
+    DT_CUDA_LAUNCH(rms_dx, (unsigned)rows, DT_CUDA_THREADS, 0, cb->stream, dx, dy, x, rstd, gamma, D);
     return DT_CUDA_LAUNCHED(cb, "rmsnorm_bwd", "rows=%d D=%d", rows, D);
 }

@@ -174,7 +174,7 @@ dt_status dt_cuda_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
     const size_t n = (size_t)s->N * s->C * s->H * s->W;
-    avgpool_gather<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(dx, dy, *s, n);
+    DT_CUDA_LAUNCH(avgpool_gather, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, dx, dy, *s, n);
     return DT_CUDA_LAUNCHED(cb, "avgpool2d_bwd", SHAPE_FMT, SHAPE_ARGS(s));
 }
 

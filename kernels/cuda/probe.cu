@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+#include "cuda_launch.h"
 #include "cuda_probe.h"
 
 #define PROBE_THREADS 32
@@ -25,7 +26,7 @@ static int kernel_runs(char *why, size_t len, const cudaDeviceProp *prop)
     const int magic = 0x5eed;
     cudaError_t err = cudaMalloc((void **)&dev, sizeof(int));
     if (err == cudaSuccess) {
-        probe_fill<<<1, PROBE_THREADS>>>(dev, magic);
+        DT_CUDA_LAUNCH(probe_fill, 1, PROBE_THREADS, 0, 0, dev, magic);
         err = cudaGetLastError();
     }
     if (err == cudaSuccess)

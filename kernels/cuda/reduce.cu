@@ -121,12 +121,11 @@ dt_status dt_cuda_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
     dt_status st = dt_cuda_scratch(cb, (size_t)blocks * sizeof(double), &partial);
     if (st != DT_OK)
         return dt_error_context(st, "cuda sumsq (n=%zu)", n);
-    sumsq_partials<<<blocks, DT_CUDA_THREADS, 0, cb->stream>>>((double *)partial, x, n);
+    DT_CUDA_LAUNCH(sumsq_partials, blocks, DT_CUDA_THREADS, 0, cb->stream, (double *)partial, x, n);
     st = DT_CUDA_LAUNCHED(cb, "sumsq", "n=%zu, %u blocks", n, blocks);
     if (st != DT_OK)
         return st;
-    sumsq_final<<<1, DT_CUDA_THREADS, 0, cb->stream>>>((double *)cb->dscalars,
-                                                       (const double *)partial, blocks);
+    DT_CUDA_LAUNCH(sumsq_final, 1, DT_CUDA_THREADS, 0, cb->stream, (double *)cb->dscalars, (const double *)partial, blocks);
     st = DT_CUDA_LAUNCHED(cb, "sumsq", "n=%zu, summing %u partials", n, blocks);
     if (st != DT_OK)
         return st;
@@ -144,7 +143,7 @@ dt_status dt_cuda_scale(dt_backend_t *be, float *x, size_t n, float s)
     if (n == 0)
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
-    scale_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(x, n, s);
+    DT_CUDA_LAUNCH(scale_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, n, s);
     return DT_CUDA_LAUNCHED(cb, "scale", "n=%zu", n);
 }
 
@@ -155,7 +154,7 @@ dt_status dt_cuda_fill(dt_backend_t *be, float *x, size_t n, float v)
     if (n == 0)
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
-    fill_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(x, n, v);
+    DT_CUDA_LAUNCH(fill_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, n, v);
     return DT_CUDA_LAUNCHED(cb, "fill", "n=%zu", n);
 }
 
@@ -172,7 +171,7 @@ dt_status dt_cuda_all_finite(dt_backend_t *be, const float *x, size_t n, int *ou
     cudaError_t err = cudaMemsetAsync(flag, 0, sizeof *flag, cb->stream);
     if (err != cudaSuccess)
         return dt_cuda_status(cb, err, 0, "all_finite", "n=%zu, clearing the flag", n);
-    find_nonfinite<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(flag, x, n);
+    DT_CUDA_LAUNCH(find_nonfinite, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, flag, x, n);
     dt_status st = DT_CUDA_LAUNCHED(cb, "all_finite", "n=%zu", n);
     if (st != DT_OK)
         return st;

@@ -290,11 +290,11 @@ dt_status dt_cuda_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *
     struct xent_total *dtot = (struct xent_total *)cb->dscalars;
     unsigned grid = B < DT_CUDA_MAX_BLOCKS ? (unsigned)B : DT_CUDA_MAX_BLOCKS;
 
-    xent_row_kernel<<<grid, XENT_THREADS, 0, cb->stream>>>(probs, logits, labels, B, C, rows);
+    DT_CUDA_LAUNCH(xent_row_kernel, grid, XENT_THREADS, 0, cb->stream, probs, logits, labels, B, C, rows);
     st = DT_CUDA_LAUNCHED(cb, "softmax_xent_fwd", "rows (B=%d, C=%d)", B, C);
     if (st != DT_OK)
         return st;
-    xent_total_kernel<<<1, XENT_THREADS, 0, cb->stream>>>(rows, labels, B, dtot);
+    DT_CUDA_LAUNCH(xent_total_kernel, 1, XENT_THREADS, 0, cb->stream, rows, labels, B, dtot);
     st = DT_CUDA_LAUNCHED(cb, "softmax_xent_fwd", "totals (B=%d, C=%d)", B, C);
     if (st != DT_OK)
         return st;
@@ -328,7 +328,6 @@ dt_status dt_cuda_softmax_xent_bwd(dt_backend_t *be, float *dlogits, const float
     if (n == 0)
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
-    xent_bwd_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream>>>(dlogits, probs, labels,
-                                                                           C, n, scale);
+    DT_CUDA_LAUNCH(xent_bwd_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, dlogits, probs, labels, C, n, scale);
     return DT_CUDA_LAUNCHED(cb, "softmax_xent_bwd", "B=%d, C=%d", B, C);
 }
