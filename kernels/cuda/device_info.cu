@@ -93,7 +93,12 @@ extern "C" int dt_cuda_info_device(int device, struct dt_gpu_info *info, char *w
                      info->driver_version / 1000, info->driver_version % 1000 / 10,
                      info->runtime_version / 1000, info->runtime_version % 1000 / 10);
         else if (err == cudaErrorNoDevice || count == 0)
+#ifdef DT_CUDA_EMU
+            snprintf(why, len, "this dtrain's cuda backend is the host emulation "
+                     "(-DDTRAIN_CUDA=EMU): set DTRAIN_CUDA_EMU=1 to run on it");
+#else
             snprintf(why, len, "no CUDA device is visible (CUDA_VISIBLE_DEVICES may hide them)");
+#endif
         else
             snprintf(why, len, "CUDA cannot start: %s", cudaGetErrorString(err));
         (void)cudaGetLastError();

@@ -72,7 +72,12 @@ extern "C" int dt_cuda_probe_device(int device, char *why, size_t len)
         return 0;
     }
     if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+#ifdef DT_CUDA_EMU
+        snprintf(why, len, "this dtrain's cuda backend is the host emulation "
+                 "(-DDTRAIN_CUDA=EMU): set DTRAIN_CUDA_EMU=1 to run on it");
+#else
         snprintf(why, len, "no CUDA device is visible (CUDA_VISIBLE_DEVICES may hide them)");
+#endif
         return 0;
     }
     if (err != cudaSuccess) {

@@ -201,7 +201,7 @@ fi
 # ---- 4. a small GPT, cpu against cuda ---------------------------------------------------
 if want 4; then
 echo "== 4. GPT (2 layers, n_embd 32), $GPT_STEPS steps on cpu and on cuda, loss per step and final parameters"
-mkdir -p "$W/gpt"
+rm -rf "${W:?}/gpt" && mkdir -p "$W/gpt"
 cat >"$W/gpt/gpt.yaml" <<'YEOF'
 model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1}
 data: {path: text.h5, test_split: val, seq_len: 32}
