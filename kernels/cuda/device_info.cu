@@ -113,7 +113,7 @@ extern "C" int dt_cuda_info_device(int device, struct dt_gpu_info *info, char *w
         return 0;
     }
     info->device = device;
-    snprintf(info->name, sizeof info->name, "%s", prop.name);
+    snprintf(info->name, sizeof info->name, "%.*s", (int)sizeof info->name - 1, prop.name);
     const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
     snprintf(info->uuid, sizeof info->uuid,
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],

@@ -73,7 +73,7 @@ static __global__ void emb_check_kernel(const float *ids, int N, int V, struct e
     first[threadIdx.x] = mine;
     __syncthreads();
     for (int h = EMB_CHECK_THREADS / 2; h > 0; h /= 2) {
-        if (threadIdx.x < h && first[threadIdx.x + h] < first[threadIdx.x])
+        if ((int)threadIdx.x < h && first[threadIdx.x + h] < first[threadIdx.x])
             first[threadIdx.x] = first[threadIdx.x + h];
         __syncthreads();
     }

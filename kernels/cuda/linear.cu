@@ -76,7 +76,7 @@ static cudaDataType operand_type(enum dt_dtype p)
     switch (p) {
     case DT_BF16: return CUDA_R_16BF;
     case DT_F16: return CUDA_R_16F;
-    case DT_F32: break;
+    default: break;
     }
     return CUDA_R_32F;
 }

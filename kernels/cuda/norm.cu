@@ -293,7 +293,7 @@ dt_status dt_cuda_batchnorm_stats(dt_backend_t *be, double *stats, const float *
     DT_CUDA_REQUIRE(stats && (x || (size_t)N * HW == 0), "batchnorm_stats",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, stats, SUMS_STATS, x, NULL, NULL, NULL, N, C, HW);
+    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, stats, SUMS_STATS, x, nullptr, nullptr, nullptr, N, C, HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_stats", BN_FMT, N, C, HW);
 }
 

@@ -12,7 +12,14 @@
 #      model.h5 within DTRAIN_GPU_PARAM_RTOL (default 1e-4) of its largest
 #      value (same data order, same dropout masks, same initial parameters,
 #      so only the GEMM summation order differs);
-#   3. a bf16 run of a few hundred steps keeps a finite loss that falls.
+#   3. a bf16 run of a few hundred steps keeps a finite loss that falls;
+#   4. a small GPT (2 layers, attention, layer norm, embeddings, AdamW,
+#      dropout) trained for a few steps on cpu and on cuda on text imported
+#      from this repository's README logs the same loss at every step
+#      (DTRAIN_GPU_LOSS_RTOL) and ends with the same parameters, every
+#      tensor within DTRAIN_GPU_GPT_RTOL (default 1e-3) of its largest value.
+# DTRAIN_GPU_TRAIN_PARTS picks the parts (default "1 2 3 4"; the host
+# emulation build runs "2 4").
 # Exits 77 (ctest: skipped) with "SKIPPED: why" when this dtrain has no
 # usable GPU: `dtrain version` says so on its "gpu:" line (a binary without
 # that line is probed with a one-step cuda run, which exits 64 and says why).
@@ -34,8 +41,12 @@ PRTOL=${DTRAIN_GPU_PARAM_RTOL:-1e-4}
 DATA=${DTRAIN_DATA:-$SRC/data/fashion-mnist.h5}
 JOB=$SRC/configs/fashion-mnist-mlp.yaml
 RTOL=${DTRAIN_GPU_LOSS_RTOL:-1e-3}
+GPT_RTOL=${DTRAIN_GPU_GPT_RTOL:-1e-3}
+PARTS=" ${DTRAIN_GPU_TRAIN_PARTS:-1 2 3 4} "
 CMP_STEPS=20
+GPT_STEPS=10
 BF16_STEPS=300
+want() { [[ $PARTS == *" $1 "* ]]; }
 
 if [ ! -f "$DATA" ]; then
   echo "SKIPPED: $DATA not imported (run launch/setup.sh)"
@@ -51,8 +62,9 @@ run() { # NAME [--set ...]: one dtrain train into $W/NAME, output in $W/NAME.log
   local name=$1
   shift
   rm -rf "${W:?}/$name"
-  if ! "$DTRAIN" train "$JOB" --set data.path="$DATA" --set output.dir="$W/$name" \
-    --set runtime.progress=lines --resume never "$@" >"$W/$name.log" 2>&1; then
+  if ! "$DTRAIN" train "${RUN_JOB:-$JOB}" --set data.path="${RUN_DATA:-$DATA}" \
+    --set output.dir="$W/$name" --set runtime.progress=lines --resume never "$@" \
+    >"$W/$name.log" 2>&1; then
     cat "$W/$name.log"
     echo "FAILED: dtrain train ($name) exited non-zero"
     return 1
@@ -89,10 +101,29 @@ else
   fi
 fi
 
+same_losses() { # CPU_FILE CUDA_FILE STEPS: the per-step losses agree within RTOL
+  paste "$1" "$2" | awk -v tol="$RTOL" -v want="$3" '
+      function finite(v) { return v == v + 0 && v + 0 < 1e30 && v + 0 > -1e30 }
+      function abs(v) { return v < 0 ? -v : v }
+      BEGIN { printf "%5s %14s %14s %10s\n", "step", "cpu loss", "cuda loss", "rel diff" }
+      {
+        m = abs($2) > abs($4) ? abs($2) : abs($4); if (m < 1e-12) m = 1e-12
+        d = abs($2 - $4) / m
+        bad = $1 != $3 || !finite($2) || !finite($4) || d > tol
+        printf "%5d %14.9g %14.9g %10.2e%s\n", $1, $2, $4, d, bad ? "  <-- over " tol : ""
+        n++; nbad += bad; if (d > worst) worst = d
+      }
+      END {
+        printf "%d steps compared, largest relative difference %.2e (tolerance %s)\n", n, worst, tol
+        exit !(n == want && nbad == 0)
+      }'
+}
+
 fail=0
 cuda=(--set runtime.device=cuda)
 
 # ---- 1. the default job on the GPU ------------------------------------------------
+if want 1; then
 echo "== 1. default job, 10 epochs, runtime.device=cuda"
 if run full "${cuda[@]}"; then
   start=$(record full start || true)
@@ -113,7 +144,10 @@ else
   fail=1
 fi
 
+fi
+
 # ---- 2. cpu against cuda, step by step -----------------------------------------------
+if want 2; then
 echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1, SGD), loss per step and final parameters"
 short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedule.warmup_steps=5
        --set train.precision=fp32 --set runtime.allow_tf32=false --set model.dropout=0.1
@@ -122,21 +156,7 @@ short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedu
 if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@]}" "${cuda[@]}"; then
   losses cmp_cpu >"$W/cmp_cpu.loss"
   losses cmp_cuda >"$W/cmp_cuda.loss"
-  if ! paste "$W/cmp_cpu.loss" "$W/cmp_cuda.loss" | awk -v tol="$RTOL" -v want="$CMP_STEPS" '
-      function finite(v) { return v == v + 0 && v + 0 < 1e30 && v + 0 > -1e30 }
-      function abs(v) { return v < 0 ? -v : v }
-      BEGIN { printf "%5s %14s %14s %10s\n", "step", "cpu loss", "cuda loss", "rel diff" }
-      {
-        m = abs($2) > abs($4) ? abs($2) : abs($4); if (m < 1e-12) m = 1e-12
-        d = abs($2 - $4) / m
-        bad = $1 != $3 || !finite($2) || !finite($4) || d > tol
-        printf "%5d %14.9g %14.9g %10.2e%s\n", $1, $2, $4, d, bad ? "  <-- over " tol : ""
-        n++; nbad += bad; if (d > worst) worst = d
-      }
-      END {
-        printf "%d steps compared, largest relative difference %.2e (tolerance %s)\n", n, worst, tol
-        exit !(n == want && nbad == 0)
-      }'; then
+  if ! same_losses "$W/cmp_cpu.loss" "$W/cmp_cuda.loss" "$CMP_STEPS"; then
     echo "FAILED: cpu and cuda losses differ (or steps are missing)"
     fail=1
   fi
@@ -151,7 +171,10 @@ else
   fail=1
 fi
 
+fi
+
 # ---- 3. bf16 ---------------------------------------------------------------------------
+if want 3; then
 echo "== 3. $BF16_STEPS steps in bf16 on cuda"
 if run bf16 "${cuda[@]}" --set train.precision=bf16 --set train.steps="$BF16_STEPS" \
   --set train.log_every=25 --set train.schedule.warmup_steps=50 --set checkpoint.every_minutes=0; then
@@ -171,6 +194,48 @@ if run bf16 "${cuda[@]}" --set train.precision=bf16 --set train.steps="$BF16_STE
   [ "$(record bf16 start | field precision)" = bf16 ] || { echo "FAILED: the run was not bf16"; fail=1; }
 else
   fail=1
+fi
+
+fi
+
+# ---- 4. a small GPT, cpu against cuda ---------------------------------------------------
+if want 4; then
+echo "== 4. GPT (2 layers, n_embd 32), $GPT_STEPS steps on cpu and on cuda, loss per step and final parameters"
+mkdir -p "$W/gpt"
+cat >"$W/gpt/gpt.yaml" <<'YEOF'
+model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1}
+data: {path: text.h5, test_split: val, seq_len: 32}
+train:
+  global_batch: 16
+  eval_batch: 64
+  log_every: 1
+  precision: fp32
+  clip_norm: 1.0
+  optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}
+  schedule: {name: constant}
+checkpoint: {every_minutes: 0}
+runtime: {allow_tf32: false}
+YEOF
+if "$DTRAIN" data import text "$SRC/README.md" -o "$W/gpt/text.h5" >"$W/gpt/import.log" 2>&1 &&
+   RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cpu --set train.steps=$GPT_STEPS --set runtime.device=cpu &&
+   RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cuda --set train.steps=$GPT_STEPS "${cuda[@]}"; then
+  losses gpt_cpu >"$W/gpt_cpu.loss"
+  losses gpt_cuda >"$W/gpt_cuda.loss"
+  if ! same_losses "$W/gpt_cpu.loss" "$W/gpt_cuda.loss" "$GPT_STEPS"; then
+    echo "FAILED: cpu and cuda GPT losses differ (or steps are missing)"
+    fail=1
+  fi
+  if [ -z "$COMPARE" ] || [ ! -x "$COMPARE" ]; then
+    echo "FAILED: no compare_models program to compare the parameters with"
+    fail=1
+  elif ! "$COMPARE" "$W/gpt_cpu/model.h5" "$W/gpt_cuda/model.h5" "$GPT_RTOL"; then
+    echo "FAILED: cpu and cuda GPT parameters differ by more than $GPT_RTOL after $GPT_STEPS steps"
+    fail=1
+  fi
+else
+  cat "$W/gpt/import.log"
+  fail=1
+fi
 fi
 
 if [ "$fail" = 0 ]; then echo "gpu_train: all passed"; else echo "gpu_train: FAILED"; fi
