@@ -51,7 +51,9 @@ struct cuda_backend {
     cublasHandle_t blas; /* bound to stream */
     int allow_tf32;
     enum dt_dtype precision;
-    /* GEMM operands rounded to bf16/fp16, grown on demand, kept. */
+    /* Scratch for one op at a time, grown on demand, kept: GEMM operands
+     * rounded to bf16/fp16 (linear.cu), the partial sums of sumsq
+     * (reduce.cu) and of the column sums (colsum.cu). */
     void *gemm_scratch;
     size_t gemm_scratch_bytes;
     /* Device scalars for reductions, and a pinned host mirror. */
@@ -114,9 +116,75 @@ static inline unsigned dt_cuda_blocks(size_t n)
     return (unsigned)(b > DT_CUDA_MAX_BLOCKS ? DT_CUDA_MAX_BLOCKS : b);
 }
 
-/* The GEMM scratch, grown to at least `bytes` (synchronises the stream
- * before freeing a smaller one). */
+/* The scratch, grown to at least `bytes` (synchronises the stream before
+ * freeing a smaller one). An op may use it until its kernels end: every
+ * user is queued on the one stream. */
 dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out);
+
+/* Launch shape of a kernel over the planes of an (N, C, HW) tensor: plane
+ * p = n*C + c is blockIdx.y * blockDim.y + threadIdx.y (a grid-stride loop
+ * beyond gridDim.y * blockDim.y planes), its elements are strided over by
+ * blockIdx.x * blockDim.x + threadIdx.x, so the channel is known per plane
+ * and no element needs a division. A block is HW rounded up to a warp
+ * wide (at most DT_CUDA_THREADS) and takes as many planes as fill
+ * DT_CUDA_THREADS threads; the grid has at most about DT_CUDA_MAX_BLOCKS
+ * blocks. */
+#define DT_CUDA_WARP 32
+#define DT_CUDA_MAX_GRID_Y 65535u /* CUDA's limit on gridDim.y */
+struct dt_cuda_planes {
+    dim3 grid, block;
+};
+static inline struct dt_cuda_planes dt_cuda_plane_shape(size_t planes, size_t hw)
+{
+    size_t bx = (hw + DT_CUDA_WARP - 1) / DT_CUDA_WARP * DT_CUDA_WARP;
+    if (bx > DT_CUDA_THREADS) bx = DT_CUDA_THREADS;
+    const size_t by = DT_CUDA_THREADS / bx;
+    size_t gx = (hw + bx - 1) / bx;
+    if (gx > DT_CUDA_MAX_BLOCKS) gx = DT_CUDA_MAX_BLOCKS;
+    size_t gy = (planes + by - 1) / by, gy_max = DT_CUDA_MAX_BLOCKS / gx;
+    if (gy_max < 1) gy_max = 1;
+    if (gy > gy_max) gy = gy_max;
+    if (gy > DT_CUDA_MAX_GRID_Y) gy = DT_CUDA_MAX_GRID_Y;
+    if (gx < 1) gx = 1;
+    if (gy < 1) gy = 1;
+    struct dt_cuda_planes s;
+    s.grid = dim3((unsigned)gx, (unsigned)gy);
+    s.block = dim3((unsigned)bx, (unsigned)by);
+    return s;
+}
+
+/* The loops of a kernel launched with dt_cuda_plane_shape over the planes
+ * of an (N, C, HW) tensor (planes = N*C):
+ *     for (DT_CUDA_PLANES(p, c, planes, C))    plane p, its channel c = p % C
+ *         for (DT_CUDA_PLANE_ELEMS(i, HW))     element i of the plane
+ * c is divided out once per thread and stepped on with p. */
+#define DT_CUDA_PLANES(p, c, planes, C)                                                            \
+    size_t p = (size_t)blockIdx.y * blockDim.y + threadIdx.y, c = p % (C),                         \
+           p##_step = (size_t)gridDim.y * blockDim.y, c##_step = p##_step % (C);                   \
+    p < (planes);                                                                                  \
+    p += p##_step, c = c + c##_step >= (C) ? c + c##_step - (C) : c + c##_step
+#define DT_CUDA_PLANE_ELEMS(i, HW)                                                                 \
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                                      \
+    i < (HW);                                                                                      \
+    i += (size_t)gridDim.x * blockDim.x
+
+/* colsum.cu: column sums of (rows, cols) row-major matrices, in a fixed
+ * two-pass order (see there), ADDED to the outputs (+=). */
+enum dt_cuda_colsum_kind {
+    DT_CUDA_COLSUM_PLAIN,     /* out0 += sum over rows of a */
+    DT_CUDA_COLSUM_LAYERNORM, /* out0 += sum of a*((x - mean[r])*rstd[r]), out1 += sum of a */
+    DT_CUDA_COLSUM_RMSNORM,   /* out0 += sum of a*(x*rstd[r]) */
+};
+struct dt_cuda_colsum {
+    const char *op; /* names the op in errors */
+    enum dt_cuda_colsum_kind kind;
+    float *out0, *out1;       /* (cols); either may be NULL, out1 only for LAYERNORM */
+    const float *a, *x;       /* (rows, cols); x unused by PLAIN */
+    const float *mean, *rstd; /* (rows); mean only for LAYERNORM, rstd unused by PLAIN */
+    int rows, cols;           /* >= 0 */
+};
+/* Queues both passes on the stream; its partials take the scratch. */
+dt_status dt_cuda_colsum(struct cuda_backend *cb, const struct dt_cuda_colsum *s);
 
 /* Waits for the stream; a failure there carries `op`. */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op);

@@ -4,11 +4,14 @@
  * its gradient, the sum of two tensors (a residual join) and the
  * accumulation of one gradient into another (a tensor used twice).
  *
- * channel_bias_bwd is deterministic: one block per channel, each thread
- * sums a fixed set of the channel's values in double, and the block adds
+ * channel_bias_bwd is deterministic: one block per channel, thread t sums
+ * the channel's values t, t + DT_CUDA_THREADS, ... in (n, hw) order in
+ * double (the position stepped on without a division), and the block adds
  * its threads up in a fixed tree, so the same input gives the same bits on
- * every run (no atomics). Its rounding differs from the CPU's, which sums
- * in another order, by far less than fp32 resolution.
+ * every run and every GPU (no atomics). Its rounding differs from the
+ * CPU's, which sums in another order, by far less than fp32 resolution.
+ * channel_bias_fwd runs over the (n, c) planes (dt_cuda_plane_shape), so
+ * a thread finds a plane's channel once and no element costs a division.
  *
  * Gradients of parameters ACCUMULATE (+=: db, and dst of accumulate);
  * gradients of activations are WRITTEN (=). add may write over a or b.
@@ -20,24 +23,36 @@
 static_assert((DT_CUDA_THREADS & (DT_CUDA_THREADS - 1)) == 0,
               "the block tree sums need a power-of-two block size");
 
-/* x(N,C,HW) += b(C); element i is in channel (i / HW) % C */
-static __global__ void channel_bias_add(float *x, const float *b, size_t n, size_t C, size_t HW)
+/* x(N,C,HW) += b(C); plane p = n*C + c of x gets b[c] (planes = N*C) */
+static __global__ void channel_bias_add(float *x, const float *b, size_t planes, size_t C,
+                                        size_t HW)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] += b[(i / HW) % C];
+    for (DT_CUDA_PLANES(p, c, planes, C)) {
+        const float bc = b[c];
+        float *xp = x + p * HW;
+        for (DT_CUDA_PLANE_ELEMS(i, HW))
+            xp[i] += bc;
+    }
 }
 
-/* db[c] += sum over N and HW of dout(N,c,HW); block c owns channel c */
+/* db[c] += sum over N and HW of dout(N,c,HW); block c owns channel c;
+ * HW > 0 (the launcher skips empty channels) */
 static __global__ void channel_sum(float *db, const float *dout, int N, int C, int HW)
 {
     __shared__ double sh[DT_CUDA_THREADS];
     const int c = blockIdx.x;
-    const size_t per = (size_t)N * HW;
+    /* value j = t + k*DT_CUDA_THREADS is (n, i) = (j / HW, j % HW); both are
+     * stepped on, so only the start divides */
+    const size_t hw = (size_t)HW, dn = DT_CUDA_THREADS / hw, di = DT_CUDA_THREADS % hw;
     double s = 0.0;
-    for (size_t j = threadIdx.x; j < per; j += DT_CUDA_THREADS) {
-        const size_t n = j / (size_t)HW, i = j % (size_t)HW;
-        s += dout[(n * C + c) * (size_t)HW + i];
+    for (size_t n = threadIdx.x / hw, i = threadIdx.x % hw; n < (size_t)N;) {
+        s += dout[(n * C + c) * hw + i];
+        n += dn;
+        i += di;
+        if (i >= hw) {
+            i -= hw;
+            n++;
+        }
     }
     sh[threadIdx.x] = s;
     __syncthreads();
@@ -74,7 +89,10 @@ dt_status dt_cuda_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, i
         return DT_OK;
     DT_CUDA_REQUIRE(x && b, "channel_bias_fwd", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(channel_bias_add, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, b, n, (size_t)C, (size_t)HW);
+    const size_t planes = (size_t)N * C;
+    const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
+    DT_CUDA_LAUNCH(channel_bias_add, ps.grid, ps.block, 0, cb->stream, x, b, planes, (size_t)C,
+                   (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "channel_bias_fwd", "N=%d C=%d HW=%d", N, C, HW);
 }
 

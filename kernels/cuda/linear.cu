@@ -20,8 +20,11 @@
  * with a kernel of ours, and multiply with fp32 accumulation into fp32
  * outputs.
  *
- * bias_bwd gives each thread one column and sums it top to bottom, the
- * CPU's order, so it is deterministic and matches the CPU bit for bit.
+ * bias_bwd is the fixed two-pass column sum of colsum.cu (row tiles in
+ * double, then the tiles in order), so it is deterministic: the same bits
+ * on every run and every GPU. The CPU sums each column top to bottom in
+ * fp32, so the two differ by rounding, far below fp32 resolution of the
+ * sums.
  *
  * Gradients of parameters (dw, db) ACCUMULATE (+=); the gradient of the
  * activation (din) is WRITTEN (=).
@@ -66,18 +69,6 @@ static __global__ void bias_add(float *x, const float *b, size_t n, size_t C)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         x[i] += b[i % C];
-}
-
-/* db(C) += sum over rows of dout(B,C): thread c sums column c, row 0 first */
-static __global__ void bias_colsum(float *db, const float *dout, int B, int C)
-{
-    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < (size_t)C;
-         c += (size_t)gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int r = 0; r < B; r++)
-            s += dout[(size_t)r * C + c];
-        db[c] += s;
-    }
 }
 
 static cudaDataType operand_type(enum dt_dtype p)
@@ -234,7 +225,7 @@ dt_status dt_cuda_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B
     dt_status st = check_bias("bias_bwd", db, dout, B, C);
     if (st != DT_OK || C == 0)
         return st;
-    struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(bias_colsum, dt_cuda_blocks((size_t)C), DT_CUDA_THREADS, 0, cb->stream, db, dout, B, C);
-    return DT_CUDA_LAUNCHED(cb, "bias_bwd", "B=%d C=%d", B, C);
+    const struct dt_cuda_colsum sum = {"bias_bwd", DT_CUDA_COLSUM_PLAIN, db, NULL, dout, NULL,
+                                       NULL, NULL, B, C};
+    return dt_cuda_colsum(dt_cuda_of(be), &sum);
 }

@@ -11,15 +11,22 @@
  * not used.
  *
  * Every reduction is deterministic: the same input gives the same bits on
- * every run. No atomics: a per-channel sum is one block per channel whose
- * threads each add a fixed set of the channel's values in double and then
- * meet in a fixed tree; a per-row sum of layer norm is one block per row,
- * the same way; the column sums of layer norm's dgamma and dbeta are one
- * thread per column adding the rows in order, in double. The sums differ
- * from the CPU's, which add in another order, by far less than fp32
- * resolution. Layer norm takes the variance in two passes (the mean
- * first), so large offsets do not cancel. RMS norm is layer norm without
- * the mean and the shift, summed the same ways.
+ * every run and every GPU. No atomics: a per-channel sum is one block per
+ * channel whose thread t adds the channel's values t, t + DT_CUDA_THREADS,
+ * ... (in (n, hw) order, the position stepped on without a division) in
+ * double, and the threads then meet in a fixed tree; a per-row sum of
+ * layer norm is one block per row, the same way; the column sums of layer
+ * norm's dgamma and dbeta and RMS norm's dgamma are the fixed two-pass
+ * column sums of colsum.cu (tiles of rows, then the tiles in order), in
+ * double. The sums differ from the CPU's, which add in another order, by
+ * far less than fp32 resolution. Layer norm takes the variance in two
+ * passes (the mean first), so large offsets do not cancel. RMS norm is
+ * layer norm without the mean and the shift, summed the same ways.
+ *
+ * The element-wise batch-norm kernels (apply, infer, dx) run over the
+ * (n, c) planes (dt_cuda_plane_shape): a thread finds its plane's channel
+ * once and steps it on as it strides over planes, so no element costs a
+ * division.
  *
  * The variance from the sums, E[x^2] - mean^2, can come out a rounding
  * error below zero for a constant channel; it is taken as 0 then.
@@ -61,21 +68,31 @@ static __global__ void channel_sums(double *out, enum channel_sums kind, const f
 {
     __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
     const int c = blockIdx.x;
-    const size_t per = (size_t)N * HW;
     const double m = kind == SUMS_BWD ? (double)mean[c] : 0.0;
     const double is = kind == SUMS_BWD ? (double)invstd[c] : 0.0;
     double a = 0.0, b = 0.0;
-    for (size_t j = threadIdx.x; j < per; j += DT_CUDA_THREADS) {
-        const size_t n = j / (size_t)HW, i = j % (size_t)HW;
-        const size_t e = (n * C + c) * (size_t)HW + i;
-        const double v = x[e];
-        if (kind == SUMS_STATS) {
-            a += v;
-            b += v * v;
-        } else {
-            const double g = dy[e];
-            a += g;
-            b += g * (v - m) * is;
+    /* value j = t + k*DT_CUDA_THREADS is (n, i) = (j / HW, j % HW); both are
+     * stepped on, so only the start divides */
+    const size_t hw = (size_t)HW;
+    if (hw > 0) {
+        const size_t dn = DT_CUDA_THREADS / hw, di = DT_CUDA_THREADS % hw;
+        for (size_t n = threadIdx.x / hw, i = threadIdx.x % hw; n < (size_t)N;) {
+            const size_t e = (n * C + c) * hw + i;
+            const double v = x[e];
+            if (kind == SUMS_STATS) {
+                a += v;
+                b += v * v;
+            } else {
+                const double g = dy[e];
+                a += g;
+                b += g * (v - m) * is;
+            }
+            n += dn;
+            i += di;
+            if (i >= hw) {
+                i -= hw;
+                n++;
+            }
         }
     }
     sa[threadIdx.x] = a;
@@ -108,27 +125,31 @@ static __global__ void bn_params(float *mean_out, float *invstd_out, float *runn
     }
 }
 
-/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] */
+/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; planes = N*C */
 static __global__ void bn_apply(float *y, const float *x, const float *mean, const float *invstd,
-                                const float *gamma, const float *beta, size_t n, size_t C,
+                                const float *gamma, const float *beta, size_t planes, size_t C,
                                 size_t HW)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t c = (i / HW) % C;
-        y[i] = (x[i] - mean[c]) * invstd[c] * gamma[c] + beta[c];
+    for (DT_CUDA_PLANES(p, c, planes, C)) {
+        const float m = mean[c], is = invstd[c], g = gamma[c], b = beta[c];
+        const float *xp = x + p * HW;
+        float *yp = y + p * HW;
+        for (DT_CUDA_PLANE_ELEMS(i, HW))
+            yp[i] = (xp[i] - m) * is * g + b;
     }
 }
 
 /* y = (x - running_mean[c]) / sqrt(running_var[c] + eps) * gamma[c] + beta[c] */
 static __global__ void bn_infer(float *y, const float *x, const float *rmean, const float *rvar,
-                                const float *gamma, const float *beta, float eps, size_t n,
+                                const float *gamma, const float *beta, float eps, size_t planes,
                                 size_t C, size_t HW)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t c = (i / HW) % C;
-        y[i] = (x[i] - rmean[c]) / sqrtf(rvar[c] + eps) * gamma[c] + beta[c];
+    for (DT_CUDA_PLANES(p, c, planes, C)) {
+        const float m = rmean[c], sd = sqrtf(rvar[c] + eps), g = gamma[c], b = beta[c];
+        const float *xp = x + p * HW;
+        float *yp = y + p * HW;
+        for (DT_CUDA_PLANE_ELEMS(i, HW))
+            yp[i] = (xp[i] - m) / sd * g + b;
     }
 }
 
@@ -146,15 +167,17 @@ static __global__ void bn_dparams(float *dgamma, float *dbeta, const double *loc
 /* dx = gamma*invstd*(dy - global[c]/count - xhat*global[C+c]/count) */
 static __global__ void bn_dx(float *dx, const float *dy, const float *x, const float *mean,
                              const float *invstd, const float *gamma, const double *global,
-                             double count, size_t n, size_t C, size_t HW)
+                             double count, size_t planes, size_t C, size_t HW)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const size_t c = (i / HW) % C;
+    for (DT_CUDA_PLANES(p, c, planes, C)) {
         const float mdy = (float)(global[c] / count);
         const float mdyx = (float)(global[C + c] / count);
-        const float xhat = (x[i] - mean[c]) * invstd[c];
-        dx[i] = gamma[c] * invstd[c] * (dy[i] - mdy - xhat * mdyx);
+        const float m = mean[c], is = invstd[c], g = gamma[c];
+        const size_t off = p * HW;
+        for (DT_CUDA_PLANE_ELEMS(i, HW)) {
+            const float xhat = (x[off + i] - m) * is;
+            dx[off + i] = g * is * (dy[off + i] - mdy - xhat * mdyx);
+        }
     }
 }
 
@@ -216,25 +239,6 @@ static __global__ void ln_dx(float *dx, const float *dy, const float *x, const f
     }
 }
 
-/* Thread d: dgamma[d] += sum over rows of dy*xhat, dbeta[d] += sum of dy,
- * rows in order, in double (either output may be NULL). */
-static __global__ void ln_dparams(float *dgamma, float *dbeta, const float *dy, const float *x,
-                                  const float *mean, const float *rstd, int rows, int D)
-{
-    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
-        double g = 0.0, b = 0.0;
-        for (int r = 0; r < rows; r++) {
-            const size_t e = (size_t)r * D + d;
-            b += dy[e];
-            g += (double)dy[e] * (double)((x[e] - mean[r]) * rstd[r]);
-        }
-        if (dgamma)
-            dgamma[d] += (float)g;
-        if (dbeta)
-            dbeta[d] += (float)b;
-    }
-}
-
 /* Block r normalises row r of x(rows, D) by its root mean square:
  * rstd = 1/sqrt(mean of x^2 + eps) (the sum in double), y = x*rstd*gamma. */
 static __global__ void rms_fwd(float *y, float *rstd_out, const float *x, const float *gamma,
@@ -275,20 +279,6 @@ static __global__ void rms_dx(float *dx, const float *dy, const float *x, const 
         dx[off + d] = r * (dy[off + d] * gamma[d] - x[off + d] * r * mgx);
 }
 
-/* Thread d: dgamma[d] += sum over rows of dy*xhat, rows in order, in double. */
-static __global__ void rms_dgamma(float *dgamma, const float *dy, const float *x,
-                                  const float *rstd, int rows, int D)
-{
-    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
-        double g = 0.0;
-        for (int r = 0; r < rows; r++) {
-            const size_t e = (size_t)r * D + d;
-            g += (double)dy[e] * (double)(x[e] * rstd[r]);
-        }
-        dgamma[d] += (float)g;
-    }
-}
-
 #define BN_FMT "N=%d C=%d HW=%d"
 #define REQUIRE_NCHW(op, N, C, HW)                                                                 \
     DT_CUDA_REQUIRE((N) >= 0 && (C) >= 0 && (HW) >= 0, op, "negative size (" BN_FMT ")", N, C, HW)
@@ -327,7 +317,10 @@ dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, flo
     dt_status st = DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT ", statistics", N, C, HW);
     if (st != DT_OK || n == 0)
         return st;
-    DT_CUDA_LAUNCH(bn_apply, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, y, x, mean_out, invstd_out, gamma, beta, n, (size_t)C, (size_t)HW);
+    const size_t planes = (size_t)N * C;
+    const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_apply, ps.grid, ps.block, 0, cb->stream, y, x, mean_out, invstd_out, gamma,
+                   beta, planes, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT, N, C, HW);
 }
 
@@ -343,7 +336,10 @@ dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
     DT_CUDA_REQUIRE(y && x && running_mean && running_var && gamma && beta, "batchnorm_infer",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(bn_infer, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, y, x, running_mean, running_var, gamma, beta, eps, n, (size_t)C, (size_t)HW);
+    const size_t planes = (size_t)N * C;
+    const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_infer, ps.grid, ps.block, 0, cb->stream, y, x, running_mean, running_var,
+                   gamma, beta, eps, planes, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_infer", BN_FMT, N, C, HW);
 }
 
@@ -383,7 +379,10 @@ dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, floa
     }
     if (n == 0)
         return DT_OK;
-    DT_CUDA_LAUNCH(bn_dx, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, dx, dy, x, mean, invstd, gamma, global, count, n, (size_t)C, (size_t)HW);
+    const size_t planes = (size_t)N * C;
+    const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_dx, ps.grid, ps.block, 0, cb->stream, dx, dy, x, mean, invstd, gamma, global,
+                   count, planes, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd", BN_FMT, N, C, HW);
 }
 
@@ -414,9 +413,9 @@ dt_status dt_cuda_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, floa
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
     if (dgamma || dbeta) {
-        DT_CUDA_LAUNCH(ln_dparams, dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream, dgamma, dbeta, dy, x, mean, rstd, rows, D);
-        dt_status st =
-            DT_CUDA_LAUNCHED(cb, "layernorm_bwd", "rows=%d D=%d, dgamma and dbeta", rows, D);
+        const struct dt_cuda_colsum sum = {
+            "layernorm_bwd", DT_CUDA_COLSUM_LAYERNORM, dgamma, dbeta, dy, x, mean, rstd, rows, D};
+        dt_status st = dt_cuda_colsum(cb, &sum);
         if (st != DT_OK)
             return st;
     }
@@ -448,8 +447,9 @@ dt_status dt_cuda_rmsnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, const 
     DT_CUDA_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(rms_dgamma, dt_cuda_blocks((size_t)D), DT_CUDA_THREADS, 0, cb->stream, dgamma, dy, x, rstd, rows, D);
-    dt_status st = DT_CUDA_LAUNCHED(cb, "rmsnorm_bwd", "rows=%d D=%d, dgamma", rows, D);
+    const struct dt_cuda_colsum sum = {
+        "rmsnorm_bwd", DT_CUDA_COLSUM_RMSNORM, dgamma, NULL, dy, x, NULL, rstd, rows, D};
+    dt_status st = dt_cuda_colsum(cb, &sum);
     if (st != DT_OK)
         return st;
     DT_CUDA_LAUNCH(rms_dx, (unsigned)rows, DT_CUDA_THREADS, 0, cb->stream, dx, dy, x, rstd, gamma, D);

@@ -8,8 +8,8 @@
  * thread accumulates a fixed set of elements in double, each block sums its
  * threads in a fixed tree into one partial, and a second one-block kernel
  * sums the partials in a fixed order. The partials live in the backend's
- * scratch (shared with the GEMM operands, which is safe because both are
- * used in stream order). Its rounding differs from the CPU's, which sums in
+ * scratch (shared with the GEMM operands and the column sums' partials,
+ * which is safe because all are used in stream order). Its rounding differs from the CPU's, which sums in
  * another order, by far less than fp32 resolution.
  *
  * all_finite tests the exponent bits, as the CPU does, so no compiler flag
