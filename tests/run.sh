@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: sets everything up (packages,
 # build with warnings as errors, dataset), runs every ctest suite, then
-# builds the CPU path again with AddressSanitizer + UBSan and runs the CPU
-# suites there, and last fuzzes each input parser for 60 s
-# (tests/fuzz/run.sh). Exits non-zero on any failure.
+# builds again with AddressSanitizer + UBSan (the CUDA backend on the host
+# emulation) and runs the CPU and emulated GPU suites there, and last
+# fuzzes each input parser for 60 s (tests/fuzz/run.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DTRAIN_WITH_TORCH=1 DTRAIN_WITH_FUZZ=1 DTRAIN_WITH_DEBOOTSTRAP=1 DTRAIN_WITH_TENSORBOARD=1
@@ -44,14 +44,23 @@ run_ctest() { # BUILD_DIR ctest-args...
 echo "== ctest, main build ($(./build/dtrain version))"
 run_ctest build --output-on-failure -j2 --timeout 900
 
-echo "== sanitizer build (CPU only, ASan + UBSan)"
-cmake -S . -B build-asan -DDTRAIN_CUDA=OFF -DDTRAIN_SANITIZE=ON -DDTRAIN_WERROR=ON \
+# The sanitizer build compiles the CUDA backend for the host emulation
+# (docs/testing.md), so its GPU suites (label emu) run here on every
+# machine, under AddressSanitizer too.
+echo "== sanitizer build (ASan + UBSan; the CUDA backend on the host emulation)"
+cmake -S . -B build-asan -DDTRAIN_CUDA=EMU -DDTRAIN_SANITIZE=ON -DDTRAIN_WERROR=ON \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-run_ctest build-asan --output-on-failure -j2 -L cpu --timeout 1800
+rm -f build-asan/emu_coverage.txt
+run_ctest build-asan --output-on-failure -j2 -L 'cpu|emu' --timeout 1800
+if [ -s build-asan/emu_coverage.txt ]; then
+  echo "== kernels the emulated GPU suites launched (site, launches, blocks with and without barriers):"
+  sort build-asan/emu_coverage.txt | awk '{ split($3, l, "="); n[$1 " " $2] += l[2]; s[$1 " " $2] += substr($4, 13); p[$1 " " $2] += substr($5, 14) }
+    END { for (k in n) printf "  %s launches=%d sync_blocks=%d plain_blocks=%d\n", k, n[k], s[k], p[k] }' | sort
+fi
 if [ -n "$SKIPPED" ]; then
   echo "== skipped, no GPU on this machine:$SKIPPED"
 fi
