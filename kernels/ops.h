@@ -175,7 +175,9 @@ struct dt_pool2d_shape {
  *                rstd_out (rows) saved. No mean is taken out and there is no shift.
  * rmsnorm_bwd    dx (written), dgamma += ; takes x, rstd, gamma
  * embedding_fwd  out(N,D) = w(V,D)[ids[n]]: ids are N floats holding whole numbers in
- *                [0, V) (token ids, exact below 2^24); anything else is DT_ERR_INVALID_ARG
+ *                [0, V) (token ids, exact below 2^24); anything else is DT_ERR_INVALID_ARG,
+ *                which a backend with a stream (cuda) returns from the next call that
+ *                waits for the device (the loss, a download, sync) instead
  * embedding_bwd  dw(V,D)[ids[n]] += dout(n) for n = 0..N-1 in that order per row of dw
  *                (deterministic: the same bits on every run)
  * attention_workspace  *bytes = scratch attention_fwd/bwd need for these shapes

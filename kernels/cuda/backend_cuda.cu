@@ -8,7 +8,8 @@
  * Everything is queued on the backend's single non-blocking stream, so ops
  * and copies run in the order they are called and the host only waits where
  * it must: a download (the caller reads the data next), sync, and the ops
- * that hand a scalar back. Uploads come from pageable host memory; they are
+ * that hand a scalar back; each such wait also reads the verdict of the
+ * embedding's token-id checks queued before it. Uploads come from pageable host memory; they are
  * memcpy'd into a small ring of pinned staging buffers and queued from
  * there, so the host does not wait for the transfer and may reuse its
  * buffer at once. A slot is reused only after the event recorded behind
@@ -228,9 +229,10 @@ void dt_cuda_note_usage(struct cuda_backend *cb)
  * not also ask the driver for its memory figures. */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op)
 {
-    return dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
-                          "waiting for the stream; the fault may be in any op queued "
-                          "before it, CUDA_LAUNCH_BLOCKING=1 names it");
+    dt_status st = dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
+                                  "waiting for the stream; the fault may be in any op queued "
+                                  "before it, CUDA_LAUNCH_BLOCKING=1 names it");
+    return st != DT_OK ? st : dt_cuda_emb_check_result(cb);
 }
 
 dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out)
@@ -488,6 +490,7 @@ static void release(struct cuda_backend *cb)
 #ifdef DT_HAVE_CUDNN
     dt_cuda_dnn_release(cb);
 #endif
+    dt_cuda_emb_release(cb);
     for (int k = 0; k < DT_CUDA_STAGING; k++) {
         if (cb->staging_done[k])
             (void)cudaEventDestroy(cb->staging_done[k]);

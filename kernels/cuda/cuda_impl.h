@@ -6,8 +6,7 @@
  *
  * Every op is queued on the backend's one stream and returns without
  * waiting, except those that hand a scalar back to the host (softmax_xent
- * forward, sumsq, all_finite) and embedding_fwd (which checks its token
- * ids), which synchronise that stream. Argument checks match the CPU ops:
+ * forward, sumsq, all_finite), which synchronise that stream. Argument checks match the CPU ops:
  * DT_ERR_INVALID_ARG naming the op.
  *
  * With DT_HAVE_CUDNN (cuDNN found at configure time) the backend also holds
@@ -69,6 +68,12 @@ struct cuda_backend {
      * grown on demand, freed with the backend). */
     void *xent_rows;
     size_t xent_rows_bytes;
+    /* embedding_fwd's token-id check (owned by embedding.cu): a device
+     * record, its pinned host mirror, and whether a check was queued since
+     * the last wait for the stream, which reads it (dt_cuda_sync_op). */
+    void *emb_check_dev;
+    void *emb_check_host;
+    int emb_check_pending;
     /* Device memory in use, the most seen (dt_cuda_note_usage). */
     size_t peak_used;
 #ifdef DT_HAVE_CUDNN
@@ -186,8 +191,14 @@ struct dt_cuda_colsum {
 /* Queues both passes on the stream; its partials take the scratch. */
 dt_status dt_cuda_colsum(struct cuda_backend *cb, const struct dt_cuda_colsum *s);
 
-/* Waits for the stream; a failure there carries `op`. */
+/* Waits for the stream; a failure there carries `op`. A token id that an
+ * embedding_fwd queued since the last wait found outside the table is
+ * reported here (DT_ERR_INVALID_ARG, embedding_fwd's message). */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op);
+/* embedding.cu: the queued id checks' verdict, after the stream has been
+ * waited for; and freeing the check's buffers (backend destroy). */
+dt_status dt_cuda_emb_check_result(struct cuda_backend *cb);
+void dt_cuda_emb_release(struct cuda_backend *cb);
 /* Samples the device memory in use into cb->peak_used (after allocations
  * and synchronisations; failures to read it are ignored). */
 void dt_cuda_note_usage(struct cuda_backend *cb);

@@ -5,13 +5,16 @@
  *
  * Token ids are floats holding whole numbers (every tensor of the op table
  * is fp32; ids below 2^24 are exact). They live on the device, so the
- * forward checks them there: one block scans the N ids and writes the
- * first position whose id is not a whole number in [0, V) (NaN included)
- * to cb->dscalars; the host copies it back and waits for the stream, as
- * softmax_xent_fwd does for its labels, and reports such an id as
- * DT_ERR_INVALID_ARG naming its position and value (out has been written
- * by then, with zeros in the rows of bad ids). The gather itself never
- * reads outside the table.
+ * forward checks them there without waiting: one block scans the N ids
+ * and, when one is not a whole number in [0, V) (NaN included) and no
+ * earlier check has found one, writes its position, value and V into the
+ * backend's id-check record, whose copy to pinned host memory is queued
+ * behind it. The next wait for the stream (the loss, the gradient norm, a
+ * download, sync: dt_cuda_sync_op) reads the mirror and reports such an
+ * id as DT_ERR_INVALID_ARG naming its position and value, so a bad id
+ * still stops the step, one wait later, without a wait of its own in
+ * every forward. out has been written by then, with zeros in the rows of
+ * bad ids; the gather itself never reads outside the table.
  *
  * The backward does not synchronise, so it cannot report: it trusts the
  * forward's check on the same ids and skips an id outside the table (it
@@ -45,12 +48,12 @@
 static_assert((EMB_CHECK_THREADS & (EMB_CHECK_THREADS - 1)) == 0,
               "the id check's tree needs a power-of-two block size");
 
-/* What the id check leaves in cb->dscalars. */
+/* What the id check leaves in cb->emb_check_dev (and, copied, emb_check_host). */
 struct emb_check {
     int bad_pos; /* first position with a bad id, or INT_MAX */
     float bad_id;
+    int V; /* the vocabulary it was checked against */
 };
-static_assert(sizeof(struct emb_check) <= DT_CUDA_SCALAR_BYTES, "the id check fits in dscalars");
 
 /* The row an id names, or -1 when it is not a whole number in [0, V). */
 static __device__ int id_row(float id, int V)
@@ -60,7 +63,8 @@ static __device__ int id_row(float id, int V)
     return (int)id;
 }
 
-/* One block: *out = the first n of ids(N) that id_row refuses. */
+/* One block: *out = the first n of ids(N) that id_row refuses, unless
+ * *out already holds an earlier check's. */
 static __global__ void emb_check_kernel(const float *ids, int N, int V, struct emb_check *out)
 {
     __shared__ int first[EMB_CHECK_THREADS];
@@ -77,10 +81,11 @@ static __global__ void emb_check_kernel(const float *ids, int N, int V, struct e
             first[threadIdx.x] = first[threadIdx.x + h];
         __syncthreads();
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && first[0] < N && out->bad_pos == INT_MAX) {
         struct emb_check c;
         c.bad_pos = first[0];
-        c.bad_id = first[0] < N ? ids[first[0]] : 0.0f;
+        c.bad_id = ids[first[0]];
+        c.V = V;
         *out = c;
     }
 }
@@ -136,6 +141,64 @@ static dt_status check_sizes(const char *op, int N, int V, int D)
     return DT_OK;
 }
 
+/* The id-check record and its mirror, made by the first forward, set to
+ * "nothing found". */
+static dt_status check_buffers(struct cuda_backend *cb)
+{
+    if (cb->emb_check_dev)
+        return DT_OK;
+    cudaError_t err = cudaMalloc(&cb->emb_check_dev, sizeof(struct emb_check));
+    if (err != cudaSuccess) {
+        cb->emb_check_dev = NULL;
+        return dt_cuda_status(cb, err, sizeof(struct emb_check), "embedding_fwd",
+                              "the token-id check");
+    }
+    err = cudaMallocHost(&cb->emb_check_host, sizeof(struct emb_check));
+    if (err != cudaSuccess) {
+        cb->emb_check_host = NULL;
+        return dt_cuda_status(cb, err, 0, "embedding_fwd", "the token-id check's host copy");
+    }
+    struct emb_check *h = (struct emb_check *)cb->emb_check_host;
+    h->bad_pos = INT_MAX;
+    h->bad_id = 0.0f;
+    h->V = 0;
+    /* from pinned memory, so queued without a wait; nothing reuses h before
+     * the stream has passed this copy */
+    err = cudaMemcpyAsync(cb->emb_check_dev, h, sizeof *h, cudaMemcpyHostToDevice, cb->stream);
+    return dt_cuda_status(cb, err, 0, "embedding_fwd", "clearing the token-id check");
+}
+
+dt_status dt_cuda_emb_check_result(struct cuda_backend *cb)
+{
+    if (!cb->emb_check_pending)
+        return DT_OK;
+    cb->emb_check_pending = 0;
+    struct emb_check *h = (struct emb_check *)cb->emb_check_host;
+    if (h->bad_pos == INT_MAX)
+        return DT_OK;
+    const struct emb_check c = *h;
+    h->bad_pos = INT_MAX;
+    cudaError_t err = cudaMemcpyAsync(cb->emb_check_dev, h, sizeof *h, cudaMemcpyHostToDevice,
+                                      cb->stream);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(cb->stream); /* h is read by that copy */
+    if (err != cudaSuccess)
+        return dt_cuda_status(cb, err, 0, "embedding_fwd", "clearing the token-id check");
+    return dt_set_error(DT_ERR_INVALID_ARG,
+                        "cuda embedding_fwd: token id %.9g at position %d is not a whole "
+                        "number in [0, %d) (is the data's vocabulary larger than the model's?)",
+                        (double)c.bad_id, c.bad_pos, c.V);
+}
+
+void dt_cuda_emb_release(struct cuda_backend *cb)
+{
+    if (cb->emb_check_dev)
+        (void)cudaFree(cb->emb_check_dev);
+    if (cb->emb_check_host)
+        (void)cudaFreeHost(cb->emb_check_host);
+    cb->emb_check_dev = cb->emb_check_host = NULL;
+}
+
 dt_status dt_cuda_embedding_fwd(dt_backend_t *be, float *out, const float *ids, const float *w,
                                 int N, int V, int D)
 {
@@ -144,7 +207,10 @@ dt_status dt_cuda_embedding_fwd(dt_backend_t *be, float *out, const float *ids, 
     if (st != DT_OK || N == 0)
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
-    struct emb_check *dcheck = (struct emb_check *)cb->dscalars;
+    st = check_buffers(cb);
+    if (st != DT_OK)
+        return st;
+    struct emb_check *dcheck = (struct emb_check *)cb->emb_check_dev;
     DT_CUDA_LAUNCH(emb_check_kernel, 1, EMB_CHECK_THREADS, 0, cb->stream, ids, N, V, dcheck);
     st = DT_CUDA_LAUNCHED(cb, "embedding_fwd", "checking ids (N=%d, V=%d)", N, V);
     if (st != DT_OK)
@@ -154,21 +220,12 @@ dt_status dt_cuda_embedding_fwd(dt_backend_t *be, float *out, const float *ids, 
     st = DT_CUDA_LAUNCHED(cb, "embedding_fwd", "N=%d, V=%d, D=%d", N, V, D);
     if (st != DT_OK)
         return st;
-    cudaError_t err =
-        cudaMemcpyAsync(cb->hscalars, dcheck, sizeof *dcheck, cudaMemcpyDeviceToHost, cb->stream);
+    cudaError_t err = cudaMemcpyAsync(cb->emb_check_host, dcheck, sizeof *dcheck,
+                                      cudaMemcpyDeviceToHost, cb->stream);
     st = dt_cuda_status(cb, err, 0, "embedding_fwd", "copying the id check (N=%d)", N);
-    if (st != DT_OK)
-        return st;
-    st = dt_cuda_sync_op(cb, "embedding_fwd");
-    if (st != DT_OK)
-        return st;
-    const struct emb_check *c = (const struct emb_check *)cb->hscalars;
-    if (c->bad_pos < N)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cuda embedding_fwd: token id %.9g at position %d is not a whole "
-                            "number in [0, %d) (is the data's vocabulary larger than the model's?)",
-                            (double)c->bad_id, c->bad_pos, V);
-    return DT_OK;
+    if (st == DT_OK)
+        cb->emb_check_pending = 1;
+    return st;
 }
 
 dt_status dt_cuda_embedding_bwd(dt_backend_t *be, float *dw, const float *dout, const float *ids,

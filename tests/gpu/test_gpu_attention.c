@@ -216,9 +216,25 @@ static void test_embedding_bad_ids(void)
         ids[7] = bad[k];
         ids[11] = bad[k]; /* the first bad position is the one named */
         OK(dt_backend_copy(gpu, d_ids, ids, (size_t)N * sizeof(float), DT_COPY_H2D));
-        CHECK_FAILS(ops->embedding_fwd(gpu, out_big, d_ids, d_w, N, V, D), DT_ERR_INVALID_ARG,
-                    "position 7");
+        /* queued without a wait; the next wait for the device reports it */
+        OK(ops->embedding_fwd(gpu, out_big, d_ids, d_w, N, V, D));
+        CHECK_FAILS(dt_backend_sync(gpu), DT_ERR_INVALID_ARG, "position 7");
+        /* reported once: good ids afterwards pass */
+        ids[7] = ids[11] = 1.0f;
+        OK(dt_backend_copy(gpu, d_ids, ids, (size_t)N * sizeof(float), DT_COPY_H2D));
+        OK(ops->embedding_fwd(gpu, out_big, d_ids, d_w, N, V, D));
+        OK(dt_backend_sync(gpu));
     }
+    /* the first bad id of several forwards is the one named */
+    ids[3] = 2.5f;
+    OK(dt_backend_copy(gpu, d_ids, ids, (size_t)N * sizeof(float), DT_COPY_H2D));
+    OK(ops->embedding_fwd(gpu, out_big, d_ids, d_w, N, V, D));
+    ids[3] = 1.0f;
+    ids[9] = -1.0f;
+    OK(dt_backend_copy(gpu, d_ids, ids, (size_t)N * sizeof(float), DT_COPY_H2D));
+    OK(ops->embedding_fwd(gpu, out_big, d_ids, d_w, N, V, D));
+    CHECK_FAILS(dt_backend_sync(gpu), DT_ERR_INVALID_ARG, "token id 2.5 at position 3");
+    OK(dt_backend_sync(gpu));
     CHECK_FAILS(ops->embedding_fwd(gpu, out_big, d_ids, d_w, N, 0, D), DT_ERR_INVALID_ARG,
                 "embedding_fwd");
     CHECK_FAILS(ops->embedding_bwd(gpu, out_big, d_w, d_ids, N, V, 0), DT_ERR_INVALID_ARG,
