@@ -119,6 +119,24 @@ same_losses() { # CPU_FILE CUDA_FILE STEPS: the per-step losses agree within RTO
       }'
 }
 
+same_runs() { # CPU_RUN CUDA_RUN STEPS PARAM_RTOL: losses per step, then the final parameters
+  local bad=0
+  losses "$1" >"$W/$1.loss"
+  losses "$2" >"$W/$2.loss"
+  if ! same_losses "$W/$1.loss" "$W/$2.loss" "$3"; then
+    echo "FAILED: $1 and $2 losses differ (or steps are missing)"
+    bad=1
+  fi
+  if [ -z "$COMPARE" ] || [ ! -x "$COMPARE" ]; then
+    echo "FAILED: no compare_models program to compare the parameters with (pass it as the 4th argument)"
+    bad=1
+  elif ! "$COMPARE" "$W/$1/model.h5" "$W/$2/model.h5" "$4"; then
+    echo "FAILED: $1 and $2 parameters differ by more than $4 after $3 steps"
+    bad=1
+  fi
+  return "$bad"
+}
+
 fail=0
 cuda=(--set runtime.device=cuda)
 
@@ -154,19 +172,7 @@ short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedu
        --set checkpoint.every_minutes=0 --set train.optimizer.name=sgd
        --set train.optimizer.lr=0.05 --set train.optimizer.momentum=0.9 --set train.clip_norm=1.0)
 if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@]}" "${cuda[@]}"; then
-  losses cmp_cpu >"$W/cmp_cpu.loss"
-  losses cmp_cuda >"$W/cmp_cuda.loss"
-  if ! same_losses "$W/cmp_cpu.loss" "$W/cmp_cuda.loss" "$CMP_STEPS"; then
-    echo "FAILED: cpu and cuda losses differ (or steps are missing)"
-    fail=1
-  fi
-  if [ -z "$COMPARE" ] || [ ! -x "$COMPARE" ]; then
-    echo "FAILED: no compare_models program to compare the parameters with (pass it as the 4th argument)"
-    fail=1
-  elif ! "$COMPARE" "$W/cmp_cpu/model.h5" "$W/cmp_cuda/model.h5" "$PRTOL"; then
-    echo "FAILED: cpu and cuda parameters differ by more than $PRTOL after $CMP_STEPS steps"
-    fail=1
-  fi
+  same_runs cmp_cpu cmp_cuda "$CMP_STEPS" "$PRTOL" || fail=1
 else
   fail=1
 fi
@@ -219,19 +225,7 @@ YEOF
 if "$DTRAIN" data import text "$SRC/README.md" -o "$W/gpt/text.h5" >"$W/gpt/import.log" 2>&1 &&
    RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cpu --set train.steps=$GPT_STEPS --set runtime.device=cpu &&
    RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cuda --set train.steps=$GPT_STEPS "${cuda[@]}"; then
-  losses gpt_cpu >"$W/gpt_cpu.loss"
-  losses gpt_cuda >"$W/gpt_cuda.loss"
-  if ! same_losses "$W/gpt_cpu.loss" "$W/gpt_cuda.loss" "$GPT_STEPS"; then
-    echo "FAILED: cpu and cuda GPT losses differ (or steps are missing)"
-    fail=1
-  fi
-  if [ -z "$COMPARE" ] || [ ! -x "$COMPARE" ]; then
-    echo "FAILED: no compare_models program to compare the parameters with"
-    fail=1
-  elif ! "$COMPARE" "$W/gpt_cpu/model.h5" "$W/gpt_cuda/model.h5" "$GPT_RTOL"; then
-    echo "FAILED: cpu and cuda GPT parameters differ by more than $GPT_RTOL after $GPT_STEPS steps"
-    fail=1
-  fi
+  same_runs gpt_cpu gpt_cuda "$GPT_STEPS" "$GPT_RTOL" || fail=1
 else
   cat "$W/gpt/import.log"
   fail=1
