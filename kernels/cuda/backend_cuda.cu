@@ -9,10 +9,10 @@
  * and copies run in the order they are called and the host only waits where
  * it must: a download (the caller reads the data next), sync, and the ops
  * that hand a scalar back; each such wait also reads the verdict of the
- * embedding's token-id checks queued before it. Uploads come from pageable host memory; they are
- * memcpy'd into a small ring of pinned staging buffers and queued from
- * there, so the host does not wait for the transfer and may reuse its
- * buffer at once. A slot is reused only after the event recorded behind
+ * embedding's token-id checks queued before it. Uploads come from pageable
+ * host memory; they are memcpy'd into a small ring of pinned staging
+ * buffers and queued from there, so the host does not wait for the
+ * transfer and may reuse its buffer at once. A slot is reused only after the event recorded behind
  * its last copy has fired.
  *
  * Failed CUDA and cuBLAS calls become a status here (dt_cuda_status,

@@ -178,10 +178,9 @@ dt_status dt_cuda_emb_check_result(struct cuda_backend *cb)
         return DT_OK;
     const struct emb_check c = *h;
     h->bad_pos = INT_MAX;
+    /* the next forward's copy into h is queued behind this one */
     cudaError_t err = cudaMemcpyAsync(cb->emb_check_dev, h, sizeof *h, cudaMemcpyHostToDevice,
                                       cb->stream);
-    if (err == cudaSuccess)
-        err = cudaStreamSynchronize(cb->stream); /* h is read by that copy */
     if (err != cudaSuccess)
         return dt_cuda_status(cb, err, 0, "embedding_fwd", "clearing the token-id check");
     return dt_set_error(DT_ERR_INVALID_ARG,

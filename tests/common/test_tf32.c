@@ -13,20 +13,6 @@
 #include "tests/common/tf32.h"
 #include "tests/unit/cu_util.h"
 
-static float f_of(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static uint32_t u_of(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
 /* in: fp32 bits; rnd, trc: the bits rounding and truncation must give */
 static const struct {
     const char *what;
@@ -66,17 +52,19 @@ static const struct {
 
 static void check_bits(const char *what, const char *how, float got, uint32_t want)
 {
-    if (u_of(got) != want)
-        printf("\n  %s (%s): 0x%08x, want 0x%08x\n", what, how, (unsigned)u_of(got),
+    if (dt_test_f32_bits(got) != want)
+        printf("\n  %s (%s): 0x%08x, want 0x%08x\n", what, how, (unsigned)dt_test_f32_bits(got),
                (unsigned)want);
-    CU_ASSERT_EQUAL(u_of(got), want);
+    CU_ASSERT_EQUAL(dt_test_f32_bits(got), want);
 }
 
 static void test_known_bits(void)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        check_bits(cases[i].what, "round", dt_test_tf32_round(f_of(cases[i].in)), cases[i].rnd);
-        check_bits(cases[i].what, "trunc", dt_test_tf32_trunc(f_of(cases[i].in)), cases[i].trc);
+        check_bits(cases[i].what, "round", dt_test_tf32_round(dt_test_f32_from_bits(cases[i].in)),
+                   cases[i].rnd);
+        check_bits(cases[i].what, "trunc", dt_test_tf32_trunc(dt_test_f32_from_bits(cases[i].in)),
+                   cases[i].trc);
     }
 }
 
@@ -90,10 +78,10 @@ static void test_values(void)
     CU_ASSERT_EQUAL(dt_test_tf32_round(3.0f + 0x1p-10f),
                     3.0f); /* a tie (unit 2^-9), kept part even */
     for (uint32_t k = 0; k < 4096; k++) {
-        float x = f_of(0x3f800000u + k * 2047u); /* [1, 2): the unit is 2^-10 */
+        float x = dt_test_f32_from_bits(0x3f800000u + k * 2047u); /* [1, 2): the unit is 2^-10 */
         float r = dt_test_tf32_round(x), t = dt_test_tf32_trunc(x);
-        CU_ASSERT_EQUAL(u_of(r) & 0x1fffu, 0);
-        CU_ASSERT_EQUAL(u_of(t) & 0x1fffu, 0);
+        CU_ASSERT_EQUAL(dt_test_f32_bits(r) & 0x1fffu, 0);
+        CU_ASSERT_EQUAL(dt_test_f32_bits(t) & 0x1fffu, 0);
         CU_ASSERT(fabs((double)r - x) <= 0x1p-11);
         CU_ASSERT(t <= x && x - t < 0x1p-10);
     }
@@ -101,16 +89,17 @@ static void test_values(void)
 
 static void test_reduce_array(void)
 {
-    float v[4] = {f_of(0x3f801001), f_of(0xbf803000), f_of(0x7fc00001), 2.0f};
+    float v[4] = {dt_test_f32_from_bits(0x3f801001), dt_test_f32_from_bits(0xbf803000),
+                  dt_test_f32_from_bits(0x7fc00001), 2.0f};
     float out[4];
     dt_test_tf32_reduce(out, v, 4, 1);
-    CU_ASSERT_EQUAL(u_of(out[0]), 0x3f802000);
-    CU_ASSERT_EQUAL(u_of(out[1]), 0xbf804000);
-    CU_ASSERT_EQUAL(u_of(out[2]), 0x7fc00001);
+    CU_ASSERT_EQUAL(dt_test_f32_bits(out[0]), 0x3f802000);
+    CU_ASSERT_EQUAL(dt_test_f32_bits(out[1]), 0xbf804000);
+    CU_ASSERT_EQUAL(dt_test_f32_bits(out[2]), 0x7fc00001);
     CU_ASSERT_EQUAL(out[3], 2.0f);
     dt_test_tf32_reduce(v, v, 4, 0); /* in place */
-    CU_ASSERT_EQUAL(u_of(v[0]), 0x3f800000);
-    CU_ASSERT_EQUAL(u_of(v[1]), 0xbf802000);
+    CU_ASSERT_EQUAL(dt_test_f32_bits(v[0]), 0x3f800000);
+    CU_ASSERT_EQUAL(dt_test_f32_bits(v[1]), 0xbf802000);
 }
 
 int main(void)

@@ -13,14 +13,14 @@
 #define DROPPED_MASK ((UINT32_C(1) << DT_TEST_TF32_DROPPED_BITS) - 1)
 #define EXP_MASK UINT32_C(0x7f800000)
 
-static uint32_t bits_of(float x)
+uint32_t dt_test_f32_bits(float x)
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static float float_of(uint32_t u)
+float dt_test_f32_from_bits(uint32_t u)
 {
     float x;
     memcpy(&x, &u, sizeof x);
@@ -34,18 +34,18 @@ static int is_inf_or_nan(uint32_t u)
 
 float dt_test_tf32_round(float x)
 {
-    uint32_t u = bits_of(x);
+    uint32_t u = dt_test_f32_bits(x);
     if (is_inf_or_nan(u)) return x;
     uint32_t lsb = (u >> DT_TEST_TF32_DROPPED_BITS) & 1u; /* of the kept part */
     u += (DROPPED_MASK >> 1) + lsb;
-    return float_of(u & ~DROPPED_MASK);
+    return dt_test_f32_from_bits(u & ~DROPPED_MASK);
 }
 
 float dt_test_tf32_trunc(float x)
 {
-    uint32_t u = bits_of(x);
+    uint32_t u = dt_test_f32_bits(x);
     if (is_inf_or_nan(u)) return x;
-    return float_of(u & ~DROPPED_MASK);
+    return dt_test_f32_from_bits(u & ~DROPPED_MASK);
 }
 
 void dt_test_tf32_reduce(float *dst, const float *src, size_t n, int round)

@@ -14,9 +14,14 @@
 #define DT_TEST_TF32_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The mantissa bits an fp32 value loses as TF32 (23 - 10). */
 #define DT_TEST_TF32_DROPPED_BITS 13
+
+/* The bits of an fp32 value, and the value of fp32 bits. */
+uint32_t dt_test_f32_bits(float x);
+float dt_test_f32_from_bits(uint32_t u);
 
 /* x rounded to TF32, to nearest, ties to even. */
 float dt_test_tf32_round(float x);

@@ -103,9 +103,6 @@ uint64_t shfl(unsigned mask, uint64_t bits, int mode, int arg, int width);
 /* The ballot of pred over the lanes in mask. */
 unsigned vote(unsigned mask, int pred);
 
-template <class T> struct is_ptr : std::is_pointer<T> {
-};
-
 template <class T> static inline void note_arg(const T &v, arg_ptr *ptrs, int *n, int *opaque)
 {
     if constexpr (std::is_pointer<T>::value) {
@@ -206,9 +203,10 @@ static inline int __any_sync(unsigned mask, int pred)
 {
     return dt_emu::vote(mask, pred) != 0;
 }
+/* every lane of the mask has pred: none has !pred */
 static inline int __all_sync(unsigned mask, int pred)
 {
-    return dt_emu::vote(mask, pred) == dt_emu::vote(mask, 1);
+    return dt_emu::vote(mask, !pred) == 0;
 }
 
 /* ---- bit casts and rounded arithmetic ----------------------------------------- */

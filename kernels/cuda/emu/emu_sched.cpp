@@ -113,11 +113,17 @@ constexpr size_t STACK_BYTES = (size_t)128 << 10;
 
 enum fstate { READY, WAIT_BLOCK, WAIT_WARP, DONE };
 
-struct fiber {
+/* Where a suspended context resumes. */
+struct context {
+#if defined(__x86_64__)
     void *sp;
-#if !defined(__x86_64__)
+#else
     ucontext_t uc;
 #endif
+};
+
+struct fiber {
+    context ctx;
     char *stack;
     uint3 idx;
     int lin;
@@ -137,7 +143,7 @@ struct exec {
     site *s = nullptr;
     void (*fn)(void *) = nullptr;
     void *ctx = nullptr;
-    int n = 0, live = 0, arrived = 0;
+    int live = 0, arrived = 0;
     unsigned gen = 0;
     /* __syncthreads_count: the predicates summed so far, and the total of
      * the last completed barrier (read by every thread before any can
@@ -146,10 +152,7 @@ struct exec {
     fiber f[MAX_THREADS];
     warp_t w[MAX_THREADS / WARP];
     fiber *cur = nullptr;
-    void *sched_sp = nullptr;
-#if !defined(__x86_64__)
-    ucontext_t sched_uc;
-#endif
+    context sched;
     bool synced = false;
     bool failed = false;
     char why[1024];
@@ -186,6 +189,16 @@ void asan_finish(void *fake, const void **bottom, size_t *size)
 #endif
 }
 
+/* Saves the running context in `from` and resumes `to`. */
+void jump(context &from, context &to)
+{
+#if defined(__x86_64__)
+    dt_emu_switch(&from.sp, to.sp);
+#else
+    swapcontext(&from.uc, &to.uc);
+#endif
+}
+
 void thread_exit(fiber *f);
 
 /* Leaves the running fiber for the scheduler; `dying` when it will never
@@ -193,11 +206,7 @@ void thread_exit(fiber *f);
 void to_scheduler(fiber *f, bool dying)
 {
     asan_start(dying ? nullptr : &f->asan_fake, E.sched_bottom, E.sched_size);
-#if defined(__x86_64__)
-    dt_emu_switch(&f->sp, E.sched_sp);
-#else
-    swapcontext(&f->uc, &E.sched_uc);
-#endif
+    jump(f->ctx, E.sched);
     asan_finish(f->asan_fake, &E.sched_bottom, &E.sched_size);
 }
 
@@ -246,22 +255,18 @@ void resume(fiber *f)
         *--sp = (void *)&fiber_main; /* where dt_emu_switch returns to */
         for (int r = 0; r < 6; r++)  /* rbp rbx r12 r13 r14 r15 */
             *--sp = nullptr;
-        f->sp = sp;
+        f->ctx.sp = sp;
 #else
-        getcontext(&f->uc);
-        f->uc.uc_stack.ss_sp = f->stack;
-        f->uc.uc_stack.ss_size = STACK_BYTES;
-        f->uc.uc_link = nullptr;
-        makecontext(&f->uc, fiber_main_uc, 0);
+        getcontext(&f->ctx.uc);
+        f->ctx.uc.uc_stack.ss_sp = f->stack;
+        f->ctx.uc.uc_stack.ss_size = STACK_BYTES;
+        f->ctx.uc.uc_link = nullptr;
+        makecontext(&f->ctx.uc, fiber_main_uc, 0);
 #endif
     }
     f->state = READY;
     asan_start(&E.sched_fake, f->stack, STACK_BYTES);
-#if defined(__x86_64__)
-    dt_emu_switch(&E.sched_sp, f->sp);
-#else
-    swapcontext(&E.sched_uc, &f->uc);
-#endif
+    jump(E.sched, f->ctx);
     asan_finish(E.sched_fake, nullptr, nullptr);
 }
 
@@ -455,7 +460,7 @@ void run_block(bool reversed)
 {
     const dim3 b = g_block_dim;
     const int n = (int)(b.x * b.y * b.z);
-    E.n = E.live = n;
+    E.live = n;
     E.arrived = 0;
     E.gen = 0;
     E.count_acc = E.count_result = 0;
