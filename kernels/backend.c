@@ -246,6 +246,13 @@ static uint64_t proc_kb(const char *path, const char *key)
     return (uint64_t)kb * 1024;
 }
 
+void dt_backend_waits(const dt_backend_t *be, struct dt_backend_waits *out)
+{
+    out->count = 0;
+    out->seconds = 0;
+    if (be && be->waits) be->waits(be, out);
+}
+
 dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
 {
     if (be && be->mem_info)

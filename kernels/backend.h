@@ -119,6 +119,17 @@ struct dt_backend_mem {
 };
 dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out);
 
+/* Times the host has waited for the device since the backend was made,
+ * and the seconds spent in those waits: every wait for the stream (a
+ * download, sync, an op that returns a value to the host, such as sumsq)
+ * and every wait for an upload buffer to come free. Both 0 for cpu, whose
+ * ops complete before they return. */
+struct dt_backend_waits {
+    uint64_t count;
+    double seconds;
+};
+void dt_backend_waits(const dt_backend_t *be, struct dt_backend_waits *out);
+
 /* Names of backends compiled into this build, comma separated. */
 const char *dt_backend_list(void);
 

@@ -14,7 +14,8 @@
  * model that needs it, so a job learns at start-up, in words, what its
  * backend lacks.
  * Host-side scalar results (loss sums, norms) come back through host
- * pointers; a device backend synchronises for them.
+ * pointers; a device backend waits for them (sumsq, all_finite) or, for
+ * the loss, adds them at its next wait.
  *
  * Convention: gradients of parameters ACCUMULATE (+=), so micro-batches
  * can add into one gradient buffer; gradients of activations are WRITTEN (=).
@@ -137,9 +138,14 @@ struct dt_pool2d_shape {
  * accumulate     dst(n) += src
  * softmax_xent_fwd  fused, numerically stable softmax + cross-entropy:
  *                probs(B,C) = softmax(logits(B,C)) row-wise (max subtracted);
- *                *loss_sum += sum_b logsumexp(logits[b]) - logits[b, labels[b]];
+ *                *loss_sum += (sum_b logsumexp(logits[b]) - logits[b, labels[b]]) / per
+ *                (per >= 1: the labels each sample's loss is the mean of, 1 or a
+ *                sequence's positions);
  *                *correct += count of b with argmax(logits[b]) == labels[b]
- *                (ties: lowest index). labels in [0, C).
+ *                (ties: lowest index). labels in [0, C). A backend with a stream
+ *                (cuda) adds to *loss_sum and *correct, or reports a label outside
+ *                [0, C), at the next call that waits for the device (sync, a
+ *                download, sumsq), so both must stay valid until then.
  * softmax_xent_bwd  dlogits(B,C) = (probs - onehot(labels)) * scale  (written)
  * conv2d_workspace  *bytes = scratch conv2d_* needs for shape s (the caller
  *                gives at least that much as ws; 0 is allowed)
@@ -206,8 +212,8 @@ struct dt_pool2d_shape {
  * from_bf16      dst = src widened back, exactly
  */
 #define DT_OP_LIST(X)                                                                              \
-    X(linear_fwd, (dt_backend_t * be, float *out, const float *in, const float *w, int B, int In,  \
-                   int Out))                                                                       \
+    X(linear_fwd,                                                                                  \
+      (dt_backend_t * be, float *out, const float *in, const float *w, int B, int In, int Out))    \
     X(linear_bwd, (dt_backend_t * be, float *din, float *dw, const float *dout, const float *in,   \
                    const float *w, int B, int In, int Out))                                        \
     X(bias_fwd, (dt_backend_t * be, float *x, const float *b, int B, int C))                       \
@@ -215,7 +221,7 @@ struct dt_pool2d_shape {
     X(channel_bias_fwd, (dt_backend_t * be, float *x, const float *b, int N, int C, int HW))       \
     X(channel_bias_bwd, (dt_backend_t * be, float *db, const float *dout, int N, int C, int HW))   \
     DT_UNARY_LIST(DT_OP_UNARY_PAIR, X)                                                             \
-    X(dropout_fwd, (dt_backend_t * be, float *out, const float *in, int rows, int cols, float p,    \
+    X(dropout_fwd, (dt_backend_t * be, float *out, const float *in, int rows, int cols, float p,   \
                     const struct dt_rng_key *key, uint64_t row0))                                  \
     X(dropout_bwd, (dt_backend_t * be, float *din, const float *dout, int rows, int cols, float p, \
                     const struct dt_rng_key *key, uint64_t row0))                                  \
@@ -223,8 +229,9 @@ struct dt_pool2d_shape {
     X(flatten_bwd, (dt_backend_t * be, float *din, const float *dout, size_t n))                   \
     X(add, (dt_backend_t * be, float *out, const float *a, const float *b, size_t n))              \
     X(accumulate, (dt_backend_t * be, float *dst, const float *src, size_t n))                     \
-    X(softmax_xent_fwd, (dt_backend_t * be, float *probs, const float *logits,                     \
-                         const int32_t *labels, int B, int C, double *loss_sum, int64_t *correct)) \
+    X(softmax_xent_fwd,                                                                            \
+      (dt_backend_t * be, float *probs, const float *logits, const int32_t *labels, int B, int C,  \
+       int per, double *loss_sum, int64_t *correct))                                               \
     X(softmax_xent_bwd, (dt_backend_t * be, float *dlogits, const float *probs,                    \
                          const int32_t *labels, int B, int C, float scale))                        \
     X(conv2d_workspace, (dt_backend_t * be, const struct dt_conv2d_shape *s, size_t *bytes))       \
@@ -234,47 +241,49 @@ struct dt_pool2d_shape {
                         const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes))               \
     X(conv2d_bwd_filter, (dt_backend_t * be, float *dw, const float *dy, const float *x,           \
                           const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes))             \
-    X(maxpool2d_fwd, (dt_backend_t * be, float *y, const float *x, const struct dt_pool2d_shape *s)) \
+    X(maxpool2d_fwd,                                                                               \
+      (dt_backend_t * be, float *y, const float *x, const struct dt_pool2d_shape *s))              \
     X(maxpool2d_bwd, (dt_backend_t * be, float *dx, const float *dy, const float *x,               \
                       const float *y, const struct dt_pool2d_shape *s))                            \
-    X(avgpool2d_fwd, (dt_backend_t * be, float *y, const float *x, const struct dt_pool2d_shape *s)) \
-    X(avgpool2d_bwd, (dt_backend_t * be, float *dx, const float *dy,                               \
-                      const struct dt_pool2d_shape *s))                                            \
+    X(avgpool2d_fwd,                                                                               \
+      (dt_backend_t * be, float *y, const float *x, const struct dt_pool2d_shape *s))              \
+    X(avgpool2d_bwd,                                                                               \
+      (dt_backend_t * be, float *dx, const float *dy, const struct dt_pool2d_shape *s))            \
     X(batchnorm_stats, (dt_backend_t * be, double *stats, const float *x, int N, int C, int HW))   \
-    X(batchnorm_fwd, (dt_backend_t * be, float *y, float *mean_out, float *invstd_out,             \
-                      float *running_mean, float *running_var, const float *x,                     \
-                      const double *stats, double count, const float *gamma, const float *beta,    \
-                      float eps, float momentum, int N, int C, int HW))                            \
+    X(batchnorm_fwd,                                                                               \
+      (dt_backend_t * be, float *y, float *mean_out, float *invstd_out, float *running_mean,       \
+       float *running_var, const float *x, const double *stats, double count, const float *gamma,  \
+       const float *beta, float eps, float momentum, int N, int C, int HW))                        \
     X(batchnorm_infer, (dt_backend_t * be, float *y, const float *x, const float *running_mean,    \
                         const float *running_var, const float *gamma, const float *beta,           \
                         float eps, int N, int C, int HW))                                          \
     X(batchnorm_bwd_reduce, (dt_backend_t * be, double *dstats, const float *dy, const float *x,   \
                              const float *mean, const float *invstd, int N, int C, int HW))        \
-    X(batchnorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
-                      const float *x, const float *mean, const float *invstd,                      \
-                      const float *gamma, const double *local, const double *global,               \
-                      double count, int N, int C, int HW))                                         \
-    X(layernorm_fwd, (dt_backend_t * be, float *y, float *mean_out, float *rstd_out,               \
-                      const float *x, const float *gamma, const float *beta, float eps, int rows,  \
-                      int D))                                                                      \
-    X(layernorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy,  \
-                      const float *x, const float *mean, const float *rstd, const float *gamma,    \
-                      int rows, int D))                                                            \
+    X(batchnorm_bwd,                                                                               \
+      (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, \
+       const float *mean, const float *invstd, const float *gamma, const double *local,            \
+       const double *global, double count, int N, int C, int HW))                                  \
+    X(layernorm_fwd,                                                                               \
+      (dt_backend_t * be, float *y, float *mean_out, float *rstd_out, const float *x,              \
+       const float *gamma, const float *beta, float eps, int rows, int D))                         \
+    X(layernorm_bwd,                                                                               \
+      (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, \
+       const float *mean, const float *rstd, const float *gamma, int rows, int D))                 \
     X(rmsnorm_fwd, (dt_backend_t * be, float *y, float *rstd_out, const float *x,                  \
                     const float *gamma, float eps, int rows, int D))                               \
     X(rmsnorm_bwd, (dt_backend_t * be, float *dx, float *dgamma, const float *dy, const float *x,  \
                     const float *rstd, const float *gamma, int rows, int D))                       \
-    X(embedding_fwd, (dt_backend_t * be, float *out, const float *ids, const float *w, int N,      \
-                      int V, int D))                                                               \
-    X(embedding_bwd, (dt_backend_t * be, float *dw, const float *dout, const float *ids, int N,    \
-                      int V, int D))                                                               \
-    X(attention_workspace, (dt_backend_t * be, int B, int T, int H, int Dh, int causal,            \
-                            size_t *bytes))                                                        \
+    X(embedding_fwd,                                                                               \
+      (dt_backend_t * be, float *out, const float *ids, const float *w, int N, int V, int D))      \
+    X(embedding_bwd,                                                                               \
+      (dt_backend_t * be, float *dw, const float *dout, const float *ids, int N, int V, int D))    \
+    X(attention_workspace,                                                                         \
+      (dt_backend_t * be, int B, int T, int H, int Dh, int causal, size_t *bytes))                 \
     X(attention_fwd, (dt_backend_t * be, float *out, float *lse, const float *qkv, int B, int T,   \
                       int H, int Dh, int causal, void *ws, size_t ws_bytes))                       \
-    X(attention_bwd, (dt_backend_t * be, float *dqkv, const float *dout, const float *qkv,         \
-                      const float *out, const float *lse, int B, int T, int H, int Dh, int causal, \
-                      void *ws, size_t ws_bytes))                                                  \
+    X(attention_bwd,                                                                               \
+      (dt_backend_t * be, float *dqkv, const float *dout, const float *qkv, const float *out,      \
+       const float *lse, int B, int T, int H, int Dh, int causal, void *ws, size_t ws_bytes))      \
     X(sgd_update, (dt_backend_t * be, float *p, const float *g, float *buf, size_t n,              \
                    const struct dt_sgd_args *a))                                                   \
     X(adamw_update, (dt_backend_t * be, float *p, const float *g, float *m, float *v, size_t n,    \
@@ -283,7 +292,7 @@ struct dt_pool2d_shape {
     X(scale, (dt_backend_t * be, float *x, size_t n, float s))                                     \
     X(fill, (dt_backend_t * be, float *x, size_t n, float v))                                      \
     X(all_finite, (dt_backend_t * be, const float *x, size_t n, int *out))                         \
-    X(to_bf16, (dt_backend_t * be, uint16_t *dst, const float *src, size_t n))                     \
+    X(to_bf16, (dt_backend_t * be, uint16_t * dst, const float *src, size_t n))                    \
     X(from_bf16, (dt_backend_t * be, float *dst, const uint16_t *src, size_t n))
 
 /* The op table: one function pointer per op, NULL where the backend does

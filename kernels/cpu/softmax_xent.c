@@ -32,12 +32,13 @@ static dt_status check_labels(const char *op, const int32_t *labels, int B, int 
 }
 
 static dt_status check_fwd(const float *probs, const float *logits, const int32_t *labels, int B,
-                           int C, const double *loss_sum, const int64_t *correct)
+                           int C, int per, const double *loss_sum, const int64_t *correct)
 {
     DT_CPU_REQUIRE(probs && logits && labels && loss_sum && correct, "softmax_xent_fwd",
                    "pointers must not be NULL");
     DT_CPU_REQUIRE(B >= 0 && C >= 1, "softmax_xent_fwd", "need B >= 0 and C >= 1 (B=%d, C=%d)",
                    B, C);
+    DT_CPU_REQUIRE(per >= 1, "softmax_xent_fwd", "need per >= 1 (per=%d)", per);
     return check_labels("softmax_xent_fwd", labels, B, C);
 }
 
@@ -52,12 +53,12 @@ static int argmax_first(const float *x, int C)
 }
 
 /* probs(B,C) = softmax(logits(B,C));
- * loss_sum += sum_b logsumexp(logits[b]) - logits[b, labels[b]] */
+ * loss_sum += (sum_b logsumexp(logits[b]) - logits[b, labels[b]]) / per */
 dt_status dt_cpu_softmax_xent_fwd_ref(dt_backend_t *be, float *probs, const float *logits,
-                                      const int32_t *labels, int B, int C, double *loss_sum,
-                                      int64_t *correct)
+                                      const int32_t *labels, int B, int C, int per,
+                                      double *loss_sum, int64_t *correct)
 {
-    dt_status st = check_fwd(probs, logits, labels, B, C, loss_sum, correct);
+    dt_status st = check_fwd(probs, logits, labels, B, C, per, loss_sum, correct);
     if (st != DT_OK)
         return st;
     double loss = 0.0;
@@ -76,16 +77,16 @@ dt_status dt_cpu_softmax_xent_fwd_ref(dt_backend_t *be, float *probs, const floa
         loss += (m - x[labels[b]]) + log(s);
         hits += arg == labels[b];
     }
-    *loss_sum += loss;
+    *loss_sum += loss / per;
     *correct += hits;
     return DT_OK;
 }
 
 dt_status dt_cpu_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *logits,
-                                  const int32_t *labels, int B, int C, double *loss_sum,
+                                  const int32_t *labels, int B, int C, int per, double *loss_sum,
                                   int64_t *correct)
 {
-    dt_status st = check_fwd(probs, logits, labels, B, C, loss_sum, correct);
+    dt_status st = check_fwd(probs, logits, labels, B, C, per, loss_sum, correct);
     if (st != DT_OK)
         return st;
     double loss = 0.0;
@@ -107,7 +108,7 @@ dt_status dt_cpu_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *l
         loss += ((double)m - x[labels[b]]) + log((double)s);
         hits += arg == labels[b];
     }
-    *loss_sum += loss;
+    *loss_sum += loss / per;
     *correct += hits;
     return DT_OK;
 }

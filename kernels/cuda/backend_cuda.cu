@@ -8,8 +8,9 @@
  * Everything is queued on the backend's single non-blocking stream, so ops
  * and copies run in the order they are called and the host only waits where
  * it must: a download (the caller reads the data next), sync, and the ops
- * that hand a scalar back; each such wait also reads the verdict of the
- * embedding's token-id checks queued before it. Uploads come from pageable
+ * that hand a scalar back; each such wait also hands over the loss totals
+ * and reads the verdicts of the token-id and label checks queued before
+ * it, and is counted (dt_backend_waits). Uploads come from pageable
  * host memory; they are memcpy'd into a small ring of pinned staging
  * buffers and queued from there, so the host does not wait for the
  * transfer and may reuse its buffer at once. A slot is reused only after the event recorded behind
@@ -33,6 +34,7 @@
 #include "cuda_probe.h"
 
 extern "C" {
+#include "core/clock.h"
 #include "core/log.h"
 }
 
@@ -227,12 +229,28 @@ void dt_cuda_note_usage(struct cuda_backend *cb)
 /* Device memory grows only where the backend allocates (dt_cuda_note_usage
  * there) and is read whole by cuda_mem_info, so a wait for the stream does
  * not also ask the driver for its memory figures. */
+void dt_cuda_note_wait(struct cuda_backend *cb, double seconds)
+{
+    cb->waits++;
+    cb->wait_s += seconds;
+}
+
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op)
 {
-    dt_status st = dt_cuda_status(cb, cudaStreamSynchronize(cb->stream), 0, op,
+    double t0 = dt_now();
+    cudaError_t err = cudaStreamSynchronize(cb->stream);
+    dt_cuda_note_wait(cb, dt_now() - t0);
+    dt_status st = dt_cuda_status(cb, err, 0, op,
                                   "waiting for the stream; the fault may be in any op queued "
                                   "before it, CUDA_LAUNCH_BLOCKING=1 names it");
-    return st != DT_OK ? st : dt_cuda_emb_check_result(cb);
+    if (st != DT_OK) {
+        cb->xent_pending = 0; /* the totals are lost with the stream */
+        return st;
+    }
+    /* both verdicts are read (and reset); the id check's message wins */
+    dt_status xent = dt_cuda_xent_result(cb);
+    dt_status emb = dt_cuda_emb_check_result(cb);
+    return emb != DT_OK ? emb : xent;
 }
 
 dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out)
@@ -314,7 +332,14 @@ static dt_status staging_slot(struct cuda_backend *cb, size_t bytes, int *slot)
 {
     int k = cb->staging_next;
     *slot = -1;
-    cudaError_t err = cudaEventSynchronize(cb->staging_done[k]);
+    cudaError_t err = cudaEventQuery(cb->staging_done[k]);
+    if (err == cudaErrorNotReady) { /* the copy out of it is still queued */
+        if (cudaPeekAtLastError() == cudaErrorNotReady)
+            (void)cudaGetLastError(); /* not a failure for the next launch to find */
+        double t0 = dt_now();
+        err = cudaEventSynchronize(cb->staging_done[k]);
+        dt_cuda_note_wait(cb, dt_now() - t0);
+    }
     if (err != cudaSuccess)
         return dt_cuda_status(cb, err, 0, "copy", "waiting for upload staging slot %d", k);
     if (cb->staging_bytes[k] < bytes) {
@@ -399,6 +424,13 @@ static dt_status cuda_copy(dt_backend_t *be, void *dst, const void *src, size_t 
 }
 
 static dt_status cuda_sync(dt_backend_t *be) { return dt_cuda_sync_op(dt_cuda_of(be), "sync"); }
+
+static void cuda_waits(const dt_backend_t *be, struct dt_backend_waits *out)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be->impl;
+    out->count = cb->waits;
+    out->seconds = cb->wait_s;
+}
 
 static dt_status cuda_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
 {
@@ -491,6 +523,7 @@ static void release(struct cuda_backend *cb)
     dt_cuda_dnn_release(cb);
 #endif
     dt_cuda_emb_release(cb);
+    dt_cuda_xent_release(cb);
     for (int k = 0; k < DT_CUDA_STAGING; k++) {
         if (cb->staging_done[k])
             (void)cudaEventDestroy(cb->staging_done[k]);
@@ -499,8 +532,6 @@ static void release(struct cuda_backend *cb)
     }
     if (cb->gemm_scratch)
         (void)cudaFree(cb->gemm_scratch);
-    if (cb->xent_rows)
-        (void)cudaFree(cb->xent_rows);
     if (cb->dscalars)
         (void)cudaFree(cb->dscalars);
     if (cb->hscalars)
@@ -671,6 +702,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.sync = cuda_sync;
     cb->base.destroy = cuda_destroy;
     cb->base.mem_info = cuda_mem_info;
+    cb->base.waits = cuda_waits;
     cb->base.impl = cb;
     cb->base.stream = cb->stream;
     *out = &cb->base;

@@ -5,9 +5,10 @@
  * the same stems as the CPU backend's (linear.cu, activation.cu, ...).
  *
  * Every op is queued on the backend's one stream and returns without
- * waiting, except those that hand a scalar back to the host (softmax_xent
- * forward, sumsq, all_finite), which synchronise that stream. Argument checks match the CPU ops:
- * DT_ERR_INVALID_ARG naming the op.
+ * waiting, except those that hand a scalar back to the host (sumsq,
+ * all_finite), which synchronise that stream; softmax_xent's forward
+ * leaves its totals for the next wait (dt_cuda_sync_op). Argument checks
+ * match the CPU ops: DT_ERR_INVALID_ARG naming the op.
  *
  * With DT_HAVE_CUDNN (cuDNN found at configure time) the backend also holds
  * a cuDNN handle and the convolution algorithms chosen per shape, and has
@@ -52,7 +53,8 @@ struct cuda_backend {
     enum dt_dtype precision;
     /* Scratch for one op at a time, grown on demand, kept: GEMM operands
      * rounded to bf16/fp16 (linear.cu), the partial sums of sumsq
-     * (reduce.cu) and of the column sums (colsum.cu). */
+     * (reduce.cu) and of the column sums (colsum.cu), the per-row results
+     * of softmax_xent_fwd. */
     void *gemm_scratch;
     size_t gemm_scratch_bytes;
     /* Device scalars for reductions, and a pinned host mirror. */
@@ -64,10 +66,20 @@ struct cuda_backend {
     size_t staging_bytes[DT_CUDA_STAGING];
     cudaEvent_t staging_done[DT_CUDA_STAGING];
     int staging_next;
-    /* Per-row results of softmax_xent_fwd (owned by softmax_xent.cu,
-     * grown on demand, freed with the backend). */
-    void *xent_rows;
-    size_t xent_rows_bytes;
+    /* softmax_xent_fwd's running totals (owned by softmax_xent.cu): the
+     * device record, its pinned host mirror and reset value, whether a
+     * forward was queued since the last wait for the stream (which adds
+     * the totals to these host pointers, dt_cuda_sync_op), and the class
+     * count for the message about a bad label. */
+    void *xent_acc_dev;
+    void *xent_acc_host;
+    int xent_pending;
+    double *xent_loss_out;
+    int64_t *xent_correct_out;
+    int xent_classes;
+    /* Waits for the device: how many, and the time spent in them. */
+    uint64_t waits;
+    double wait_s;
     /* embedding_fwd's token-id check (owned by embedding.cu): a device
      * record, its pinned host mirror, and whether a check was queued since
      * the last wait for the stream, which reads it (dt_cuda_sync_op). */
@@ -191,14 +203,24 @@ struct dt_cuda_colsum {
 /* Queues both passes on the stream; its partials take the scratch. */
 dt_status dt_cuda_colsum(struct cuda_backend *cb, const struct dt_cuda_colsum *s);
 
-/* Waits for the stream; a failure there carries `op`. A token id that an
- * embedding_fwd queued since the last wait found outside the table is
- * reported here (DT_ERR_INVALID_ARG, embedding_fwd's message). */
+/* Waits for the stream (counted in cb->waits and cb->wait_s); a failure
+ * there carries `op`. The loss totals softmax_xent_fwd queued since the
+ * last wait reach its loss_sum and correct here, and a token id an
+ * embedding_fwd or a label a softmax_xent_fwd found out of range is
+ * reported here (DT_ERR_INVALID_ARG, that op's message). */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op);
+/* Counts a wait for the device that took `seconds` (waits other than
+ * dt_cuda_sync_op's: an upload buffer coming free). */
+void dt_cuda_note_wait(struct cuda_backend *cb, double seconds);
 /* embedding.cu: the queued id checks' verdict, after the stream has been
  * waited for; and freeing the check's buffers (backend destroy). */
 dt_status dt_cuda_emb_check_result(struct cuda_backend *cb);
 void dt_cuda_emb_release(struct cuda_backend *cb);
+/* softmax_xent.cu: the queued loss totals, after the stream has been
+ * waited for, into the forward's loss_sum and correct; and freeing their
+ * buffers (backend destroy). */
+dt_status dt_cuda_xent_result(struct cuda_backend *cb);
+void dt_cuda_xent_release(struct cuda_backend *cb);
 /* Samples the device memory in use into cb->peak_used (after allocations
  * and synchronisations; failures to read it are ignored). */
 void dt_cuda_note_usage(struct cuda_backend *cb);

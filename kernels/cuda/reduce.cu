@@ -17,7 +17,10 @@
  * in the device scalars (every writer writes the same 1).
  *
  * sumsq and all_finite hand a value to the host, so they copy it into the
- * pinned host scalars and wait for the stream. These ops produce no
+ * pinned host scalars and wait for the stream. Training waits once per
+ * step, in sumsq, whose sum is also its finite check (squares of floats
+ * summed in double overflow only for an Inf or NaN); all_finite stays for
+ * callers that want the flag alone. These ops produce no
  * gradients (parameter gradients ACCUMULATE (+=) and activation gradients
  * are WRITTEN (=) elsewhere); scale and fill work in place.
  */

@@ -7,17 +7,21 @@
  *   1. one thread block per row (B, C): the row's argmax (lowest index on
  *      ties), max-subtracted exponentials written to probs and summed by a
  *      fixed tree, then normalised; thread 0 stores the row's loss
- *      logsumexp - logit[label] (double), hit and label check in
- *      cb->xent_rows;
+ *      logsumexp - logit[label] (double), hit and label check in the
+ *      backend's scratch (dt_cuda_scratch, used in stream order);
  *   2. one thread block adds the B row results in a fixed order (strided
- *      partial sums, then a fixed tree) and writes loss, hits and the first
- *      row with a label outside [0, C) to cb->dscalars.
+ *      partial sums, then a fixed tree) and adds loss and hits to the
+ *      backend's running totals on the device (cb->xent_acc_dev), which
+ *      also keep the first row with a label outside [0, C).
  * No floating-point atomics anywhere, so the loss is bit-identical run to
- * run for the same inputs. The host copies the totals to cb->hscalars,
- * waits for the stream, and then either adds them to *loss_sum and
- * *correct or reports the bad label (DT_ERR_INVALID_ARG, nothing added;
- * probs has been written by then). Labels live on the device, so this is
- * the only place they can be checked without an extra copy.
+ * run for the same inputs. The forward does not wait for the device: it
+ * queues a copy of the running totals into their pinned host mirror, and
+ * the next wait for the stream (dt_cuda_sync_op: a download, sync, the
+ * gradient norm) adds them to *loss_sum and *correct, or reports the first
+ * bad label (DT_ERR_INVALID_ARG). Forwards in a row into the same
+ * loss_sum and correct share one wait; one into other pointers waits for
+ * the pending totals first. Labels live on the device, so this is the
+ * only place they can be checked without an extra copy.
  *
  * Backward, dlogits = (probs - onehot(labels)) * scale, is elementwise and
  * does not synchronise, so it cannot report a bad label: it trusts the
@@ -39,21 +43,22 @@
 #define FULL_MASK 0xffffffffu
 #define NO_INDEX (-1) /* an argmax candidate that holds nothing */
 
-/* One row's share of the forward (cb->xent_rows). */
+/* One row's share of the forward (in the scratch). */
 struct xent_row {
     double loss; /* logsumexp - logit[label]; 0 for a bad label */
     int32_t hit; /* argmax == label */
     int32_t bad; /* label outside [0, C) */
 };
 
-/* The totals (cb->dscalars, then cb->hscalars). */
+/* The totals of one forward, and the running totals since the last wait
+ * (cb->xent_acc_dev; its pinned host mirror and the value it is reset to
+ * are cb->xent_acc_host[0] and [1]). */
 struct xent_total {
     double loss;
     long long hits;
     int bad_row; /* first row with a bad label, or INT_MAX */
     int bad_label;
 };
-static_assert(sizeof(struct xent_total) <= DT_CUDA_SCALAR_BYTES, "xent totals fit in dscalars");
 
 /* ---- block reductions (fixed order: the same tree on every run) ------- */
 
@@ -214,9 +219,10 @@ static __global__ void xent_row_kernel(float *probs, const float *logits, const 
     }
 }
 
-/* *out = the sums over rows(B) and the first bad row (one block). */
+/* acc += the sums over rows(B) (the loss's divided by per, as the cpu
+ * does); acc keeps the first bad row it was given (one block). */
 static __global__ void xent_total_kernel(const struct xent_row *rows, const int32_t *labels,
-                                         int B, struct xent_total *out)
+                                         int B, int per, struct xent_total *acc)
 {
     __shared__ struct xent_total sh[XENT_WARPS];
     struct xent_total t = {0.0, 0, INT_MAX, 0};
@@ -229,8 +235,12 @@ static __global__ void xent_total_kernel(const struct xent_row *rows, const int3
     }
     block_total(&t, sh);
     if (threadIdx.x == 0) {
-        t.bad_label = t.bad_row < B ? labels[t.bad_row] : 0;
-        *out = t;
+        acc->loss += t.loss / per;
+        acc->hits += t.hits;
+        if (t.bad_row < B && acc->bad_row == INT_MAX) {
+            acc->bad_row = t.bad_row;
+            acc->bad_label = labels[t.bad_row];
+        }
     }
 }
 
@@ -249,72 +259,108 @@ static __global__ void xent_bwd_kernel(float *dlogits, const float *probs, const
 
 /* ---- launchers -------------------------------------------------------- */
 
-/* cb->xent_rows holds at least B rows. Nothing on the stream uses the old
- * buffer: every forward waits for its stream before returning. */
-static dt_status reserve_rows(struct cuda_backend *cb, int B)
+/* The running totals and their host copies, made on first use: the device
+ * record is reset from the pinned initial value, queued without a wait. */
+static dt_status acc_buffers(struct cuda_backend *cb)
 {
-    size_t bytes = (size_t)B * sizeof(struct xent_row);
-    if (cb->xent_rows_bytes >= bytes)
+    if (cb->xent_acc_dev)
         return DT_OK;
-    if (cb->xent_rows) {
-        cudaError_t err = cudaFree(cb->xent_rows);
-        cb->xent_rows = NULL;
-        cb->xent_rows_bytes = 0;
-        if (err != cudaSuccess)
-            return dt_cuda_status(cb, err, 0, "softmax_xent_fwd", "freeing per-row results");
+    cudaError_t err = cudaMallocHost(&cb->xent_acc_host, 2 * sizeof(struct xent_total));
+    if (err != cudaSuccess) {
+        cb->xent_acc_host = NULL;
+        return dt_cuda_status(cb, err, 0, "softmax_xent_fwd", "the loss totals' host copy");
     }
-    void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, bytes);
+    struct xent_total *h = (struct xent_total *)cb->xent_acc_host;
+    h[0].loss = h[1].loss = 0.0;
+    h[0].hits = h[1].hits = 0;
+    h[0].bad_row = h[1].bad_row = INT_MAX;
+    h[0].bad_label = h[1].bad_label = 0;
+    err = cudaMalloc(&cb->xent_acc_dev, sizeof(struct xent_total));
+    if (err != cudaSuccess) {
+        cb->xent_acc_dev = NULL;
+        return dt_cuda_status(cb, err, sizeof(struct xent_total), "softmax_xent_fwd",
+                              "the loss totals");
+    }
+    err = cudaMemcpyAsync(cb->xent_acc_dev, &h[1], sizeof *h, cudaMemcpyHostToDevice, cb->stream);
+    return dt_cuda_status(cb, err, 0, "softmax_xent_fwd", "clearing the loss totals");
+}
+
+dt_status dt_cuda_xent_result(struct cuda_backend *cb)
+{
+    if (!cb->xent_pending)
+        return DT_OK;
+    cb->xent_pending = 0;
+    struct xent_total *h = (struct xent_total *)cb->xent_acc_host;
+    const struct xent_total t = h[0];
+    /* queued before any later forward adds to the device record */
+    cudaError_t err = cudaMemcpyAsync(cb->xent_acc_dev, &h[1], sizeof *h,
+                                      cudaMemcpyHostToDevice, cb->stream);
     if (err != cudaSuccess)
-        return dt_cuda_status(cb, err, bytes, "softmax_xent_fwd", "per-row results for B=%d", B);
-    cb->xent_rows = p;
-    cb->xent_rows_bytes = bytes;
+        return dt_cuda_status(cb, err, 0, "softmax_xent_fwd", "clearing the loss totals");
+    if (t.bad_row != INT_MAX)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "cuda softmax_xent_fwd: label %d of row %d is outside [0, %d) (wrong "
+                            "number of classes in the model or the dataset?)",
+                            t.bad_label, t.bad_row, cb->xent_classes);
+    *cb->xent_loss_out += t.loss;
+    *cb->xent_correct_out += (int64_t)t.hits;
     return DT_OK;
 }
 
+void dt_cuda_xent_release(struct cuda_backend *cb)
+{
+    if (cb->xent_acc_dev)
+        (void)cudaFree(cb->xent_acc_dev);
+    if (cb->xent_acc_host)
+        (void)cudaFreeHost(cb->xent_acc_host);
+    cb->xent_acc_dev = cb->xent_acc_host = NULL;
+    cb->xent_pending = 0;
+}
+
 dt_status dt_cuda_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *logits,
-                                   const int32_t *labels, int B, int C, double *loss_sum,
-                                   int64_t *correct)
+                                   const int32_t *labels, int B, int C, int per,
+                                   double *loss_sum, int64_t *correct)
 {
     DT_CUDA_REQUIRE(probs && logits && labels && loss_sum && correct, "softmax_xent_fwd",
                     "pointers must not be NULL");
     DT_CUDA_REQUIRE(B >= 0 && C >= 1, "softmax_xent_fwd", "need B >= 0 and C >= 1 (B=%d, C=%d)",
                     B, C);
+    DT_CUDA_REQUIRE(per >= 1, "softmax_xent_fwd", "need per >= 1 (per=%d)", per);
     if (B == 0)
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
-    dt_status st = reserve_rows(cb, B);
+    dt_status st = DT_OK;
+    if (cb->xent_pending &&
+        (cb->xent_loss_out != loss_sum || cb->xent_correct_out != correct || cb->xent_classes != C))
+        st = dt_cuda_sync_op(cb, "softmax_xent_fwd"); /* the pending totals go elsewhere */
+    if (st == DT_OK)
+        st = acc_buffers(cb);
+    void *scratch = NULL;
+    if (st == DT_OK)
+        st = dt_cuda_scratch(cb, (size_t)B * sizeof(struct xent_row), &scratch);
     if (st != DT_OK)
         return st;
-    struct xent_row *rows = (struct xent_row *)cb->xent_rows;
-    struct xent_total *dtot = (struct xent_total *)cb->dscalars;
+    struct xent_row *rows = (struct xent_row *)scratch;
+    struct xent_total *acc = (struct xent_total *)cb->xent_acc_dev;
     unsigned grid = B < DT_CUDA_MAX_BLOCKS ? (unsigned)B : DT_CUDA_MAX_BLOCKS;
 
     DT_CUDA_LAUNCH(xent_row_kernel, grid, XENT_THREADS, 0, cb->stream, probs, logits, labels, B, C, rows);
     st = DT_CUDA_LAUNCHED(cb, "softmax_xent_fwd", "rows (B=%d, C=%d)", B, C);
     if (st != DT_OK)
         return st;
-    DT_CUDA_LAUNCH(xent_total_kernel, 1, XENT_THREADS, 0, cb->stream, rows, labels, B, dtot);
+    DT_CUDA_LAUNCH(xent_total_kernel, 1, XENT_THREADS, 0, cb->stream, rows, labels, B, per, acc);
     st = DT_CUDA_LAUNCHED(cb, "softmax_xent_fwd", "totals (B=%d, C=%d)", B, C);
     if (st != DT_OK)
         return st;
-    cudaError_t err = cudaMemcpyAsync(cb->hscalars, dtot, sizeof *dtot, cudaMemcpyDeviceToHost,
+    cudaError_t err = cudaMemcpyAsync(cb->xent_acc_host, acc, sizeof *acc, cudaMemcpyDeviceToHost,
                                       cb->stream);
     st = dt_cuda_status(cb, err, 0, "softmax_xent_fwd", "copying the totals (B=%d, C=%d)", B, C);
     if (st != DT_OK)
         return st;
-    st = dt_cuda_sync_op(cb, "softmax_xent_fwd");
-    if (st != DT_OK)
-        return st;
-
-    const struct xent_total *t = (const struct xent_total *)cb->hscalars;
-    if (t->bad_row < B)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "cuda softmax_xent_fwd: label %d of row %d is outside [0, %d) (wrong "
-                            "number of classes in the model or the dataset?)",
-                            t->bad_label, t->bad_row, C);
-    *loss_sum += t->loss;
-    *correct += (int64_t)t->hits;
+    cb->xent_pending = 1;
+    cb->xent_loss_out = loss_sum;
+    cb->xent_correct_out = correct;
+    cb->xent_classes = C;
     return DT_OK;
 }
 

@@ -250,18 +250,10 @@ double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total)
     return lr;
 }
 
-dt_status dt_clip_grad_norm(dt_backend_t *be, float *grads, size_t n, double max_norm,
-                            double *norm)
+dt_status dt_clip_grads(dt_backend_t *be, float *grads, size_t n, double max_norm, double norm)
 {
-    const struct dt_ops *ops = dt_backend_ops(be);
-    double ss = 0;
-    dt_status st = ops->sumsq(be, grads, n, &ss);
-    if (st != DT_OK)
-        return st;
-    *norm = sqrt(ss);
-    if (max_norm > 0 && *norm > max_norm)
-        st = ops->scale(be, grads, n, dt_clip_factor(*norm, max_norm));
-    return st;
+    if (!(max_norm > 0 && norm > max_norm)) return DT_OK;
+    return dt_backend_ops(be)->scale(be, grads, n, dt_clip_factor(norm, max_norm));
 }
 
 float dt_clip_factor(double norm, double max_norm)

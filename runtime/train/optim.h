@@ -64,11 +64,11 @@ float *dt_optim_state(dt_optim_t *o, int i, const char **name);
  * min_lr at the last step), s counting from the end of warm-up. */
 double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total);
 
-/* Global L2 norm of the gradients; when max_norm > 0 and the norm exceeds
- * it, scales the gradients by max_norm / norm. *norm gets the norm before
- * clipping. */
-dt_status dt_clip_grad_norm(dt_backend_t *be, float *grads, size_t n, double max_norm,
-                            double *norm);
+/* Clipping by the global L2 norm `norm` of the gradients (measured by the
+ * caller, with the step's one wait for the device): when max_norm > 0 and
+ * norm exceeds it, scales the gradients by dt_clip_factor; queued, no
+ * wait. */
+dt_status dt_clip_grads(dt_backend_t *be, float *grads, size_t n, double max_norm, double norm);
 /* The scale clipping applies to gradients whose global norm `norm` exceeds
  * max_norm: max_norm / (norm + 1e-6). */
 float dt_clip_factor(double norm, double max_norm);

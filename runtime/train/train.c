@@ -66,6 +66,7 @@ struct window {
     double t0, data_s, compute_s, comm_s, optim_s;
     double eval_s, ckpt_s; /* evaluation and checkpoints that fell inside the window */
     double grad_norm;
+    struct dt_backend_waits waits0; /* the backend's waits at the window's start */
 };
 
 /* Accelerator utilisation as the DLIO benchmark defines it: the time the
@@ -176,6 +177,18 @@ static dt_status agree_outcome(struct run *r, dt_status local, double v[OUT_N])
     return dt_dist_agree(r->comm, local);
 }
 
+/* Waits for the device, so that loss totals the forwards queued reach
+ * their host variables (before those go out of scope); after a failure
+ * its status and message stand. */
+static dt_status settle(struct run *r, dt_status st)
+{
+    if (st == DT_OK) return dt_backend_sync(r->be);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dt_last_error());
+    (void)dt_backend_sync(r->be);
+    return dt_set_error(st, "%s", msg);
+}
+
 /* ---- evaluation ---------------------------------------------------------- */
 
 static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
@@ -205,6 +218,7 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
             goto out;
     }
 out:
+    st = settle(r, st); /* the loss totals the forwards queued */
     v[OUT_CORRECT] = (double)correct;
     return st;
 }
@@ -326,12 +340,17 @@ static dt_status finish_reduction(struct run *r, double *wait)
     return st;
 }
 
-/* Sharded update: the sum of squares of this rank's own (summed)
- * gradients; the step's agreement adds up the ranks'. */
-static dt_status own_sumsq(struct run *r, double *out)
+/* The sum of squares of the reduced gradients: all of them, or with the
+ * sharded update this rank's own (the step's agreement adds up the
+ * ranks'). It is the step's one wait for the device, which also brings
+ * the loss totals the forwards queued. Finite exactly when every gradient
+ * is (squares of floats summed in double cannot overflow), so it is the
+ * fp16 overflow check too. */
+static dt_status grad_sumsq(struct run *r, double *out)
 {
     const struct dt_ops *ops = dt_backend_ops(r->be);
     const float *g = dt_model_grads(r->model);
+    if (!r->nown) return ops->sumsq(r->be, g, dt_model_num_params(r->model), out);
     double total = 0;
     for (size_t k = 0; k < r->nown; k++) {
         double part = 0;
@@ -344,13 +363,15 @@ static dt_status own_sumsq(struct run *r, double *out)
     return DT_OK;
 }
 
-/* Runs this rank's micro-batches of one global batch and reduces the
- * gradients. A local failure (data, compute) is returned in *local after
- * the rank has still taken part in the reduction, so no peer waits; the
- * function's own status is a communication failure. *end = 1 when the
- * epoch ran out before the batch started. */
-static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *end,
-                           double v[OUT_N], dt_status *local)
+/* Runs this rank's micro-batches of one global batch, reduces the
+ * gradients and takes their sum of squares (*sumsq; with the sharded
+ * update v[OUT_SUMSQ], this rank's share). A local failure (data,
+ * compute) is returned in *local after the rank has still taken part in
+ * the reduction, so no peer waits; the function's own status is a
+ * communication failure. *end = 1 when the epoch ran out before the
+ * batch started. */
+static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *end, double v[OUT_N],
+                           double *sumsq, dt_status *local)
 {
     dt_status comm_st = DT_OK;
     int64_t correct = 0;
@@ -385,6 +406,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
             break;
         }
     }
+    if (*end && *local == DT_OK) *local = settle(r, DT_OK); /* the batch's loss totals, if any */
     if (*end && *local == DT_OK)
         return DT_OK;
     if (!reduced && r->red && comm_st == DT_OK) { /* failed early: still take part */
@@ -393,24 +415,32 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         if (comm_st == DT_OK)
             comm_st = dt_reducer_finish(r->red, &wait);
     }
-    v[OUT_CORRECT] = (double)correct;
-    if (comm_st == DT_OK && *local == DT_OK && r->nown)
-        *local = own_sumsq(r, &v[OUT_SUMSQ]);
+    *sumsq = 0;
+    if (comm_st == DT_OK && *local == DT_OK)
+        *local = grad_sumsq(r, r->nown ? &v[OUT_SUMSQ] : sumsq);
+    else
+        *local = settle(r, *local);
+    v[OUT_CORRECT] = (double)correct; /* after the wait that adds the totals */
     return comm_st;
 }
 
-/* fp16: unscales the gradients when they are finite; *overflow = 1 when
- * they are not, and the scaler halves the scale. Every rank holds the same
- * reduced gradients, so every rank decides alike. */
-static dt_status unscale(struct run *r, int64_t step, int *overflow)
+/* fp16: unscales the gradients when they are finite (sumsq, their sum of
+ * squares, is); *overflow = 1 when they are not, and the scaler halves the
+ * scale. *sumsq becomes the unscaled gradients' (the scale is a power of
+ * two, so that is exact). Every rank holds the same reduced gradients, so
+ * every rank decides alike. */
+static dt_status unscale(struct run *r, int64_t step, double *sumsq, int *overflow)
 {
     const struct dt_ops *ops = dt_backend_ops(r->be);
     size_t n = dt_model_num_params(r->model);
     float *g = dt_model_grads(r->model);
-    int finite = 0, skip = 0;
-    dt_status st = ops->all_finite(r->be, g, n, &finite);
-    if (st == DT_OK && finite)
-        st = ops->scale(r->be, g, n, (float)dt_scaler_unscale(&r->scaler));
+    int finite = isfinite(*sumsq), skip = 0;
+    dt_status st = DT_OK;
+    if (finite) {
+        double u = dt_scaler_unscale(&r->scaler);
+        st = ops->scale(r->be, g, n, (float)u);
+        *sumsq *= u * u;
+    }
     double before = r->scaler.scale;
     if (st == DT_OK)
         st = dt_scaler_update(&r->scaler, finite, &skip);
@@ -459,8 +489,8 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
  * the loss or the gradients are not finite: *skipped = 1 then. The
  * gradients are the same on every rank, so every rank decides alike.
  * An fp16 overflow skips the update too, without counting as a bad step.
- * Sharded (r->nown), see sharded_step; sumsq is the agreed sum of squares
- * of the gradients there. */
+ * sumsq is the gradients' sum of squares (run_batch); sharded (r->nown),
+ * see sharded_step, the agreed sum over the ranks' shares. */
 static dt_status optimizer_step(struct run *r, int64_t step, double loss, double sumsq,
                                 struct window *w, int *skipped, int *comm_failed)
 {
@@ -476,10 +506,10 @@ static dt_status optimizer_step(struct run *r, int64_t step, double loss, double
         w->steps++;
         return st;
     }
-    if (r->scaling && isfinite(loss))
-        st = unscale(r, step, &overflow);
+    if (r->scaling && isfinite(loss)) st = unscale(r, step, &sumsq, &overflow);
     if (st == DT_OK && !overflow) {
-        st = dt_clip_grad_norm(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm, &norm);
+        norm = sqrt(sumsq);
+        st = dt_clip_grads(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm, norm);
         *skipped = st == DT_OK && !(isfinite(loss) && isfinite(norm));
     }
     if (st == DT_OK && !*skipped && !overflow) {
@@ -577,6 +607,15 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
     dt_metrics_num(&rec, "accel_util", util, 6);
     dt_metrics_num(&rec, "loss_scale", scale, 9);
     dt_metrics_int(&rec, "overflow_steps", w->overflows);
+    if (dt_backend_caps(r->be)->has_stream) { /* the host's waits for the device */
+        struct dt_backend_waits now;
+        dt_backend_waits(r->be, &now);
+        double waits = (double)(now.count - w->waits0.count) / ns;
+        dt_metrics_num(&rec, "host_waits_per_step", waits, 6);
+        dt_metrics_num(&rec, "host_wait_s", (now.seconds - w->waits0.seconds) / ns, 6);
+        dt_tb_add(&tb, "time/host_waits_per_step", waits);
+        dt_tb_add(&tb, "time/host_wait_s", (now.seconds - w->waits0.seconds) / ns);
+    }
     dt_tb_add(&tb, "train/loss", loss);
     dt_tb_add(&tb, "train/accuracy", acc);
     dt_tb_add(&tb, "train/lr", lr);
@@ -662,10 +701,10 @@ static dt_status after_bad_step(struct run *r, int64_t step, double loss)
 static dt_status train_step(struct run *r, struct window *w, int *end, int *stop, int *ckpt,
                             int *comm_failed)
 {
-    double v[OUT_N] = {0};
+    double v[OUT_N] = {0}, sumsq = 0;
     dt_status local = DT_OK;
     int64_t step = r->step;
-    dt_status st = run_batch(r, step, w, end, v, &local);
+    dt_status st = run_batch(r, step, w, end, v, &sumsq, &local);
     if (st != DT_OK) {
         *comm_failed = 1;
         return dt_error_context(st, "step %lld", (long long)step + 1); /* the caller aborts */
@@ -690,8 +729,8 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
         describe_stop(r, v);
     *ckpt = v[OUT_CKPT] > 0;
     int skipped = 0;
-    if ((st = optimizer_step(r, step, v[OUT_LOSS], v[OUT_SUMSQ], w, &skipped, comm_failed)) !=
-        DT_OK)
+    if ((st = optimizer_step(r, step, v[OUT_LOSS], r->nown ? v[OUT_SUMSQ] : sumsq, w, &skipped,
+                             comm_failed)) != DT_OK)
         return st;
     r->step++;
     r->buffers_synced = 0; /* training forwards moved the running statistics */
@@ -732,6 +771,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
     int64_t first_step = r->step, first_samples = r->samples;
     double start = dt_now(), last_bar = 0, eval_s = 0;
     struct window w = {.t0 = dt_now()};
+    dt_backend_waits(r->be, &w.waits0);
     r->seg_start = start;
     /* the collectives of the loop give up first, the watchdog later */
     dt_comm_set_timeout(r->comm, job->runtime.timeout_s);
@@ -759,6 +799,7 @@ static dt_status train_loop(struct run *r, struct dt_train_result *res)
                 res->train_loss = w.rows > 0 ? w.loss_sum / w.rows : 0;
                 DT_CHECK(log_window(r, epoch, step, lr, &w, elapsed, done));
                 w = (struct window){.t0 = dt_now()};
+                dt_backend_waits(r->be, &w.waits0);
             }
             double tc = dt_now();
             DT_CHECK(after_step(r, stop, ckpt));

@@ -135,9 +135,10 @@ int dt_test_invalid_args(const struct dt_ops *o, dt_backend_t *be, float *x, flo
     REFUSED(&t, "dropout_bwd", o->dropout_bwd(be, z, x, 2, 2, 1.5f, key, 0));
     REFUSED(&t, "flatten_fwd", o->flatten_fwd(be, NULL, x, 4));
     REFUSED(&t, "flatten_bwd", o->flatten_bwd(be, z, NULL, 4));
-    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, lab, 1, 0, &loss, &hits));
-    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, lab, 1, 4, NULL, &hits));
-    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, NULL, 1, 4, &loss, &hits));
+    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, lab, 1, 0, 1, &loss, &hits));
+    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, lab, 1, 4, 1, NULL, &hits));
+    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, NULL, 1, 4, 1, &loss, &hits));
+    REFUSED(&t, "softmax_xent_fwd", o->softmax_xent_fwd(be, z, x, lab, 1, 4, 0, &loss, &hits));
     REFUSED(&t, "softmax_xent_bwd", o->softmax_xent_bwd(be, z, x, lab, -1, 4, 1.0f));
     REFUSED(&t, "softmax_xent_bwd", o->softmax_xent_bwd(be, z, NULL, lab, 2, 4, 1.0f));
     REFUSED(&t, "rmsnorm_fwd", o->rmsnorm_fwd(be, z, y, x, NULL, 1e-5f, 2, 3));

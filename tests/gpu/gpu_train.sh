@@ -11,13 +11,17 @@
 #      default 1e-3), and ends with the same parameters: every tensor of
 #      model.h5 within DTRAIN_GPU_PARAM_RTOL (default 1e-4) of its largest
 #      value (same data order, same dropout masks, same initial parameters,
-#      so only the GEMM summation order differs);
+#      so only the GEMM summation order differs), with two micro-batches
+#      per step; and from its second step on the cuda run's host waited
+#      for the device once per step (metrics' host_waits_per_step): the
+#      gradients' sum of squares, which brings the queued loss along;
 #   3. a bf16 run of a few hundred steps keeps a finite loss that falls;
 #   4. a small GPT (2 layers, attention, layer norm, embeddings, AdamW,
 #      dropout) trained for a few steps on cpu and on cuda on text imported
 #      from this repository's README logs the same loss at every step
 #      (DTRAIN_GPU_LOSS_RTOL) and ends with the same parameters, every
-#      tensor within DTRAIN_GPU_GPT_RTOL (default 1e-3) of its largest value.
+#      tensor within DTRAIN_GPU_GPT_RTOL (default 1e-3) of its largest value,
+#      with one host wait per step as in 2.
 # DTRAIN_GPU_TRAIN_PARTS picks the parts (default "1 2 3 4"; the host
 # emulation build runs "2 4").
 # Exits 77 (ctest: skipped) with "SKIPPED: why" when this dtrain has no
@@ -137,6 +141,18 @@ same_runs() { # CPU_RUN CUDA_RUN STEPS PARAM_RTOL: losses per step, then the fin
   return "$bad"
 }
 
+one_wait() { # CUDA_RUN: from the second step on, one host wait for the device per step
+  record "$1" train | while read -r l; do
+    echo "$(field step <<<"$l") $(field host_waits_per_step <<<"$l")"
+  done | awk '
+      { n++; if ($1 >= 2 && $2 != 1) { printf "step %d: %s host waits\n", $1, $2; bad++ } }
+      END { printf "%d records, %d with other than one host wait per step\n", n, bad + 0
+            exit !(n >= 2 && bad == 0) }' || {
+    echo "FAILED: $1 waited for the device other than once per step (or logged no waits)"
+    return 1
+  }
+}
+
 fail=0
 cuda=(--set runtime.device=cuda)
 
@@ -166,13 +182,15 @@ fi
 
 # ---- 2. cpu against cuda, step by step -----------------------------------------------
 if want 2; then
-echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1, SGD), loss per step and final parameters"
+echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1, SGD, 2 micro-batches), loss per step and final parameters"
 short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedule.warmup_steps=5
+       --set train.micro_batch=64
        --set train.precision=fp32 --set runtime.allow_tf32=false --set model.dropout=0.1
        --set checkpoint.every_minutes=0 --set train.optimizer.name=sgd
        --set train.optimizer.lr=0.05 --set train.optimizer.momentum=0.9 --set train.clip_norm=1.0)
 if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@]}" "${cuda[@]}"; then
   same_runs cmp_cpu cmp_cuda "$CMP_STEPS" "$PRTOL" || fail=1
+  one_wait cmp_cuda || fail=1
 else
   fail=1
 fi
@@ -226,6 +244,7 @@ if "$DTRAIN" data import text "$SRC/README.md" -o "$W/gpt/text.h5" >"$W/gpt/impo
    RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cpu --set train.steps=$GPT_STEPS --set runtime.device=cpu &&
    RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cuda --set train.steps=$GPT_STEPS "${cuda[@]}"; then
   same_runs gpt_cpu gpt_cuda "$GPT_STEPS" "$GPT_RTOL" || fail=1
+  one_wait gpt_cuda || fail=1
 else
   cat "$W/gpt/import.log"
   fail=1

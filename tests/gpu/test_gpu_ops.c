@@ -775,7 +775,7 @@ static void xent_case(int B, int C)
     float *probs_c = hnew(n), *d_c = hnew(n);
     double loss_c = 100.0;
     int64_t hits_c = 7;
-    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, &loss_c, &hits_c));
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, 1, &loss_c, &hits_c));
     OK(cops->softmax_xent_bwd(cpu, d_c, probs_c, labels, B, C, 1.0f / B));
 
     float *d_logits = dput(g, logits, n), *d_probs = dput(g, nan_n, n);
@@ -783,9 +783,9 @@ static void xent_case(int B, int C)
     int32_t *d_labels = dlabels(g, labels, B);
     double loss = 100.0, loss2 = 100.0;
     int64_t hits = 7, hits2 = 7;
-    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits));
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, 1, &loss, &hits));
     float *probs = hget(g, d_probs, n);
-    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss2, &hits2));
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, 1, &loss2, &hits2));
     float *probs2 = hget(g, d_probs, n);
     OK(go->softmax_xent_bwd(g, d_d, d_pc, d_labels, B, C, 1.0f / B));
     float *dl = hget(g, d_d, n);
@@ -832,11 +832,11 @@ static void test_xent_stable(void)
     float probs_c[B * C], probs[B * C], d[B * C];
     double loss_c = 0.0, loss = 0.0;
     int64_t hits_c = 0, hits = 0;
-    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, &loss_c, &hits_c));
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, 1, &loss_c, &hits_c));
     float *d_logits = dput(g, logits, B * C), *d_probs = dnew(g, sizeof probs);
     float *d_d = dnew(g, sizeof d);
     int32_t *d_labels = dlabels(g, labels, B);
-    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits));
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, 1, &loss, &hits));
     OK(go->softmax_xent_bwd(g, d_d, d_probs, d_labels, B, C, 1.0f));
     down(g, probs, d_probs, sizeof probs);
     down(g, d, d_d, sizeof d);
@@ -854,7 +854,9 @@ static void test_xent_stable(void)
 }
 
 /* Bad labels: DT_ERR_INVALID_ARG naming the op, the first bad row and its
- * label; nothing added; the next call works. */
+ * label, from the next wait for the device (the forward itself only
+ * queues); nothing added; the next call works. Forwards in a row share
+ * one wait and add up as on the cpu. */
 static void test_xent_invalid_label(void)
 {
     enum { B = 8, C = 5 };
@@ -867,8 +869,13 @@ static void test_xent_invalid_label(void)
     double loss = 1.5;
     int64_t hits = 3;
     dt_clear_error();
-    CU_ASSERT_EQUAL(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits),
-                    DT_ERR_INVALID_ARG);
+    struct dt_backend_waits w0, w1;
+    dt_backend_waits(g, &w0);
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, 1, &loss, &hits));
+    dt_backend_waits(g, &w1);
+    CU_ASSERT_EQUAL(w1.count, w0.count); /* queued, not waited for */
+    CU_ASSERT(loss == 1.5 && hits == 3);
+    CU_ASSERT_EQUAL(dt_backend_sync(g), DT_ERR_INVALID_ARG);
     const char *msg = dt_last_error();
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "softmax_xent_fwd"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "label 5 of row 3"));
@@ -879,9 +886,24 @@ static void test_xent_invalid_label(void)
     double loss_c = 0.0;
     int64_t hits_c = 0;
     float *probs_c = hnew(B * C);
-    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, &loss_c, &hits_c));
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, 1, &loss_c, &hits_c));
     loss = 0.0, hits = 0;
-    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, &loss, &hits));
+    OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, 1, &loss, &hits));
+    OK(dt_backend_sync(g));
+    CU_ASSERT(cu_rel_diff(loss, loss_c, 1.0) < ELEM_TOL);
+    CU_ASSERT_EQUAL(hits, hits_c);
+    /* three forwards, one wait: the totals add up as three cpu calls do */
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, 1, &loss_c, &hits_c));
+    OK(cops->softmax_xent_fwd(cpu, probs_c, logits, labels, B, C, 1, &loss_c, &hits_c));
+    const double loss1 = loss;
+    const int64_t hits1 = hits;
+    for (int k = 0; k < 2; k++)
+        OK(go->softmax_xent_fwd(g, d_probs, d_logits, d_labels, B, C, 1, &loss, &hits));
+    CU_ASSERT(loss == loss1 && hits == hits1); /* not before the wait */
+    dt_backend_waits(g, &w0);
+    OK(dt_backend_sync(g));
+    dt_backend_waits(g, &w1);
+    CU_ASSERT_EQUAL(w1.count, w0.count + 1);
     CU_ASSERT(cu_rel_diff(loss, loss_c, 1.0) < ELEM_TOL);
     CU_ASSERT_EQUAL(hits, hits_c);
     dt_backend_free(g, d_logits), dt_backend_free(g, d_probs), dt_backend_free(g, d_labels);

@@ -919,7 +919,7 @@ static double xent_loss(void *p)
     struct xent_ctx *c = p;
     double loss = 0.0;
     int64_t correct = 0;
-    CU_ASSERT_EQUAL(c->o->softmax_xent_fwd(c->be, c->probs, c->logits, c->labels, c->B, c->C,
+    CU_ASSERT_EQUAL(c->o->softmax_xent_fwd(c->be, c->probs, c->logits, c->labels, c->B, c->C, 1,
                                            &loss, &correct),
                     DT_OK);
     return loss;
@@ -975,7 +975,7 @@ static void test_xent_values(void)
         float probs[B * C];
         double loss = 100.0; /* both are added to */
         int64_t hits = 7;
-        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, labels, B, C, &loss, &hits));
+        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, labels, B, C, 1, &loss, &hits));
         CU_ASSERT(fabs((loss - 100.0) - expect_loss) < 1e-5 * fabs(expect_loss) + 1e-6);
         CU_ASSERT_EQUAL(hits - 7, expect_hits);
         for (int b = 0; b < B; b++) {
@@ -1000,7 +1000,7 @@ static void test_xent_stable(void)
         float probs[B * C], d[B * C];
         double loss = 0.0;
         int64_t hits = 0;
-        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, labels, B, C, &loss, &hits));
+        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, labels, B, C, 1, &loss, &hits));
         CU_ASSERT(isfinite(loss));
         CU_ASSERT(fabs(loss - expect) < 1e-3);
         CU_ASSERT_EQUAL(hits, 1); /* row 1 */
@@ -1018,10 +1018,10 @@ static void test_xent_argmax_ties(void)
         float probs[8];
         double loss = 0.0;
         int64_t hits = 0;
-        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, first, 2, 4, &loss, &hits));
+        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, first, 2, 4, 1, &loss, &hits));
         CU_ASSERT_EQUAL(hits, 2);
         hits = 0;
-        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, later, 2, 4, &loss, &hits));
+        OK(ops[k]->softmax_xent_fwd(backends[k], probs, logits, later, 2, 4, 1, &loss, &hits));
         CU_ASSERT_EQUAL(hits, 0);
     }
 }
@@ -1041,8 +1041,8 @@ static void test_xent_fast_vs_ref(void)
             labels[b] = (int32_t)dt_rng_below(&key, (uint64_t)b, (uint64_t)C);
         double lr = 0, lf = 0;
         int64_t hr = 0, hf = 0;
-        OK(ops[REF]->softmax_xent_fwd(backends[REF], pr, logits, labels, B, C, &lr, &hr));
-        OK(ops[FAST]->softmax_xent_fwd(backends[FAST], pf, logits, labels, B, C, &lf, &hf));
+        OK(ops[REF]->softmax_xent_fwd(backends[REF], pr, logits, labels, B, C, 1, &lr, &hr));
+        OK(ops[FAST]->softmax_xent_fwd(backends[FAST], pf, logits, labels, B, C, 1, &lf, &hf));
         CU_ASSERT(cu_rel_diff(lf, lr, 1e-3) < 1e-5);
         CU_ASSERT_EQUAL(hf, hr);
         CU_ASSERT(max_rel_err(pf, pr, n, 1e-6) < 1e-5);
@@ -1330,7 +1330,8 @@ static void test_invalid_args(void)
         CU_ASSERT_EQUAL(dt_test_invalid_args(o, be, x, y, z, lab, &drop_key, &ran), 0);
         CU_ASSERT(ran > 40);
         /* label 5 is outside [0, 4), checked on the host; nothing is accumulated */
-        CHECK_INVALID(o->softmax_xent_fwd(be, z, x, lab, 2, 4, &loss, &hits), "softmax_xent_fwd");
+        CHECK_INVALID(o->softmax_xent_fwd(be, z, x, lab, 2, 4, 1, &loss, &hits),
+                      "softmax_xent_fwd");
         CU_ASSERT(loss == 0.0 && hits == 0);
         CHECK_INVALID(o->softmax_xent_bwd(be, z, x, lab, 2, 4, 1.0f), "softmax_xent_bwd");
         /* the failed calls wrote nothing */

@@ -39,14 +39,10 @@ static dt_status build(struct dt_layer *l, const struct dt_layer_spec *spec,
 static dt_status fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     int C = (int)l->in.dim[l->in.ndim - 1];
-    double sum = 0;
-    if (l->labels_per_row == 1)
-        return x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels, (int)x->rows, C,
-                                        x->loss_sum, x->correct);
-    dt_status st = x->ops->softmax_xent_fwd(
-        x->be, x->out, x->in, x->labels, (int)(x->rows * l->labels_per_row), C, &sum, x->correct);
-    *x->loss_sum += sum / (double)l->labels_per_row;
-    return st;
+    /* a sequence's loss is the mean over its positions */
+    return x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels,
+                                    (int)(x->rows * l->labels_per_row), C, (int)l->labels_per_row,
+                                    x->loss_sum, x->correct);
 }
 
 static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
