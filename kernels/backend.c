@@ -246,6 +246,15 @@ static uint64_t proc_kb(const char *path, const char *key)
     return (uint64_t)kb * 1024;
 }
 
+dt_status dt_backend_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b, int64_t c)
+{
+    if (a < 0 || b < 0 || c < 0)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_backend_reserve: sizes must be >= 0 (%lld, %lld, %lld)",
+                            (long long)a, (long long)b, (long long)c);
+    return be && be->reserve ? be->reserve(be, op, a, b, c) : DT_OK;
+}
+
 void dt_backend_waits(const dt_backend_t *be, struct dt_backend_waits *out)
 {
     out->count = 0;

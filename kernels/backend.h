@@ -119,6 +119,16 @@ struct dt_backend_mem {
 };
 dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out);
 
+/* Makes room now, at build time, for the scratch `op` takes when called
+ * with these sizes, so that a training step does not grow it (a wait for
+ * the device, and memory the out-of-memory fallback would not see):
+ * linear_fwd, linear_bwd (B, In, Out); bias_bwd (B, C); layernorm_bwd,
+ * rmsnorm_bwd (rows, D); softmax_xent_fwd (B, the rows the loss is taken
+ * over); sumsq (n). Other ops, and backends without a scratch (cpu), need
+ * nothing. A failure is the allocation's (DT_ERR_NOMEM when the device is
+ * full). be may be NULL (sizing a model without a backend). */
+dt_status dt_backend_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b, int64_t c);
+
 /* Times the host has waited for the device since the backend was made,
  * and the seconds spent in those waits: every wait for the stream (a
  * download, sync, an op that returns a value to the host, such as sumsq)

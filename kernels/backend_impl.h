@@ -19,6 +19,8 @@ struct dt_backend {
     void (*destroy)(dt_backend_t *be); /* frees impl and the struct itself */
     /* dt_backend_mem_info; NULL: the process's host memory */
     dt_status (*mem_info)(dt_backend_t *be, struct dt_backend_mem *out);
+    /* dt_backend_reserve; NULL: no scratch (cpu) */
+    dt_status (*reserve)(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b, int64_t c);
     /* dt_backend_waits; NULL: none (cpu) */
     void (*waits)(const dt_backend_t *be, struct dt_backend_waits *out);
     void *impl;

@@ -22,6 +22,7 @@
  * micro-batch on out-of-memory, a newer driver, a rebuild for the GPU's
  * architecture.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,6 +426,43 @@ static dt_status cuda_copy(dt_backend_t *be, void *dst, const void *src, size_t 
 
 static dt_status cuda_sync(dt_backend_t *be) { return dt_cuda_sync_op(dt_cuda_of(be), "sync"); }
 
+static dt_status cuda_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b,
+                              int64_t c)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    const int ia = a > INT_MAX ? INT_MAX : (int)a, ib = b > INT_MAX ? INT_MAX : (int)b;
+    size_t bytes = 0;
+    switch (op) {
+    case DT_OP_linear_fwd:
+    case DT_OP_linear_bwd:
+        bytes = dt_cuda_linear_scratch(cb, (size_t)a, (size_t)b, (size_t)c);
+        break;
+    case DT_OP_bias_bwd:
+        bytes = dt_cuda_colsum_scratch(DT_CUDA_COLSUM_PLAIN, ia, ib);
+        break;
+    case DT_OP_layernorm_bwd:
+        bytes = dt_cuda_colsum_scratch(DT_CUDA_COLSUM_LAYERNORM, ia, ib);
+        break;
+    case DT_OP_rmsnorm_bwd:
+        bytes = dt_cuda_colsum_scratch(DT_CUDA_COLSUM_RMSNORM, ia, ib);
+        break;
+    case DT_OP_softmax_xent_fwd:
+        bytes = dt_cuda_xent_scratch((size_t)a);
+        break;
+    case DT_OP_sumsq:
+        bytes = dt_cuda_sumsq_scratch((size_t)a);
+        break;
+    default:
+        break;
+    }
+    if (bytes == 0)
+        return DT_OK;
+    void *p = NULL;
+    dt_status st = dt_cuda_scratch(cb, bytes, &p);
+    return st != DT_OK ? dt_error_context(st, "cuda: reserving scratch for %s", dt_op_name(op))
+                       : DT_OK;
+}
+
 static void cuda_waits(const dt_backend_t *be, struct dt_backend_waits *out)
 {
     const struct cuda_backend *cb = (const struct cuda_backend *)be->impl;
@@ -703,6 +741,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.destroy = cuda_destroy;
     cb->base.mem_info = cuda_mem_info;
     cb->base.waits = cuda_waits;
+    cb->base.reserve = cuda_reserve;
     cb->base.impl = cb;
     cb->base.stream = cb->stream;
     *out = &cb->base;

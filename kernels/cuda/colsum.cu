@@ -113,6 +113,15 @@ static __global__ void colsum_finish(float *out0, float *out1, const double *par
     }
 }
 
+size_t dt_cuda_colsum_scratch(enum dt_cuda_colsum_kind kind, int rows, int cols)
+{
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    const size_t tile = rows_per_tile(rows);
+    const size_t tiles = ((size_t)rows + tile - 1) / tile;
+    return (kind == DT_CUDA_COLSUM_LAYERNORM ? 2 : 1) * tiles * (size_t)cols * sizeof(double);
+}
+
 dt_status dt_cuda_colsum(struct cuda_backend *cb, const struct dt_cuda_colsum *s)
 {
     if (s->cols <= 0 || (!s->out0 && !s->out1))
@@ -122,7 +131,7 @@ dt_status dt_cuda_colsum(struct cuda_backend *cb, const struct dt_cuda_colsum *s
     const int sums = s->kind == DT_CUDA_COLSUM_LAYERNORM ? 2 : 1;
     void *part = NULL;
     if (tiles > 0) {
-        const size_t bytes = (size_t)sums * tiles * s->cols * sizeof(double);
+        const size_t bytes = dt_cuda_colsum_scratch(s->kind, s->rows, s->cols);
         dt_status st = dt_cuda_scratch(cb, bytes, &part);
         if (st != DT_OK)
             return dt_error_context(st, "cuda %s (rows=%d cols=%d, column sums)", s->op, s->rows,

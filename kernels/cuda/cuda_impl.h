@@ -202,6 +202,15 @@ struct dt_cuda_colsum {
 };
 /* Queues both passes on the stream; its partials take the scratch. */
 dt_status dt_cuda_colsum(struct cuda_backend *cb, const struct dt_cuda_colsum *s);
+/* Scratch bytes a column sum of these shapes takes (dt_cuda_reserve). */
+size_t dt_cuda_colsum_scratch(enum dt_cuda_colsum_kind kind, int rows, int cols);
+/* Scratch bytes linear_fwd/linear_bwd take at these shapes: the rounded
+ * operands in bf16/fp16, none in fp32 (linear.cu). */
+size_t dt_cuda_linear_scratch(const struct cuda_backend *cb, size_t B, size_t In, size_t Out);
+/* Scratch bytes of softmax_xent_fwd's per-row results (softmax_xent.cu)
+ * and of sumsq's partials (reduce.cu). */
+size_t dt_cuda_xent_scratch(size_t B);
+size_t dt_cuda_sumsq_scratch(size_t n);
 
 /* Waits for the stream (counted in cb->waits and cb->wait_s); a failure
  * there carries `op`. The loss totals softmax_xent_fwd queued since the

@@ -81,6 +81,24 @@ static cudaDataType operand_type(enum dt_dtype p)
     return CUDA_R_32F;
 }
 
+/* Bytes of scratch the rounded operands of count tensors of n[i] elements
+ * take (none in fp32). */
+static size_t operand_bytes(enum dt_dtype precision, const size_t *n, int count)
+{
+    size_t total = 0;
+    if (precision == DT_F32)
+        return 0;
+    for (int i = 0; i < count; i++)
+        total += (n[i] * 2 + OPERAND_ALIGN - 1) / OPERAND_ALIGN * OPERAND_ALIGN;
+    return total;
+}
+
+size_t dt_cuda_linear_scratch(const struct cuda_backend *cb, size_t B, size_t In, size_t Out)
+{
+    const size_t n[MAX_OPERANDS] = {B * Out, B * In, Out * In}; /* backward's, the most */
+    return operand_bytes(cb->precision, n, MAX_OPERANDS);
+}
+
 /* The GEMM operands in the backend's precision: fp32 uses the tensors as
  * they are; bf16/fp16 rounds src[i] (n[i] elements) into its own slice of
  * the scratch. Queued on the stream like the GEMMs that read them. */
@@ -92,14 +110,11 @@ static dt_status operands(struct cuda_backend *cb, const struct shape *s, const 
             dst[i] = src[i];
         return DT_OK;
     }
-    const size_t elem = 2; /* bytes of a bf16 or fp16 */
-    size_t off[MAX_OPERANDS], total = 0;
-    for (int i = 0; i < count; i++) {
-        off[i] = total;
-        total += (n[i] * elem + OPERAND_ALIGN - 1) / OPERAND_ALIGN * OPERAND_ALIGN;
-    }
+    size_t off[MAX_OPERANDS];
+    for (int i = 0; i < count; i++)
+        off[i] = operand_bytes(cb->precision, n, i);
     void *scratch = NULL;
-    dt_status st = dt_cuda_scratch(cb, total, &scratch);
+    dt_status st = dt_cuda_scratch(cb, operand_bytes(cb->precision, n, count), &scratch);
     if (st != DT_OK)
         return dt_error_context(st, "cuda %s (" SHAPE_FMT ", %s operands)", s->op, SHAPE_ARGS(s),
                                 dt_precision_name(cb->precision));

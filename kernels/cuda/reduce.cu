@@ -110,6 +110,8 @@ static dt_status fetch_scalars(struct cuda_backend *cb, size_t bytes, const char
     return dt_cuda_sync_op(cb, op);
 }
 
+size_t dt_cuda_sumsq_scratch(size_t n) { return (size_t)dt_cuda_blocks(n) * sizeof(double); }
+
 /* *out = sum of x^2, accumulated in double */
 dt_status dt_cuda_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
 {
@@ -121,7 +123,7 @@ dt_status dt_cuda_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
     struct cuda_backend *cb = dt_cuda_of(be);
     const unsigned blocks = dt_cuda_blocks(n);
     void *partial = NULL;
-    dt_status st = dt_cuda_scratch(cb, (size_t)blocks * sizeof(double), &partial);
+    dt_status st = dt_cuda_scratch(cb, dt_cuda_sumsq_scratch(n), &partial);
     if (st != DT_OK)
         return dt_error_context(st, "cuda sumsq (n=%zu)", n);
     DT_CUDA_LAUNCH(sumsq_partials, blocks, DT_CUDA_THREADS, 0, cb->stream, (double *)partial, x, n);

@@ -285,6 +285,8 @@ static dt_status acc_buffers(struct cuda_backend *cb)
     return dt_cuda_status(cb, err, 0, "softmax_xent_fwd", "clearing the loss totals");
 }
 
+size_t dt_cuda_xent_scratch(size_t B) { return B * sizeof(struct xent_row); }
+
 dt_status dt_cuda_xent_result(struct cuda_backend *cb)
 {
     if (!cb->xent_pending)
@@ -337,7 +339,7 @@ dt_status dt_cuda_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *
         st = acc_buffers(cb);
     void *scratch = NULL;
     if (st == DT_OK)
-        st = dt_cuda_scratch(cb, (size_t)B * sizeof(struct xent_row), &scratch);
+        st = dt_cuda_scratch(cb, dt_cuda_xent_scratch((size_t)B), &scratch);
     if (st != DT_OK)
         return st;
     struct xent_row *rows = (struct xent_row *)scratch;

@@ -729,6 +729,10 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     if (!r->eval_only) {
         DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
         DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
+        /* the gradient norm's partial sums, so the first step does not grow
+         * the scratch (the layers reserved theirs when the model was built) */
+        DT_CHECK(
+            dt_backend_reserve(r->be, DT_OP_sumsq, (int64_t)dt_model_num_params(r->model), 0, 0));
     }
     r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
     r->lm = info->lm;

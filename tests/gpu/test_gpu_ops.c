@@ -853,6 +853,52 @@ static void test_xent_stable(void)
     dt_backend_free(g, d_labels);
 }
 
+/* dt_backend_reserve at build time: a bf16 linear_bwd and a bias_bwd whose
+ * scratch (rounded operands, column partials) is larger than the first
+ * grain wait for the device to grow it on a new backend, and do not once
+ * their shapes were reserved. */
+static void scratch_case(int reserve)
+{
+    enum { B = 2, IN = 1024, OUT = 1024, ROWS = 4, COLS = 500000 }; /* 2.1 and 4 MB */
+    dt_backend_t *g = NULL;
+    struct dt_backend_opts o = {.threads = 1, .device = 0, .precision = DT_BF16};
+    OK(dt_backend_create("cuda", &o, &g));
+    const struct dt_ops *go = dt_backend_ops(g);
+    float *x = hrand((size_t)B * IN, -1, 1), *w = hrand((size_t)OUT * IN, -1, 1);
+    float *dy = hrand((size_t)B * OUT, -1, 1), *a = hrand((size_t)ROWS * COLS, -1, 1);
+    float *d_x = dput(g, x, (size_t)B * IN), *d_w = dput(g, w, (size_t)OUT * IN);
+    float *d_dy = dput(g, dy, (size_t)B * OUT), *d_a = dput(g, a, (size_t)ROWS * COLS);
+    float *d_dx = dnew(g, (size_t)B * IN * sizeof(float));
+    float *d_dw = dnew(g, (size_t)OUT * IN * sizeof(float));
+    float *d_db = dnew(g, (size_t)COLS * sizeof(float));
+    OK(dt_backend_sync(g));
+    struct dt_backend_waits w0, w1;
+    if (reserve) /* each op's own reservation, so neither covers the other */
+        OK(dt_backend_reserve(g, DT_OP_linear_bwd, B, IN, OUT));
+    dt_backend_waits(g, &w0);
+    OK(go->linear_bwd(g, d_dx, d_dw, d_dy, d_x, d_w, B, IN, OUT));
+    dt_backend_waits(g, &w1);
+    CU_ASSERT_EQUAL(w1.count - w0.count, reserve ? 0u : 1u);
+    if (reserve) OK(dt_backend_reserve(g, DT_OP_bias_bwd, ROWS, COLS, 0));
+    dt_backend_waits(g, &w1);
+    OK(go->bias_bwd(g, d_db, d_a, ROWS, COLS));
+    dt_backend_waits(g, &w0);
+    CU_ASSERT_EQUAL(w0.count - w1.count, reserve ? 0u : 1u);
+    OK(dt_backend_sync(g));
+    CU_ASSERT_EQUAL(dt_backend_reserve(g, DT_OP_bias_bwd, -1, 1, 0), DT_ERR_INVALID_ARG);
+    dt_backend_free(g, d_x), dt_backend_free(g, d_w), dt_backend_free(g, d_dy);
+    dt_backend_free(g, d_a), dt_backend_free(g, d_dx), dt_backend_free(g, d_dw);
+    dt_backend_free(g, d_db);
+    dt_backend_destroy(g);
+    free(x), free(w), free(dy), free(a);
+}
+
+static void test_scratch_reserved(void)
+{
+    scratch_case(0); /* the growth this guards against happens */
+    scratch_case(1);
+}
+
 /* Bad labels: DT_ERR_INVALID_ARG naming the op, the first bad row and its
  * label, from the next wait for the device (the forward itself only
  * queues); nothing added; the next call works. Forwards in a row share
@@ -1315,6 +1361,7 @@ int main(void)
     CU_ADD(s, test_xent_vs_cpu);
     CU_ADD(s, test_xent_stable);
     CU_ADD(s, test_xent_invalid_label);
+    CU_ADD(s, test_scratch_reserved);
 
     s = CU_add_suite("cuda_optim", suite_init, suite_cleanup);
     CU_ADD(s, test_sgd_vs_cpu);

@@ -95,6 +95,17 @@ static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     return st;
 }
 
+/* The backend's scratch for the GEMMs (bf16/fp16 operands) and the bias
+ * gradient's column sums at the largest micro-batch. */
+static dt_status workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    const struct linear_cfg *c = (const struct linear_cfg *)l->cfg;
+    int64_t B = max_rows * c->rows_per_sample;
+    dt_status st = dt_backend_reserve(be, DT_OP_linear_bwd, B, c->in, c->out);
+    if (st == DT_OK && c->bias) st = dt_backend_reserve(be, DT_OP_bias_bwd, B, c->out, 0);
+    return st != DT_OK ? dt_error_context(st, "%s", l->where) : DT_OK;
+}
+
 const struct dt_layer_kind dt_layer_linear = {
     .name = "linear",
     .doc = "fully connected layer over the last dimension (torch.nn.Linear)",
@@ -102,5 +113,6 @@ const struct dt_layer_kind dt_layer_linear = {
     .build = build,
     .fwd = fwd,
     .bwd = bwd,
+    .workspace = workspace,
     .ops = {DT_OP_linear_fwd, DT_OP_linear_bwd, DT_OP_bias_fwd, DT_OP_bias_bwd, DT_OP_COUNT},
 };

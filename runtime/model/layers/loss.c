@@ -59,7 +59,6 @@ static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
  * must stay below 2^31. */
 static dt_status workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
 {
-    (void)be;
     int64_t n = max_rows * dt_shape_numel(&l->in);
     if (n > INT_MAX)
         return dt_set_error(DT_ERR_USAGE,
@@ -68,7 +67,10 @@ static dt_status workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_row
                             "train.eval_batch) to at most %lld",
                             l->where, (long long)max_rows, (long long)dt_shape_numel(&l->in),
                             (long long)n, (long long)(INT_MAX / dt_shape_numel(&l->in)));
-    return DT_OK;
+    /* the backend's scratch for the per-row results */
+    dt_status st =
+        dt_backend_reserve(be, DT_OP_softmax_xent_fwd, max_rows * l->labels_per_row, 0, 0);
+    return st != DT_OK ? dt_error_context(st, "%s", l->where) : DT_OK;
 }
 
 const struct dt_layer_kind dt_layer_softmax_xent = {

@@ -233,11 +233,21 @@ static dt_status ln_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                  x->saved + rows, x->p[0], rows, (int)c->D);
 }
 
-static dt_status ln_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+/* Both norms: a dx buffer when the input needs no gradient, and the
+ * backend's scratch for the weight gradients' column sums. */
+static dt_status last_dim_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows,
+                                    enum dt_op_id bwd)
 {
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
     l->ws_fixed = 0;
     l->ws_per_row = l->input_grad ? 0 : (size_t)dt_shape_numel(&l->in) * sizeof(float);
-    return DT_OK;
+    dt_status st = dt_backend_reserve(be, bwd, max_rows * c->per_sample, c->D, 0);
+    return st != DT_OK ? dt_error_context(st, "%s", l->where) : DT_OK;
+}
+
+static dt_status ln_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    return last_dim_workspace(l, be, max_rows, DT_OP_layernorm_bwd);
 }
 
 const struct dt_layer_kind dt_layer_layernorm = {
@@ -267,6 +277,11 @@ out:
     return st;
 }
 
+static dt_status rms_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    return last_dim_workspace(l, be, max_rows, DT_OP_rmsnorm_bwd);
+}
+
 static dt_status rms_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
@@ -292,6 +307,6 @@ const struct dt_layer_kind dt_layer_rmsnorm = {
     .build = rms_build,
     .fwd = rms_fwd,
     .bwd = rms_bwd,
-    .workspace = ln_workspace,
+    .workspace = rms_workspace,
     .ops = {DT_OP_rmsnorm_fwd, DT_OP_rmsnorm_bwd, DT_OP_COUNT},
 };

@@ -141,6 +141,13 @@ static dt_status pos_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     return st;
 }
 
+/* The backend's scratch for the table gradient's column sums. */
+static dt_status pos_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
+{
+    dt_status st = dt_backend_reserve(be, DT_OP_bias_bwd, max_rows, dt_shape_numel(&l->in), 0);
+    return st != DT_OK ? dt_error_context(st, "%s", l->where) : DT_OK;
+}
+
 const struct dt_layer_kind dt_layer_pos_embedding = {
     .name = "pos_embedding",
     .doc = "learned position embedding: adds a (T, C) table to every sample's (T, C) input",
@@ -148,6 +155,7 @@ const struct dt_layer_kind dt_layer_pos_embedding = {
     .build = pos_build,
     .fwd = pos_fwd,
     .bwd = pos_bwd,
+    .workspace = pos_workspace,
     .ops = {DT_OP_bias_fwd, DT_OP_bias_bwd, DT_OP_flatten_fwd, DT_OP_flatten_bwd, DT_OP_COUNT},
 };
 
