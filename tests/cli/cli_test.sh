@@ -332,7 +332,7 @@ fi
 "$DTRAIN" train job.yaml --set output.dir=run2 >/dev/null 2>&1 || bad "second run failed"
 # every field but times, speeds and what follows from them (utilisation,
 # shares of the time, peak memory)
-strip() { grep -v '"type":"start"' "$1" | sed -E 's/"(time|seconds|samples_per_s|gflops|accel_util|share_[a-z_]*|peak_[a-z_]*|[a-z_]*_s)":[0-9.e-]*,?//g'; }
+strip() { grep -v '"type":"start"' "$1" | sed -E 's/"(time|seconds|samples_per_s|gflops|accel_util|share_[a-z_]*|peak_[a-z_]*|[a-z_]*_s)":[0-9.e+-]*,?//g'; }
 [ "$(strip run1/metrics.jsonl)" = "$(strip run2/metrics.jsonl)" ] && ok || bad "two runs differ"
 
 # accumulation: micro-batch 8 (x4) gives the same losses as micro-batch 32
