@@ -227,15 +227,15 @@ void dt_cuda_note_usage(struct cuda_backend *cb)
         cb->peak_used = total_b - free_b;
 }
 
-/* Device memory grows only where the backend allocates (dt_cuda_note_usage
- * there) and is read whole by cuda_mem_info, so a wait for the stream does
- * not also ask the driver for its memory figures. */
 void dt_cuda_note_wait(struct cuda_backend *cb, double seconds)
 {
     cb->waits++;
     cb->wait_s += seconds;
 }
 
+/* Device memory grows only where the backend allocates (dt_cuda_note_usage
+ * there) and is read whole by cuda_mem_info, so a wait for the stream does
+ * not also ask the driver for its memory figures. */
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op)
 {
     double t0 = dt_now();

@@ -21,11 +21,12 @@
  * differ from the CPU's fp32 or double sums in another order by far less
  * than fp32 resolution.
  *
- * The partials live in the backend's scratch (dt_cuda_scratch: grown
- * lazily, kept, shared with the GEMM operands and sumsq's partials), which
- * is safe because every user runs in stream order on the one stream and is
- * done with it when its op's kernels end. The scratch synchronises the
- * stream only when it grows; nothing else here waits.
+ * The partials live in the backend's scratch (dt_cuda_scratch: sized when
+ * the model is built from dt_cuda_colsum_scratch, kept, shared with the
+ * GEMM operands, sumsq's partials and the loss's rows), which is safe
+ * because every user runs in stream order on the one stream and is done
+ * with it when its op's kernels end. The scratch synchronises the stream
+ * only when a call outgrows it; nothing else here waits.
  *
  * Outputs are parameter gradients: they ACCUMULATE (+=).
  */

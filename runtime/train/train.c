@@ -611,10 +611,11 @@ static dt_status log_window(struct run *r, int64_t epoch, int64_t step, double l
         struct dt_backend_waits now;
         dt_backend_waits(r->be, &now);
         double waits = (double)(now.count - w->waits0.count) / ns;
+        double wait_s = (now.seconds - w->waits0.seconds) / ns;
         dt_metrics_num(&rec, "host_waits_per_step", waits, 6);
-        dt_metrics_num(&rec, "host_wait_s", (now.seconds - w->waits0.seconds) / ns, 6);
+        dt_metrics_num(&rec, "host_wait_s", wait_s, 6);
         dt_tb_add(&tb, "time/host_waits_per_step", waits);
-        dt_tb_add(&tb, "time/host_wait_s", (now.seconds - w->waits0.seconds) / ns);
+        dt_tb_add(&tb, "time/host_wait_s", wait_s);
     }
     dt_tb_add(&tb, "train/loss", loss);
     dt_tb_add(&tb, "train/accuracy", acc);
