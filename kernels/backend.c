@@ -228,6 +228,11 @@ dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t b
 
 dt_status dt_backend_sync(dt_backend_t *be) { return be->sync(be); }
 
+dt_status dt_backend_settle(dt_backend_t *be)
+{
+    return be->settle ? be->settle(be) : be->sync(be);
+}
+
 /* A "Key:   N kB" line of a /proc file, in bytes; 0 when absent. */
 static uint64_t proc_kb(const char *path, const char *key)
 {

@@ -96,6 +96,11 @@ void dt_backend_free(dt_backend_t *be, void *ptr);
 dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t bytes,
                           enum dt_copy_kind kind);
 dt_status dt_backend_sync(dt_backend_t *be);
+/* Waits until the results queued so far reach the host (the loss totals,
+ * a step_gate's record; see kernels/ops.h), not necessarily for the work
+ * queued after them: on cuda, an update queued after step_gate may still
+ * run. Without a step_gate since the last wait it is dt_backend_sync. */
+dt_status dt_backend_settle(dt_backend_t *be);
 
 /* What the backend runs on, for logs: "cpu" or e.g.
  * "cuda:0 NVIDIA H200 (sm_90, 139.8 GiB, PCI 0000:1b:00.0)". */
@@ -124,15 +129,15 @@ dt_status dt_backend_mem_info(dt_backend_t *be, struct dt_backend_mem *out);
  * the device, and memory the out-of-memory fallback would not see):
  * linear_fwd, linear_bwd (B, In, Out); bias_bwd (B, C); layernorm_bwd,
  * rmsnorm_bwd (rows, D); softmax_xent_fwd (B, the rows the loss is taken
- * over); sumsq (n). Other ops, and backends without a scratch (cpu), need
+ * over); sumsq (n); step_gate (n, ranges). Other ops, and backends without a scratch (cpu), need
  * nothing. A failure is the allocation's (DT_ERR_NOMEM when the device is
  * full). be may be NULL (sizing a model without a backend). */
 dt_status dt_backend_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b, int64_t c);
 
 /* Times the host has waited for the device since the backend was made,
  * and the seconds spent in those waits: every wait for the stream (a
- * download, sync, an op that returns a value to the host, such as sumsq)
- * and every wait for an upload buffer to come free. Both 0 for cpu, whose
+ * download, sync, settle, an op that returns a value to the host, such as
+ * sumsq) and every wait for an upload buffer to come free. Both 0 for cpu, whose
  * ops complete before they return. */
 struct dt_backend_waits {
     uint64_t count;

@@ -16,6 +16,8 @@ struct dt_backend {
     dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
                       enum dt_copy_kind kind);
     dt_status (*sync)(dt_backend_t *be);
+    /* dt_backend_settle; NULL: sync */
+    dt_status (*settle)(dt_backend_t *be);
     void (*destroy)(dt_backend_t *be); /* frees impl and the struct itself */
     /* dt_backend_mem_info; NULL: the process's host memory */
     dt_status (*mem_info)(dt_backend_t *be, struct dt_backend_mem *out);

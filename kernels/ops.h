@@ -15,7 +15,7 @@
  * backend lacks.
  * Host-side scalar results (loss sums, norms) come back through host
  * pointers; a device backend waits for them (sumsq, all_finite) or, for
- * the loss, adds them at its next wait.
+ * the loss and the step gate, fills them at its next wait.
  *
  * Convention: gradients of parameters ACCUMULATE (+=), so micro-batches
  * can add into one gradient buffer; gradients of activations are WRITTEN (=).
@@ -46,6 +46,7 @@ struct dt_sgd_args {
     float lr, momentum, weight_decay;
     int nesterov;
     int first_step; /* buf holds nothing yet */
+    int gated;      /* 1: nothing changes when the backend's step gate skips (step_gate) */
 };
 
 /* AdamW, as torch.optim.AdamW (decoupled weight decay):
@@ -54,6 +55,25 @@ struct dt_sgd_args {
 struct dt_adamw_args {
     float lr, beta1, beta2, eps, weight_decay;
     int64_t t; /* 1-based step count */
+    int gated; /* 1: nothing changes when the backend's step gate skips (step_gate) */
+};
+
+/* The step's gradient check (step_gate): the sum of squares of g over
+ * ranges [lo[k], hi[k]) taken in order, and with decide, the gate the
+ * gated updates follow. */
+struct dt_gate_args {
+    const size_t *lo, *hi;
+    size_t count;
+    int decide;       /* 1: set the backend's step gate and apply its factor to g */
+    float unscale;    /* decide: the first multiplier (fp16's 1/scale; 1 without scaling) */
+    double clip_norm; /* decide: > 0 clips the unscaled gradients to this global norm */
+};
+
+/* What step_gate found. */
+struct dt_gate {
+    double sumsq; /* of g over the ranges, before any multiplier */
+    int skip;     /* decide: sumsq was not finite, so the gated updates change nothing */
+    float factor; /* decide: the clip factor applied after unscale (1: none) */
 };
 
 /* Convolution of x(N,C,H,W) with w(K, C/groups, R, S) into y(N,K,P,Q):
@@ -204,7 +224,15 @@ struct dt_pool2d_shape {
  *                p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
  *                p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  * sumsq          *out = sum of x^2, accumulated in double
- * scale          x *= s
+ * step_gate      out->sumsq = sum of g^2 over a's ranges (each range summed as sumsq
+ *                sums, the range totals added in order). With a->decide it also sets
+ *                the backend's step gate: skip when sumsq is not finite; otherwise
+ *                g *= unscale, then g *= factor over the ranges, where factor is
+ *                (float)(clip_norm / (norm + 1e-6)) when clip_norm > 0 and the
+ *                unscaled norm = sqrt(sumsq * unscale^2) (double) exceeds it, else 1. The decision
+ * is taken where the gradients are (on the device for cuda), so the gated sgd_update and
+ * adamw_update that follow can be queued before the host knows it; cuda fills *out at the next call
+ * that waits (dt_backend_settle, sync, a download), so out must stay valid. scale          x *= s
  * fill           x = v
  * all_finite     *out = 1 if every x is finite, else 0
  * to_bf16        dst(n) = the raw bits of src rounded to the nearest bf16 (ties to
@@ -289,6 +317,7 @@ struct dt_pool2d_shape {
     X(adamw_update, (dt_backend_t * be, float *p, const float *g, float *m, float *v, size_t n,    \
                      const struct dt_adamw_args *a))                                               \
     X(sumsq, (dt_backend_t * be, const float *x, size_t n, double *out))                           \
+    X(step_gate, (dt_backend_t * be, float *g, const struct dt_gate_args *a, struct dt_gate *out)) \
     X(scale, (dt_backend_t * be, float *x, size_t n, float s))                                     \
     X(fill, (dt_backend_t * be, float *x, size_t n, float v))                                      \
     X(all_finite, (dt_backend_t * be, const float *x, size_t n, int *out))                         \

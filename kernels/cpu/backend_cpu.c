@@ -37,6 +37,7 @@ struct cpu_backend {
     enum dt_dtype precision;
     float *operand[DT_CPU_OPERANDS]; /* rounded GEMM operands, grown on demand */
     size_t operand_cap[DT_CPU_OPERANDS];
+    int gate_skip; /* the step gate (step_gate): the gated updates change nothing */
 };
 
 /* The element-wise ops, one pair per row of DT_UNARY_LIST (activation.c). */
@@ -59,6 +60,7 @@ static const struct dt_ops cpu_ops_ref = {
     .sgd_update = dt_cpu_sgd_update_ref,
     .adamw_update = dt_cpu_adamw_update_ref,
     .sumsq = dt_cpu_sumsq_ref,
+    .step_gate = dt_cpu_step_gate_ref,
     .scale = dt_cpu_scale_ref,
     .fill = dt_cpu_fill_ref,
     .all_finite = dt_cpu_all_finite_ref,
@@ -111,6 +113,7 @@ static const struct dt_ops cpu_ops_fast = {
     .sgd_update = dt_cpu_sgd_update,
     .adamw_update = dt_cpu_adamw_update,
     .sumsq = dt_cpu_sumsq,
+    .step_gate = dt_cpu_step_gate,
     .scale = dt_cpu_scale,
     .fill = dt_cpu_fill,
     .all_finite = dt_cpu_all_finite,
@@ -194,6 +197,18 @@ static void cpu_destroy(dt_backend_t *be)
     for (int k = 0; k < DT_CPU_OPERANDS; k++)
         free(cb->operand[k]);
     free(cb);
+}
+
+int dt_cpu_gate_skips(const dt_backend_t *be)
+{
+    const struct cpu_backend *cb = be ? be->impl : NULL;
+    return cb && cb->gate_skip;
+}
+
+void dt_cpu_set_gate(dt_backend_t *be, int skip)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    if (cb) cb->gate_skip = skip;
 }
 
 dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, const float **out)

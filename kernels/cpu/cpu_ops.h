@@ -61,6 +61,11 @@ static inline float dt_cpu_round_fp16(float x) { return (float)(_Float16)x; }
 #define DT_CPU_OPERANDS 3
 dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, const float **out);
 
+/* The backend's step gate (step_gate sets it; the gated sgd_update and
+ * adamw_update read it). A NULL backend has none: it never skips. */
+int dt_cpu_gate_skips(const dt_backend_t *be);
+void dt_cpu_set_gate(dt_backend_t *be, int skip);
+
 /* Every op of the list in kernels/ops.h, in both versions: dt_cpu_<op>_ref
  * and dt_cpu_<op> (linear.c, activation.c, dropout.c, flatten.c,
  * softmax_xent.c, optim.c, reduce.c, cast.c, elementwise.c, conv.c, pool.c,

@@ -10,6 +10,9 @@
  * local arrays and then stored, so GCC vectorises them at -O2. AdamW's
  * bias corrections are computed once per call, in double.
  *
+ * A gated update (args' gated) changes nothing when the backend's step
+ * gate says skip (step_gate, reduce.c).
+ *
  * These ops read the parameter gradients (which ACCUMULATE (+=) elsewhere)
  * and write parameters and state in place; they produce no gradients.
  */
@@ -80,6 +83,7 @@ dt_status dt_cpu_sgd_update_ref(dt_backend_t *be, float *p, const float *g, floa
     dt_status st = check_sgd(p, g, buf, a);
     if (st != DT_OK)
         return st;
+    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
     const float mu = a->momentum;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] + a->weight_decay * p[i];
@@ -101,6 +105,7 @@ dt_status dt_cpu_adamw_update_ref(dt_backend_t *be, float *p, const float *g, fl
     dt_status st = check_adamw(p, g, m, v, a);
     if (st != DT_OK)
         return st;
+    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
     const struct adamw_consts k = adamw_consts(a);
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
@@ -177,6 +182,7 @@ dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *b
     dt_status st = check_sgd(p, g, buf, a);
     if (st != DT_OK)
         return st;
+    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
     size_t done = sgd_blocks(p, g, buf, n, a);
     /* the tail (< DT_CPU_LANES elements) through the reference */
     return dt_cpu_sgd_update_ref(be, p + done, g + done, buf ? buf + done : NULL, n - done, a);
@@ -219,6 +225,7 @@ dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float 
     dt_status st = check_adamw(p, g, m, v, a);
     if (st != DT_OK)
         return st;
+    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
     const struct adamw_consts c = adamw_consts(a);
     size_t i = adamw_blocks(p, g, m, v, n, &c, a->beta1, a->beta2, a->eps);
     return dt_cpu_adamw_update_ref(be, p + i, g + i, m + i, v + i, n - i, a);

@@ -16,14 +16,19 @@
  * -ffinite-math-only; it reads the whole buffer (no early exit), since the
  * common case is a clean buffer.
  *
+ * step_gate sums each range with the table's own sumsq and adds the range
+ * totals in order, decides (kernels/gate.h), and multiplies through the
+ * table's own scale, so it gives the bits of those ops called one by one.
+ *
  * These ops produce no gradients (parameter gradients ACCUMULATE (+=) and
- * activation gradients are WRITTEN (=) elsewhere); scale and fill work in
- * place.
+ * activation gradients are WRITTEN (=) elsewhere); scale, fill and
+ * step_gate work in place.
  */
 #include <math.h>
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "kernels/gate.h"
 
 /* fp32 exponent field; all ones means Inf or NaN */
 #define F32_EXP_MASK 0x7f800000u
@@ -178,4 +183,55 @@ dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out
     }
     *out = !any;
     return DT_OK;
+}
+
+/* ---- the step gate (both tables) --------------------------------------- */
+
+typedef dt_status (*sumsq_fn)(dt_backend_t *be, const float *x, size_t n, double *out);
+typedef dt_status (*scale_fn)(dt_backend_t *be, float *x, size_t n, float s);
+
+static dt_status step_gate(dt_backend_t *be, float *g, const struct dt_gate_args *a,
+                           struct dt_gate *out, sumsq_fn sumsq, scale_fn scale)
+{
+    DT_CPU_REQUIRE(g && a && out, "step_gate", "pointers must not be NULL");
+    DT_CPU_REQUIRE(a->count == 0 || (a->lo && a->hi), "step_gate",
+                   "the ranges must not be NULL (count=%zu)", a->count);
+    for (size_t k = 0; k < a->count; k++)
+        DT_CPU_REQUIRE(a->lo[k] <= a->hi[k], "step_gate", "range %zu is [%zu, %zu)", k, a->lo[k],
+                       a->hi[k]);
+    DT_CPU_REQUIRE(!a->decide || (a->unscale > 0.0f && isfinite(a->unscale) && a->clip_norm >= 0),
+                   "step_gate", "need unscale > 0 and clip_norm >= 0 (unscale=%g, clip_norm=%g)",
+                   (double)a->unscale, a->clip_norm);
+    double total = 0;
+    for (size_t k = 0; k < a->count; k++) {
+        double part = 0;
+        dt_status st = sumsq(be, g + a->lo[k], a->hi[k] - a->lo[k], &part);
+        if (st != DT_OK) return st;
+        total += part;
+    }
+    *out = (struct dt_gate){.sumsq = total, .factor = 1.0f};
+    if (!a->decide) return DT_OK;
+    out->skip = dt_gate_decide(total, a->unscale, a->clip_norm, &out->factor);
+    dt_cpu_set_gate(be, out->skip);
+    if (out->skip) return DT_OK;
+    dt_status st = DT_OK;
+    for (size_t k = 0; k < a->count && st == DT_OK; k++) {
+        float *x = g + a->lo[k];
+        size_t n = a->hi[k] - a->lo[k];
+        if (a->unscale != 1.0f) st = scale(be, x, n, a->unscale);
+        if (st == DT_OK && out->factor != 1.0f) st = scale(be, x, n, out->factor);
+    }
+    return st;
+}
+
+dt_status dt_cpu_step_gate_ref(dt_backend_t *be, float *g, const struct dt_gate_args *a,
+                               struct dt_gate *out)
+{
+    return step_gate(be, g, a, out, dt_cpu_sumsq_ref, dt_cpu_scale_ref);
+}
+
+dt_status dt_cpu_step_gate(dt_backend_t *be, float *g, const struct dt_gate_args *a,
+                           struct dt_gate *out)
+{
+    return step_gate(be, g, a, out, dt_cpu_sumsq, dt_cpu_scale);
 }

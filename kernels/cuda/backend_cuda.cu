@@ -236,22 +236,45 @@ void dt_cuda_note_wait(struct cuda_backend *cb, double seconds)
 /* Device memory grows only where the backend allocates (dt_cuda_note_usage
  * there) and is read whole by cuda_mem_info, so a wait for the stream does
  * not also ask the driver for its memory figures. */
+/* After a wait that covered every pending result: hands them over. */
+static dt_status take_results(struct cuda_backend *cb, dt_status st)
+{
+    cb->results_marked = 0;
+    if (st != DT_OK) {
+        cb->xent_pending = cb->gate_pending = 0; /* the results are lost with the stream */
+        return st;
+    }
+    dt_cuda_gate_result(cb);
+    /* both verdicts are read (and reset); the id check's message wins */
+    dt_status xent = dt_cuda_xent_result(cb);
+    dt_status emb = dt_cuda_emb_check_result(cb);
+    return emb != DT_OK ? emb : xent;
+}
+
 dt_status dt_cuda_sync_op(struct cuda_backend *cb, const char *op)
 {
     double t0 = dt_now();
     cudaError_t err = cudaStreamSynchronize(cb->stream);
     dt_cuda_note_wait(cb, dt_now() - t0);
-    dt_status st = dt_cuda_status(cb, err, 0, op,
-                                  "waiting for the stream; the fault may be in any op queued "
-                                  "before it, CUDA_LAUNCH_BLOCKING=1 names it");
-    if (st != DT_OK) {
-        cb->xent_pending = 0; /* the totals are lost with the stream */
-        return st;
-    }
-    /* both verdicts are read (and reset); the id check's message wins */
-    dt_status xent = dt_cuda_xent_result(cb);
-    dt_status emb = dt_cuda_emb_check_result(cb);
-    return emb != DT_OK ? emb : xent;
+    return take_results(cb, dt_cuda_status(cb, err, 0, op,
+                                            "waiting for the stream; the fault may be in any op "
+                                            "queued before it, CUDA_LAUNCH_BLOCKING=1 names it"));
+}
+
+/* The event follows the copies of every pending result while it is
+ * marked: the loss totals and id checks are queued before step_gate, and
+ * each of them clears the mark when queued after it. */
+dt_status dt_cuda_settle(struct cuda_backend *cb)
+{
+    if (!cb->results_marked)
+        return dt_cuda_sync_op(cb, "settle");
+    double t0 = dt_now();
+    cudaError_t err = cudaEventSynchronize(cb->results_done);
+    dt_cuda_note_wait(cb, dt_now() - t0);
+    return take_results(cb, dt_cuda_status(cb, err, 0, "settle",
+                                            "waiting for the step's results; the fault may be in "
+                                            "any op queued before them, CUDA_LAUNCH_BLOCKING=1 "
+                                            "names it"));
 }
 
 dt_status dt_cuda_scratch(struct cuda_backend *cb, size_t bytes, void **out)
@@ -426,6 +449,8 @@ static dt_status cuda_copy(dt_backend_t *be, void *dst, const void *src, size_t 
 
 static dt_status cuda_sync(dt_backend_t *be) { return dt_cuda_sync_op(dt_cuda_of(be), "sync"); }
 
+static dt_status cuda_settle(dt_backend_t *be) { return dt_cuda_settle(dt_cuda_of(be)); }
+
 static dt_status cuda_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b,
                               int64_t c)
 {
@@ -451,6 +476,9 @@ static dt_status cuda_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int
         break;
     case DT_OP_sumsq:
         bytes = dt_cuda_sumsq_scratch((size_t)a);
+        break;
+    case DT_OP_step_gate:
+        bytes = dt_cuda_gate_scratch((size_t)a, (size_t)b);
         break;
     default:
         break;
@@ -538,6 +566,7 @@ static const struct dt_ops cuda_ops = {
     .sgd_update = dt_cuda_sgd_update,
     .adamw_update = dt_cuda_adamw_update,
     .sumsq = dt_cuda_sumsq,
+    .step_gate = dt_cuda_step_gate,
     .scale = dt_cuda_scale,
     .fill = dt_cuda_fill,
     .all_finite = dt_cuda_all_finite,
@@ -568,6 +597,8 @@ static void release(struct cuda_backend *cb)
         if (cb->staging[k])
             (void)cudaFreeHost(cb->staging[k]);
     }
+    if (cb->results_done)
+        (void)cudaEventDestroy(cb->results_done);
     if (cb->gemm_scratch)
         (void)cudaFree(cb->gemm_scratch);
     if (cb->dscalars)
@@ -667,6 +698,11 @@ static dt_status open_buffers(struct cuda_backend *cb)
         cb->hscalars = NULL;
         return dt_cuda_status(cb, err, 0, "create", "pinned host scalars");
     }
+    err = cudaEventCreateWithFlags(&cb->results_done, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+        cb->results_done = NULL;
+        return dt_cuda_status(cb, err, 0, "create", "the results event");
+    }
     for (int k = 0; k < DT_CUDA_STAGING; k++) {
         err = cudaEventCreateWithFlags(&cb->staging_done[k], cudaEventDisableTiming);
         if (err != cudaSuccess) {
@@ -738,6 +774,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.free = cuda_free;
     cb->base.copy = cuda_copy;
     cb->base.sync = cuda_sync;
+    cb->base.settle = cuda_settle;
     cb->base.destroy = cuda_destroy;
     cb->base.mem_info = cuda_mem_info;
     cb->base.waits = cuda_waits;

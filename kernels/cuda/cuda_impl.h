@@ -86,6 +86,17 @@ struct cuda_backend {
     void *emb_check_dev;
     void *emb_check_host;
     int emb_check_pending;
+    /* The step gate (owned by reduce.cu): a record in the device scalars
+     * (dt_cuda_gate_of) that the gated updates read, mirrored to the host
+     * scalars; whether a step_gate was queued since the last wait, which
+     * fills gate_out from the mirror (gate_decided: with a decision); and
+     * the event after the mirror's copy, which dt_backend_settle waits for
+     * instead of the stream while results_marked (no result was queued to
+     * come back after it). */
+    int gate_pending, gate_decided;
+    struct dt_gate *gate_out;
+    cudaEvent_t results_done;
+    int results_marked;
     /* Device memory in use, the most seen (dt_cuda_note_usage). */
     size_t peak_used;
 #ifdef DT_HAVE_CUDNN
@@ -97,6 +108,17 @@ struct cuda_backend {
 #endif
 };
 #define DT_CUDA_SCALAR_BYTES 256 /* size of dscalars and hscalars */
+
+/* The step gate's record (kernels/ops.h step_gate), at this offset of the
+ * device scalars and of their host mirror, clear of the scalars sumsq and
+ * all_finite hand back from offset 0. */
+struct dt_cuda_gate {
+    double sumsq;
+    float factor;
+    int skip;
+};
+#define DT_CUDA_GATE_OFFSET 128
+#define dt_cuda_gate_of(scalars) ((struct dt_cuda_gate *)((char *)(scalars) + DT_CUDA_GATE_OFFSET))
 
 static inline struct cuda_backend *dt_cuda_of(dt_backend_t *be)
 {
@@ -211,6 +233,8 @@ size_t dt_cuda_linear_scratch(const struct cuda_backend *cb, size_t B, size_t In
  * and of sumsq's partials (reduce.cu). */
 size_t dt_cuda_xent_scratch(size_t B);
 size_t dt_cuda_sumsq_scratch(size_t n);
+/* step_gate's, over `count` ranges of at most n elements in all. */
+size_t dt_cuda_gate_scratch(size_t n, size_t count);
 
 /* Waits for the stream (counted in cb->waits and cb->wait_s); a failure
  * there carries `op`. The loss totals softmax_xent_fwd queued since the
@@ -230,6 +254,11 @@ void dt_cuda_emb_release(struct cuda_backend *cb);
  * buffers (backend destroy). */
 dt_status dt_cuda_xent_result(struct cuda_backend *cb);
 void dt_cuda_xent_release(struct cuda_backend *cb);
+/* reduce.cu: the queued step gate into step_gate's out, after the wait. */
+void dt_cuda_gate_result(struct cuda_backend *cb);
+/* The wait dt_backend_settle makes: for the results event while it is
+ * marked (step_gate), else for the stream; then as dt_cuda_sync_op. */
+dt_status dt_cuda_settle(struct cuda_backend *cb);
 /* Samples the device memory in use into cb->peak_used (after allocations
  * and synchronisations; failures to read it are ignored). */
 void dt_cuda_note_usage(struct cuda_backend *cb);

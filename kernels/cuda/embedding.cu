@@ -222,8 +222,10 @@ dt_status dt_cuda_embedding_fwd(dt_backend_t *be, float *out, const float *ids, 
     cudaError_t err = cudaMemcpyAsync(cb->emb_check_host, dcheck, sizeof *dcheck,
                                       cudaMemcpyDeviceToHost, cb->stream);
     st = dt_cuda_status(cb, err, 0, "embedding_fwd", "copying the id check (N=%d)", N);
-    if (st == DT_OK)
+    if (st == DT_OK) {
         cb->emb_check_pending = 1;
+        cb->results_marked = 0; /* after the results event: settle waits for the stream */
+    }
     return st;
 }
 

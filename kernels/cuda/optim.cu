@@ -10,6 +10,9 @@
  * the GPU gives the CPU's bits. As on the CPU, AdamW's bias corrections are
  * computed once per call on the host, in double, and passed in.
  *
+ * A gated update (args' gated) reads the step gate's record on the device
+ * (reduce.cu) and changes nothing when it says skip.
+ *
  * These ops read the parameter gradients (which ACCUMULATE (+=) elsewhere)
  * and write parameters and state in place; they produce no gradients.
  */
@@ -34,8 +37,10 @@ struct adamw_consts {
  * d = nesterov ? g' + momentum*buf : buf  (d = g' without momentum);
  * p -= lr * d */
 static __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n,
-                                  struct dt_sgd_args a)
+                                  struct dt_sgd_args a, const struct dt_cuda_gate *gate)
 {
+    if (gate && gate->skip)
+        return;
     const float mu = a.momentum;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -54,8 +59,10 @@ static __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n
 /* p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
  * p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
 static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    struct adamw_consts k)
+                                    struct adamw_consts k, const struct dt_cuda_gate *gate)
 {
+    if (gate && gate->skip)
+        return;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float gi = g[i];
@@ -69,6 +76,12 @@ static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v
         v[i] = vi;
         p[i] = pi;
     }
+}
+
+/* The step gate a gated update reads (reduce.cu), or none. */
+static const struct dt_cuda_gate *gate_of(struct cuda_backend *cb, int gated)
+{
+    return gated ? dt_cuda_gate_of(cb->dscalars) : NULL;
 }
 
 static dt_status check_sgd(const float *p, const float *g, const float *buf,
@@ -126,7 +139,7 @@ dt_status dt_cuda_sgd_update(dt_backend_t *be, float *p, const float *g, float *
     if (st != DT_OK || n == 0)
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(sgd_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, buf, n, *a);
+    DT_CUDA_LAUNCH(sgd_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, buf, n, *a, gate_of(cb, a->gated));
     return DT_CUDA_LAUNCHED(cb, "sgd_update", "n=%zu", n);
 }
 
@@ -137,6 +150,6 @@ dt_status dt_cuda_adamw_update(dt_backend_t *be, float *p, const float *g, float
     if (st != DT_OK || n == 0)
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(adamw_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, m, v, n, adamw_constants(a));
+    DT_CUDA_LAUNCH(adamw_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, m, v, n, adamw_constants(a), gate_of(cb, a->gated));
     return DT_CUDA_LAUNCHED(cb, "adamw_update", "n=%zu (t=%lld)", n, (long long)a->t);
 }

@@ -360,6 +360,7 @@ dt_status dt_cuda_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *
     if (st != DT_OK)
         return st;
     cb->xent_pending = 1;
+    cb->results_marked = 0; /* after the results event: settle waits for the stream */
     cb->xent_loss_out = loss_sum;
     cb->xent_correct_out = correct;
     cb->xent_classes = C;

@@ -23,6 +23,7 @@ struct dt_optim {
     int64_t t;
     double momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
+    int gated; /* the update being queued follows the backend's step gate */
     /* Runs of elements with one weight decay, in offset order (merged
      * where neighbours agree); none: one run over everything. */
     struct dt_optim_range *runs;
@@ -175,7 +176,8 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                                 .momentum = (float)o->momentum,
                                 .weight_decay = (float)wd,
                                 .nesterov = o->nesterov,
-                                .first_step = o->t == 0};
+                                .first_step = o->t == 0,
+                                .gated = o->gated};
         return o->ops->sgd_update(o->be, params + off, grads + off, o->m ? o->m + off : NULL, n,
                                   &a);
     }
@@ -184,7 +186,8 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                               .beta2 = (float)o->beta2,
                               .eps = (float)o->eps,
                               .weight_decay = (float)wd,
-                              .t = o->t + 1};
+                              .t = o->t + 1,
+                              .gated = o->gated};
     return o->ops->adamw_update(o->be, params + off, grads + off, o->m + off, o->v + off, n, &a);
 }
 
@@ -211,6 +214,19 @@ dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double
     if (st == DT_OK)
         o->t++;
     return st;
+}
+
+dt_status dt_optim_step_gated(dt_optim_t *o, float *params, const float *grads, double lr)
+{
+    o->gated = 1;
+    dt_status st = dt_optim_step(o, params, grads, lr);
+    o->gated = 0;
+    return st;
+}
+
+void dt_optim_unstep(dt_optim_t *o)
+{
+    if (o->t > 0) o->t--;
 }
 
 dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads, double lr,
@@ -248,12 +264,6 @@ double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total)
         return lo + (lr - lo) * 0.5 * (1.0 + cos(M_PI * frac));
     }
     return lr;
-}
-
-dt_status dt_clip_grads(dt_backend_t *be, float *grads, size_t n, double max_norm, double norm)
-{
-    if (!(max_norm > 0 && norm > max_norm)) return DT_OK;
-    return dt_backend_ops(be)->scale(be, grads, n, dt_clip_factor(norm, max_norm));
 }
 
 float dt_clip_factor(double norm, double max_norm)

@@ -39,6 +39,12 @@ dt_status dt_optim_groups_from_model(dt_optim_t *o, const struct dt_job *job, co
 
 /* One update of params from grads with learning rate lr. */
 dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr);
+/* The same step, gated: it changes nothing when the backend's step gate
+ * (kernels/ops.h, step_gate, queued before it) skips, which a backend
+ * with a stream decides on the device. The step is counted; once the
+ * gate's record shows it skipped, dt_optim_unstep takes the count back. */
+dt_status dt_optim_step_gated(dt_optim_t *o, float *params, const float *grads, double lr);
+void dt_optim_unstep(dt_optim_t *o);
 /* The same step for the elements in [lo[k], hi[k]) only, k < count (a
  * sharded update: each rank's own chunks); the rest of params and of the
  * state is left as it is. Every element gets the update dt_optim_step
@@ -64,11 +70,6 @@ float *dt_optim_state(dt_optim_t *o, int i, const char **name);
  * min_lr at the last step), s counting from the end of warm-up. */
 double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total);
 
-/* Clipping by the global L2 norm `norm` of the gradients (measured by the
- * caller, with the step's one wait for the device): when max_norm > 0 and
- * norm exceeds it, scales the gradients by dt_clip_factor; queued, no
- * wait. */
-dt_status dt_clip_grads(dt_backend_t *be, float *grads, size_t n, double max_norm, double norm);
 /* The scale clipping applies to gradients whose global norm `norm` exceeds
  * max_norm: max_norm / (norm + 1e-6). */
 float dt_clip_factor(double norm, double max_norm);

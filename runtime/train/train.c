@@ -42,6 +42,7 @@
 #include "core/files.h"
 #include "core/host.h"
 #include "core/text.h"
+#include "kernels/gate.h"
 #include "runtime/monitor/watchdog.h"
 
 #define BAR_WIDTH 24
@@ -177,15 +178,17 @@ static dt_status agree_outcome(struct run *r, dt_status local, double v[OUT_N])
     return dt_dist_agree(r->comm, local);
 }
 
-/* Waits for the device, so that loss totals the forwards queued reach
- * their host variables (before those go out of scope); after a failure
- * its status and message stand. */
-static dt_status settle(struct run *r, dt_status st)
+/* Waits for the device with `wait` (dt_backend_sync, or a training
+ * step's dt_backend_settle: until its results, loss totals and the gate,
+ * are on the host, not for the update queued after them), so that loss
+ * totals the forwards queued reach their host variables (before those go
+ * out of scope); after a failure its status and message stand. */
+static dt_status settle_with(struct run *r, dt_status st, dt_status (*wait)(dt_backend_t *))
 {
-    if (st == DT_OK) return dt_backend_sync(r->be);
+    if (st == DT_OK) return wait(r->be);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dt_last_error());
-    (void)dt_backend_sync(r->be);
+    (void)wait(r->be);
     return dt_set_error(st, "%s", msg);
 }
 
@@ -218,7 +221,7 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
             goto out;
     }
 out:
-    st = settle(r, st); /* the loss totals the forwards queued */
+    st = settle_with(r, st, dt_backend_sync); /* the loss totals the forwards queued */
     v[OUT_CORRECT] = (double)correct;
     return st;
 }
@@ -302,6 +305,11 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
     double loss_scale = r->scaling ? r->scaler.scale : 1.0;
     if (last && dt_fault_armed("overflow", r->rank, step))
         loss_scale = INFINITY; /* gradients overflow, as fp16 ones can */
+    if (last && !r->nan_injected && dt_fault_armed("nan", r->rank, step)) {
+        loss_scale = NAN; /* a NaN loss: its gradients are NaN too */
+        r->nan_injected = 1;
+        r->nan_now = 1;
+    }
     if (reduce && (*comm_st = dt_reducer_begin(r->red)) != DT_OK)
         return DT_OK;
     if (b->rows > 0) {
@@ -340,41 +348,42 @@ static dt_status finish_reduction(struct run *r, double *wait)
     return st;
 }
 
-/* The sum of squares of the reduced gradients: all of them, or with the
- * sharded update this rank's own (the step's agreement adds up the
- * ranks'). It is the step's one wait for the device, which also brings
- * the loss totals the forwards queued. Finite exactly when every gradient
- * is (squares of floats summed in double cannot overflow), so it is the
- * fp16 overflow check too. */
-static dt_status grad_sumsq(struct run *r, double *out)
+/* Queues the check of the reduced gradients (step_gate): their sum of
+ * squares, all of them or with the sharded update this rank's own (the
+ * step's agreement adds up the ranks'); finite exactly when every
+ * gradient is (squares of floats summed in double cannot overflow), so it
+ * is the fp16 overflow check too. Replicated, the gate also decides on the
+ * backend, from the gradients alone (the same on every rank, so every
+ * rank decides alike): skip when they are not finite, else unscale and
+ * clip them; the update queued next follows it. Nothing waits here. */
+static dt_status queue_gate(struct run *r, struct dt_gate *gate)
 {
     const struct dt_ops *ops = dt_backend_ops(r->be);
-    const float *g = dt_model_grads(r->model);
-    if (!r->nown) return ops->sumsq(r->be, g, dt_model_num_params(r->model), out);
-    double total = 0;
-    for (size_t k = 0; k < r->nown; k++) {
-        double part = 0;
-        dt_status st = ops->sumsq(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k], &part);
-        if (st != DT_OK)
-            return st;
-        total += part;
+    size_t whole_lo = 0, whole_hi = dt_model_num_params(r->model);
+    struct dt_gate_args a = {.lo = &whole_lo, .hi = &whole_hi, .count = 1, .unscale = 1.0f};
+    if (r->nown) {
+        a.lo = r->own_lo;
+        a.hi = r->own_hi;
+        a.count = r->nown;
+    } else {
+        a.decide = 1;
+        a.unscale = r->scaling ? (float)dt_scaler_unscale(&r->scaler) : 1.0f;
+        a.clip_norm = r->job->train.clip_norm;
     }
-    *out = total;
-    return DT_OK;
+    return ops->step_gate(r->be, dt_model_grads(r->model), &a, gate);
 }
 
 /* Runs this rank's micro-batches of one global batch, reduces the
- * gradients and takes their sum of squares (*sumsq; with the sharded
- * update v[OUT_SUMSQ], this rank's share). A local failure (data,
- * compute) is returned in *local after the rank has still taken part in
- * the reduction, so no peer waits; the function's own status is a
- * communication failure. *end = 1 when the epoch ran out before the
- * batch started. */
+ * gradients and queues their check (queue_gate, into *gate). A local
+ * failure (data, compute) is returned in *local after the rank has still
+ * taken part in the reduction, so no peer waits; the function's own
+ * status is a communication failure. *end = 1 when the epoch ran out
+ * before the batch started. The loss totals reach v[OUT_LOSS] and
+ * *correct, and the check *gate, at the step's wait (train_step). */
 static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *end, double v[OUT_N],
-                           double *sumsq, dt_status *local)
+                           int64_t *correct, struct dt_gate *gate, dt_status *local)
 {
     dt_status comm_st = DT_OK;
-    int64_t correct = 0;
     int reduced = 0;
     *local = dt_model_zero_grads(r->model);
     while (*local == DT_OK) {
@@ -391,7 +400,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         int last = b.micro == b.micro_count - 1;
         dt_watchdog_phase(r->wd, "forward/backward", step);
         inject_step_faults(r, step);
-        *local = micro_step(r, &b, step, last, v, &correct, &comm_st);
+        *local = micro_step(r, &b, step, last, v, correct, &comm_st);
         dt_loader_release(r->train_ld, &b);
         double t2 = dt_now();
         w->compute_s += t2 - t1;
@@ -406,7 +415,6 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
             break;
         }
     }
-    if (*end && *local == DT_OK) *local = settle(r, DT_OK); /* the batch's loss totals, if any */
     if (*end && *local == DT_OK)
         return DT_OK;
     if (!reduced && r->red && comm_st == DT_OK) { /* failed early: still take part */
@@ -415,43 +423,16 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         if (comm_st == DT_OK)
             comm_st = dt_reducer_finish(r->red, &wait);
     }
-    *sumsq = 0;
-    if (comm_st == DT_OK && *local == DT_OK)
-        *local = grad_sumsq(r, r->nown ? &v[OUT_SUMSQ] : sumsq);
-    else
-        *local = settle(r, *local);
-    v[OUT_CORRECT] = (double)correct; /* after the wait that adds the totals */
+    if (comm_st == DT_OK && *local == DT_OK) *local = queue_gate(r, gate);
     return comm_st;
 }
 
-/* fp16: unscales the gradients when they are finite (sumsq, their sum of
- * squares, is); *overflow = 1 when they are not, and the scaler halves the
- * scale. *sumsq becomes the unscaled gradients' (the scale is a power of
- * two, so that is exact). Every rank holds the same reduced gradients, so
- * every rank decides alike. */
-static dt_status unscale(struct run *r, int64_t step, double *sumsq, int *overflow)
+/* Replicated: queues the update, which follows the gate queue_gate set
+ * (so it may run before the host has read the gate). */
+static dt_status queue_update(struct run *r, int64_t step)
 {
-    const struct dt_ops *ops = dt_backend_ops(r->be);
-    size_t n = dt_model_num_params(r->model);
-    float *g = dt_model_grads(r->model);
-    int finite = isfinite(*sumsq), skip = 0;
-    dt_status st = DT_OK;
-    if (finite) {
-        double u = dt_scaler_unscale(&r->scaler);
-        st = ops->scale(r->be, g, n, (float)u);
-        *sumsq *= u * u;
-    }
-    double before = r->scaler.scale;
-    if (st == DT_OK)
-        st = dt_scaler_update(&r->scaler, finite, &skip);
-    if (st != DT_OK)
-        return dt_error_context(st, "step %lld", (long long)step + 1);
-    *overflow = skip;
-    if (skip)
-        DT_LOG_DEBUG("train", "step %lld: fp16 gradients overflowed; step skipped, loss scale "
-                              "%g -> %g",
-                     (long long)step + 1, before, r->scaler.scale);
-    return DT_OK;
+    double lr = dt_schedule_lr(r->job, step, r->total_steps);
+    return dt_optim_step_gated(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
 }
 
 /* Sharded update: clips this rank's own gradients by the global norm
@@ -485,17 +466,20 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
     return st;
 }
 
-/* Clips (and measures) the gradients, then updates the parameters unless
- * the loss or the gradients are not finite: *skipped = 1 then. The
- * gradients are the same on every rank, so every rank decides alike.
- * An fp16 overflow skips the update too, without counting as a bad step.
- * sumsq is the gradients' sum of squares (run_batch); sharded (r->nown),
- * see sharded_step, the agreed sum over the ranks' shares. */
-static dt_status optimizer_step(struct run *r, int64_t step, double loss, double sumsq,
-                                struct window *w, int *skipped, int *comm_failed)
+/* After the step's wait and agreement: the outcome of the update. The
+ * replicated update is already queued and followed the gate (skipped on
+ * the device when the gradients are not finite); here the host takes the
+ * same decision from the gate's record: an fp16 overflow halves the loss
+ * scale and skips without counting as a bad step; a non-finite loss or
+ * non-finite gradients are a bad step (*skipped = 1). A non-finite loss
+ * has non-finite gradients with every loss dtrain has, so the device's
+ * decision from the gradients alone is the host's. The sharded update
+ * runs here (sharded_step), from the agreed sum of squares. */
+static dt_status optimizer_step(struct run *r, int64_t step, double loss,
+                                const struct dt_gate *gate, double sumsq, struct window *w,
+                                int *skipped, int *comm_failed)
 {
-    double t0 = dt_now(), norm = 0;
-    size_t n = dt_model_num_params(r->model);
+    double t0 = dt_now();
     int overflow = 0;
     dt_status st = DT_OK;
     dt_watchdog_phase(r->wd, "optimizer", step);
@@ -506,16 +490,22 @@ static dt_status optimizer_step(struct run *r, int64_t step, double loss, double
         w->steps++;
         return st;
     }
-    if (r->scaling && isfinite(loss)) st = unscale(r, step, &sumsq, &overflow);
-    if (st == DT_OK && !overflow) {
-        norm = sqrt(sumsq);
-        st = dt_clip_grads(r->be, dt_model_grads(r->model), n, r->job->train.clip_norm, norm);
-        *skipped = st == DT_OK && !(isfinite(loss) && isfinite(norm));
+    float unscale = r->scaling ? (float)dt_scaler_unscale(&r->scaler) : 1.0f;
+    if (gate->skip) dt_optim_unstep(r->opt); /* the device changed nothing */
+    if (r->scaling && isfinite(loss)) {
+        double before = r->scaler.scale;
+        st = dt_scaler_update(&r->scaler, !gate->skip, &overflow);
+        if (st != DT_OK) return dt_error_context(st, "step %lld", (long long)step + 1);
+        if (overflow)
+            DT_LOG_DEBUG("train",
+                         "step %lld: fp16 gradients overflowed; step skipped, loss "
+                         "scale %g -> %g",
+                         (long long)step + 1, before, r->scaler.scale);
     }
-    if (st == DT_OK && !*skipped && !overflow) {
-        double lr = dt_schedule_lr(r->job, step, r->total_steps);
-        st = dt_optim_step(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
-        w->grad_norm = norm;
+    if (!overflow) {
+        double norm = dt_gate_norm(gate->sumsq, unscale);
+        *skipped = !(isfinite(loss) && isfinite(norm));
+        if (!*skipped) w->grad_norm = norm;
     }
     w->overflows += overflow;
     w->optim_s += dt_now() - t0;
@@ -702,19 +692,27 @@ static dt_status after_bad_step(struct run *r, int64_t step, double loss)
 static dt_status train_step(struct run *r, struct window *w, int *end, int *stop, int *ckpt,
                             int *comm_failed)
 {
-    double v[OUT_N] = {0}, sumsq = 0;
+    double v[OUT_N] = {0};
+    int64_t correct = 0;
+    struct dt_gate gate = {0};
     dt_status local = DT_OK;
     int64_t step = r->step;
-    dt_status st = run_batch(r, step, w, end, v, &sumsq, &local);
+    dt_status st = run_batch(r, step, w, end, v, &correct, &gate, &local);
+    if (st == DT_OK && local == DT_OK && !*end && !r->nown) local = queue_update(r, step);
+    /* the step's one wait: the loss totals and the gate reach the host
+     * (on a device, the update queued after them may still run) */
+    local = settle_with(r, local, dt_backend_settle);
+    v[OUT_CORRECT] = (double)correct;
+    if (r->nown) v[OUT_SUMSQ] = gate.sumsq;
     if (st != DT_OK) {
         *comm_failed = 1;
         return dt_error_context(st, "step %lld", (long long)step + 1); /* the caller aborts */
     }
     if (*end && local == DT_OK)
         return DT_OK;
-    if (dt_fault_armed("nan", r->rank, step) && !r->nan_injected) {
+    if (r->nan_now) {
         v[OUT_LOSS] = NAN;
-        r->nan_injected = 1;
+        r->nan_now = 0;
     }
     coordinator_flags(r, v);
     double t0 = dt_now();
@@ -730,7 +728,7 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
         describe_stop(r, v);
     *ckpt = v[OUT_CKPT] > 0;
     int skipped = 0;
-    if ((st = optimizer_step(r, step, v[OUT_LOSS], r->nown ? v[OUT_SUMSQ] : sumsq, w, &skipped,
+    if ((st = optimizer_step(r, step, v[OUT_LOSS], &gate, v[OUT_SUMSQ], w, &skipped,
                              comm_failed)) != DT_OK)
         return st;
     r->step++;

@@ -67,6 +67,7 @@ struct run {
     int64_t bad_steps, rollbacks;
     char stop_why[128]; /* the signals that asked for the stop, by rank count */
     int nan_injected; /* DTRAIN_FAULT nan fires once */
+    int nan_now;      /* ... and did in this step: its loss is NaN too */
     int eval_only;    /* dtrain eval: no training loader, optimizer or reducer */
     int gen_only;     /* dtrain generate (with eval_only): one row, no loaders at all */
     const struct dt_train_opts *opts;

@@ -686,9 +686,13 @@ static dt_status own_chunks(struct run *r)
     dt_status st;
     DT_CHECK(dt_calloc(n, sizeof *r->own_lo, "the sharded update's ranges", (void **)&r->own_lo));
     DT_CHECK(dt_calloc(n, sizeof *r->own_hi, "the sharded update's ranges", (void **)&r->own_hi));
-    for (size_t k = 0; k < n; k++)
+    size_t most = 0;
+    for (size_t k = 0; k < n; k++) {
         dt_reducer_owned(r->red, k, &r->own_lo[k], &r->own_hi[k]);
+        if (r->own_hi[k] - r->own_lo[k] > most) most = r->own_hi[k] - r->own_lo[k];
+    }
     r->nown = n;
+    DT_CHECK(dt_backend_reserve(r->be, DT_OP_step_gate, (int64_t)most, (int64_t)n, 0));
 out:
     return st;
 }
@@ -729,10 +733,11 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     if (!r->eval_only) {
         DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
         DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
-        /* the gradient norm's partial sums, so the first step does not grow
-         * the scratch (the layers reserved theirs when the model was built) */
-        DT_CHECK(
-            dt_backend_reserve(r->be, DT_OP_sumsq, (int64_t)dt_model_num_params(r->model), 0, 0));
+        /* the gradient check's partial sums, so the first step does not
+         * grow the scratch (the layers reserved theirs when the model was
+         * built; the sharded update's ranges, own_chunks) */
+        DT_CHECK(dt_backend_reserve(r->be, DT_OP_step_gate, (int64_t)dt_model_num_params(r->model),
+                                    1, 0));
     }
     r->flops_per_sample = dt_model_flops_per_sample(r->model, 1);
     r->lm = info->lm;

@@ -371,6 +371,10 @@ rec() { grep "\"type\":\"train\".*\"step\":$2," "$1" | sed "s/.*\"$3\":\([-0-9.e
 [ "$(rec fp16/metrics.jsonl 6 loss_scale)" = 32768 ] && ok || bad "scale not halved: $(rec fp16/metrics.jsonl 6 loss_scale)"
 [ "$(rec fp16/metrics.jsonl 20 loss_scale)" = 32768 ] && ok || bad "scale did not stay halved"
 grep -q "not finite" fp16.out && bad "an fp16 overflow counted as a bad step" || ok
+# the skipped step left the optimizer's step count alone too (AdamW's bias
+# corrections): 20 steps, 19 updates
+"$DTRAIN" ckpt info fp16/checkpoints/ckpt-0000000020.h5 | grep -Eq '^  optim_t +19$' && ok \
+  || bad "the skipped step counted as an update: $("$DTRAIN" ckpt info fp16/checkpoints/ckpt-0000000020.h5 | grep optim_t)"
 # the same fault in fp32 is a bad step
 DTRAIN_FAULT=0:overflow:5 "$DTRAIN" train job.yaml --set output.dir=fp32o --set train.steps=10 \
   > fp32o.out 2>&1 && grep -q "step 6: the loss .* not finite" fp32o.out && ok \

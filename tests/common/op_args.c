@@ -161,6 +161,19 @@ int dt_test_invalid_args(const struct dt_ops *o, dt_backend_t *be, float *x, flo
     adam.beta2 = 1.0f;
     REFUSED(&t, "adamw_update", o->adamw_update(be, x, y, z, z, 4, &adam));
     REFUSED(&t, "sumsq", o->sumsq(be, x, 4, NULL));
+    size_t g_lo[1] = {2}, g_hi[1] = {1};
+    struct dt_gate gate_out;
+    struct dt_gate_args gate = {.lo = g_lo, .hi = g_hi, .count = 1};
+    REFUSED(&t, "step_gate", o->step_gate(be, z, &gate, &gate_out)); /* lo > hi */
+    REFUSED(&t, "step_gate", o->step_gate(be, z, NULL, &gate_out));
+    gate = (struct dt_gate_args){.count = 1};
+    REFUSED(&t, "step_gate", o->step_gate(be, z, &gate, &gate_out)); /* no ranges */
+    g_lo[0] = 0;
+    gate = (struct dt_gate_args){.lo = g_lo, .hi = g_hi, .count = 1, .decide = 1, .unscale = 0.0f};
+    REFUSED(&t, "step_gate", o->step_gate(be, z, &gate, &gate_out));
+    gate.unscale = 1.0f;
+    gate.clip_norm = -1.0;
+    REFUSED(&t, "step_gate", o->step_gate(be, z, &gate, &gate_out));
     REFUSED(&t, "scale", o->scale(be, NULL, 4, 2.0f));
     REFUSED(&t, "fill", o->fill(be, NULL, 4, 2.0f));
     REFUSED(&t, "all_finite", o->all_finite(be, NULL, 4, &fin));

@@ -124,8 +124,8 @@ FROM_BUNDLE=0
 ONLY=${DTRAIN_CHECK_STAGES:-}
 PY=${PYTHON:-python3}
 # What the runs need, in MiB. Scratch (the mktemp folder): the CPU unit
-# suites leave about 150 in DTRAIN_TEST_TMP, gpu_train's four runs about 60
-# (measured with the CPU build), doctor_test under 1, and PyTorch's compile
+# suites leave about 150 in DTRAIN_TEST_TMP, gpu_train's runs about 76
+# (measured with the CPU build; 7.8 a 20-step run), doctor_test under 1, and PyTorch's compile
 # cache goes to TMPDIR; twice that, and some. /dev/shm: Open MPI's vader
 # segment is 4 MiB a rank (two ranks at most here), NCCL's one-rank
 # communicator adds little. The benchmarks' run folders (DTRAIN_BENCH_TMP,

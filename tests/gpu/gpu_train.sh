@@ -14,18 +14,27 @@
 #      so only the GEMM summation order differs), with two micro-batches
 #      per step; and at every step, the first included, the cuda run's
 #      host waited for the device once (metrics' host_waits_per_step): for
-#      the gradients' sum of squares, which brings the queued loss along
-#      (the first step too, since the scratch is sized when the model is
-#      built);
+#      the step's results (the gradient gate and the loss totals), with the
+#      update already queued behind them (the first step too, since the
+#      scratch is sized when the model is built);
 #   3. a bf16 run of a few hundred steps keeps a finite loss that falls;
 #   4. a small GPT (2 layers, attention, layer norm, embeddings, AdamW,
 #      dropout) trained for a few steps on cpu and on cuda on text imported
 #      from this repository's README logs the same loss at every step
 #      (DTRAIN_GPU_LOSS_RTOL) and ends with the same parameters, every
 #      tensor within DTRAIN_GPU_GPT_RTOL (default 1e-3) of its largest value,
-#      with one host wait per step as in 2.
-# DTRAIN_GPU_TRAIN_PARTS picks the parts (default "1 2 3 4"; the host
-# emulation build runs "2 4").
+#      with one host wait per step as in 2;
+#   5. the run of 2 in fp16: the same losses within DTRAIN_GPU_LOSS_RTOL and
+#      parameters within DTRAIN_GPU_FP16_RTOL (default 5e-2: an activation
+#      that rounds to the next fp16 value on one side only moves the rest),
+#      the overflow counted as one (the loss scale halves) and the NaN as a
+#      bad step on both, and one host wait per step.
+# In 2 and 5 an overflow at step 6 and a NaN at step 13 (DTRAIN_FAULT) skip
+# those steps on both backends, and both checkpoints' optimizer step counts
+# are 2 short of the steps: on cuda the gate that unscales, clips and
+# skips runs on the device, and the update queued behind it follows it.
+# DTRAIN_GPU_TRAIN_PARTS picks the parts (default "1 2 3 4 5"; the host
+# emulation build runs "2 4 5").
 # Exits 77 (ctest: skipped) with "SKIPPED: why" when this dtrain has no
 # usable GPU: `dtrain version` says so on its "gpu:" line (a binary without
 # that line is probed with a one-step cuda run, which exits 64 and says why).
@@ -48,7 +57,8 @@ DATA=${DTRAIN_DATA:-$SRC/data/fashion-mnist.h5}
 JOB=$SRC/configs/fashion-mnist-mlp.yaml
 RTOL=${DTRAIN_GPU_LOSS_RTOL:-1e-3}
 GPT_RTOL=${DTRAIN_GPU_GPT_RTOL:-1e-3}
-PARTS=" ${DTRAIN_GPU_TRAIN_PARTS:-1 2 3 4} "
+F16_RTOL=${DTRAIN_GPU_FP16_RTOL:-5e-2}
+PARTS=" ${DTRAIN_GPU_TRAIN_PARTS:-1 2 3 4 5} "
 CMP_STEPS=20
 GPT_STEPS=10
 BF16_STEPS=300
@@ -155,8 +165,35 @@ one_wait() { # CUDA_RUN: one host wait for the device at every step
   }
 }
 
+FAULTS=0:overflow:5,0:nan:12 # DTRAIN_FAULT of parts 2 and 5 (0-based steps)
+skipped() { # RUN OVERFLOWS BAD: the skipped steps of $FAULTS, and the optimizer's count
+  local over t bad
+  over=$(record "$1" train | field overflow_steps | awk '{ n += $1 } END { print n + 0 }')
+  t=$("$DTRAIN" ckpt info "$W/$1/checkpoints/ckpt-$(printf %010d "$CMP_STEPS").h5" | sed -n 's/^  optim_t *//p')
+  bad=$(grep -c 'not finite' "$W/$1.log" || true)
+  echo "$1: $over overflow(s), $bad bad step(s), optimizer steps $t of $CMP_STEPS"
+  if [ "$over" != "$2" ] || [ "$bad" != "$3" ] || [ "$t" != $((CMP_STEPS - 2)) ] ||
+     ! grep -q "step 13: the loss .* not finite" "$W/$1.log"; then
+    echo "FAILED: $1 did not skip exactly steps 6 and 13 ($2 overflow(s) and $3 bad step(s) expected)"
+    return 1
+  fi
+}
+
 fail=0
 cuda=(--set runtime.device=cuda)
+
+faulty_pair() { # NAME PARAM_RTOL OVERFLOWS BAD [--set ...]: parts 2 and 5, the run of
+  # "${short[@]}" with $FAULTS on cpu and on cuda, held against each other
+  local name=$1 tol=$2 over=$3 bad=$4 st=0
+  shift 4
+  DTRAIN_FAULT=$FAULTS run "${name}_cpu" "${short[@]}" "$@" --set runtime.device=cpu &&
+    DTRAIN_FAULT=$FAULTS run "${name}_cuda" "${short[@]}" "$@" "${cuda[@]}" || return 1
+  same_runs "${name}_cpu" "${name}_cuda" "$CMP_STEPS" "$tol" || st=1
+  one_wait "${name}_cuda" || st=1
+  skipped "${name}_cpu" "$over" "$bad" || st=1
+  skipped "${name}_cuda" "$over" "$bad" || st=1
+  return "$st"
+}
 
 # ---- 1. the default job on the GPU ------------------------------------------------
 if want 1; then
@@ -183,19 +220,14 @@ fi
 fi
 
 # ---- 2. cpu against cuda, step by step -----------------------------------------------
-if want 2; then
-echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1, SGD, 2 micro-batches), loss per step and final parameters"
 short=(--set train.steps="$CMP_STEPS" --set train.log_every=1 --set train.schedule.warmup_steps=5
        --set train.micro_batch=64
        --set train.precision=fp32 --set runtime.allow_tf32=false --set model.dropout=0.1
        --set checkpoint.every_minutes=0 --set train.optimizer.name=sgd
        --set train.optimizer.lr=0.05 --set train.optimizer.momentum=0.9 --set train.clip_norm=1.0)
-if run cmp_cpu "${short[@]}" --set runtime.device=cpu && run cmp_cuda "${short[@]}" "${cuda[@]}"; then
-  same_runs cmp_cpu cmp_cuda "$CMP_STEPS" "$PRTOL" || fail=1
-  one_wait cmp_cuda || fail=1
-else
-  fail=1
-fi
+if want 2; then
+echo "== 2. $CMP_STEPS steps on cpu and on cuda (fp32, TF32 off, dropout 0.1, SGD, 2 micro-batches), loss per step and final parameters"
+faulty_pair cmp "$PRTOL" 0 2 || fail=1
 
 fi
 
@@ -251,6 +283,12 @@ else
   cat "$W/gpt/import.log"
   fail=1
 fi
+fi
+
+# ---- 5. fp16 with skipped steps, cpu against cuda ----------------------------------------
+if want 5; then
+echo "== 5. the run of 2 in fp16 on cpu and on cuda"
+faulty_pair f16 "$F16_RTOL" 1 1 --set train.precision=fp16 || fail=1
 fi
 
 if [ "$fail" = 0 ]; then echo "gpu_train: all passed"; else echo "gpu_train: FAILED"; fi

@@ -1091,6 +1091,107 @@ static void test_sumsq(void)
     free(x);
 }
 
+/* The step gate: the sum over ranges as the CPU's (to double rounding),
+ * the clip factor and fp16's unscale applied on the device, a gated
+ * update queued before the host has the gate, one wait (settle) for it
+ * all, the same bits every run, and a skip that leaves the update alone. */
+static void gate_case(size_t n, float unscale, double clip, size_t bad_at)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *grad = hrand(n, -3, 3), *p_c = hrand(n, -1, 1), *m_c = hconst(n, 0), *v_c = hconst(n, 0);
+    if (bad_at < n) grad[bad_at] = NAN;
+    float *orig = hnew(n);
+    memcpy(orig, grad, n * sizeof *orig);
+    float *d_g = dput(g, grad, n), *d_p = dput(g, p_c, n), *d_m = dput(g, m_c, n);
+    float *d_v = dput(g, v_c, n);
+    size_t lo = 0, hi = n;
+    struct dt_gate_args a = {
+        .lo = &lo, .hi = &hi, .count = 1, .decide = 1, .unscale = unscale, .clip_norm = clip};
+    struct dt_adamw_args opt = {
+        .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .t = 1, .gated = 1};
+    struct dt_gate ref, got = {.sumsq = -1.0, .skip = -1, .factor = -1.0f}, again;
+    OK(cops->step_gate(cpu, grad, &a, &ref));
+    OK(cops->adamw_update(cpu, p_c, grad, m_c, v_c, n, &opt));
+    struct dt_backend_waits w0, w1;
+    dt_backend_waits(g, &w0);
+    OK(go->step_gate(g, d_g, &a, &got));
+    OK(go->adamw_update(g, d_p, d_g, d_m, d_v, n, &opt));
+    dt_backend_waits(g, &w1);
+    CU_ASSERT_EQUAL(w1.count, w0.count);            /* queued, nothing waited */
+    CU_ASSERT(got.sumsq == -1.0 && got.skip == -1); /* not before the wait */
+    OK(dt_backend_settle(g));
+    dt_backend_waits(g, &w1);
+    CU_ASSERT_EQUAL(w1.count, w0.count + 1);
+    CU_ASSERT_EQUAL(got.skip, ref.skip);
+    if (ref.skip) {
+        CU_ASSERT(isnan(got.sumsq));
+    } else {
+        if (!(cu_rel_diff(got.sumsq, ref.sumsq, TINY) < 1e-10 &&
+              cu_rel_diff(got.factor, ref.factor, TINY) < 1e-6))
+            printf("\n  step_gate n=%zu: sumsq %.17g vs %.17g, factor %.9g vs %.9g\n", n, got.sumsq,
+                   ref.sumsq, (double)got.factor, (double)ref.factor);
+        CU_ASSERT(cu_rel_diff(got.sumsq, ref.sumsq, TINY) < 1e-10);
+        CU_ASSERT(cu_rel_diff(got.factor, ref.factor, TINY) < 1e-6);
+        CU_ASSERT_EQUAL(clip > 0 && sqrt(ref.sumsq) * unscale > clip, ref.factor != 1.0f);
+    }
+    float *gg = hget(g, d_g, n), *pg = hget(g, d_p, n), *mg = hget(g, d_m, n);
+    CHECK_CLOSE("step_gate gradients", "fp32", gg, grad, n, TINY, ELEM_TOL);
+    CHECK_CLOSE("gated adamw_update p", "fp32", pg, p_c, n, TINY, ELEM_TOL);
+    CHECK_CLOSE("gated adamw_update m", "fp32", mg, m_c, n, TINY, ELEM_TOL);
+    if (ref.skip) { /* nothing moved, bit for bit */
+        float *p0 = hget(g, d_p, n);
+        CU_ASSERT_EQUAL(memcmp(pg, p_c, n * sizeof *pg), 0);
+        CU_ASSERT_EQUAL(memcmp(mg, m_c, n * sizeof *mg), 0);
+        opt.gated = 0; /* an ungated update still runs */
+        up(g, d_g, p_c, n * sizeof(float));
+        OK(go->adamw_update(g, d_p, d_g, d_m, d_v, n, &opt));
+        free(pg);
+        pg = hget(g, d_p, n);
+        CU_ASSERT(memcmp(pg, p0, n * sizeof *pg) != 0);
+        free(p0);
+    } else { /* the same input gives the same bits */
+        up(g, d_g, orig, n * sizeof(float));
+        OK(go->step_gate(g, d_g, &a, &again));
+        OK(dt_backend_settle(g));
+        CU_ASSERT_EQUAL(memcmp(&again.sumsq, &got.sumsq, sizeof got.sumsq), 0);
+        CU_ASSERT_EQUAL(memcmp(&again.factor, &got.factor, sizeof got.factor), 0);
+        float *gg2 = hget(g, d_g, n);
+        CU_ASSERT_EQUAL(memcmp(gg2, gg, n * sizeof *gg), 0);
+        free(gg2);
+    }
+    dt_backend_free(g, d_g), dt_backend_free(g, d_p), dt_backend_free(g, d_m),
+        dt_backend_free(g, d_v);
+    free(grad), free(orig), free(p_c), free(m_c), free(v_c), free(gg), free(pg), free(mg);
+}
+
+static void test_step_gate(void)
+{
+    gate_case(1021, 1.0f, 0.0, SIZE_MAX);     /* no clipping */
+    gate_case(1021, 1.0f, 1.0, SIZE_MAX);     /* clipped */
+    gate_case(BIG_N, 0.25f, 100.0, SIZE_MAX); /* unscaled, then clipped */
+    gate_case(BIG_N, 0.25f, 1e9, SIZE_MAX);   /* unscaled only */
+    gate_case(BIG_N, 1.0f, 1.0, BIG_N - 1);   /* not finite: skipped */
+    gate_case(3, 1.0f, 1.0, 0);
+    /* ranges without a decision: their sum, in order, and nothing changes */
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    float *x = hrand(BIG_N, -1, 1);
+    float *d_x = dput(g, x, BIG_N);
+    size_t lo[3] = {0, 1000, 5000}, hi[3] = {10, 1000, BIG_N};
+    struct dt_gate_args a = {.lo = lo, .hi = hi, .count = 3};
+    struct dt_gate ref, got;
+    OK(cops->step_gate(cpu, x, &a, &ref));
+    OK(go->step_gate(g, d_x, &a, &got));
+    OK(dt_backend_settle(g));
+    CU_ASSERT(cu_rel_diff(got.sumsq, ref.sumsq, TINY) < 1e-10);
+    CU_ASSERT(got.skip == 0 && got.factor == 1.0f);
+    float *xg = hget(g, d_x, BIG_N);
+    CU_ASSERT_EQUAL(memcmp(xg, x, BIG_N * sizeof *x), 0);
+    dt_backend_free(g, d_x);
+    free(x), free(xg);
+}
+
 static void test_all_finite(void)
 {
     const size_t where[] = {0, 1021, BIG_N / 2, BIG_N - 1};
@@ -1370,6 +1471,7 @@ int main(void)
     s = CU_add_suite("cuda_reduce", suite_init, suite_cleanup);
     CU_ADD(s, test_sumsq);
     CU_ADD(s, test_all_finite);
+    CU_ADD(s, test_step_gate);
     CU_ADD(s, test_scale_fill);
 
     s = CU_add_suite("cuda_cast", suite_init, suite_cleanup);

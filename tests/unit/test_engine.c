@@ -268,16 +268,55 @@ static void test_schedules(void)
     CU_ASSERT(dt_schedule_lr(&job, 60, 100) < dt_schedule_lr(&job, 40, 100));
 }
 
+/* The step gate on the CPU: clipping by the global norm, fp16's unscale
+ * first, the norm of ranges, and a skip that leaves a gated update alone. */
+static dt_status gate(float *g, size_t lo, size_t hi, float unscale, double clip,
+                      struct dt_gate *out)
+{
+    struct dt_gate_args a = {
+        .lo = &lo, .hi = &hi, .count = 1, .decide = 1, .unscale = unscale, .clip_norm = clip};
+    return dt_backend_ops(be)->step_gate(be, g, &a, out);
+}
+
 static void test_clip(void)
 {
     float g[4] = {3, 4, 0, 0};
-    CU_ASSERT_EQUAL(dt_clip_grads(be, g, 4, 10.0, 5.0), DT_OK); /* under the limit */
+    struct dt_gate out;
+    CU_ASSERT_EQUAL(gate(g, 0, 4, 1.0f, 10.0, &out), DT_OK); /* under the limit */
+    CU_ASSERT(out.sumsq == 25.0 && out.factor == 1.0f && !out.skip);
     CU_ASSERT_EQUAL(g[0], 3.0f);
-    CU_ASSERT_EQUAL(dt_clip_grads(be, g, 4, 0.0, 5.0), DT_OK); /* no limit */
+    CU_ASSERT_EQUAL(gate(g, 0, 4, 1.0f, 0.0, &out), DT_OK); /* no limit */
     CU_ASSERT_EQUAL(g[1], 4.0f);
-    CU_ASSERT_EQUAL(dt_clip_grads(be, g, 4, 1.0, 5.0), DT_OK);
+    CU_ASSERT_EQUAL(gate(g, 0, 4, 1.0f, 1.0, &out), DT_OK);
+    CU_ASSERT(out.factor == (float)(1.0 / (5.0 + 1e-6)));
     CU_ASSERT_DOUBLE_EQUAL(sqrt(g[0] * g[0] + g[1] * g[1]), 1.0, 1e-5);
     CU_ASSERT_DOUBLE_EQUAL(g[1] / g[0], 4.0 / 3.0, 1e-5);
+    /* scaled gradients: unscaled first, then clipped by the unscaled norm */
+    float h[4] = {24, 32, 0, 0}; /* 8 x (3, 4) */
+    CU_ASSERT_EQUAL(gate(h, 0, 4, 0.125f, 10.0, &out), DT_OK);
+    CU_ASSERT(out.sumsq == 1600.0 && out.factor == 1.0f && h[0] == 3.0f && h[1] == 4.0f);
+    /* the sum over two ranges, without a decision: nothing changes */
+    float k[4] = {1, 2, 3, 4};
+    size_t lo[2] = {0, 2}, hi[2] = {1, 4};
+    struct dt_gate_args two = {.lo = lo, .hi = hi, .count = 2};
+    CU_ASSERT_EQUAL(dt_backend_ops(be)->step_gate(be, k, &two, &out), DT_OK);
+    CU_ASSERT(out.sumsq == 1.0 + 9.0 + 16.0 && k[0] == 1.0f && k[3] == 4.0f);
+    /* not finite: the gate skips, a gated update changes nothing, an
+     * ungated one still runs */
+    float bad[2] = {NAN, 1}, p[2] = {1, 1};
+    CU_ASSERT_EQUAL(gate(bad, 0, 2, 1.0f, 1.0, &out), DT_OK);
+    CU_ASSERT(out.skip && bad[1] == 1.0f);
+    struct dt_sgd_args sgd = {.lr = 0.5f, .gated = 1};
+    float ok[2] = {1, 1};
+    CU_ASSERT_EQUAL(dt_backend_ops(be)->sgd_update(be, p, ok, NULL, 2, &sgd), DT_OK);
+    CU_ASSERT(p[0] == 1.0f && p[1] == 1.0f);
+    sgd.gated = 0;
+    CU_ASSERT_EQUAL(dt_backend_ops(be)->sgd_update(be, p, ok, NULL, 2, &sgd), DT_OK);
+    CU_ASSERT(p[0] == 0.5f);
+    CU_ASSERT_EQUAL(gate(ok, 0, 2, 1.0f, 0.0, &out), DT_OK); /* finite again: opens */
+    sgd.gated = 1;
+    CU_ASSERT_EQUAL(dt_backend_ops(be)->sgd_update(be, p, ok, NULL, 2, &sgd), DT_OK);
+    CU_ASSERT(p[0] == 0.0f && !out.skip);
 }
 
 static void test_optim_sgd_steps(void)

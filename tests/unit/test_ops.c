@@ -190,8 +190,8 @@ static void test_backend_create(void)
         CU_ASSERT(o->tanh_fwd && o->tanh_bwd && o->dropout_fwd && o->dropout_bwd);
         CU_ASSERT(o->flatten_fwd && o->flatten_bwd && o->softmax_xent_fwd &&
                   o->softmax_xent_bwd);
-        CU_ASSERT(o->sgd_update && o->adamw_update && o->sumsq && o->scale && o->fill &&
-                  o->all_finite);
+        CU_ASSERT(o->sgd_update && o->adamw_update && o->sumsq && o->step_gate && o->scale &&
+                  o->fill && o->all_finite);
         CU_ASSERT_EQUAL(dt_backend_sync(backends[k]), DT_OK);
     }
     /* reference_kernels selects a different table */
