@@ -14,7 +14,8 @@
 # tests/fuzz/known_open.txt also does is a known open bug and is only
 # named. Any other fails the run: the target and the input (copied to
 # build-fuzz/crashes/<target>/) are named, with the sanitizer's report.
-# DTRAIN_FUZZ_TARGETS="config idx" picks targets.
+# DTRAIN_FUZZ_TARGETS="config idx" picks targets; they run side by side,
+# DTRAIN_FUZZ_JOBS at a time (default: one per core).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -93,10 +94,9 @@ known_inputs() { # TARGET
   awk -v t="regressions/$1/" '$1 !~ /^#/ && index($1, t) == 1' tests/fuzz/known_open.txt
 }
 
-failed=()
-for t in $targets; do
-  bin="$build/tests/fuzz/fuzz_$t"
-  dir="$work/$t"
+# One target's libFuzzer run, into $work/TARGET (its log, its artifacts).
+fuzz_one() { # TARGET
+  local t=$1 bin="$build/tests/fuzz/fuzz_$1" dir="$work/$1" skip f dict=() rc=0
   mkdir -p "$dir/corpus" "$dir/artifacts"
   cp tests/fuzz/corpus/"$t"/* "$dir/corpus/"
   skip=$(known_inputs "$t" | awk '{print $1}')
@@ -106,16 +106,36 @@ for t in $targets; do
       grep -qxF "${f#tests/fuzz/}" <<<"$skip" || cp "$f" "$dir/corpus/regression-$(basename "$f")"
     done
   fi
-  dict=()
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
-  echo "== fuzz_$t: ${seconds}s, max_len $(max_len "$t")"
-  set +e
   "$bin" -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
     -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout="$timeout_s" \
     -rss_limit_mb="$rss_mb" -artifact_prefix="$dir/artifacts/" "${dict[@]}" \
-    "$dir/corpus" >"$dir/log" 2>&1
-  rc=$?
-  set -e
+    "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+  echo "$rc" >"$dir/rc"
+}
+
+# The targets run side by side, one per core (each libFuzzer run in fork
+# mode keeps one worker busy), so every target still gets its SECONDS of
+# one core; their results are read in order afterwards.
+slots=${DTRAIN_FUZZ_JOBS:-$(nproc)}
+echo "== fuzzing $targets: ${seconds}s each, $slots at a time"
+running=0
+for t in $targets; do
+  if [ "$running" -ge "$slots" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait
+
+failed=()
+for t in $targets; do
+  bin="$build/tests/fuzz/fuzz_$t"
+  dir="$work/$t"
+  echo "== fuzz_$t: ${seconds}s, max_len $(max_len "$t")"
+  rc=$(cat "$dir/rc" 2>/dev/null || echo "none")
   stats=$(grep -E '^#[0-9]+: cov:' "$dir/log" | tail -1 || true)
   echo "fuzz_$t: ${stats:-no statistics}"
   if ! grep -q "INFO: exiting" "$dir/log"; then
