@@ -48,8 +48,11 @@ run_ctest build --output-on-failure -j2 --timeout 900
 # (docs/testing.md), so its GPU suites (label emu) run here on every
 # machine, under AddressSanitizer too.
 echo "== sanitizer build (ASan + UBSan; the CUDA backend on the host emulation)"
+# Debug keeps the assertions; -O1, as the sanitizers' documentation
+# advises, makes the C suites about twice as fast as -O0 under them.
 cmake -S . -B build-asan -DDTRAIN_CUDA=EMU -DDTRAIN_SANITIZE=ON -DDTRAIN_WERROR=ON \
-  -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+  >/dev/null
 cmake --build build-asan -j"$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"

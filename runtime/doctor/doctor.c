@@ -406,7 +406,7 @@ static void write_probe(const struct facts *f, const char *token, uint64_t key, 
         snprintf(private_dir, DOCTOR_PATH, "%s/dtrain-doctor-private-XXXXXX",
                  tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(private_dir)) {
-            snprintf(d->msg, sizeof d->msg, "cannot make the private directory %s: %s", private_dir,
+            snprintf(d->msg, sizeof d->msg, "cannot make the private directory %.600s: %s", private_dir,
                      strerror(errno));
             private_dir[0] = '\0';
             return;
