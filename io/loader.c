@@ -206,6 +206,15 @@ static int claimable(const struct dt_loader *ld)
     return ld->claim_next < ld->next + ld->o.prefetch && s->state == SLOT_EMPTY;
 }
 
+/* Waits (in the worker) until no queued upload reads the slot's buffers. */
+static dt_status slot_idle(struct dt_loader *ld, const struct slot *s)
+{
+    const struct dt_loader_buffers *b = &ld->o.buffers;
+    if (!b->idle) return DT_OK;
+    dt_status st = b->idle(b->ctx, s->x);
+    return st == DT_OK ? b->idle(b->ctx, s->y) : st;
+}
+
 static void *worker_main(void *arg)
 {
     struct dt_loader *ld = arg;
@@ -239,12 +248,15 @@ static void *worker_main(void *arg)
                 ;
         }
         uint64_t bytes = 0;
-        dt_status st;
+        /* an upload from this slot may still be queued */
+        dt_status st = slot_idle(ld, s);
         if (s->cf)
             for (int64_t i = 0; i < s->it.rows; i++)
                 dt_loader_augment_draw(ld->o.seed, epoch, s->ids[i], ld->o.crop_padding,
                                        ld->o.hflip, &s->cf[i]);
-        if (ld->cache) {
+        if (st != DT_OK) {
+            /* kept in the slot, as a read error is */
+        } else if (ld->cache) {
             st = dt_row_cache_read(ld->cache, s->pos, (size_t)s->it.rows, ld->o.crop_padding, s->cf,
                                    s->x, s->y);
         } else if (s->cf) {
@@ -353,6 +365,31 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
     return DT_OK;
 }
 
+/* A zero-filled batch buffer of n elements of `size` bytes, from the
+ * caller's allocator when it gave one. */
+static dt_status batch_buffer(struct dt_loader *ld, size_t n, size_t size, const char *what,
+                              void **out)
+{
+    const struct dt_loader_buffers *b = &ld->o.buffers;
+    size_t bytes = 0;
+    if (!b->alloc) return dt_calloc(n, size, what, out);
+    if (!dt_mul_size(n ? n : 1, size, &bytes))
+        return dt_set_error(DT_ERR_NOMEM, "%s: %zu elements of %zu bytes is too large", what, n,
+                            size);
+    dt_status st = b->alloc(b->ctx, bytes, out);
+    if (st != DT_OK) return dt_error_context(st, "%s", what);
+    memset(*out, 0, bytes);
+    return DT_OK;
+}
+
+static void free_batch_buffer(struct dt_loader *ld, void *p)
+{
+    if (ld->o.buffers.alloc)
+        ld->o.buffers.free(ld->o.buffers.ctx, p);
+    else
+        free(p);
+}
+
 /* Slot buffers hold the most rows a micro-batch can have: micro_batch,
  * or the whole split when that is smaller (a batch larger than the data
  * allocates no more than the data). */
@@ -368,9 +405,9 @@ static dt_status alloc_slots(struct dt_loader *ld)
                        (void **)&ld->slots));
     for (int i = 0; i < ld->o.prefetch; i++) {
         struct slot *s = &ld->slots[i];
-        DT_CHECK(dt_calloc(xs, sizeof(float), "loader batch inputs", (void **)&s->x));
-        DT_CHECK(dt_calloc(m * (size_t)(ld->lm ? ld->sample_elems : 1), sizeof *s->y,
-                           "loader batch labels", (void **)&s->y));
+        DT_CHECK(batch_buffer(ld, xs, sizeof(float), "loader batch inputs", (void **)&s->x));
+        DT_CHECK(batch_buffer(ld, m * (size_t)(ld->lm ? ld->sample_elems : 1), sizeof *s->y,
+                              "loader batch labels", (void **)&s->y));
         DT_CHECK(dt_calloc(m, sizeof *s->ids, "loader batch ids", (void **)&s->ids));
         if (ld->o.cache == DT_LOADER_CACHE_MEMORY)
             DT_CHECK(dt_calloc(m, sizeof *s->pos, "loader batch positions", (void **)&s->pos));
@@ -386,8 +423,8 @@ static void free_loader(struct dt_loader *ld)
 {
     if (ld->slots)
         for (int i = 0; i < ld->o.prefetch; i++) {
-            free(ld->slots[i].x);
-            free(ld->slots[i].y);
+            free_batch_buffer(ld, ld->slots[i].x);
+            free_batch_buffer(ld, ld->slots[i].y);
             free(ld->slots[i].ids);
             free(ld->slots[i].pos);
             free(ld->slots[i].cf);

@@ -73,6 +73,18 @@
 
 typedef struct dt_loader dt_loader_t;
 
+/* Where the batch buffers (inputs and labels) live: host memory the loader
+ * allocates itself when alloc is NULL; else these (a GPU backend's pinned
+ * memory, which uploads read without a host copy). idle(ctx, p) returns
+ * once nothing queued still reads buffer p (an upload in flight); a worker
+ * calls it before it refills a slot, so the caller never waits for it. */
+struct dt_loader_buffers {
+    dt_status (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *p);
+    dt_status (*idle)(void *ctx, const void *p);
+    void *ctx;
+};
+
 struct dt_loader_opts {
     dt_dataset_t *ds;
     const char *split;
@@ -91,6 +103,7 @@ struct dt_loader_opts {
                           (dt_loader_window_shift); else windows start at offset 0 */
     int cache;         /* data.cache: DT_LOADER_CACHE_NONE or DT_LOADER_CACHE_MEMORY */
     int64_t cache_max_mb; /* data.cache_max_mb: the most MiB the cache of this rank may hold */
+    struct dt_loader_buffers buffers; /* all NULL: plain host memory */
 };
 
 enum { DT_LOADER_CACHE_NONE = 0, DT_LOADER_CACHE_MEMORY = 1 };

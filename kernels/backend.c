@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "core/alloc.h"
 
 #ifdef DT_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
@@ -218,6 +219,26 @@ void dt_backend_free(dt_backend_t *be, void *ptr)
 {
     if (ptr)
         be->free(be, ptr);
+}
+
+dt_status dt_backend_host_alloc(dt_backend_t *be, size_t bytes, void **out)
+{
+    if (be->host_alloc) return be->host_alloc(be, bytes, out);
+    return dt_calloc(1, bytes ? bytes : 1, "host buffer", out);
+}
+
+void dt_backend_host_free(dt_backend_t *be, void *ptr)
+{
+    if (!ptr) return;
+    if (be->host_free)
+        be->host_free(be, ptr);
+    else
+        free(ptr);
+}
+
+dt_status dt_backend_host_idle(dt_backend_t *be, const void *ptr)
+{
+    return be->host_idle && ptr ? be->host_idle(be, ptr) : DT_OK;
 }
 
 dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t bytes,

@@ -95,6 +95,15 @@ dt_status dt_backend_alloc(dt_backend_t *be, size_t bytes, void **out);
 void dt_backend_free(dt_backend_t *be, void *ptr);
 dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t bytes,
                           enum dt_copy_kind kind);
+/* Host memory for buffers that are uploaded again and again (the loader's
+ * batches), zero-filled: on cuda pinned, so an upload from it needs no
+ * host copy and no wait; elsewhere plain host memory. Such a buffer may
+ * be read by an upload after dt_backend_copy has returned: before writing
+ * it again, call dt_backend_host_idle, which returns once no queued copy
+ * reads it (at once elsewhere). Safe to call from any thread. */
+dt_status dt_backend_host_alloc(dt_backend_t *be, size_t bytes, void **out);
+void dt_backend_host_free(dt_backend_t *be, void *ptr);
+dt_status dt_backend_host_idle(dt_backend_t *be, const void *ptr);
 dt_status dt_backend_sync(dt_backend_t *be);
 /* Waits until the results queued so far reach the host (the loss totals,
  * a step_gate's record; see kernels/ops.h), not necessarily for the work

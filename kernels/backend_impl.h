@@ -13,6 +13,11 @@ struct dt_backend {
     const struct dt_backend_caps *caps; /* dt_backend_caps: the backend's own constant */
     dt_status (*alloc)(dt_backend_t *be, size_t bytes, void **out);
     void (*free)(dt_backend_t *be, void *ptr);
+    /* dt_backend_host_alloc, _host_free, _host_idle; NULL: plain host memory
+     * (calloc, free), never busy */
+    dt_status (*host_alloc)(dt_backend_t *be, size_t bytes, void **out);
+    void (*host_free)(dt_backend_t *be, void *ptr);
+    dt_status (*host_idle)(dt_backend_t *be, const void *ptr);
     dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
                       enum dt_copy_kind kind);
     dt_status (*sync)(dt_backend_t *be);

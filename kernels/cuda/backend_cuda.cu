@@ -349,6 +349,92 @@ static void cuda_free(dt_backend_t *be, void *ptr)
     }
 }
 
+/* ---- pinned host buffers (dt_backend_host_alloc) ------------------------ */
+
+/* The pinned buffer holding [p, p + bytes), or NULL; under pinned_mu. */
+static struct dt_cuda_pinned *pinned_of(struct cuda_backend *cb, const void *p, size_t bytes)
+{
+    const char *c = (const char *)p;
+    for (int i = 0; i < cb->npinned; i++) {
+        struct dt_cuda_pinned *e = &cb->pinned[i];
+        if (c >= e->p && c < e->p + e->bytes && bytes <= (size_t)(e->p + e->bytes - c))
+            return e;
+    }
+    return NULL;
+}
+
+static dt_status cuda_host_alloc(dt_backend_t *be, size_t bytes, void **out)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    *out = NULL;
+    size_t want = bytes ? bytes : 1;
+    struct dt_cuda_pinned e = {NULL, want, NULL};
+    cudaError_t err = cudaMallocHost((void **)&e.p, want);
+    if (err != cudaSuccess) {
+        e.p = NULL;
+        return dt_cuda_status(cb, err, 0, "host_alloc", "%zu bytes of pinned host memory", want);
+    }
+    err = cudaEventCreateWithFlags(&e.read, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+        (void)cudaFreeHost(e.p);
+        return dt_cuda_status(cb, err, 0, "host_alloc", "the upload event of a pinned buffer");
+    }
+    memset(e.p, 0, want);
+    pthread_mutex_lock(&cb->pinned_mu);
+    if (cb->npinned == cb->pinned_cap) {
+        int cap = cb->pinned_cap ? 2 * cb->pinned_cap : 16;
+        void *grown = realloc(cb->pinned, (size_t)cap * sizeof *cb->pinned);
+        if (!grown) {
+            pthread_mutex_unlock(&cb->pinned_mu);
+            (void)cudaEventDestroy(e.read);
+            (void)cudaFreeHost(e.p);
+            return dt_set_error(DT_ERR_NOMEM, "cuda host_alloc: out of host memory for the "
+                                              "list of pinned buffers");
+        }
+        cb->pinned = (struct dt_cuda_pinned *)grown;
+        cb->pinned_cap = cap;
+    }
+    cb->pinned[cb->npinned++] = e;
+    pthread_mutex_unlock(&cb->pinned_mu);
+    *out = e.p;
+    return DT_OK;
+}
+
+/* Waits for the last upload out of the buffer holding p (none queued: at
+ * once). The caller is a loader worker, not the training loop, so this is
+ * not counted in dt_backend_waits. */
+static dt_status cuda_host_idle(dt_backend_t *be, const void *p)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    pthread_mutex_lock(&cb->pinned_mu);
+    struct dt_cuda_pinned *e = pinned_of(cb, p, 1);
+    cudaEvent_t ev = e ? e->read : NULL;
+    pthread_mutex_unlock(&cb->pinned_mu);
+    if (!ev)
+        return DT_OK;
+    cudaError_t err = cudaEventSynchronize(ev);
+    return dt_cuda_status(cb, err, 0, "host_idle", "waiting for an upload out of a pinned buffer");
+}
+
+static void cuda_host_free(dt_backend_t *be, void *p)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    pthread_mutex_lock(&cb->pinned_mu);
+    struct dt_cuda_pinned *e = pinned_of(cb, p, 1);
+    struct dt_cuda_pinned gone = {NULL, 0, NULL};
+    if (e) {
+        gone = *e;
+        *e = cb->pinned[--cb->npinned];
+    }
+    pthread_mutex_unlock(&cb->pinned_mu);
+    if (!gone.p)
+        return;
+    (void)cudaEventSynchronize(gone.read);
+    (void)cudaEventDestroy(gone.read);
+    (void)cudaFreeHost(gone.p);
+    (void)cudaGetLastError();
+}
+
 /* A staging slot of at least `bytes` whose previous upload has finished;
  * *slot = -1 when pinned memory for it cannot be had (the caller then
  * copies synchronously from the caller's buffer). */
@@ -390,10 +476,22 @@ static dt_status staging_slot(struct cuda_backend *cb, size_t bytes, int *slot)
     return DT_OK;
 }
 
-/* Host (pageable) to device. The caller may reuse src as soon as this
+/* Host to device. From a pinned buffer of dt_backend_host_alloc: queued
+ * straight from it, with its event after the copy (host_idle waits for
+ * that). From pageable memory: the caller may reuse src as soon as this
  * returns, in both paths. */
 static dt_status upload(struct cuda_backend *cb, void *dst, const void *src, size_t bytes)
 {
+    pthread_mutex_lock(&cb->pinned_mu);
+    struct dt_cuda_pinned *e = pinned_of(cb, src, bytes);
+    cudaEvent_t read = e ? e->read : NULL;
+    pthread_mutex_unlock(&cb->pinned_mu);
+    if (read) {
+        cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream);
+        if (err == cudaSuccess)
+            err = cudaEventRecord(read, cb->stream);
+        return dt_cuda_status(cb, err, 0, "copy", "host (pinned) to device, %zu bytes", bytes);
+    }
     int k = -1;
     if (bytes <= SYNC_UPLOAD_BYTES) {
         dt_status st = staging_slot(cb, bytes, &k);
@@ -584,6 +682,12 @@ static void release(struct cuda_backend *cb)
         return;
     if (cb->stream)
         (void)cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < cb->npinned; i++) { /* buffers the owner did not free */
+        (void)cudaEventDestroy(cb->pinned[i].read);
+        (void)cudaFreeHost(cb->pinned[i].p);
+    }
+    free(cb->pinned);
+    pthread_mutex_destroy(&cb->pinned_mu);
     if (cb->blas)
         (void)cublasDestroy(cb->blas);
 #ifdef DT_HAVE_CUDNN
@@ -760,6 +864,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     struct cuda_backend *cb = (struct cuda_backend *)calloc(1, sizeof *cb);
     if (!cb)
         return dt_set_error(DT_ERR_NOMEM, "cuda backend: out of host memory");
+    pthread_mutex_init(&cb->pinned_mu, NULL);
     cb->device = o.device;
     cb->allow_tf32 = o.allow_tf32 != 0;
     cb->precision = o.precision;
@@ -772,6 +877,9 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.caps = &dt_cuda_backend_caps;
     cb->base.alloc = cuda_alloc;
     cb->base.free = cuda_free;
+    cb->base.host_alloc = cuda_host_alloc;
+    cb->base.host_free = cuda_host_free;
+    cb->base.host_idle = cuda_host_idle;
     cb->base.copy = cuda_copy;
     cb->base.sync = cuda_sync;
     cb->base.settle = cuda_settle;

@@ -23,6 +23,7 @@
 #ifdef DT_HAVE_CUDNN
 #include <cudnn.h>
 #endif
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -97,6 +98,12 @@ struct cuda_backend {
     struct dt_gate *gate_out;
     cudaEvent_t results_done;
     int results_marked;
+    /* Pinned host buffers from dt_backend_host_alloc (backend_cuda.cu),
+     * each with the event after the last upload out of it; loader workers
+     * ask about them (host_idle) while uploads record, so under pinned_mu. */
+    struct dt_cuda_pinned *pinned;
+    int npinned, pinned_cap;
+    pthread_mutex_t pinned_mu;
     /* Device memory in use, the most seen (dt_cuda_note_usage). */
     size_t peak_used;
 #ifdef DT_HAVE_CUDNN
@@ -108,6 +115,13 @@ struct cuda_backend {
 #endif
 };
 #define DT_CUDA_SCALAR_BYTES 256 /* size of dscalars and hscalars */
+
+/* One pinned host buffer (dt_backend_host_alloc). */
+struct dt_cuda_pinned {
+    char *p;
+    size_t bytes;
+    cudaEvent_t read; /* recorded after each upload out of it */
+};
 
 /* The step gate's record (kernels/ops.h step_gate), at this offset of the
  * device scalars and of their host mirror, clear of the scalars sumsq and

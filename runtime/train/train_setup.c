@@ -482,6 +482,21 @@ static dt_status plan_length(struct run *r)
     return DT_OK;
 }
 
+/* The loaders' batch buffers come from the backend (pinned on a GPU, so
+ * an upload reads them directly). */
+static dt_status batch_alloc(void *be, size_t bytes, void **out)
+{
+    return dt_backend_host_alloc(be, bytes, out);
+}
+static void batch_free(void *be, void *p)
+{
+    dt_backend_host_free(be, p);
+}
+static dt_status batch_idle(void *be, const void *p)
+{
+    return dt_backend_host_idle(be, p);
+}
+
 static dt_status create_loaders(struct run *r)
 {
     const struct dt_job *job = r->job;
@@ -503,7 +518,8 @@ static dt_status create_loaders(struct run *r)
                                 .cache = strcmp(job->data.cache, "memory") == 0
                                              ? DT_LOADER_CACHE_MEMORY
                                              : DT_LOADER_CACHE_NONE,
-                                .cache_max_mb = job->data.cache_max_mb};
+                                .cache_max_mb = job->data.cache_max_mb,
+                                .buffers = {batch_alloc, batch_free, batch_idle, r->be}};
     if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */

@@ -1192,6 +1192,42 @@ static void test_step_gate(void)
     free(x), free(xg);
 }
 
+/* Pinned batch buffers (dt_backend_host_alloc): zero-filled, an upload
+ * out of one (whole or a piece) queues without a host wait, even one too
+ * large for the staging ring (which pageable memory copies waiting), host_idle
+ * returns once it has been read, and the device gets the data. */
+static void test_pinned_upload(void)
+{
+    dt_backend_t *g = gpu[FP32];
+    /* over the 64 MiB above which an upload from pageable memory waits */
+    const size_t n = ((size_t)64 << 20) / sizeof(float) + 3;
+    float *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_backend_host_alloc(g, n * sizeof *h, (void **)&h), DT_OK);
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++)
+        zeros += h[i] == 0.0f;
+    CU_ASSERT_EQUAL(zeros, n);
+    float *ref = hrand(n, -1, 1), *d = dnew(g, n * sizeof *d);
+    memcpy(h, ref, n * sizeof *h);
+    struct dt_backend_waits w0, w1;
+    OK(dt_backend_sync(g));
+    dt_backend_waits(g, &w0);
+    OK(dt_backend_copy(g, d, h, n * sizeof *h, DT_COPY_H2D));
+    OK(dt_backend_copy(g, d + 10, h + 10, 77 * sizeof *h, DT_COPY_H2D)); /* a piece of it */
+    dt_backend_waits(g, &w1);
+    CU_ASSERT_EQUAL(w1.count, w0.count); /* no staging, no wait */
+    OK(dt_backend_host_idle(g, h));
+    OK(dt_backend_host_idle(g, h + n - 1));
+    memset(h, 0, n * sizeof *h); /* idle: the copy has read it */
+    float *got = hget(g, d, n);
+    CU_ASSERT_EQUAL(memcmp(got, ref, n * sizeof *got), 0);
+    int other = 0;
+    OK(dt_backend_host_idle(g, &other)); /* not a pinned buffer: nothing to wait for */
+    dt_backend_host_free(g, h);
+    dt_backend_free(g, d);
+    free(ref), free(got);
+}
+
 static void test_all_finite(void)
 {
     const size_t where[] = {0, 1021, BIG_N / 2, BIG_N - 1};
@@ -1472,6 +1508,7 @@ int main(void)
     CU_ADD(s, test_sumsq);
     CU_ADD(s, test_all_finite);
     CU_ADD(s, test_step_gate);
+    CU_ADD(s, test_pinned_upload);
     CU_ADD(s, test_scale_fill);
 
     s = CU_add_suite("cuda_cast", suite_init, suite_cleanup);

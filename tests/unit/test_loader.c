@@ -2,8 +2,8 @@
  * test_loader.c - CUnit suite for the prefetching loader (io/loader.c):
  * every sample once per epoch, drop_last, determinism, sharding over ranks
  * and with accumulation, prefetch, restarts mid-epoch, held slots, read
- * errors, and augmentation (crops and flips drawn per (seed, epoch, sample)
- * on any world size).
+ * errors, batch buffers from the caller, and augmentation (crops and flips drawn per (seed, epoch,
+ * sample) on any world size).
  *
  * Every file a test needs is made here or by io_common.c, in the
  * suite's private directory.
@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <hdf5.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -367,6 +368,89 @@ static void test_loader_batch_beyond_split(void)
 
 /* x stored in two external raw files; removing the second makes every read
  * of rows 20.. fail inside HDF5, in a loader worker. */
+/* Batch buffers from the caller (a GPU backend's pinned memory): every
+ * x and y buffer comes from its alloc and goes back through its free,
+ * each refill of a slot first asks idle about both of its buffers, an
+ * idle failure is that batch's error, and the batches are those of plain
+ * memory. */
+struct fake_buffers {
+    int allocs, frees, idles, fail_idle_at;
+    void *live[64];
+};
+
+static dt_status fake_alloc(void *ctx, size_t bytes, void **out)
+{
+    struct fake_buffers *f = ctx;
+    *out = malloc(bytes);
+    memset(*out, 0xab, bytes); /* the loader must not count on zeroed memory */
+    f->live[f->allocs++ % 64] = *out;
+    return DT_OK;
+}
+
+static void fake_free(void *ctx, void *p)
+{
+    struct fake_buffers *f = ctx;
+    int mine = 0;
+    for (int i = 0; i < 64; i++)
+        mine |= f->live[i] == p;
+    CU_ASSERT(mine);
+    f->frees++;
+    free(p);
+}
+
+static dt_status fake_idle(void *ctx, const void *p)
+{
+    struct fake_buffers *f = ctx;
+    int mine = 0;
+    for (int i = 0; i < 64; i++)
+        mine |= f->live[i] == p;
+    CU_ASSERT(mine);
+    if (++f->idles == f->fail_idle_at)
+        return dt_set_error(DT_ERR_CUDA, "upload out of the batch buffer failed (test)");
+    return DT_OK;
+}
+
+static void test_loader_caller_buffers(void)
+{
+    dt_dataset_t *ds = open_seq("seq103.h5", 103);
+    CU_ASSERT_FATAL(ds != NULL);
+    struct dt_loader_opts o = seq_opts(ds, 10, 5, 0, 1);
+    collect(&o, 0, 0, &g_ra);
+    struct fake_buffers f = {0};
+    o.buffers = (struct dt_loader_buffers){fake_alloc, fake_free, fake_idle, &f};
+    collect(&o, 0, 0, &g_rb);
+    CU_ASSERT_EQUAL_FATAL(g_ra.n, g_rb.n);
+    CU_ASSERT_EQUAL(g_rb.bad_rows, 0); /* x and y are the samples' */
+    for (int i = 0; i < g_ra.n; i++) {
+        const struct rec *a = &g_ra.r[i], *c = &g_rb.r[i];
+        CU_ASSERT(a->batch == c->batch && a->row0 == c->row0 && a->rows == c->rows);
+        CU_ASSERT_EQUAL(memcmp(a->ids, c->ids, (size_t)a->rows * sizeof *a->ids), 0);
+    }
+    CU_ASSERT_EQUAL(f.allocs, 2 * o.prefetch);
+    CU_ASSERT_EQUAL(f.frees, f.allocs);
+    CU_ASSERT(f.idles >= 2 * g_rb.n); /* both buffers, before every fill */
+    /* a failing idle is the batch's error, as a read error is */
+    struct fake_buffers g = {.fail_idle_at = 3}; /* the second fill's first buffer */
+    o.buffers.ctx = &g;
+    o.workers = 1; /* fills in order */
+    dt_loader_t *ld = NULL;
+    ASSERT_STATUS(dt_loader_create(&o, &ld), DT_OK);
+    ASSERT_STATUS(dt_loader_start_epoch(ld, 0, 0), DT_OK);
+    struct dt_batch b;
+    int end = 0, got = 0;
+    dt_status st = DT_OK;
+    while ((st = dt_loader_next(ld, &b, &end)) == DT_OK && !end) {
+        got++;
+        dt_loader_release(ld, &b);
+    }
+    CU_ASSERT_EQUAL(st, DT_ERR_CUDA);
+    CU_ASSERT(strstr(dt_last_error(), "upload out of the batch buffer failed") != NULL);
+    CU_ASSERT_EQUAL(got, 1);
+    dt_loader_destroy(ld);
+    CU_ASSERT_EQUAL(g.frees, g.allocs);
+    dt_dataset_close(ds);
+}
+
 static void test_loader_read_error(void)
 {
     char p[4096], ext_a[4096], ext_b[4096];
@@ -622,6 +706,7 @@ int main(void)
     CU_ADD(s, test_loader_augment_draws);
     CU_ADD(s, test_loader_augment_refused);
     CU_ADD(s, test_loader_epoch_all_samples);
+    CU_ADD(s, test_loader_caller_buffers);
     CU_ADD(s, test_loader_drop_last);
     CU_ADD(s, test_loader_deterministic);
     CU_ADD(s, test_loader_two_ranks);
