@@ -249,6 +249,11 @@ dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t b
 
 dt_status dt_backend_sync(dt_backend_t *be) { return be->sync(be); }
 
+dt_status dt_backend_set_params(dt_backend_t *be, const float *p, size_t n)
+{
+    return be->set_params ? be->set_params(be, p, n) : DT_OK;
+}
+
 dt_status dt_backend_settle(dt_backend_t *be)
 {
     return be->settle ? be->settle(be) : be->sync(be);

@@ -105,6 +105,15 @@ dt_status dt_backend_host_alloc(dt_backend_t *be, size_t bytes, void **out);
 void dt_backend_host_free(dt_backend_t *be, void *ptr);
 dt_status dt_backend_host_idle(dt_backend_t *be, const void *ptr);
 dt_status dt_backend_sync(dt_backend_t *be);
+/* The model's flat parameter buffer (n floats of this backend's memory;
+ * NULL forgets it). A backend that rounds GEMM operands (cuda in bf16 or
+ * fp16) keeps one rounded copy of it, made at the first GEMM after a
+ * write into the buffer, so each weight is rounded once per optimizer
+ * step instead of at every GEMM that reads it. Every write into the
+ * buffer must go through this backend (its updates, copies, fill, scale,
+ * step_gate), which is how it knows the copy is stale. The copy is
+ * allocated here (DT_ERR_NOMEM when the device is full). */
+dt_status dt_backend_set_params(dt_backend_t *be, const float *p, size_t n);
 /* Waits until the results queued so far reach the host (the loss totals,
  * a step_gate's record; see kernels/ops.h), not necessarily for the work
  * queued after them: on cuda, an update queued after step_gate may still

@@ -21,6 +21,8 @@ struct dt_backend {
     dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
                       enum dt_copy_kind kind);
     dt_status (*sync)(dt_backend_t *be);
+    /* dt_backend_set_params; NULL: nothing to keep */
+    dt_status (*set_params)(dt_backend_t *be, const float *p, size_t n);
     /* dt_backend_settle; NULL: sync */
     dt_status (*settle)(dt_backend_t *be);
     void (*destroy)(dt_backend_t *be); /* frees impl and the struct itself */

@@ -530,6 +530,8 @@ static dt_status cuda_copy(dt_backend_t *be, void *dst, const void *src, size_t 
     if (!dst || !src)
         return dt_set_error(DT_ERR_INVALID_ARG, "cuda copy: NULL %s for %zu bytes",
                             dst ? "source" : "destination", bytes);
+    if (kind != DT_COPY_D2H)
+        dt_cuda_params_written(cb, dst, bytes);
     switch (kind) {
     case DT_COPY_H2D:
         return upload(cb, dst, src, bytes);
@@ -703,6 +705,8 @@ static void release(struct cuda_backend *cb)
     }
     if (cb->results_done)
         (void)cudaEventDestroy(cb->results_done);
+    if (cb->mirror)
+        (void)cudaFree(cb->mirror);
     if (cb->gemm_scratch)
         (void)cudaFree(cb->gemm_scratch);
     if (cb->dscalars)
@@ -883,6 +887,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.copy = cuda_copy;
     cb->base.sync = cuda_sync;
     cb->base.settle = cuda_settle;
+    cb->base.set_params = dt_cuda_set_params;
     cb->base.destroy = cuda_destroy;
     cb->base.mem_info = cuda_mem_info;
     cb->base.waits = cuda_waits;

@@ -98,6 +98,14 @@ struct cuda_backend {
     struct dt_gate *gate_out;
     cudaEvent_t results_done;
     int results_marked;
+    /* The parameters (dt_backend_set_params) and their copy rounded to
+     * the precision (linear.cu's weights read it), fresh while mirror_gen
+     * == params_gen; a write into the parameters bumps params_gen
+     * (dt_cuda_params_written). */
+    const float *params;
+    size_t nparams;
+    void *mirror;
+    uint64_t params_gen, mirror_gen;
     /* Pinned host buffers from dt_backend_host_alloc (backend_cuda.cu),
      * each with the event after the last upload out of it; loader workers
      * ask about them (host_idle) while uploads record, so under pinned_mu. */
@@ -273,6 +281,15 @@ void dt_cuda_gate_result(struct cuda_backend *cb);
 /* The wait dt_backend_settle makes: for the results event while it is
  * marked (step_gate), else for the stream; then as dt_cuda_sync_op. */
 dt_status dt_cuda_settle(struct cuda_backend *cb);
+/* A write into [p, p + bytes) was queued: when it touches the parameters,
+ * their rounded copy is stale (backend_cuda.cu). */
+void dt_cuda_params_written(struct cuda_backend *cb, const void *p, size_t bytes);
+/* dt_backend_set_params (linear.cu). */
+dt_status dt_cuda_set_params(dt_backend_t *be, const float *p, size_t n);
+/* The rounded copy of w (n floats), when w lies within the parameters and
+ * the precision rounds: made fresh if it is stale, else NULL (linear.cu). */
+dt_status dt_cuda_rounded_weight(struct cuda_backend *cb, const float *w, size_t n,
+                                 const void **out);
 /* Samples the device memory in use into cb->peak_used (after allocations
  * and synchronisations; failures to read it are ignored). */
 void dt_cuda_note_usage(struct cuda_backend *cb);

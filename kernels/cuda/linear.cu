@@ -99,11 +99,76 @@ size_t dt_cuda_linear_scratch(const struct cuda_backend *cb, size_t B, size_t In
     return operand_bytes(cb->precision, n, MAX_OPERANDS);
 }
 
+/* Rounds src(n) into dst in the backend's precision, queued. */
+static dt_status round_into(struct cuda_backend *cb, void *dst, const float *src, size_t n,
+                            const char *op)
+{
+    if (n == 0)
+        return DT_OK;
+    if (cb->precision == DT_BF16)
+        DT_CUDA_LAUNCH(round_bf16, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, (__nv_bfloat16 *)dst, src, n);
+    else
+        DT_CUDA_LAUNCH(round_fp16, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, (__half *)dst, src, n);
+    return DT_CUDA_LAUNCHED(cb, op, "n=%zu, rounding to %s", n, dt_precision_name(cb->precision));
+}
+
+/* ---- the parameters' rounded copy ---------------------------------------- */
+
+dt_status dt_cuda_set_params(dt_backend_t *be, const float *p, size_t n)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    if (cb->mirror)
+        (void)cudaFree(cb->mirror);
+    cb->mirror = NULL;
+    cb->params = NULL;
+    cb->nparams = 0;
+    if (!p || n == 0 || cb->precision == DT_F32)
+        return DT_OK;
+    const size_t bytes = n * sizeof(uint16_t);
+    cudaError_t err = cudaMalloc(&cb->mirror, bytes);
+    if (err != cudaSuccess) {
+        cb->mirror = NULL;
+        return dt_cuda_status(cb, err, bytes, "set_params", "the %s copy of %zu parameters",
+                              dt_precision_name(cb->precision), n);
+    }
+    dt_cuda_note_usage(cb);
+    cb->params = p;
+    cb->nparams = n;
+    cb->mirror_gen = cb->params_gen - 1; /* stale: made at the first GEMM */
+    return DT_OK;
+}
+
+void dt_cuda_params_written(struct cuda_backend *cb, const void *p, size_t bytes)
+{
+    const char *lo = (const char *)cb->params, *hi = lo + cb->nparams * sizeof(float);
+    const char *a = (const char *)p;
+    if (cb->params && a < hi && a + bytes > lo)
+        cb->params_gen++;
+}
+
+dt_status dt_cuda_rounded_weight(struct cuda_backend *cb, const float *w, size_t n,
+                                 const void **out)
+{
+    *out = NULL;
+    if (!cb->mirror || w < cb->params || n > cb->nparams || w - cb->params > (ptrdiff_t)(cb->nparams - n))
+        return DT_OK;
+    if (cb->mirror_gen != cb->params_gen) {
+        dt_status st = round_into(cb, cb->mirror, cb->params, cb->nparams, "the parameters' copy");
+        if (st != DT_OK)
+            return st;
+        cb->mirror_gen = cb->params_gen;
+    }
+    *out = (const uint16_t *)cb->mirror + (w - cb->params);
+    return DT_OK;
+}
+
 /* The GEMM operands in the backend's precision: fp32 uses the tensors as
  * they are; bf16/fp16 rounds src[i] (n[i] elements) into its own slice of
- * the scratch. Queued on the stream like the GEMMs that read them. */
+ * the scratch, except the weight (index `weight`, -1 for none) when it is
+ * one of the parameters, whose rounded copy is read instead. Queued on the
+ * stream like the GEMMs that read them. */
 static dt_status operands(struct cuda_backend *cb, const struct shape *s, const float *const *src,
-                          const size_t *n, int count, const void **dst)
+                          const size_t *n, int count, int weight, const void **dst)
 {
     if (cb->precision == DT_F32) {
         for (int i = 0; i < count; i++)
@@ -120,14 +185,14 @@ static dt_status operands(struct cuda_backend *cb, const struct shape *s, const 
                                 dt_precision_name(cb->precision));
     for (int i = 0; i < count; i++) {
         char *p = (char *)scratch + off[i];
-        if (cb->precision == DT_BF16)
-            DT_CUDA_LAUNCH(round_bf16, dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream, (__nv_bfloat16 *)p, src[i], n[i]);
-        else
-            DT_CUDA_LAUNCH(round_fp16, dt_cuda_blocks(n[i]), DT_CUDA_THREADS, 0, cb->stream, (__half *)p, src[i], n[i]);
-        st = DT_CUDA_LAUNCHED(cb, s->op, SHAPE_FMT ", rounding operands to %s", SHAPE_ARGS(s),
-                              dt_precision_name(cb->precision));
-        if (st != DT_OK)
+        dst[i] = NULL;
+        if (i == weight && (st = dt_cuda_rounded_weight(cb, src[i], n[i], &dst[i])) != DT_OK)
             return st;
+        if (dst[i])
+            continue;
+        st = round_into(cb, p, src[i], n[i], s->op);
+        if (st != DT_OK)
+            return dt_error_context(st, SHAPE_FMT " operands", SHAPE_ARGS(s));
         dst[i] = p;
     }
     return DT_OK;
@@ -172,7 +237,7 @@ dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, cons
     const float *src[2] = {w, in};
     const size_t n[2] = {(size_t)Out * In, (size_t)B * In};
     const void *op[2];
-    dt_status st = operands(cb, &s, src, n, 2, op);
+    dt_status st = operands(cb, &s, src, n, 2, 0, op);
     if (st != DT_OK)
         return st;
     /* out^T(Out,B) = w(Out,In) @ in^T(In,B) */
@@ -199,7 +264,7 @@ dt_status dt_cuda_linear_bwd(dt_backend_t *be, float *din, float *dw, const floa
     const float *src[MAX_OPERANDS] = {dout, in, w};
     const size_t n[MAX_OPERANDS] = {(size_t)B * Out, (size_t)B * In, (size_t)Out * In};
     const void *op[MAX_OPERANDS];
-    st = operands(cb, &s, src, n, din ? 3 : 2, op);
+    st = operands(cb, &s, src, n, din ? 3 : 2, 2, op);
     if (st != DT_OK)
         return st;
     if (din) { /* din^T(In,B) = w^T(In,Out) @ dout^T(Out,B) */

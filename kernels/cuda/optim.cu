@@ -139,6 +139,7 @@ dt_status dt_cuda_sgd_update(dt_backend_t *be, float *p, const float *g, float *
     if (st != DT_OK || n == 0)
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
+    dt_cuda_params_written(cb, p, n * sizeof *p);
     DT_CUDA_LAUNCH(sgd_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, buf, n, *a, gate_of(cb, a->gated));
     return DT_CUDA_LAUNCHED(cb, "sgd_update", "n=%zu", n);
 }
@@ -150,6 +151,7 @@ dt_status dt_cuda_adamw_update(dt_backend_t *be, float *p, const float *g, float
     if (st != DT_OK || n == 0)
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
+    dt_cuda_params_written(cb, p, n * sizeof *p);
     DT_CUDA_LAUNCH(adamw_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, m, v, n, adamw_constants(a), gate_of(cb, a->gated));
     return DT_CUDA_LAUNCHED(cb, "adamw_update", "n=%zu (t=%lld)", n, (long long)a->t);
 }

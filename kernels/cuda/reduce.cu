@@ -159,6 +159,7 @@ dt_status dt_cuda_scale(dt_backend_t *be, float *x, size_t n, float s)
     if (n == 0)
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
+    dt_cuda_params_written(cb, x, n * sizeof *x);
     DT_CUDA_LAUNCH(scale_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, n, s);
     return DT_CUDA_LAUNCHED(cb, "scale", "n=%zu", n);
 }
@@ -170,6 +171,7 @@ dt_status dt_cuda_fill(dt_backend_t *be, float *x, size_t n, float v)
     if (n == 0)
         return DT_OK;
     struct cuda_backend *cb = dt_cuda_of(be);
+    dt_cuda_params_written(cb, x, n * sizeof *x);
     DT_CUDA_LAUNCH(fill_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, x, n, v);
     return DT_CUDA_LAUNCHED(cb, "fill", "n=%zu", n);
 }
@@ -273,6 +275,8 @@ dt_status dt_cuda_step_gate(dt_backend_t *be, float *g, const struct dt_gate_arg
                     (double)a->unscale, a->clip_norm);
     struct cuda_backend *cb = dt_cuda_of(be);
     dt_status st = DT_OK;
+    for (size_t k = 0; k < a->count && a->decide; k++)
+        dt_cuda_params_written(cb, g + a->lo[k], (a->hi[k] - a->lo[k]) * sizeof *g);
     if (cb->gate_pending && cb->gate_out != out)
         st = dt_cuda_sync_op(cb, "step_gate"); /* the pending record goes elsewhere */
     void *scratch = NULL;

@@ -741,6 +741,9 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     DT_CHECK(check_memory_for_micro(r, &io));
     DT_CHECK(oom_fault(r, &io));
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
+    /* bf16/fp16 on a GPU: the weights are rounded once per update */
+    DT_CHECK(
+        dt_backend_set_params(r->be, dt_model_params(r->model), dt_model_num_params(r->model)));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
     if (job->model.sync_bn && r->world > 1) {
         struct dt_model_sync sync = {.sum_f64 = sum_ranks_f64, .ctx = r->comm};
@@ -828,6 +831,7 @@ static void unbuild(struct run *r)
     dt_loader_destroy(r->train_ld);
     dt_loader_destroy(r->test_ld);
     dt_optim_destroy(r->opt);
+    if (r->model) (void)dt_backend_set_params(r->be, NULL, 0);
     dt_model_destroy(r->model);
     r->red = NULL;
     r->host_grads = NULL;

@@ -1228,6 +1228,100 @@ static void test_pinned_upload(void)
     free(ref), free(got);
 }
 
+/* The parameters' rounded copy (bf16, fp16; dt_backend_set_params): a
+ * linear op whose weight lies in the registered parameters gives the bits
+ * of the same op on an unregistered copy of the weight, before and after
+ * every kind of write into the parameters (an update, an upload, a device
+ * copy, fill, scale, step_gate), and after the parameters are forgotten. */
+static int same_linear(dt_backend_t *g, const struct dt_ops *go, const float *w, float *w2,
+                       const float *x, int B, int In, int Out)
+{
+    const size_t nw = (size_t)Out * In, ny = (size_t)B * Out, nx = (size_t)B * In;
+    float *y1 = dnew(g, ny * sizeof(float)), *y2 = dnew(g, ny * sizeof(float));
+    float *d1 = dnew(g, nx * sizeof(float)), *d2 = dnew(g, nx * sizeof(float));
+    float *dw = dnew(g, nw * sizeof(float));
+    OK(dt_backend_copy(g, w2, w, nw * sizeof(float), DT_COPY_D2D));
+    OK(go->linear_fwd(g, y1, x, w, B, In, Out));
+    OK(go->linear_fwd(g, y2, x, w2, B, In, Out));
+    OK(go->linear_bwd(g, d1, dw, y1, x, w, B, In, Out));
+    OK(go->linear_bwd(g, d2, dw, y1, x, w2, B, In, Out));
+    float *h1 = hget(g, y1, ny), *h2 = hget(g, y2, ny), *e1 = hget(g, d1, nx),
+          *e2 = hget(g, d2, nx);
+    int same = memcmp(h1, h2, ny * sizeof *h1) == 0 && memcmp(e1, e2, nx * sizeof *e1) == 0;
+    dt_backend_free(g, y1), dt_backend_free(g, y2), dt_backend_free(g, d1), dt_backend_free(g, d2),
+        dt_backend_free(g, dw);
+    free(h1), free(h2), free(e1), free(e2);
+    return same;
+}
+
+static void test_params_copy(void)
+{
+    const int B = 7, In = 33, Out = 20, at = 64;
+    const size_t nw = (size_t)Out * In, np = at + nw + 16;
+    for (int c = BF16; c <= FP16; c++) {
+        dt_backend_t *g = gpu[c];
+        const struct dt_ops *go = gops[c];
+        float *hp = hrand(np, -1, 1), *hx = hrand((size_t)B * In, -1, 1);
+        float *p = dput(g, hp, np), *x = dput(g, hx, (size_t)B * In);
+        float *w2 = dnew(g, nw * sizeof(float)), *m = dnew(g, np * sizeof(float));
+        float *v = dnew(g, np * sizeof(float)), *grad = dput(g, hx, (size_t)B * In);
+        const float *w = p + at;
+        OK(dt_backend_set_params(g, p, np));
+        const char *step[] = {"registered", "adamw_update", "upload",    "device copy",
+                              "fill",       "scale",        "step_gate", "forgotten"};
+        for (int k = 0; k < 8; k++) {
+            if (k == 1) {
+                struct dt_adamw_args a = {
+                    .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .t = 1};
+                OK(go->adamw_update(g, p, grad, m, v, (size_t)B * In, &a));
+            } else if (k == 2) {
+                float *h = hrand(nw, -2, 2);
+                up(g, p + at, h, nw * sizeof(float));
+                OK(dt_backend_sync(g));
+                free(h);
+            } else if (k == 3) {
+                OK(dt_backend_copy(g, p + at + 5, x, 100 * sizeof(float), DT_COPY_D2D));
+            } else if (k == 4) {
+                OK(go->fill(g, p + at + nw - 50, 50, 0.25f));
+            } else if (k == 5) {
+                OK(go->scale(g, p, np, 0.5f));
+            } else if (k == 6) {
+                size_t lo = at, hi = at + nw;
+                struct dt_gate_args a = {.lo = &lo,
+                                         .hi = &hi,
+                                         .count = 1,
+                                         .decide = 1,
+                                         .unscale = 0.5f,
+                                         .clip_norm = 0.0};
+                struct dt_gate out;
+                OK(go->step_gate(g, p, &a, &out));
+                OK(dt_backend_settle(g));
+            } else if (k == 7) {
+                OK(dt_backend_set_params(g, NULL, 0));
+                OK(go->scale(g, p, np, 3.0f));
+            }
+            if (k == 0 && strstr(dt_backend_device(g), "emulation")) {
+                /* device memory is host memory here: a write that does not
+                 * go through the backend is not seen, so the copy is what
+                 * the op reads */
+                CU_ASSERT(same_linear(g, go, w, w2, x, B, In, Out));
+                p[at + 3] += 1.0f;
+                CU_ASSERT(!same_linear(g, go, w, w2, x, B, In, Out));
+                up(g, p + at + 3, &p[at + 3], sizeof(float)); /* now through the backend */
+            }
+            int same = same_linear(g, go, w, w2, x, B, In, Out);
+            if (!same)
+                printf("\n  %s: a linear op on a registered weight after '%s' differs from the "
+                       "same op on a copy\n",
+                       cfgs[c].name, step[k]);
+            CU_ASSERT(same);
+        }
+        dt_backend_free(g, p), dt_backend_free(g, x), dt_backend_free(g, w2), dt_backend_free(g, m),
+            dt_backend_free(g, v), dt_backend_free(g, grad);
+        free(hp), free(hx);
+    }
+}
+
 static void test_all_finite(void)
 {
     const size_t where[] = {0, 1021, BIG_N / 2, BIG_N - 1};
@@ -1509,6 +1603,7 @@ int main(void)
     CU_ADD(s, test_all_finite);
     CU_ADD(s, test_step_gate);
     CU_ADD(s, test_pinned_upload);
+    CU_ADD(s, test_params_copy);
     CU_ADD(s, test_scale_fill);
 
     s = CU_add_suite("cuda_cast", suite_init, suite_cleanup);
