@@ -249,6 +249,32 @@ dt_status dt_backend_copy(dt_backend_t *be, void *dst, const void *src, size_t b
 
 dt_status dt_backend_sync(dt_backend_t *be) { return be->sync(be); }
 
+static dt_status check_slot(int slot, const char *fn)
+{
+    if (slot >= 0 && slot < DT_BACKEND_INPUT_SLOTS)
+        return DT_OK;
+    return dt_set_error(DT_ERR_INVALID_ARG, "%s: slot %d outside 0..%d", fn, slot,
+                        DT_BACKEND_INPUT_SLOTS - 1);
+}
+
+dt_status dt_backend_upload_ahead(dt_backend_t *be, int slot, void *dst, const void *src,
+                                  size_t bytes)
+{
+    dt_status st = check_slot(slot, "dt_backend_upload_ahead");
+    if (st != DT_OK)
+        return st;
+    return be->upload_ahead ? be->upload_ahead(be, slot, dst, src, bytes)
+                            : be->copy(be, dst, src, bytes, DT_COPY_H2D);
+}
+
+dt_status dt_backend_slot_free(dt_backend_t *be, int slot)
+{
+    dt_status st = check_slot(slot, "dt_backend_slot_free");
+    if (st != DT_OK)
+        return st;
+    return be->slot_free ? be->slot_free(be, slot) : DT_OK;
+}
+
 dt_status dt_backend_set_params(dt_backend_t *be, const float *p, size_t n)
 {
     return be->set_params ? be->set_params(be, p, n) : DT_OK;

@@ -105,6 +105,23 @@ dt_status dt_backend_host_alloc(dt_backend_t *be, size_t bytes, void **out);
 void dt_backend_host_free(dt_backend_t *be, void *ptr);
 dt_status dt_backend_host_idle(dt_backend_t *be, const void *ptr);
 dt_status dt_backend_sync(dt_backend_t *be);
+/* Uploads that run beside the compute queued before them (the model's
+ * input batches): on cuda a copy stream takes them, so that the next
+ * micro-batch travels while this one's backward and the update still
+ * run. The buffers they write are grouped in DT_BACKEND_INPUT_SLOTS
+ * slots. An upload into slot k writes dst only after the ops queued
+ * before the last dt_backend_slot_free(be, k) have run (all of them read
+ * what the slot held before; when none came after the last
+ * dt_backend_alloc, every op queued so far, its zero-fill among them),
+ * and every op queued after it reads the new bytes; nothing waits on the
+ * host. From host memory that is not
+ * dt_backend_host_alloc's, and on backends without a stream, it is
+ * dt_backend_copy (H2D), ordered after everything before it. */
+#define DT_BACKEND_INPUT_SLOTS 2
+dt_status dt_backend_upload_ahead(dt_backend_t *be, int slot, void *dst, const void *src,
+                                  size_t bytes);
+/* The ops queued so far are the last to read slot's buffers. */
+dt_status dt_backend_slot_free(dt_backend_t *be, int slot);
 /* The model's flat parameter buffer (n floats of this backend's memory;
  * NULL forgets it). A backend that rounds GEMM operands (cuda in bf16 or
  * fp16) keeps one rounded copy of it, made at the first GEMM after a

@@ -21,6 +21,10 @@ struct dt_backend {
     dt_status (*copy)(dt_backend_t *be, void *dst, const void *src, size_t bytes,
                       enum dt_copy_kind kind);
     dt_status (*sync)(dt_backend_t *be);
+    /* dt_backend_upload_ahead and _slot_free; NULL: copy (H2D), and nothing */
+    dt_status (*upload_ahead)(dt_backend_t *be, int slot, void *dst, const void *src,
+                              size_t bytes);
+    dt_status (*slot_free)(dt_backend_t *be, int slot);
     /* dt_backend_set_params; NULL: nothing to keep */
     dt_status (*set_params)(dt_backend_t *be, const float *p, size_t n);
     /* dt_backend_settle; NULL: sync */

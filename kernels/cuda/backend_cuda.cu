@@ -5,16 +5,21 @@
  * where cuDNN was found at build time, a cuDNN handle (dnn.cu) for the
  * convolution and pooling ops.
  *
- * Everything is queued on the backend's single non-blocking stream, so ops
- * and copies run in the order they are called and the host only waits where
+ * Everything is queued on the backend's non-blocking stream, so ops and
+ * copies run in the order they are called and the host only waits where
  * it must: a download (the caller reads the data next), sync, and the ops
  * that hand a scalar back; each such wait also hands over the loss totals
  * and reads the verdicts of the token-id and label checks queued before
- * it, and is counted (dt_backend_waits). Uploads come from pageable
- * host memory; they are memcpy'd into a small ring of pinned staging
+ * it, and is counted (dt_backend_waits). The one exception is the model's
+ * input batches (dt_backend_upload_ahead): from the loader's pinned
+ * buffers they go on a second stream, the copy stream, ordered by events
+ * after the compute that last read their slot and before the compute that
+ * reads them, so the next micro-batch travels while this one computes.
+ * Other uploads from pinned memory are queued straight from it; from
+ * pageable memory they are memcpy'd into a small ring of pinned staging
  * buffers and queued from there, so the host does not wait for the
- * transfer and may reuse its buffer at once. A slot is reused only after the event recorded behind
- * its last copy has fired.
+ * transfer and may reuse its buffer at once. A staging slot is reused only
+ * after the event recorded behind its last copy has fired.
  *
  * Failed CUDA and cuBLAS calls become a status here (dt_cuda_status,
  * dt_cublas_status) with the library's own text, the device, the op and its
@@ -333,6 +338,9 @@ static dt_status cuda_alloc(dt_backend_t *be, size_t bytes, void **out)
         return st;
     }
     dt_cuda_note_usage(cb);
+    /* the fill is on the compute stream: an upload ahead into the new
+     * buffer waits for it (cuda_upload_ahead) */
+    memset(cb->slot_marked, 0, sizeof cb->slot_marked);
     *out = p;
     return DT_OK;
 }
@@ -547,6 +555,48 @@ static dt_status cuda_copy(dt_backend_t *be, void *dst, const void *src, size_t 
     return dt_set_error(DT_ERR_INVALID_ARG, "cuda copy: unknown copy kind %d", (int)kind);
 }
 
+static dt_status cuda_slot_free(dt_backend_t *be, int slot)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    cudaError_t err = cudaEventRecord(cb->slot_free[slot], cb->stream);
+    cb->slot_marked[slot] = err == cudaSuccess;
+    return dt_cuda_status(cb, err, 0, "slot_free", "marking input slot %d", slot);
+}
+
+/* From a pinned buffer: on the copy stream, after the compute that last
+ * read the slot, with the buffer's event after it, which the compute stream
+ * waits for before anything queued next (and host_idle before the buffer
+ * is refilled). Otherwise an ordinary upload. */
+static dt_status cuda_upload_ahead(dt_backend_t *be, int slot, void *dst, const void *src,
+                                   size_t bytes)
+{
+    struct cuda_backend *cb = dt_cuda_of(be);
+    if (bytes == 0)
+        return DT_OK;
+    pthread_mutex_lock(&cb->pinned_mu);
+    struct dt_cuda_pinned *e = src ? pinned_of(cb, src, bytes) : NULL;
+    cudaEvent_t read = e ? e->read : NULL;
+    pthread_mutex_unlock(&cb->pinned_mu);
+    if (!read || !dst)
+        return cuda_copy(be, dst, src, bytes, DT_COPY_H2D);
+    dt_cuda_params_written(cb, dst, bytes);
+    /* a slot not freed since the last allocation waits for everything so
+     * far (the new buffer's zero-fill among it) */
+    dt_status st = cb->slot_marked[slot] ? DT_OK : cuda_slot_free(be, slot);
+    if (st != DT_OK)
+        return st;
+    cudaError_t err = cudaStreamWaitEvent(cb->copy_stream, cb->slot_free[slot], 0);
+    if (err == cudaSuccess)
+        err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->copy_stream);
+    if (err == cudaSuccess)
+        err = cudaEventRecord(read, cb->copy_stream);
+    if (err == cudaSuccess)
+        err = cudaStreamWaitEvent(cb->stream, read, 0);
+    return dt_cuda_status(cb, err, 0, "upload_ahead",
+                          "host (pinned) to device on the copy stream, %zu bytes, slot %d", bytes,
+                          slot);
+}
+
 static dt_status cuda_sync(dt_backend_t *be) { return dt_cuda_sync_op(dt_cuda_of(be), "sync"); }
 
 static dt_status cuda_settle(dt_backend_t *be) { return dt_cuda_settle(dt_cuda_of(be)); }
@@ -684,6 +734,8 @@ static void release(struct cuda_backend *cb)
         return;
     if (cb->stream)
         (void)cudaStreamSynchronize(cb->stream);
+    if (cb->copy_stream)
+        (void)cudaStreamSynchronize(cb->copy_stream);
     for (int i = 0; i < cb->npinned; i++) { /* buffers the owner did not free */
         (void)cudaEventDestroy(cb->pinned[i].read);
         (void)cudaFreeHost(cb->pinned[i].p);
@@ -713,6 +765,11 @@ static void release(struct cuda_backend *cb)
         (void)cudaFree(cb->dscalars);
     if (cb->hscalars)
         (void)cudaFreeHost(cb->hscalars);
+    for (int k = 0; k < DT_BACKEND_INPUT_SLOTS; k++)
+        if (cb->slot_free[k])
+            (void)cudaEventDestroy(cb->slot_free[k]);
+    if (cb->copy_stream)
+        (void)cudaStreamDestroy(cb->copy_stream);
     if (cb->stream)
         (void)cudaStreamDestroy(cb->stream);
     (void)cudaGetLastError();
@@ -769,14 +826,27 @@ static dt_status open_device(struct cuda_backend *cb)
     return DT_OK;
 }
 
-/* The stream every op and copy goes on, and cuBLAS bound to it. TF32 only
- * when allowed; otherwise fp32 GEMMs compute in full fp32. */
+/* The stream every op and copy goes on, and cuBLAS bound to it; the copy
+ * stream for the uploads ahead and its slot events. TF32 only when
+ * allowed; otherwise fp32 GEMMs compute in full fp32. */
 static dt_status open_stream(struct cuda_backend *cb)
 {
     cudaError_t err = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) {
         cb->stream = NULL;
         return dt_cuda_status(cb, err, 0, "create", "creating the stream");
+    }
+    err = cudaStreamCreateWithFlags(&cb->copy_stream, cudaStreamNonBlocking);
+    if (err != cudaSuccess) {
+        cb->copy_stream = NULL;
+        return dt_cuda_status(cb, err, 0, "create", "creating the copy stream");
+    }
+    for (int k = 0; k < DT_BACKEND_INPUT_SLOTS; k++) {
+        err = cudaEventCreateWithFlags(&cb->slot_free[k], cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            cb->slot_free[k] = NULL;
+            return dt_cuda_status(cb, err, 0, "create", "the event of input slot %d", k);
+        }
     }
     cublasStatus_t bst = cublasCreate(&cb->blas);
     if (bst != CUBLAS_STATUS_SUCCESS) {
@@ -886,6 +956,8 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.host_idle = cuda_host_idle;
     cb->base.copy = cuda_copy;
     cb->base.sync = cuda_sync;
+    cb->base.upload_ahead = cuda_upload_ahead;
+    cb->base.slot_free = cuda_slot_free;
     cb->base.settle = cuda_settle;
     cb->base.set_params = dt_cuda_set_params;
     cb->base.destroy = cuda_destroy;

@@ -48,7 +48,12 @@ struct cuda_backend {
     int cc_major, cc_minor;
     size_t total_mem;
     int sm_count;
-    cudaStream_t stream; /* every op and copy */
+    cudaStream_t stream; /* every op and copy but the uploads ahead */
+    /* dt_backend_upload_ahead's stream, and per input slot the event after
+     * the compute that last reads it (dt_backend_slot_free), once marked */
+    cudaStream_t copy_stream;
+    cudaEvent_t slot_free[DT_BACKEND_INPUT_SLOTS];
+    int slot_marked[DT_BACKEND_INPUT_SLOTS];
     cublasHandle_t blas; /* bound to stream */
     int allow_tf32;
     enum dt_dtype precision;

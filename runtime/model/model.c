@@ -80,13 +80,17 @@ struct dt_model {
     float *param_buf, *grad_buf, *buf_buf;
     /* arena plan (floats) */
     size_t arena_floats, arena_full;
-    size_t x_off, y_off, rc_off, scratch_off, ws_off, slots_off;
+    /* the input batch in DT_BACKEND_INPUT_SLOTS slots, taken in turn, so
+     * that the next batch's upload need not wait for this one's backward */
+    size_t x_off[DT_BACKEND_INPUT_SLOTS], y_off[DT_BACKEND_INPUT_SLOTS];
+    size_t rc_off, scratch_off, ws_off, slots_off;
     size_t ws_bytes;
     int nslots;
     size_t *slot_size; /* floats per row */
     size_t *slot_off;
-    float *arena, *x, *rc, *scratch;
+    float *arena, *x, *rc, *scratch; /* x: the slot of the last forward */
     int32_t *y;
+    int input_slot; /* the slot the next forward uploads into */
     void *ws;
     int *written; /* backward: whether a node's output gradient holds a value yet */
     double *host;
@@ -561,8 +565,10 @@ static dt_status plan_arena(dt_model_t *m, int full, size_t *total)
     int64_t guard;
     /* sizes per row must keep rows x size within size_t: checked at the end in doubles */
     double check = 0;
-    m->x_off = off, off += up(rows * (size_t)m->in_numel);
-    m->y_off = off, off += up(rows * (size_t)m->labels_per_row);
+    for (int k = 0; k < DT_BACKEND_INPUT_SLOTS; k++) {
+        m->x_off[k] = off, off += up(rows * (size_t)m->in_numel);
+        m->y_off[k] = off, off += up(rows * (size_t)m->labels_per_row);
+    }
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
         size_t o = up(rows * numel(&n->l.out));
@@ -741,8 +747,8 @@ static dt_status alloc_buffers(dt_model_t *m)
         return dt_error_context(st, "allocating a model of %zu parameters for %zu rows", m->total,
                                 rows);
     float *a = m->arena;
-    m->x = a + m->x_off;
-    m->y = (int32_t *)(a + m->y_off);
+    m->x = a + m->x_off[0];
+    m->y = (int32_t *)(a + m->y_off[0]);
     m->rc = a + m->rc_off;
     m->scratch = a + m->scratch_off;
     m->ws = a + m->ws_off;
@@ -924,10 +930,19 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
     m->last_seed = seed;
     m->last_step = step;
     m->last_row0 = row0;
-    DT_CHECK(
-        dt_backend_copy(m->be, m->x, x, (size_t)(rows * m->in_numel) * sizeof(float), DT_COPY_H2D));
-    DT_CHECK(dt_backend_copy(m->be, m->y, y, (size_t)(rows * m->labels_per_row) * sizeof(int32_t),
-                             DT_COPY_H2D));
+    /* Everything that reads the previous batch's slot is queued by now
+     * (its forward, backward and recomputation), so its slot is free after
+     * that; this batch goes into the other one, beside the compute still
+     * running (a copy stream on cuda). */
+    const int k = m->input_slot, prev = (k + DT_BACKEND_INPUT_SLOTS - 1) % DT_BACKEND_INPUT_SLOTS;
+    DT_CHECK(dt_backend_slot_free(m->be, prev));
+    m->x = m->arena + m->x_off[k];
+    m->y = (int32_t *)(m->arena + m->y_off[k]);
+    m->input_slot = (k + 1) % DT_BACKEND_INPUT_SLOTS;
+    DT_CHECK(dt_backend_upload_ahead(m->be, k, m->x, x,
+                                     (size_t)(rows * m->in_numel) * sizeof(float)));
+    DT_CHECK(dt_backend_upload_ahead(m->be, k, m->y, y,
+                                     (size_t)(rows * m->labels_per_row) * sizeof(int32_t)));
     for (int i = 0; i < m->nnodes; i++)
         DT_CHECK(forward_node(m, i, rows, 0, loss_sum, correct));
 out:

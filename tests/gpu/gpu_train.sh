@@ -12,7 +12,8 @@
 #      model.h5 within DTRAIN_GPU_PARAM_RTOL (default 1e-4) of its largest
 #      value (same data order, same dropout masks, same initial parameters,
 #      so only the GEMM summation order differs), with two micro-batches
-#      per step; and at every step, the first included, the cuda run's
+#      per step, and the same test loss at the end (DTRAIN_GPU_LOSS_RTOL);
+#      and at every step, the first included, the cuda run's
 #      host waited for the device once (metrics' host_waits_per_step): for
 #      the step's results (the gradient gate and the loss totals), with the
 #      update already queued behind them (the first step too, since the
@@ -21,6 +22,7 @@
 #   4. a small GPT (2 layers, attention, layer norm, embeddings, AdamW,
 #      dropout) trained for a few steps on cpu and on cuda on text imported
 #      from this repository's README logs the same loss at every step
+#      and the same validation loss at the end
 #      (DTRAIN_GPU_LOSS_RTOL) and ends with the same parameters, every
 #      tensor within DTRAIN_GPU_GPT_RTOL (default 1e-3) of its largest value,
 #      with one host wait per step as in 2;
@@ -88,8 +90,10 @@ run() { # NAME [--set ...]: one dtrain train into $W/NAME, output in $W/NAME.log
 }
 record() { grep "\"type\":\"$2\"" "$W/$1/metrics.jsonl"; }
 field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
-# "step loss" per training record
-losses() { record "$1" train | while read -r l; do echo "$(field step <<<"$l") $(field loss <<<"$l")"; done; }
+# "step loss" per training record (or per record of type $2)
+losses() {
+  record "$1" "${2:-train}" | while read -r l; do echo "$(field step <<<"$l") $(field loss <<<"$l")"; done
+}
 
 # ---- is there a GPU this dtrain can use? ---------------------------------------
 version=$("$DTRAIN" version)
@@ -141,6 +145,14 @@ same_runs() { # CPU_RUN CUDA_RUN STEPS PARAM_RTOL: losses per step, then the fin
   losses "$2" >"$W/$2.loss"
   if ! same_losses "$W/$1.loss" "$W/$2.loss" "$3"; then
     echo "FAILED: $1 and $2 losses differ (or steps are missing)"
+    bad=1
+  fi
+  # the evaluation at the end: its forwards follow each other without a
+  # wait for the device, each batch uploaded while the last still computes
+  losses "$1" eval >"$W/$1.eval"
+  losses "$2" eval >"$W/$2.eval"
+  if ! same_losses "$W/$1.eval" "$W/$2.eval" 1; then
+    echo "FAILED: $1 and $2 test losses differ (or the evaluation is missing)"
     bad=1
   fi
   if [ -z "$COMPARE" ] || [ ! -x "$COMPARE" ]; then

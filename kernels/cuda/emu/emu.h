@@ -25,8 +25,12 @@
  *   - Pointer arguments must point into device memory (cudaMalloc) or be
  *     NULL; a host pointer handed to a kernel fails the launch.
  *
- * What it does not model: timing, concurrency between streams (every call
- * completes before it returns), the memory model beyond barriers, warp
+ *   - A launch is queued on its stream: by default it runs before the call
+ *     returns; DTRAIN_CUDA_EMU_STREAMS=deferred or split runs streams late
+ *     (emu_stream.cpp), so work not ordered by events shows.
+ *
+ * What it does not model: timing, streams running side by side (a stream's
+ * work runs on the host thread that waits for it), the memory model beyond barriers, warp
  * divergence costs, cuDNN and NCCL (absent from emulation builds), and the
  * hardware's floating-point details beyond IEEE single precision (the host
  * computes expf, logf and friends with its own libm).
@@ -39,6 +43,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -88,6 +94,12 @@ struct arg_ptr {
     int writable;
 };
 
+/* Checks a launch at the call: the context, its shape, its pointer
+ * arguments; false (and the launch's error for cudaGetLastError) when it
+ * may not run. */
+bool admit(site &s, dim3 grid, dim3 block, size_t shared_bytes, const arg_ptr *ptrs, int nptrs);
+/* Queues work on a stream (emu_stream.cpp). */
+void enqueue(cudaStream_t stream, std::function<void()> op);
 /* Runs the launch: fn(ctx) is one thread's body. Returns nothing; errors
  * become the launch's error (cudaGetLastError). */
 void run(site &s, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
@@ -115,29 +127,38 @@ template <class T> static inline void note_arg(const T &v, arg_ptr *ptrs, int *n
     }
 }
 
-template <class K, class Tuple> struct call {
+/* One launch: the kernel, its arguments converted to the kernel's
+ * parameter types once (as a launch copies them), and the pointers among
+ * them; every thread calls the kernel with its own copy. */
+template <class K, class Tuple> struct launch_job {
     K kernel;
-    Tuple *args;
+    Tuple args;
+    arg_ptr ptrs[std::tuple_size<Tuple>::value + 1];
+    int n = 0, opaque = 0;
+    launch_job(K k, Tuple &&a) : kernel(k), args(std::move(a))
+    {
+        std::apply([&](const auto &...e) { (note_arg(e, ptrs, &n, &opaque), ...); }, args);
+    }
     static void body(void *ctx)
     {
-        call *c = (call *)ctx;
-        std::apply(c->kernel, *c->args);
+        launch_job *j = (launch_job *)ctx;
+        std::apply(j->kernel, j->args);
     }
 };
 
-/* DT_CUDA_LAUNCH's emulation: the arguments are converted to the kernel's
- * parameter types once, as a launch copies them, and every thread calls
- * the kernel with its own copy. */
+/* DT_CUDA_LAUNCH's emulation: the launch is checked at the call (its
+ * shape, its pointers) and queued on the stream (emu_stream.cpp). */
 template <class... P, class... A>
 static inline void launch(site &s, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                           void (*kernel)(P...), A &&...a)
 {
-    std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
-    arg_ptr ptrs[sizeof...(P) + 1];
-    int n = 0, opaque = 0;
-    std::apply([&](const auto &...e) { (note_arg(e, ptrs, &n, &opaque), ...); }, args);
-    call<void (*)(P...), decltype(args)> c{kernel, &args};
-    run(s, grid, block, shared_bytes, stream, &decltype(c)::body, &c, ptrs, n, opaque);
+    using job = launch_job<void (*)(P...), std::tuple<typename std::decay<P>::type...>>;
+    using args = std::tuple<typename std::decay<P>::type...>;
+    auto j = std::make_shared<job>(kernel, args(std::forward<A>(a)...));
+    if (!admit(s, grid, block, shared_bytes, j->ptrs, j->n)) return;
+    enqueue(stream, [j, &s, grid, block, shared_bytes, stream]() {
+        run(s, grid, block, shared_bytes, stream, &job::body, j.get(), j->ptrs, j->n, j->opaque);
+    });
 }
 
 } // namespace dt_emu

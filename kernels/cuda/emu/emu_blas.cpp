@@ -119,6 +119,46 @@ bool inside(const char *name, const void *p, cudaDataType t, int rows, int cols,
     return false;
 }
 
+/* C = alpha op(A) op(B) + beta C in fp32 (C is not read when beta is 0),
+ * column-major, the inputs rounded to TF32 first when round_tf32. */
+void gemm(bool ta, bool tb, int m, int n, int k, float al, const void *A, cudaDataType Atype,
+          int lda, const void *B, cudaDataType Btype, int ldb, float be, void *C,
+          cudaDataType Ctype, int ldc, bool round_tf32)
+{
+    /* op(A) as m x k and op(B) as k x n, column-major, in fp32 */
+    std::vector<float> a((size_t)m * (size_t)k), b((size_t)k * (size_t)n);
+    for (int l = 0; l < k; l++)
+        for (int i = 0; i < m; i++) {
+            const size_t src = ta ? (size_t)l + (size_t)i * lda : (size_t)i + (size_t)l * lda;
+            const float v = load(A, Atype, src);
+            a[(size_t)i + (size_t)l * m] = round_tf32 ? tf32(v) : v;
+        }
+    for (int j = 0; j < n; j++)
+        for (int l = 0; l < k; l++) {
+            const size_t src = tb ? (size_t)j + (size_t)l * ldb : (size_t)l + (size_t)j * ldb;
+            const float v = load(B, Btype, src);
+            b[(size_t)l + (size_t)j * k] = round_tf32 ? tf32(v) : v;
+        }
+    std::vector<float> acc((size_t)m);
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < m; i++)
+            acc[(size_t)i] = 0.0f;
+        if (al != 0.0f)
+            for (int l = 0; l < k; l++) {
+                const float bv = b[(size_t)l + (size_t)j * k];
+                const float *ac = &a[(size_t)l * m];
+                for (int i = 0; i < m; i++)
+                    acc[(size_t)i] += ac[i] * bv;
+            }
+        for (int i = 0; i < m; i++) {
+            const size_t ci = (size_t)i + (size_t)j * ldc;
+            float v = al * acc[(size_t)i];
+            if (be != 0.0f) v += be * load(C, Ctype, ci);
+            store(C, Ctype, ci, v);
+        }
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -273,38 +313,11 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         Atype == CUDA_R_32F && computeType != CUBLAS_COMPUTE_32F_PEDANTIC &&
         (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
          (computeType == CUBLAS_COMPUTE_32F && handle->math == CUBLAS_TF32_TENSOR_OP_MATH));
-    /* op(A) as m x k and op(B) as k x n, column-major, in fp32 */
-    std::vector<float> a((size_t)m * (size_t)k), b((size_t)k * (size_t)n);
-    for (int l = 0; l < k; l++)
-        for (int i = 0; i < m; i++) {
-            const size_t src = ta ? (size_t)l + (size_t)i * lda : (size_t)i + (size_t)l * lda;
-            const float v = load(A, Atype, src);
-            a[(size_t)i + (size_t)l * m] = round_tf32 ? tf32(v) : v;
-        }
-    for (int j = 0; j < n; j++)
-        for (int l = 0; l < k; l++) {
-            const size_t src = tb ? (size_t)j + (size_t)l * ldb : (size_t)l + (size_t)j * ldb;
-            const float v = load(B, Btype, src);
-            b[(size_t)l + (size_t)j * k] = round_tf32 ? tf32(v) : v;
-        }
-    std::vector<float> acc((size_t)m);
-    for (int j = 0; j < n; j++) {
-        for (int i = 0; i < m; i++)
-            acc[(size_t)i] = 0.0f;
-        if (al != 0.0f)
-            for (int l = 0; l < k; l++) {
-                const float bv = b[(size_t)l + (size_t)j * k];
-                const float *ac = &a[(size_t)l * m];
-                for (int i = 0; i < m; i++)
-                    acc[(size_t)i] += ac[i] * bv;
-            }
-        for (int i = 0; i < m; i++) {
-            const size_t ci = (size_t)i + (size_t)j * ldc;
-            float v = al * acc[(size_t)i];
-            if (be != 0.0f) v += be * load(C, Ctype, ci);
-            store(C, Ctype, ci, v);
-        }
-    }
+    /* queued on the handle's stream; alpha and beta are read now (host
+     * pointer mode) */
+    dt_emu::enqueue(handle->stream, [=]() {
+        gemm(ta, tb, m, n, k, al, A, Atype, lda, B, Btype, ldb, be, C, Ctype, ldc, round_tf32);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

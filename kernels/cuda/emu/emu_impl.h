@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -42,6 +43,15 @@ cudaError_t sticky_error();
 
 /* "dtrain CUDA emulation: <message>" on stderr. */
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Streams (emu_stream.cpp): queues op on stream (NULL: the legacy
+ * default stream, which first waits for every other); it runs now or, on
+ * a deferred stream, once something waits for it. drain_stream runs
+ * everything queued on stream (NULL: on every stream), drain_all on every
+ * stream. */
+void enqueue(cudaStream_t stream, std::function<void()> op);
+void drain_stream(cudaStream_t stream);
+void drain_all();
 
 /* How many schedules each launch runs under (DTRAIN_CUDA_EMU_SCHEDULES,
  * 1 or 2, default 2). */

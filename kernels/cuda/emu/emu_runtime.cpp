@@ -15,8 +15,9 @@
  * write shows. DTRAIN_CUDA_EMU_MEMORY (bytes) sets the device's size, so
  * out-of-memory paths can be exercised; the default is 16 GiB.
  *
- * Streams and events are handles only: every call completes before it
- * returns. Errors follow CUDA's rules: cudaGetLastError returns and clears
+ * Streams and events are emu_stream.cpp's: by default every call
+ * completes before it returns (DTRAIN_CUDA_EMU_STREAMS defers them).
+ * Errors follow CUDA's rules: cudaGetLastError returns and clears
  * the pending error, and a fault in a kernel is sticky (every later call
  * returns it), as a GPU context's is.
  */
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -170,9 +172,9 @@ static const char *where_name(where w)
                          : "past the end of a device buffer";
 }
 
-static cudaError_t copy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
+/* Checks a copy's direction and extent (nothing is copied). */
+static cudaError_t check_copy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
-    std::lock_guard<std::recursive_mutex> g(lock());
     if (st().sticky) return st().sticky;
     if (bytes == 0) return cudaSuccess;
     if (!dst || !src) return fail(cudaErrorInvalidValue);
@@ -204,8 +206,18 @@ static cudaError_t copy(void *dst, const void *src, size_t bytes, enum cudaMemcp
         return fail(d == W_PARTIAL || s == W_PARTIAL ? cudaErrorInvalidValue
                                                      : cudaErrorInvalidMemcpyDirection);
     }
-    memmove(dst, src, bytes);
     return cudaSuccess;
+}
+
+/* [p, p + bytes) lies in pinned host memory (cudaMallocHost). */
+static bool pinned(const void *p, size_t bytes)
+{
+    state &s = st();
+    const uintptr_t a = (uintptr_t)p;
+    auto it = s.pinned.upper_bound(a);
+    if (it == s.pinned.begin()) return false;
+    --it;
+    return a - it->first <= it->second && bytes <= it->second - (a - it->first);
 }
 
 } // namespace dt_emu
@@ -270,11 +282,6 @@ cudaError_t cudaRuntimeGetVersion(int *version)
     if (!version) return fail(cudaErrorInvalidValue);
     *version = CUDART_VERSION;
     return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize(void)
-{
-    return ok();
 }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
@@ -396,10 +403,12 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes)
     return cudaSuccess;
 }
 
+/* cudaFree and cudaFreeHost wait for every stream first, as CUDA's do. */
 cudaError_t cudaFree(void *ptr)
 {
     if (!ptr) return cudaSuccess;
     std::lock_guard<std::recursive_mutex> g(lock());
+    drain_all();
     state &s = st();
     auto it = s.device.find((uintptr_t)ptr);
     if (it == s.device.end()) {
@@ -429,6 +438,7 @@ cudaError_t cudaFreeHost(void *ptr)
 {
     if (!ptr) return cudaSuccess;
     std::lock_guard<std::recursive_mutex> g(lock());
+    drain_all();
     auto it = st().pinned.find((uintptr_t)ptr);
     if (it == st().pinned.end()) {
         report("cudaFreeHost(%p): not a pinned allocation", ptr);
@@ -449,133 +459,68 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes_out)
     return ok();
 }
 
+/* Synchronous: after everything queued on every stream. */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
-    return copy(dst, src, bytes, kind);
+    std::lock_guard<std::recursive_mutex> g(lock());
+    drain_all();
+    cudaError_t err = check_copy(dst, src, bytes, kind);
+    if (err == cudaSuccess && bytes) memmove(dst, src, bytes);
+    return err;
 }
 
+/* Queued on the stream, as CUDA does: from pageable host memory the bytes
+ * are taken at the call (the caller may reuse its buffer at once); into
+ * pageable host memory the call returns once the copy is done; pinned
+ * host memory is read or written when the copy runs. */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream)
 {
-    (void)stream;
-    return copy(dst, src, bytes, kind);
+    std::lock_guard<std::recursive_mutex> g(lock());
+    cudaError_t err = check_copy(dst, src, bytes, kind);
+    if (err != cudaSuccess || bytes == 0) return err;
+    const bool from_host = !find_device(src, bytes), to_host = !find_device(dst, bytes);
+    if (to_host && !pinned(dst, bytes)) {
+        drain_stream(stream);
+        memmove(dst, src, bytes);
+        return ok();
+    }
+    if (from_host && !pinned(src, bytes)) {
+        const char *from = (const char *)src;
+        auto taken = std::make_shared<std::vector<char>>(from, from + bytes);
+        enqueue(stream, [dst, taken]() { memcpy(dst, taken->data(), taken->size()); });
+        return ok();
+    }
+    enqueue(stream, [dst, src, bytes]() { memmove(dst, src, bytes); });
+    return ok();
+}
+
+static cudaError_t check_memset(void *dst, size_t bytes)
+{
+    if (st().sticky) return st().sticky;
+    if (bytes && !find_device(dst, bytes)) {
+        report("cudaMemset of %zu bytes at %p: not inside one device allocation", bytes, dst);
+        return fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *dst, int value, size_t bytes)
 {
     std::lock_guard<std::recursive_mutex> g(lock());
-    if (st().sticky) return st().sticky;
-    if (bytes == 0) return cudaSuccess;
-    if (!find_device(dst, bytes)) {
-        report("cudaMemset of %zu bytes at %p: not inside one device allocation", bytes, dst);
-        return fail(cudaErrorInvalidValue);
-    }
-    memset(dst, value, bytes);
-    return cudaSuccess;
+    drain_all();
+    cudaError_t err = check_memset(dst, bytes);
+    if (err == cudaSuccess && bytes) memset(dst, value, bytes);
+    return err;
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream)
 {
-    (void)stream;
-    return cudaMemset(dst, value, bytes);
-}
-
-/* Streams and events: distinct handles that order nothing. */
-struct dt_emu_stream {
-    int priority;
-};
-struct dt_emu_event {
-    int recorded;
-};
-
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority)
-{
-    (void)flags;
-    if (!stream) return fail(cudaErrorInvalidValue);
-    if (!enabled()) return fail(cudaErrorNoDevice);
-    *stream = new dt_emu_stream{priority};
-    return ok();
-}
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
-{
-    return cudaStreamCreateWithPriority(stream, flags, 0);
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t *stream)
-{
-    return cudaStreamCreateWithPriority(stream, 0, 0);
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream)
-{
-    delete stream;
-    return ok();
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t stream)
-{
-    (void)stream;
-    return ok();
-}
-
-cudaError_t cudaStreamQuery(cudaStream_t stream)
-{
-    (void)stream;
-    return ok();
-}
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
-{
-    (void)stream;
-    (void)flags;
-    return event ? ok() : fail(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
-{
-    (void)flags;
-    if (!event) return fail(cudaErrorInvalidValue);
-    if (!enabled()) return fail(cudaErrorNoDevice);
-    *event = new dt_emu_event{0};
-    return ok();
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t *event)
-{
-    return cudaEventCreateWithFlags(event, 0);
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event)
-{
-    delete event;
-    return ok();
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
-{
-    (void)stream;
-    if (!event) return fail(cudaErrorInvalidResourceHandle);
-    event->recorded = 1;
-    return ok();
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t event)
-{
-    return event ? ok() : fail(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event)
-{
-    return event ? ok() : fail(cudaErrorInvalidResourceHandle);
-}
-
-/* The emulation keeps no time: every interval is zero. */
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
-{
-    if (!ms || !start || !end) return fail(cudaErrorInvalidValue);
-    *ms = 0.0f;
-    return ok();
+    std::lock_guard<std::recursive_mutex> g(lock());
+    cudaError_t err = check_memset(dst, bytes);
+    if (err == cudaSuccess && bytes)
+        enqueue(stream, [dst, value, bytes]() { memset(dst, value, bytes); });
+    return err;
 }
 
 cudaError_t dt_emu_func_attributes(struct cudaFuncAttributes *attr, const void *func)

@@ -605,6 +605,32 @@ void compare(const std::vector<region> &regs, const std::vector<std::vector<char
 
 } // namespace
 
+bool admit(site &s, dim3 grid, dim3 block, size_t shared_bytes, const arg_ptr *ptrs, int nptrs)
+{
+    std::lock_guard<std::recursive_mutex> g(lock());
+    if (sticky_error()) {
+        set_error(sticky_error(), true);
+        return false;
+    }
+    if (!enabled()) {
+        set_error(cudaErrorNoDevice, false);
+        return false;
+    }
+    if (!config_ok(s, grid, block, shared_bytes)) {
+        set_error(cudaErrorInvalidConfiguration, false);
+        return false;
+    }
+    for (int i = 0; i < nptrs; i++) {
+        if (ptrs[i].p && !find_device(ptrs[i].p, 0)) {
+            report("kernel %s (%s:%d): pointer argument %p is not in device memory", s.kernel,
+                   s.file, s.line, ptrs[i].p);
+            set_error(cudaErrorIllegalAddress, true);
+            return false;
+        }
+    }
+    return true;
+}
+
 void run(site &s, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
          void (*fn)(void *), void *ctx, const arg_ptr *ptrs, int nptrs, int opaque_args)
 {
@@ -617,26 +643,7 @@ void run(site &s, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t strea
         sites = &s;
     }
     s.launches++;
-    if (sticky_error()) {
-        set_error(sticky_error(), true);
-        return;
-    }
-    if (!enabled()) {
-        set_error(cudaErrorNoDevice, false);
-        return;
-    }
-    if (!config_ok(s, grid, block, shared_bytes)) {
-        set_error(cudaErrorInvalidConfiguration, false);
-        return;
-    }
-    for (int i = 0; i < nptrs; i++) {
-        if (ptrs[i].p && !find_device(ptrs[i].p, 0)) {
-            report("kernel %s (%s:%d): pointer argument %p is not in device memory", s.kernel,
-                   s.file, s.line, ptrs[i].p);
-            set_error(cudaErrorIllegalAddress, true);
-            return;
-        }
-    }
+    if (!admit(s, grid, block, shared_bytes, ptrs, nptrs)) return;
     E.s = &s;
     E.fn = fn;
     E.ctx = ctx;

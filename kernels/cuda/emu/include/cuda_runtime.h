@@ -4,11 +4,12 @@
  * the .cu files of kernels/cuda/ are compiled by the host C++ compiler and run on the
  * CPU (kernels/cuda/emu/emu.h). Names, types and error codes follow the
  * CUDA runtime's documentation; the functions are implemented in
- * kernels/cuda/emu/emu_runtime.cpp.
+ * kernels/cuda/emu/emu_runtime.cpp and emu_stream.cpp.
  *
- * Every call completes before it returns: streams and events exist as
- * handles but order nothing, so the emulation says nothing about overlap
- * or timing.
+ * By default every call completes before it returns; with
+ * DTRAIN_CUDA_EMU_STREAMS=deferred or split, work queued on streams runs
+ * as late (or a side stream's as early) as CUDA's ordering rules allow
+ * (emu_stream.cpp). The emulation says nothing about overlap or timing.
  */
 #ifndef DT_EMU_CUDA_RUNTIME_H
 #define DT_EMU_CUDA_RUNTIME_H
