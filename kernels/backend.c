@@ -280,6 +280,11 @@ dt_status dt_backend_set_params(dt_backend_t *be, const float *p, size_t n)
     return be->set_params ? be->set_params(be, p, n) : DT_OK;
 }
 
+size_t dt_backend_kept_operand_bytes(const dt_backend_t *be)
+{
+    return be && be->kept_operand_bytes ? be->kept_operand_bytes(be) : 0;
+}
+
 dt_status dt_backend_settle(dt_backend_t *be)
 {
     return be->settle ? be->settle(be) : be->sync(be);

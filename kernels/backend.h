@@ -131,6 +131,13 @@ dt_status dt_backend_slot_free(dt_backend_t *be, int slot);
  * step_gate), which is how it knows the copy is stale. The copy is
  * allocated here (DT_ERR_NOMEM when the device is full). */
 dt_status dt_backend_set_params(dt_backend_t *be, const float *p, size_t n);
+/* Bytes per element of linear_fwd's in_kept, the input rounded to the
+ * GEMM operand type that linear_bwd reads again (kernels/ops.h): 2 on
+ * cuda in bf16 or fp16; 0 where the operands are read as they are (fp32,
+ * and the cpu, which rounds as it reads), and for be == NULL. A layer
+ * keeps that much per input element beside its activations when it is
+ * not 0, and passes NULL otherwise. */
+size_t dt_backend_kept_operand_bytes(const dt_backend_t *be);
 /* Waits until the results queued so far reach the host (the loss totals,
  * a step_gate's record; see kernels/ops.h), not necessarily for the work
  * queued after them: on cuda, an update queued after step_gate may still

@@ -27,6 +27,8 @@ struct dt_backend {
     dt_status (*slot_free)(dt_backend_t *be, int slot);
     /* dt_backend_set_params; NULL: nothing to keep */
     dt_status (*set_params)(dt_backend_t *be, const float *p, size_t n);
+    /* dt_backend_kept_operand_bytes; NULL: 0 */
+    size_t (*kept_operand_bytes)(const dt_backend_t *be);
     /* dt_backend_settle; NULL: sync */
     dt_status (*settle)(dt_backend_t *be);
     void (*destroy)(dt_backend_t *be); /* frees impl and the struct itself */

@@ -140,9 +140,13 @@ struct dt_pool2d_shape {
 /*
  * The op list: X(name, (parameters)). Per op:
  *
- * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T
+ * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T; when in_kept is not NULL it
+ *                also gets in as the GEMM reads it, rounded to the backend's
+ *                operand type (dt_backend_kept_operand_bytes per element; only
+ *                on backends where that is not 0), for linear_bwd
  * linear_bwd     din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)
- *                dw(Out,In) += dout(B,Out)^T @ in(B,In)
+ *                dw(Out,In) += dout(B,Out)^T @ in(B,In); in_kept (NULL: none) is
+ *                linear_fwd's copy of the same in, read instead of rounding in again
  * bias_fwd       x(B,C) += b(C), in place
  * bias_bwd       db(C) += sum over B of dout(B,C)
  * channel_bias_fwd  x(N,C,HW) += b(C), in place
@@ -240,10 +244,10 @@ struct dt_pool2d_shape {
  * from_bf16      dst = src widened back, exactly
  */
 #define DT_OP_LIST(X)                                                                              \
-    X(linear_fwd,                                                                                  \
-      (dt_backend_t * be, float *out, const float *in, const float *w, int B, int In, int Out))    \
+    X(linear_fwd, (dt_backend_t * be, float *out, const float *in, const float *w, int B, int In,  \
+                   int Out, void *in_kept))                                                        \
     X(linear_bwd, (dt_backend_t * be, float *din, float *dw, const float *dout, const float *in,   \
-                   const float *w, int B, int In, int Out))                                        \
+                   const float *w, int B, int In, int Out, const void *in_kept))                   \
     X(bias_fwd, (dt_backend_t * be, float *x, const float *b, int B, int C))                       \
     X(bias_bwd, (dt_backend_t * be, float *db, const float *dout, int B, int C))                   \
     X(channel_bias_fwd, (dt_backend_t * be, float *x, const float *b, int N, int C, int HW))       \

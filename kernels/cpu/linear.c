@@ -16,7 +16,9 @@
  *
  * With train.precision bf16 or fp16 the matmul operands are first rounded
  * to that type (dt_cpu_operand), as tensor cores would see them; sums and
- * outputs stay fp32.
+ * outputs stay fp32. They are rounded as they are read, so the CPU keeps
+ * no rounded input for backward (dt_backend_kept_operand_bytes is 0 and
+ * in_kept is not used).
  *
  * Gradients of parameters (dw, db) ACCUMULATE (+=); the gradient of the
  * activation (din) is WRITTEN (=).
@@ -103,8 +105,9 @@ static dt_status rounded_bwd_operands(dt_backend_t *be, const float **dout, cons
 
 /* out(B,O) = in(B,I) @ w(O,I)^T */
 dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, const float *w,
-                                int B, int I, int O)
+                                int B, int I, int O, void *in_kept)
 {
+    (void)in_kept; /* operands are rounded as they are read: nothing to keep */
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
     if (st == DT_OK)
         st = rounded_fwd_operands(be, &in, &w, B, I, O);
@@ -125,8 +128,10 @@ dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, c
 
 /* din(B,I) = dout(B,O) @ w(O,I);  dw(O,I) += dout(B,O)^T @ in(B,I) */
 dt_status dt_cpu_linear_bwd_ref(dt_backend_t *be, float *din, float *dw, const float *dout,
-                                const float *in, const float *w, int B, int I, int O)
+                                const float *in, const float *w, int B, int I, int O,
+                                const void *in_kept)
 {
+    (void)in_kept;
     dt_status st = check_linear_bwd(din, dw, dout, in, w, B, I, O);
     if (st == DT_OK)
         st = rounded_bwd_operands(be, &dout, &in, din ? &w : NULL, B, I, O);
@@ -214,8 +219,9 @@ dt_status dt_cpu_channel_bias_bwd_ref(dt_backend_t *be, float *db, const float *
 /* ---- fast ------------------------------------------------------------ */
 
 dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                            int I, int O)
+                            int I, int O, void *in_kept)
 {
+    (void)in_kept;
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
     if (st == DT_OK)
         st = rounded_fwd_operands(be, &in, &w, B, I, O);
@@ -233,8 +239,10 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
 }
 
 dt_status dt_cpu_linear_bwd(dt_backend_t *be, float *din, float *dw, const float *dout,
-                            const float *in, const float *w, int B, int I, int O)
+                            const float *in, const float *w, int B, int I, int O,
+                            const void *in_kept)
 {
+    (void)in_kept;
     dt_status st = check_linear_bwd(din, dw, dout, in, w, B, I, O);
     if (st == DT_OK)
         st = rounded_bwd_operands(be, &dout, &in, din ? &w : NULL, B, I, O);

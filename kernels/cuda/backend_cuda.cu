@@ -599,6 +599,13 @@ static dt_status cuda_upload_ahead(dt_backend_t *be, int slot, void *dst, const 
 
 static dt_status cuda_sync(dt_backend_t *be) { return dt_cuda_sync_op(dt_cuda_of(be), "sync"); }
 
+/* linear.cu rounds the input into in_kept in bf16 and fp16 (2 bytes). */
+static size_t cuda_kept_operand_bytes(const dt_backend_t *be)
+{
+    const struct cuda_backend *cb = (const struct cuda_backend *)be->impl;
+    return cb->precision == DT_F32 ? 0 : sizeof(uint16_t);
+}
+
 static dt_status cuda_settle(dt_backend_t *be) { return dt_cuda_settle(dt_cuda_of(be)); }
 
 static dt_status cuda_reserve(dt_backend_t *be, enum dt_op_id op, int64_t a, int64_t b,
@@ -956,6 +963,7 @@ extern "C" dt_status dt_cuda_backend_create(const struct dt_backend_opts *opts, 
     cb->base.host_idle = cuda_host_idle;
     cb->base.copy = cuda_copy;
     cb->base.sync = cuda_sync;
+    cb->base.kept_operand_bytes = cuda_kept_operand_bytes;
     cb->base.upload_ahead = cuda_upload_ahead;
     cb->base.slot_free = cuda_slot_free;
     cb->base.settle = cuda_settle;

@@ -16,9 +16,13 @@
  *
  * The backend's precision picks the operand type: fp32 hands the tensors
  * to cuBLAS as they are (TF32 tensor cores only with allow_tf32); bf16 and
- * fp16 first round both operands to nearest into the backend's scratch
- * with a kernel of ours, and multiply with fp32 accumulation into fp32
- * outputs.
+ * fp16 round the operands to nearest with a kernel of ours and multiply
+ * with fp32 accumulation into fp32 outputs. A weight that is one of the
+ * model's parameters is read from the backend's rounded copy of them,
+ * made once per update (dt_backend_set_params); the input is rounded by
+ * the forward into the layer's in_kept, which the backward reads again;
+ * the output gradient (and anything else) is rounded into the scratch
+ * at each call.
  *
  * bias_bwd is the fixed two-pass column sum of colsum.cu (row tiles in
  * double, then the tiles in order), so it is deterministic: the same bits
@@ -165,10 +169,13 @@ dt_status dt_cuda_rounded_weight(struct cuda_backend *cb, const float *w, size_t
 /* The GEMM operands in the backend's precision: fp32 uses the tensors as
  * they are; bf16/fp16 rounds src[i] (n[i] elements) into its own slice of
  * the scratch, except the weight (index `weight`, -1 for none) when it is
- * one of the parameters, whose rounded copy is read instead. Queued on the
+ * one of the parameters, whose rounded copy is read instead, and the input
+ * (index `input`) when `kept` is given: forward (fill_kept) rounds it
+ * there, backward reads it from there as forward left it. Queued on the
  * stream like the GEMMs that read them. */
 static dt_status operands(struct cuda_backend *cb, const struct shape *s, const float *const *src,
-                          const size_t *n, int count, int weight, const void **dst)
+                          const size_t *n, int count, int weight, int input, const void *kept,
+                          int fill_kept, const void **dst)
 {
     if (cb->precision == DT_F32) {
         for (int i = 0; i < count; i++)
@@ -184,12 +191,18 @@ static dt_status operands(struct cuda_backend *cb, const struct shape *s, const 
         return dt_error_context(st, "cuda %s (" SHAPE_FMT ", %s operands)", s->op, SHAPE_ARGS(s),
                                 dt_precision_name(cb->precision));
     for (int i = 0; i < count; i++) {
-        char *p = (char *)scratch + off[i];
+        void *p = (char *)scratch + off[i];
         dst[i] = NULL;
         if (i == weight && (st = dt_cuda_rounded_weight(cb, src[i], n[i], &dst[i])) != DT_OK)
             return st;
         if (dst[i])
             continue;
+        if (i == input && kept) {
+            dst[i] = kept;
+            if (!fill_kept)
+                continue;
+            p = (void *)kept;
+        }
         st = round_into(cb, p, src[i], n[i], s->op);
         if (st != DT_OK)
             return dt_error_context(st, SHAPE_FMT " operands", SHAPE_ARGS(s));
@@ -223,7 +236,7 @@ static dt_status zero(struct cuda_backend *cb, const struct shape *s, float *x, 
 
 /* out(B,Out) = in(B,In) @ w(Out,In)^T */
 dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                             int In, int Out)
+                             int In, int Out, void *in_kept)
 {
     DT_CUDA_REQUIRE(out && in && w, "linear_fwd", "out, in and w must not be NULL");
     DT_CUDA_REQUIRE(B >= 0 && In >= 0 && Out >= 0, "linear_fwd",
@@ -237,7 +250,7 @@ dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, cons
     const float *src[2] = {w, in};
     const size_t n[2] = {(size_t)Out * In, (size_t)B * In};
     const void *op[2];
-    dt_status st = operands(cb, &s, src, n, 2, 0, op);
+    dt_status st = operands(cb, &s, src, n, 2, 0, 1, in_kept, 1, op);
     if (st != DT_OK)
         return st;
     /* out^T(Out,B) = w(Out,In) @ in^T(In,B) */
@@ -248,7 +261,8 @@ dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, cons
 /* din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)
  * dw(Out,In) += dout(B,Out)^T @ in(B,In) */
 dt_status dt_cuda_linear_bwd(dt_backend_t *be, float *din, float *dw, const float *dout,
-                             const float *in, const float *w, int B, int In, int Out)
+                             const float *in, const float *w, int B, int In, int Out,
+                             const void *in_kept)
 {
     DT_CUDA_REQUIRE(dw && dout && in, "linear_bwd", "dw, dout and in must not be NULL");
     DT_CUDA_REQUIRE(!din || w, "linear_bwd", "w must not be NULL when din is asked for");
@@ -264,7 +278,7 @@ dt_status dt_cuda_linear_bwd(dt_backend_t *be, float *din, float *dw, const floa
     const float *src[MAX_OPERANDS] = {dout, in, w};
     const size_t n[MAX_OPERANDS] = {(size_t)B * Out, (size_t)B * In, (size_t)Out * In};
     const void *op[MAX_OPERANDS];
-    st = operands(cb, &s, src, n, din ? 3 : 2, 2, op);
+    st = operands(cb, &s, src, n, din ? 3 : 2, 2, 1, in_kept, 0, op);
     if (st != DT_OK)
         return st;
     if (din) { /* din^T(In,B) = w^T(In,Out) @ dout^T(Out,B) */

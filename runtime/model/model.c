@@ -683,6 +683,7 @@ static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
         n->l.input_grad = n->want_din;
+        n->l.recomputed = n->inner;
         if (n->l.kind->workspace)
             DT_CHECK(n->l.kind->workspace(&n->l, m->be, max_rows));
         size_t h = 2 * (size_t)numel(&n->l.in) + 1;

@@ -280,12 +280,12 @@ static void linear_setup(struct run *r)
 static void linear_fwd(struct run *r)
 {
     const int *d = r->c->dims;
-    CALL(r, linear_fwd, F(r, X3), F(r, X0), F(r, X1), d[0], d[1], d[2]);
+    CALL(r, linear_fwd, F(r, X3), F(r, X0), F(r, X1), d[0], d[1], d[2], NULL);
 }
 static void linear_bwd(struct run *r)
 {
     const int *d = r->c->dims;
-    CALL(r, linear_bwd, F(r, X4), F(r, X5), F(r, X2), F(r, X0), F(r, X1), d[0], d[1], d[2]);
+    CALL(r, linear_bwd, F(r, X4), F(r, X5), F(r, X2), F(r, X0), F(r, X1), d[0], d[1], d[2], NULL);
 }
 
 /* bias and channel bias (in place, so the forward copies x into y first):

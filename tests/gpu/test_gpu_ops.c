@@ -342,10 +342,10 @@ static void linear_ref(int B, int I, int O, const float *in, const float *w, con
     const struct dt_ops *rops = dt_backend_ops(ref);
     memcpy(res[2], old, (size_t)O * I * sizeof *old);
     memset(res[3], 0, (size_t)O * I * sizeof *old);
-    OK(rops->linear_fwd(ref, res[0], in, w, B, I, O));
-    OK(rops->linear_bwd(ref, res[1], res[2], dout, in, w, B, I, O));
-    OK(rops->linear_bwd(ref, NULL, res[3], dout, in, w, B, I, O));
-    OK(rops->linear_bwd(ref, res[1], res[3], dout, in, w, B, I, O));
+    OK(rops->linear_fwd(ref, res[0], in, w, B, I, O, NULL));
+    OK(rops->linear_bwd(ref, res[1], res[2], dout, in, w, B, I, O, NULL));
+    OK(rops->linear_bwd(ref, NULL, res[3], dout, in, w, B, I, O, NULL));
+    OK(rops->linear_bwd(ref, res[1], res[3], dout, in, w, B, I, O, NULL));
 }
 
 /* The TF32 GEMMs' four results gots (out, din, dw, dw2) against three CPU
@@ -408,18 +408,18 @@ static void linear_case(int c, int B, int I, int O)
     dt_backend_t *ref = cpu_ref[c];
     const struct dt_ops *rops = dt_backend_ops(ref);
     memcpy(dw_c, old, nw * sizeof *old);
-    OK(rops->linear_fwd(ref, out_c, in, w, B, I, O));
-    OK(rops->linear_bwd(ref, din_c, dw_c, dout, in, w, B, I, O));
-    OK(rops->linear_bwd(ref, NULL, dw2_c, dout, in, w, B, I, O));
-    OK(rops->linear_bwd(ref, din_c, dw2_c, dout, in, w, B, I, O));
+    OK(rops->linear_fwd(ref, out_c, in, w, B, I, O, NULL));
+    OK(rops->linear_bwd(ref, din_c, dw_c, dout, in, w, B, I, O, NULL));
+    OK(rops->linear_bwd(ref, NULL, dw2_c, dout, in, w, B, I, O, NULL));
+    OK(rops->linear_bwd(ref, din_c, dw2_c, dout, in, w, B, I, O, NULL));
 
     float *d_in = dput(g, in, nin), *d_w = dput(g, w, nw), *d_dout = dput(g, dout, nout);
     float *d_out = dnew(g, nout * sizeof(float)), *d_din = dput(g, nan_in, nin);
     float *d_dw = dput(g, old, nw), *d_dw2 = dnew(g, nw * sizeof(float));
-    OK(go->linear_fwd(g, d_out, d_in, d_w, B, I, O));
-    OK(go->linear_bwd(g, d_din, d_dw, d_dout, d_in, d_w, B, I, O));
-    OK(go->linear_bwd(g, NULL, d_dw2, d_dout, d_in, d_w, B, I, O));
-    OK(go->linear_bwd(g, d_din, d_dw2, d_dout, d_in, d_w, B, I, O));
+    OK(go->linear_fwd(g, d_out, d_in, d_w, B, I, O, NULL));
+    OK(go->linear_bwd(g, d_din, d_dw, d_dout, d_in, d_w, B, I, O, NULL));
+    OK(go->linear_bwd(g, NULL, d_dw2, d_dout, d_in, d_w, B, I, O, NULL));
+    OK(go->linear_bwd(g, d_din, d_dw2, d_dout, d_in, d_w, B, I, O, NULL));
     float *out = hget(g, d_out, nout), *din = hget(g, d_din, nin);
     float *dw = hget(g, d_dw, nw), *dw2 = hget(g, d_dw2, nw);
 
@@ -440,7 +440,7 @@ static void linear_case(int c, int B, int I, int O)
     CHECK_CLOSE(what, cfgs[c].name, dw2, dw2_c, nw, TINY, tol);
     if (cfgs[c].precision != DT_F32) { /* it rounded: not the fp32 result */
         float *out32 = hnew(nout);
-        OK(cops->linear_fwd(cpu, out32, in, w, B, I, O));
+        OK(cops->linear_fwd(cpu, out32, in, w, B, I, O, NULL));
         double e32 = norm_err(out, out32, nout, TINY);
         if (!(e32 >= ROUNDED_MIN_DIFF))
             printf("\n  linear %dx%dx%d (%s) is within %.3g of fp32: operands not rounded\n", B,
@@ -477,7 +477,7 @@ static void test_linear_empty(void)
         fill_value(nan6, 6, NAN);
         fill_value(seven, 6, 7.0f);
         float *dx = dput(g, x, 6), *dout = dput(g, nan6, 6);
-        OK(go->linear_fwd(g, dout, dx, dx, 2, 0, 3));
+        OK(go->linear_fwd(g, dout, dx, dx, 2, 0, 3, NULL));
         down(g, h, dout, sizeof h);
         int bad = 0;
         for (int i = 0; i < 6; i++)
@@ -485,13 +485,13 @@ static void test_linear_empty(void)
         CU_ASSERT_EQUAL(bad, 0);
 
         float *din = dput(g, nan6, 6), *dw = dput(g, seven, 6);
-        OK(go->linear_bwd(g, din, dw, dx, dx, dx, 2, 3, 0));
+        OK(go->linear_bwd(g, din, dw, dx, dx, dx, 2, 3, 0, NULL));
         down(g, h, din, sizeof h);
         bad = 0;
         for (int i = 0; i < 6; i++)
             bad += h[i] != 0.0f;
         CU_ASSERT_EQUAL(bad, 0);
-        OK(go->linear_bwd(g, din, dw, dx, dx, dx, 0, 3, 2));
+        OK(go->linear_bwd(g, din, dw, dx, dx, dx, 0, 3, 2, NULL));
         down(g, h, dw, sizeof h);
         CU_ASSERT_EQUAL(memcmp(h, seven, sizeof h), 0);
         dt_backend_free(g, dx), dt_backend_free(g, dout);
@@ -876,7 +876,7 @@ static void scratch_case(int reserve)
     if (reserve) /* each op's own reservation, so neither covers the other */
         OK(dt_backend_reserve(g, DT_OP_linear_bwd, B, IN, OUT));
     dt_backend_waits(g, &w0);
-    OK(go->linear_bwd(g, d_dx, d_dw, d_dy, d_x, d_w, B, IN, OUT));
+    OK(go->linear_bwd(g, d_dx, d_dw, d_dy, d_x, d_w, B, IN, OUT, NULL));
     dt_backend_waits(g, &w1);
     CU_ASSERT_EQUAL(w1.count - w0.count, reserve ? 0u : 1u);
     if (reserve) OK(dt_backend_reserve(g, DT_OP_bias_bwd, ROWS, COLS, 0));
@@ -1241,10 +1241,10 @@ static int same_linear(dt_backend_t *g, const struct dt_ops *go, const float *w,
     float *d1 = dnew(g, nx * sizeof(float)), *d2 = dnew(g, nx * sizeof(float));
     float *dw = dnew(g, nw * sizeof(float));
     OK(dt_backend_copy(g, w2, w, nw * sizeof(float), DT_COPY_D2D));
-    OK(go->linear_fwd(g, y1, x, w, B, In, Out));
-    OK(go->linear_fwd(g, y2, x, w2, B, In, Out));
-    OK(go->linear_bwd(g, d1, dw, y1, x, w, B, In, Out));
-    OK(go->linear_bwd(g, d2, dw, y1, x, w2, B, In, Out));
+    OK(go->linear_fwd(g, y1, x, w, B, In, Out, NULL));
+    OK(go->linear_fwd(g, y2, x, w2, B, In, Out, NULL));
+    OK(go->linear_bwd(g, d1, dw, y1, x, w, B, In, Out, NULL));
+    OK(go->linear_bwd(g, d2, dw, y1, x, w2, B, In, Out, NULL));
     float *h1 = hget(g, y1, ny), *h2 = hget(g, y2, ny), *e1 = hget(g, d1, nx),
           *e2 = hget(g, d2, nx);
     int same = memcmp(h1, h2, ny * sizeof *h1) == 0 && memcmp(e1, e2, nx * sizeof *e1) == 0;
@@ -1319,6 +1319,64 @@ static void test_params_copy(void)
         dt_backend_free(g, p), dt_backend_free(g, x), dt_backend_free(g, w2), dt_backend_free(g, m),
             dt_backend_free(g, v), dt_backend_free(g, grad);
         free(hp), free(hx);
+    }
+}
+
+/* linear_fwd's in_kept (bf16, fp16): the forward that keeps the rounded
+ * input gives the bits of the one that does not, and a backward handed
+ * that copy gives the bits of the ordinary backward even with its fp32
+ * input overwritten by NaN in between, so it reads the copy and nothing
+ * else. Where operands are not rounded (fp32 on cuda, every cpu backend)
+ * nothing is kept. */
+static void test_linear_kept_input(void)
+{
+    const int B = 37, In = 129, Out = 65;
+    const size_t nx = (size_t)B * In, nw = (size_t)Out * In, ny = (size_t)B * Out;
+    CU_ASSERT_EQUAL(dt_backend_kept_operand_bytes(gpu[FP32]), 0);
+    CU_ASSERT_EQUAL(dt_backend_kept_operand_bytes(gpu[TF32]), 0);
+    CU_ASSERT_EQUAL(dt_backend_kept_operand_bytes(cpu_ref[BF16]), 0);
+    CU_ASSERT_EQUAL(dt_backend_kept_operand_bytes(NULL), 0);
+    for (int c = BF16; c <= FP16; c++) {
+        dt_backend_t *g = gpu[c];
+        const struct dt_ops *go = gops[c];
+        CU_ASSERT_EQUAL_FATAL(dt_backend_kept_operand_bytes(g), 2);
+        float *hx = hrand(nx, -1, 1), *hw = hrand(nw, -1, 1), *hd = hrand(ny, -1, 1);
+        float *x = dput(g, hx, nx), *w = dput(g, hw, nw), *dy = dput(g, hd, ny);
+        void *kept = dnew(g, nx * 2);
+        float *y[2], *dx[2], *dw[2];
+        for (int k = 0; k < 2; k++) {
+            y[k] = dnew(g, ny * sizeof(float));
+            dx[k] = dnew(g, nx * sizeof(float));
+            dw[k] = dnew(g, nw * sizeof(float));
+        }
+        OK(go->linear_fwd(g, y[0], x, w, B, In, Out, NULL));
+        OK(go->linear_bwd(g, dx[0], dw[0], dy, x, w, B, In, Out, NULL));
+        OK(go->linear_fwd(g, y[1], x, w, B, In, Out, kept));
+        OK(go->fill(g, x, nx, NAN));
+        OK(go->linear_bwd(g, dx[1], dw[1], dy, x, w, B, In, Out, kept));
+        float *h[2][3];
+        for (int k = 0; k < 2; k++) {
+            h[k][0] = hget(g, y[k], ny);
+            h[k][1] = hget(g, dx[k], nx);
+            h[k][2] = hget(g, dw[k], nw);
+        }
+        const char *what[3] = {"out", "din", "dw"};
+        const size_t n[3] = {ny, nx, nw};
+        for (int t = 0; t < 3; t++) {
+            int same = memcmp(h[0][t], h[1][t], n[t] * sizeof(float)) == 0;
+            if (!same)
+                printf("\n  %s: linear's %s with the kept input differs from the plain op\n",
+                       cfgs[c].name, what[t]);
+            CU_ASSERT(same);
+        }
+        for (int k = 0; k < 2; k++) {
+            for (int t = 0; t < 3; t++)
+                free(h[k][t]);
+            dt_backend_free(g, y[k]), dt_backend_free(g, dx[k]), dt_backend_free(g, dw[k]);
+        }
+        dt_backend_free(g, x), dt_backend_free(g, w), dt_backend_free(g, dy),
+            dt_backend_free(g, kept);
+        free(hx), free(hw), free(hd);
     }
 }
 
@@ -1604,6 +1662,7 @@ int main(void)
     CU_ADD(s, test_step_gate);
     CU_ADD(s, test_pinned_upload);
     CU_ADD(s, test_params_copy);
+    CU_ADD(s, test_linear_kept_input);
     CU_ADD(s, test_scale_fill);
 
     s = CU_add_suite("cuda_cast", suite_init, suite_cleanup);

@@ -301,7 +301,7 @@ struct lin_ctx {
 static double lin_loss(void *p)
 {
     struct lin_ctx *c = p;
-    CU_ASSERT_EQUAL(c->o->linear_fwd(c->be, c->out, c->in, c->w, c->B, c->I, c->O), DT_OK);
+    CU_ASSERT_EQUAL(c->o->linear_fwd(c->be, c->out, c->in, c->w, c->B, c->I, c->O, NULL), DT_OK);
     return dot(c->out, c->R, (size_t)c->B * c->O);
 }
 
@@ -315,7 +315,7 @@ static void test_linear_grad(void)
         fill_uniform(R, B * O, -1, 1);
         fill_value(din, B * I, NAN); /* written */
         fill_value(dw, O * I, 0.0f);
-        OK(ops[k]->linear_bwd(backends[k], din, dw, R, in, w, B, I, O));
+        OK(ops[k]->linear_bwd(backends[k], din, dw, R, in, w, B, I, O, NULL));
         struct lin_ctx c = {ops[k], backends[k], in, w, out, R, B, I, O};
         CHECK_FD("linear d/din", k, fd_max_err(lin_loss, &c, in, B * I, din));
         CHECK_FD("linear d/dw", k, fd_max_err(lin_loss, &c, w, O * I, dw));
@@ -333,11 +333,11 @@ static void test_linear_accumulates(void)
         fill_uniform(dout, B * O, -1, 1);
         fill_uniform(old, O * I, -1, 1);
         fill_value(dw0, O * I, 0.0f);
-        OK(ops[k]->linear_bwd(backends[k], din0, dw0, dout, in, w, B, I, O));
+        OK(ops[k]->linear_bwd(backends[k], din0, dw0, dout, in, w, B, I, O, NULL));
 
         memcpy(dw, old, sizeof dw);
         fill_value(din, B * I, 1e30f);
-        OK(ops[k]->linear_bwd(backends[k], din, dw, dout, in, w, B, I, O));
+        OK(ops[k]->linear_bwd(backends[k], din, dw, dout, in, w, B, I, O, NULL));
         CU_ASSERT(max_rel_err(din, din0, B * I, 1e-6) == 0.0); /* written, not added */
         float expect[O * I];
         for (int i = 0; i < O * I; i++)
@@ -346,8 +346,8 @@ static void test_linear_accumulates(void)
 
         /* twice = 2x (micro-batch accumulation); din NULL skips din */
         fill_value(dw, O * I, 0.0f);
-        OK(ops[k]->linear_bwd(backends[k], NULL, dw, dout, in, w, B, I, O));
-        OK(ops[k]->linear_bwd(backends[k], NULL, dw, dout, in, w, B, I, O));
+        OK(ops[k]->linear_bwd(backends[k], NULL, dw, dout, in, w, B, I, O, NULL));
+        OK(ops[k]->linear_bwd(backends[k], NULL, dw, dout, in, w, B, I, O, NULL));
         for (int i = 0; i < O * I; i++)
             expect[i] = 2.0f * dw0[i];
         CU_ASSERT(max_rel_err(dw, expect, O * I, 1.0) < ELEM_TOL);
@@ -378,8 +378,8 @@ static void test_linear_fast_vs_ref(void)
                 }
         for (int k = 0; k < NBACKENDS; k++) {
             fill_value(dw, (size_t)O * I, 0.0f);
-            OK(ops[k]->linear_fwd(backends[k], out, in, w, B, I, O));
-            OK(ops[k]->linear_bwd(backends[k], din, dw, dout, in, w, B, I, O));
+            OK(ops[k]->linear_fwd(backends[k], out, in, w, B, I, O, NULL));
+            OK(ops[k]->linear_bwd(backends[k], din, dw, dout, in, w, B, I, O, NULL));
             double e1 = norm_err(out, rout, (size_t)B * O), e2 = norm_err(din, rdin, (size_t)B * I),
                    e3 = norm_err(dw, rdw, (size_t)O * I);
             if (!(e1 < GEMM_TOL && e2 < GEMM_TOL && e3 < GEMM_TOL))
@@ -476,18 +476,18 @@ static void test_linear_precision(void)
             int k = ref ? REF : FAST;
             fill_value(dw, (size_t)O * I, 0.0f);
             fill_value(xdw, (size_t)O * I, 0.0f);
-            OK(lops->linear_fwd(lo, out, in, w, B, I, O));
-            OK(lops->linear_bwd(lo, din, dw, dout, in, w, B, I, O));
-            OK(ops[k]->linear_fwd(backends[k], xout, rin, rw, B, I, O));
-            OK(ops[k]->linear_bwd(backends[k], xdin, xdw, rdout, rin, rw, B, I, O));
+            OK(lops->linear_fwd(lo, out, in, w, B, I, O, NULL));
+            OK(lops->linear_bwd(lo, din, dw, dout, in, w, B, I, O, NULL));
+            OK(ops[k]->linear_fwd(backends[k], xout, rin, rw, B, I, O, NULL));
+            OK(ops[k]->linear_bwd(backends[k], xdin, xdw, rdout, rin, rw, B, I, O, NULL));
             CU_ASSERT(memcmp(out, xout, sizeof(float) * B * O) == 0);
             CU_ASSERT(memcmp(din, xdin, sizeof(float) * B * I) == 0);
             CU_ASSERT(memcmp(dw, xdw, sizeof(float) * O * I) == 0);
-            OK(ops[k]->linear_fwd(backends[k], xout, in, w, B, I, O));
+            OK(ops[k]->linear_fwd(backends[k], xout, in, w, B, I, O, NULL));
             CU_ASSERT(memcmp(out, xout, sizeof(float) * B * O) != 0);
             float big = in[0];
             in[0] = 70000.0f; /* beyond fp16, within bf16 */
-            OK(lops->linear_fwd(lo, out, in, w, B, I, O));
+            OK(lops->linear_fwd(lo, out, in, w, B, I, O, NULL));
             CU_ASSERT_EQUAL(!isfinite(out[0]), precs[p] == DT_F16);
             in[0] = big;
             dt_backend_destroy(lo);
@@ -503,15 +503,15 @@ static void test_linear_empty(void)
     for (int k = 0; k < NBACKENDS; k++) {
         float out[6], din[6], dw[6], x[6] = {1, 2, 3, 4, 5, 6};
         fill_value(out, 6, NAN);
-        OK(ops[k]->linear_fwd(backends[k], out, x, x, 2, 0, 3));
+        OK(ops[k]->linear_fwd(backends[k], out, x, x, 2, 0, 3, NULL));
         for (int i = 0; i < 6; i++)
             CU_ASSERT_EQUAL(out[i], 0.0f);
         fill_value(din, 6, NAN);
         fill_value(dw, 6, 7.0f);
-        OK(ops[k]->linear_bwd(backends[k], din, dw, x, x, x, 2, 3, 0));
+        OK(ops[k]->linear_bwd(backends[k], din, dw, x, x, x, 2, 3, 0, NULL));
         for (int i = 0; i < 6; i++)
             CU_ASSERT_EQUAL(din[i], 0.0f);
-        OK(ops[k]->linear_bwd(backends[k], din, dw, x, x, x, 0, 3, 2));
+        OK(ops[k]->linear_bwd(backends[k], din, dw, x, x, x, 0, 3, 2, NULL));
         for (int i = 0; i < 6; i++)
             CU_ASSERT_EQUAL(dw[i], 7.0f); /* nothing added */
     }

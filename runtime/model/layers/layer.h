@@ -86,6 +86,8 @@ struct dt_layer {
     int loss;          /* the kind is a loss: fwd adds to the loss and the correct count */
     int64_t labels_per_row; /* a loss: labels per sample it reads (1, or a sequence's length) */
     int input_grad;    /* set by the model before workspace(): backward gets a din */
+    int recomputed;    /* set by the model before workspace(): forward runs again before
+                          backward (model.recompute), so keeping more is no help */
     int has_eval_mode; /* forward differs between training and evaluation */
     unsigned char cfg[DT_LAYER_CFG_BYTES] __attribute__((aligned(8))); /* the kind's settings */
 };

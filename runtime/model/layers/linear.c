@@ -72,11 +72,19 @@ out:
     return st;
 }
 
+/* The input as the GEMMs read it, kept from forward for backward where the
+ * backend rounds it (workspace), else NULL. */
+static void *kept(const struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    return l->saved_per_row ? x->saved : NULL;
+}
+
 static dt_status fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct linear_cfg *c = (const struct linear_cfg *)l->cfg;
     int B = (int)(x->rows * c->rows_per_sample);
-    dt_status st = x->ops->linear_fwd(x->be, x->out, x->in, x->p[0], B, (int)c->in, (int)c->out);
+    dt_status st = x->ops->linear_fwd(x->be, x->out, x->in, x->p[0], B, (int)c->in, (int)c->out,
+                                      kept(l, x));
     if (st == DT_OK && c->bias)
         st = x->ops->bias_fwd(x->be, x->out, x->p[1], B, (int)c->out);
     return st;
@@ -91,16 +99,21 @@ static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
         st = x->ops->bias_bwd(x->be, x->g[1], x->dout, B, (int)c->out);
     if (st == DT_OK)
         st = x->ops->linear_bwd(x->be, x->din, x->g[0], x->dout, x->in, x->p[0], B, (int)c->in,
-                                (int)c->out);
+                                (int)c->out, kept(l, x));
     return st;
 }
 
 /* The backend's scratch for the GEMMs (bf16/fp16 operands) and the bias
- * gradient's column sums at the largest micro-batch. */
+ * gradient's column sums at the largest micro-batch; and, where the
+ * backend rounds the GEMMs' operands, the rounded input kept from forward
+ * for backward (unless forward runs again before backward anyway). */
 static dt_status workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
 {
     const struct linear_cfg *c = (const struct linear_cfg *)l->cfg;
     int64_t B = max_rows * c->rows_per_sample;
+    size_t keep = l->recomputed ? 0 : dt_backend_kept_operand_bytes(be);
+    size_t keep_bytes = keep * (size_t)(c->rows_per_sample * c->in);
+    l->saved_per_row = (int64_t)((keep_bytes + sizeof(float) - 1) / sizeof(float));
     dt_status st = dt_backend_reserve(be, DT_OP_linear_bwd, B, c->in, c->out);
     if (st == DT_OK && c->bias) st = dt_backend_reserve(be, DT_OP_bias_bwd, B, c->out, 0);
     return st != DT_OK ? dt_error_context(st, "%s", l->where) : DT_OK;
