@@ -20,8 +20,8 @@
 #      scratch is sized when the model is built);
 #   3. a bf16 run of a few hundred steps keeps a finite loss that falls;
 #   4. a small GPT (2 layers, attention, layer norm, embeddings, AdamW,
-#      dropout) trained for a few steps on cpu and on cuda on text imported
-#      from this repository's README logs the same loss at every step
+#      dropout) trained for a few steps on cpu and on cuda on the text of
+#      tests/common/corpus.py logs the same loss at every step
 #      and the same validation loss at the end
 #      (DTRAIN_GPU_LOSS_RTOL) and ends with the same parameters, every
 #      tensor within DTRAIN_GPU_GPT_RTOL (default 1e-3) of its largest value,
@@ -286,7 +286,8 @@ train:
 checkpoint: {every_minutes: 0}
 runtime: {allow_tf32: false}
 YEOF
-if "$DTRAIN" data import text "$SRC/README.md" -o "$W/gpt/text.h5" >"$W/gpt/import.log" 2>&1 &&
+if python3 "$SRC/tests/common/corpus.py" >"$W/gpt/corpus.txt" &&
+   "$DTRAIN" data import text "$W/gpt/corpus.txt" -o "$W/gpt/text.h5" >"$W/gpt/import.log" 2>&1 &&
    RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cpu --set train.steps=$GPT_STEPS --set runtime.device=cpu &&
    RUN_JOB=$W/gpt/gpt.yaml RUN_DATA=$W/gpt/text.h5 run gpt_cuda --set train.steps=$GPT_STEPS "${cuda[@]}"; then
   same_runs gpt_cpu gpt_cuda "$GPT_STEPS" "$GPT_RTOL" || fail=1
