@@ -129,11 +129,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(i % 8191) * 0.125f;
     double save[NSHAPES], verify[NSHAPES], untimed_s, untimed_v;
-    struct dt_ckpt_tensor warm = {"params/x", shapes[0], x};
+    struct dt_ckpt_tensor warm = {"params/x", shapes[0], x, NULL, 0};
     measure(c, dir, &warm, (int64_t)NSHAPES * MAX_REPEATS, rank, &untimed_s, &untimed_v);
     for (int s = 0; s < NSHAPES; s++) {
         double sv[MAX_REPEATS], vf[MAX_REPEATS];
-        struct dt_ckpt_tensor t = {"params/x", shapes[s], x};
+        struct dt_ckpt_tensor t = {"params/x", shapes[s], x, NULL, 0};
         for (int r = 0; r < repeats; r++)
             measure(c, dir, &t, (int64_t)(s * MAX_REPEATS + r), rank, &sv[r], &vf[r]);
         save[s] = median(sv, repeats);

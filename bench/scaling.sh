@@ -91,7 +91,7 @@ printf '%-6s %12s %12s %8s %12s %8s %14s %8s\n' round ceiling sharded ratio "rin
 for ((i = 1; i <= ROUNDS; i++)); do
   ceil=$(ceiling "solo$i.")
   shard=$(weak "shard$i" ring)
-  full=$(weak "full$i" ring --set comm.sharded_update=false)
+  full=$(weak "full$i" ring --set comm.shard=none)
   lib=$(weak "lib$i" library)
   awk -v i="$i" -v c="$ceil" -v s="$shard" -v f="$full" -v l="$lib" 'BEGIN {
     printf "%-6s %12.0f %12.0f %8.3f %12.0f %8.3f %14.0f %8.3f\n", i, c, s, s / c, f, f / c, l, l / c }'

@@ -283,9 +283,36 @@ static dt_status check_tensor_arg(const struct dt_ckpt_tensor *t, int i)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "checkpoint tensor %s is too large (more than %lld values)", t->name,
                             (long long)MAX_NUMEL);
-    if (!t->data && numel > 0)
+    if (!t->pieces) {
+        if (!t->data && numel > 0)
+            return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor %s has no data", t->name);
+        return DT_OK;
+    }
+    uint64_t at = 0, held = 0;
+    for (int j = 0; j < t->npieces; j++) {
+        const struct dt_ckpt_piece *q = &t->pieces[j];
+        if (q->lo < at || q->hi < q->lo || q->hi > (uint64_t)numel)
+            return dt_set_error(DT_ERR_INVALID_ARG,
+                                "checkpoint tensor %s: piece %d [%llu, %llu) is not after the "
+                                "one before it or leaves its %lld elements",
+                                t->name, j, (unsigned long long)q->lo, (unsigned long long)q->hi,
+                                (long long)numel);
+        at = q->hi;
+        held += q->hi - q->lo;
+    }
+    if (t->npieces < 0 || (held > 0 && !t->data))
         return dt_set_error(DT_ERR_INVALID_ARG, "checkpoint tensor %s has no data", t->name);
     return DT_OK;
+}
+
+/* Elements of tensor t this rank writes: [lo, hi) of a whole tensor (its
+ * slice), or its pieces. */
+static uint64_t held_elems(const struct dt_ckpt_tensor *t)
+{
+    uint64_t held = 0;
+    for (int j = 0; t->pieces && j < t->npieces; j++)
+        held += t->pieces[j].hi - t->pieces[j].lo;
+    return held;
 }
 
 /* Local checks of the arguments, and the buffers a save needs. */
@@ -400,29 +427,57 @@ static void my_slice(const struct save *s, int64_t n, uint64_t *lo, uint64_t *hi
     *hi = (uint64_t)n * (uint64_t)(s->rank + 1) / (uint64_t)s->world;
 }
 
-/* Each rank hashes its slices; the partial sums are gathered and added. */
+/* This rank's part of tensor t's checksum sum: its slice, or its pieces. */
+static uint64_t my_checksum(const struct save *s, const struct dt_ckpt_tensor *t)
+{
+    if (!t->pieces) {
+        uint64_t lo, hi;
+        my_slice(s, numel_of(&t->shape), &lo, &hi);
+        return hi > lo ? checksum_part(t->data, lo, hi) : 0;
+    }
+    uint64_t sum = 0;
+    const float *x = t->data;
+    for (int j = 0; j < t->npieces; j++) {
+        size_t n = (size_t)(t->pieces[j].hi - t->pieces[j].lo);
+        sum += checksum_slice(x, (size_t)t->pieces[j].lo, n);
+        x += n;
+    }
+    return sum;
+}
+
+/* Each rank hashes its slices (or pieces); the partial sums are gathered
+ * and added. A tensor given in pieces must have every element held once:
+ * the counts the ranks hold are gathered with the sums and must add up. */
 static dt_status compute_checksums(struct save *s)
 {
     size_t cnt = (size_t)s->n;
-    uint64_t *all = calloc(cnt * (size_t)s->world + 1, sizeof *all);
-    DT_ASSERT(all);
+    uint64_t *mine = calloc(2 * cnt + 1, sizeof *mine);
+    uint64_t *all = calloc(2 * cnt * (size_t)s->world + 1, sizeof *all);
+    DT_ASSERT(mine && all);
     for (int i = 0; i < s->n; i++) {
-        uint64_t lo, hi;
-        my_slice(s, numel_of(&s->t[i].shape), &lo, &hi);
-        s->sums[i] = hi > lo ? checksum_part(s->t[i].data, lo, hi) : 0;
+        mine[2 * i] = my_checksum(s, &s->t[i]);
+        mine[2 * i + 1] = held_elems(&s->t[i]);
     }
     dt_status st = DT_OK;
-    int rc =
-        cnt ? MPI_Allgather(s->sums, (int)cnt, MPI_UINT64_T, all, (int)cnt, MPI_UINT64_T, s->comm)
-            : MPI_SUCCESS;
+    int rc = cnt ? MPI_Allgather(mine, (int)(2 * cnt), MPI_UINT64_T, all, (int)(2 * cnt),
+                                 MPI_UINT64_T, s->comm)
+                 : MPI_SUCCESS;
     if (rc != MPI_SUCCESS) st = mpi_fail(s, rc, "gathering checksums");
     for (int i = 0; i < s->n && st == DT_OK; i++) {
-        uint64_t sum = 0;
-        for (int r = 0; r < s->world; r++)
-            sum += all[(size_t)r * cnt + (size_t)i];
-        s->sums[i] = checksum_finish(sum, (size_t)numel_of(&s->t[i].shape));
+        uint64_t sum = 0, held = 0, numel = (uint64_t)numel_of(&s->t[i].shape);
+        for (int r = 0; r < s->world; r++) {
+            sum += all[(size_t)r * 2 * cnt + 2 * (size_t)i];
+            held += all[(size_t)r * 2 * cnt + 2 * (size_t)i + 1];
+        }
+        if (s->t[i].pieces && held != numel)
+            st = dt_set_error(DT_ERR_INVALID_ARG,
+                              "checkpoint tensor %s: the ranks hold %llu of its %llu elements "
+                              "between them (each must be held once)",
+                              s->t[i].name, (unsigned long long)held, (unsigned long long)numel);
+        s->sums[i] = checksum_finish(sum, (size_t)numel);
     }
     free(all);
+    free(mine);
     return st;
 }
 
@@ -715,12 +770,14 @@ static herr_t add_flat(struct flat_sel *f, int k, hsize_t lo, hsize_t hi)
     return e;
 }
 
-/* Selects the flat (row-major) elements [lo, hi) of a space of the given
- * shape as a union of hyperslab blocks (see add_flat). */
-static herr_t select_flat(hid_t space, const struct dt_shape *shape, uint64_t lo, uint64_t hi)
+/* Selects the flat (row-major) elements of the runs [lo[j], hi[j]), j <
+ * n (increasing, disjoint), of a space of the given shape as a union of
+ * hyperslab blocks (see add_flat); nothing when they hold no element. In
+ * row-major order, HDF5's order for a selection, the elements are those of
+ * the runs one after another. */
+static herr_t select_flat(hid_t space, const struct dt_shape *shape, const uint64_t *lo,
+                          const uint64_t *hi, int n)
 {
-    if (hi <= lo)
-        return H5Sselect_none(space);
     struct flat_sel f = {.space = space, .ndim = shape->ndim};
     hsize_t row = 1;
     for (int d = f.ndim - 1; d >= 0; d--) {
@@ -728,27 +785,61 @@ static herr_t select_flat(hid_t space, const struct dt_shape *shape, uint64_t lo
         f.rows[d] = row;
         row *= f.dims[d];
     }
-    return add_flat(&f, 0, (hsize_t)lo, (hsize_t)hi);
+    herr_t e = 0;
+    for (int j = 0; j < n && e >= 0; j++)
+        e = add_flat(&f, 0, (hsize_t)lo[j], (hsize_t)hi[j]);
+    return e >= 0 && !f.any ? H5Sselect_none(space) : e;
 }
 
-/* One collective write of this rank's slice of tensor i. A rank whose
- * selection fails still joins the collective call with nothing selected. */
+/* The runs of tensor t this rank writes into lo/hi (at most max; *n gets
+ * the count) and where their values are. */
+static const float *my_runs(const struct save *s, const struct dt_ckpt_tensor *t, uint64_t *lo,
+                            uint64_t *hi, int *n)
+{
+    if (!t->pieces) {
+        my_slice(s, numel_of(&t->shape), &lo[0], &hi[0]);
+        *n = 1;
+        return t->data + lo[0];
+    }
+    for (int j = 0; j < t->npieces; j++) {
+        lo[j] = t->pieces[j].lo;
+        hi[j] = t->pieces[j].hi;
+    }
+    *n = t->npieces;
+    return t->data;
+}
+
+/* One collective write of this rank's slice (or pieces) of tensor i. A
+ * rank whose selection fails still joins the collective call with nothing
+ * selected. */
 static dt_status write_slice(struct save *s, int i, hid_t dxpl)
 {
     static const float nothing;
     const struct dt_ckpt_tensor *t = &s->t[i];
-    uint64_t lo, hi;
-    my_slice(s, numel_of(&t->shape), &lo, &hi);
-    hsize_t mdim = hi > lo ? hi - lo : 1;
+    int nruns = t->pieces ? t->npieces : 1;
+    uint64_t *lo = calloc((size_t)nruns + 1, sizeof *lo), *hi = calloc((size_t)nruns + 1, sizeof *hi);
+    if (!lo || !hi) {
+        free(lo);
+        free(hi);
+        return dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory for tensor %s", s->tmp,
+                            t->name);
+    }
+    const float *data = my_runs(s, t, lo, hi, &nruns);
+    uint64_t held = 0;
+    for (int j = 0; j < nruns; j++)
+        held += hi[j] - lo[j];
+    hsize_t mdim = held ? held : 1;
     hid_t fs = H5Dget_space(s->dsets[i]);
     hid_t ms = H5Screate_simple(1, &mdim, NULL);
-    herr_t sel = fs < 0 || ms < 0 ? -1 : select_flat(fs, &t->shape, lo, hi);
-    if (sel >= 0 && hi <= lo) sel = H5Sselect_none(ms);
+    herr_t sel = fs < 0 || ms < 0 ? -1 : select_flat(fs, &t->shape, lo, hi, nruns);
+    if (sel >= 0 && !held) sel = H5Sselect_none(ms);
     if (sel < 0 && fs >= 0 && ms >= 0) {
         H5Sselect_none(fs);
         H5Sselect_none(ms);
     }
-    const float *buf = hi > lo ? t->data + lo : &nothing;
+    free(lo);
+    free(hi);
+    const float *buf = held ? data : &nothing;
     herr_t e = fs < 0 || ms < 0 ? -1 : H5Dwrite(s->dsets[i], H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
     dt_status st = DT_OK;
     if (sel < 0 || e < 0) {
@@ -1554,7 +1645,8 @@ static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, con
         int64_t hi = h->numel - lo < step ? h->numel : lo + step;
         hsize_t n = (hsize_t)(hi - lo);
         hid_t ms = H5Screate_simple(1, &n, NULL);
-        if (ms < 0 || select_flat(fs, &h->shape, (uint64_t)lo, (uint64_t)hi) < 0 ||
+        const uint64_t a = (uint64_t)lo, b = (uint64_t)hi;
+        if (ms < 0 || select_flat(fs, &h->shape, &a, &b, 1) < 0 ||
             H5Dread(h->d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
             st = damaged_h5(r, "cannot read tensor %s", name);
         else

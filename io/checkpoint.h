@@ -38,7 +38,9 @@
  * which lists after the plain one as a later file of the same step. A crash at
  * any moment leaves either the new checkpoint complete or the old ones and
  * latest untouched; a reader never trusts a file it has not verified.
- * Rank r of W writes the flat elements [r*n/W, (r+1)*n/W) of each tensor.
+ * Rank r of W writes the flat elements [r*n/W, (r+1)*n/W) of each tensor
+ * given whole, and of a tensor given in pieces (sharded state) the pieces
+ * it holds, so no rank ever gathers another's shard.
  * Rank 0's meta and job YAML are what the file holds. A file-size limit,
  * a full disk or a quota too small for the file is found before any data
  * is written (rank 0 reserves the space right after creating the file).
@@ -82,11 +84,22 @@ struct dt_ckpt_meta {
     int has_time;
 };
 
+/* A run of a tensor's flat (row-major) elements, [lo, hi). */
+struct dt_ckpt_piece {
+    uint64_t lo, hi;
+};
+
 struct dt_ckpt_tensor {
     char name[DT_CKPT_NAME];
     struct dt_shape shape; /* 1 to DT_MAX_DIMS dimensions (give a scalar shape [1]) */
-    float *data;           /* host memory, the full tensor in row-major order (the same
-                              on every rank) */
+    /* Host memory. pieces NULL: the full tensor in row-major order (the
+     * same on every rank). Otherwise (sharded state, saving only) this
+     * rank holds just the npieces runs of flat elements, in increasing
+     * order and disjoint, their values one run after another in data;
+     * every element of the tensor is held by exactly one rank. */
+    float *data;
+    const struct dt_ckpt_piece *pieces;
+    int npieces;
 };
 
 /* Position-keyed 64-bit checksum of n floats (a pure function of the

@@ -159,7 +159,8 @@ struct dt_job {
         char grad_dtype[DT_JOB_STR]; /* fp32 | bf16: gradients on the wire */
         int overlap;                 /* all-reduce buckets while backward runs */
         char mpi_allreduce[DT_JOB_STR]; /* ring | library: buckets over mpi */
-        int sharded_update;             /* mpi ring: each rank updates its chunks */
+        char shard[DT_JOB_STR];         /* auto | none | optimizer | gradients | parameters */
+        int sharded_update;             /* false: comm.shard none (the older key) */
     } comm;
     struct {
         char dir[DT_JOB_PATH];       /* run directory */

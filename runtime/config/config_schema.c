@@ -48,6 +48,8 @@ static const char *const comm_backends[] = {"auto", "mpi", "nccl", NULL};
 static const char *const mpi_allreduces[] = {"ring", "library", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const wire_types[] = {"fp32", "bf16", NULL};
+static const char *const shard_stages[] = {"auto", "none", "optimizer", "gradients", "parameters",
+                                           NULL};
 static const char *const ckpt_errors[] = {"stop", "continue", NULL};
 static const char *const data_caches[] = {"none", "memory", NULL};
 
@@ -273,11 +275,15 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "point-to-point messages (the same work on every rank), library = the MPI library's "
         "non-blocking all-reduce (for libraries with offloaded collectives)",
         ONE_OF(mpi_allreduces)),
+    ROW("comm.shard", E, comm.shard, "auto",
+        "model state split over the ranks: optimizer = each rank keeps and updates the "
+        "optimizer state of its 1/N of the parameters only (its chunk of every gradient "
+        "bucket, reduce-scattered), and the updated chunks are gathered; none = every rank "
+        "keeps all of it; auto = optimizer where it runs (mpi with the ring, fp32 gradients "
+        "on the wire, no fp16 loss scaling), else none. gradients and parameters are not in "
+        "this version", ONE_OF(shard_stages)),
     ROW("comm.sharded_update", B, comm.sharded_update, "true",
-        "mpi with the ring: each rank sums, clips and updates only its 1/N of the parameters "
-        "(its chunk of every bucket) and the updated chunks are then gathered, instead of every "
-        "rank updating all of them (the same result, 1/N of the optimizer's work per rank); "
-        "off with fp16 or a bf16 wire", ANY),
+        "the older spelling of comm.shard: false is comm.shard: none", ANY),
     ROW("comm.overlap", B, comm.overlap, "true",
         "all-reduce buckets while backward is still running; false waits for the whole "
         "backward (for comparison)", ANY),

@@ -189,10 +189,26 @@ static const char *const advice =
     "lower train.micro_batch (activations grow with it; train.global_batch can stay), "
     "model.hidden or data.prefetch, or run fewer ranks per node";
 
+/* The advice of a refusal: sharding the optimizer state first when that
+ * alone would bring the job within `most` bytes. */
+static const char *advise(const struct dt_mem_need *need, uint64_t total, uint64_t most,
+                          char *buf, size_t len)
+{
+    if (!need->shard_saving || total - need->shard_saving > most)
+        return advice;
+    char save[32];
+    dt_format_bytes(need->shard_saving, save, sizeof save);
+    snprintf(buf, len,
+             "set comm.shard: optimizer (each rank then keeps its 1/N of the optimizer state, "
+             "%s less, which is enough), or %s",
+             save, advice);
+    return buf;
+}
+
 dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail *avail,
                        double limit_gib, int rank)
 {
-    char what[512], have[32], node[32];
+    char what[512], have[32], node[32], adv[512];
     uint64_t more = dt_mem_need_total(need), total = add_sat(more, need->resident);
     uint64_t ranks = (uint64_t)(avail->local_ranks > 0 ? avail->local_ranks : 1);
     describe_need(need, what, sizeof what);
@@ -200,7 +216,8 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
         return dt_set_error(DT_ERR_USAGE,
                             "this job needs %s, more than runtime.memory_limit=%g GiB: raise the "
                             "limit, or %s",
-                            what, limit_gib, advice);
+                            what, limit_gib,
+                            advise(need, total, (uint64_t)(limit_gib * GIB), adv, sizeof adv));
     uint64_t most = avail->node_total == UINT64_MAX ? UINT64_MAX : avail->node_total / ranks;
     if (total > most) {
         dt_format_bytes(most, have, sizeof have);
@@ -209,7 +226,8 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
                             "this job needs %s, but rank %d on %s can have at most %s (%s on the "
                             "node, shared by %d rank%s): %s",
                             what, rank, avail->host, have, node, avail->local_ranks,
-                            avail->local_ranks == 1 ? "" : "s", advice);
+                            avail->local_ranks == 1 ? "" : "s",
+                            advise(need, total, most, adv, sizeof adv));
     }
     uint64_t now = avail->node_available == UINT64_MAX ? UINT64_MAX : avail->node_available / ranks;
     if (more > now) { /* what the process holds is no longer free */
@@ -220,7 +238,8 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
                             "free on the node, for %d rank%s; other processes hold the rest): "
                             "run it again when memory is free (exit 75), or %s",
                             what, have, rank, avail->host, node, avail->local_ranks,
-                            avail->local_ranks == 1 ? "" : "s", advice);
+                            avail->local_ranks == 1 ? "" : "s",
+                            advise(need, more, now, adv, sizeof adv));
     }
     dt_format_bytes(now, have, sizeof have);
     DT_LOG_DEBUG("memory", "rank %d needs %s; %s is free for it", rank, what, have);

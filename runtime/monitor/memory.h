@@ -26,6 +26,10 @@ struct dt_mem_need {
     uint64_t params, grads, optim, activations, loaders, staging, other;
     uint64_t resident; /* what the process holds already (libraries, labels) */
     int64_t rows;      /* the activation arena's rows, for the message */
+    /* What comm.shard: optimizer would save this rank where the job keeps
+     * the optimizer state whole but could shard it (0: nothing), so that a
+     * refusal can say so */
+    uint64_t shard_saving;
 };
 
 /* What one rank can have, in bytes; UINT64_MAX where nothing limits. */

@@ -2,7 +2,9 @@
  * optim.c - optimizer state, the update step, LR schedules and clipping.
  * The arithmetic of each update is a fused op of the backend
  * (kernels/cpu/optim.c on the CPU), so this file only keeps state and
- * computes the per-step scalars.
+ * computes the per-step scalars. Sharded (comm.shard), a rank keeps the
+ * state of its own ranges of the parameters only, packed one range after
+ * another, and updates those ranges only.
  */
 #include "optim.h"
 
@@ -19,7 +21,11 @@ struct dt_optim {
     const struct dt_ops *ops;
     enum optim_kind kind;
     size_t n;
-    float *m, *v; /* sgd: m = momentum buffer */
+    float *m, *v; /* sgd: m = momentum buffer; nstate elements each */
+    /* Sharded state: the state holds the elements of the ranges [lo[k],
+     * hi[k]) only, packed in order from base[k]; nshard 0: all n. */
+    size_t nstate, nshard;
+    size_t *lo, *hi, *base;
     int64_t t;
     double momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
@@ -30,7 +36,43 @@ struct dt_optim {
     int nruns;
 };
 
+/* The shard's ranges, checked and copied, and the state's size. */
+static dt_status set_shard(dt_optim_t *o, const size_t *lo, const size_t *hi, size_t count)
+{
+    dt_status st;
+    o->nstate = o->n;
+    if (!count)
+        return DT_OK;
+    DT_CHECK(dt_calloc(count, sizeof *o->lo, "the optimizer's shard", (void **)&o->lo));
+    DT_CHECK(dt_calloc(count, sizeof *o->hi, "the optimizer's shard", (void **)&o->hi));
+    DT_CHECK(dt_calloc(count, sizeof *o->base, "the optimizer's shard", (void **)&o->base));
+    o->nstate = 0;
+    for (size_t k = 0; k < count; k++) {
+        if (lo[k] > hi[k] || hi[k] > o->n || (k > 0 && lo[k] < hi[k - 1])) {
+            st = dt_set_error(DT_ERR_INVALID_ARG,
+                              "optimizer shard: range %zu [%zu, %zu) of %zu elements is not "
+                              "after the one before it",
+                              k, lo[k], hi[k], o->n);
+            goto out;
+        }
+        o->lo[k] = lo[k];
+        o->hi[k] = hi[k];
+        o->base[k] = o->nstate;
+        o->nstate += hi[k] - lo[k];
+    }
+    o->nshard = count;
+out:
+    return st;
+}
+
 dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, dt_optim_t **out)
+{
+    return dt_optim_create_sharded(job, be, n, NULL, NULL, 0, out);
+}
+
+dt_status dt_optim_create_sharded(const struct dt_job *job, dt_backend_t *be, size_t n,
+                                  const size_t *lo, const size_t *hi, size_t count,
+                                  dt_optim_t **out)
 {
     dt_status st;
     dt_optim_t *o = NULL;
@@ -39,6 +81,7 @@ dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, 
     o->be = be;
     o->ops = dt_backend_ops(be);
     o->n = n;
+    DT_CHECK(set_shard(o, lo, hi, count));
     o->momentum = job->train.optimizer.momentum;
     o->nesterov = job->train.optimizer.nesterov;
     o->weight_decay = job->train.optimizer.weight_decay;
@@ -48,11 +91,11 @@ dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, 
     if (strcmp(job->train.optimizer.name, "sgd") == 0) {
         o->kind = OPT_SGD;
         if (o->momentum > 0)
-            DT_CHECK(dt_backend_alloc(be, n * sizeof(float), (void **)&o->m));
+            DT_CHECK(dt_backend_alloc(be, o->nstate * sizeof(float), (void **)&o->m));
     } else if (strcmp(job->train.optimizer.name, "adamw") == 0) {
         o->kind = OPT_ADAMW;
-        DT_CHECK(dt_backend_alloc(be, n * sizeof(float), (void **)&o->m));
-        DT_CHECK(dt_backend_alloc(be, n * sizeof(float), (void **)&o->v));
+        DT_CHECK(dt_backend_alloc(be, o->nstate * sizeof(float), (void **)&o->m));
+        DT_CHECK(dt_backend_alloc(be, o->nstate * sizeof(float), (void **)&o->v));
     } else {
         st = dt_set_error(DT_ERR_USAGE, "train.optimizer.name: unknown optimizer '%s'",
                           job->train.optimizer.name);
@@ -72,6 +115,9 @@ void dt_optim_destroy(dt_optim_t *o)
     dt_backend_free(o->be, o->m);
     dt_backend_free(o->be, o->v);
     free(o->runs);
+    free(o->lo);
+    free(o->hi);
+    free(o->base);
     free(o);
 }
 
@@ -86,6 +132,17 @@ int dt_optim_state_count_for(const struct dt_job *job)
 }
 
 int dt_optim_state_count(const dt_optim_t *o) { return (o->m != NULL) + (o->v != NULL); }
+
+size_t dt_optim_state_numel(const dt_optim_t *o) { return o->nstate; }
+
+size_t dt_optim_shard(const dt_optim_t *o, const size_t **lo, const size_t **hi,
+                      const size_t **base)
+{
+    *lo = o->lo;
+    *hi = o->hi;
+    *base = o->base;
+    return o->nshard;
+}
 
 float *dt_optim_state(dt_optim_t *o, int i, const char **name)
 {
@@ -168,8 +225,10 @@ dt_status dt_optim_groups_from_model(dt_optim_t *o, const struct dt_job *job, co
     return st;
 }
 
-static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t off, size_t n,
-                        double lr, double wd)
+/* The update of elements [off, off + n) of params and grads, whose state
+ * starts at element soff of the state buffers. */
+static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t off, size_t soff,
+                        size_t n, double lr, double wd)
 {
     if (o->kind == OPT_SGD) {
         struct dt_sgd_args a = {.lr = (float)lr,
@@ -178,7 +237,7 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                                 .nesterov = o->nesterov,
                                 .first_step = o->t == 0,
                                 .gated = o->gated};
-        return o->ops->sgd_update(o->be, params + off, grads + off, o->m ? o->m + off : NULL, n,
+        return o->ops->sgd_update(o->be, params + off, grads + off, o->m ? o->m + soff : NULL, n,
                                   &a);
     }
     struct dt_adamw_args a = {.lr = (float)lr,
@@ -188,29 +247,58 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                               .weight_decay = (float)wd,
                               .t = o->t + 1,
                               .gated = o->gated};
-    return o->ops->adamw_update(o->be, params + off, grads + off, o->m + off, o->v + off, n, &a);
+    return o->ops->adamw_update(o->be, params + off, grads + off, o->m + soff, o->v + soff, n,
+                                &a);
 }
 
-/* The update of elements [lo, hi) only, run by run. */
+/* The update of elements [lo, hi) only, run by run; element lo's state is
+ * at slo. */
 static dt_status update_within(dt_optim_t *o, float *params, const float *grads, double lr,
-                               size_t lo, size_t hi)
+                               size_t lo, size_t hi, size_t slo)
 {
     dt_status st = DT_OK;
     if (!o->runs)
-        return lo < hi ? update(o, params, grads, lo, hi - lo, lr, o->weight_decay) : DT_OK;
+        return lo < hi ? update(o, params, grads, lo, slo, hi - lo, lr, o->weight_decay) : DT_OK;
     for (int i = 0; i < o->nruns && st == DT_OK; i++) {
         size_t a = o->runs[i].offset, b = a + o->runs[i].numel;
         a = a > lo ? a : lo;
         b = b < hi ? b : hi;
         if (a < b)
-            st = update(o, params, grads, a, b - a, lr, o->runs[i].weight_decay);
+            st = update(o, params, grads, a, slo + (a - lo), b - a, lr, o->runs[i].weight_decay);
     }
     return st;
 }
 
+/* Where element lo's state is: the shard range holding [lo, hi), or
+ * DT_ERR_INVALID_ARG when none holds all of it. */
+static dt_status state_at(const dt_optim_t *o, size_t lo, size_t hi, size_t *slo)
+{
+    if (!o->nshard) {
+        *slo = lo;
+        return DT_OK;
+    }
+    for (size_t k = 0; k < o->nshard; k++)
+        if (o->lo[k] <= lo && hi <= o->hi[k]) {
+            *slo = o->base[k] + (lo - o->lo[k]);
+            return DT_OK;
+        }
+    if (lo == hi) {
+        *slo = 0;
+        return DT_OK;
+    }
+    return dt_set_error(DT_ERR_INVALID_ARG,
+                        "optimizer: elements [%zu, %zu) are outside this rank's shard of the "
+                        "optimizer state",
+                        lo, hi);
+}
+
 dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double lr)
 {
-    dt_status st = update_within(o, params, grads, lr, 0, o->n);
+    if (o->nshard)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "optimizer: a sharded optimizer updates its own ranges only "
+                            "(dt_optim_step_ranges)");
+    dt_status st = update_within(o, params, grads, lr, 0, o->n, 0);
     if (st == DT_OK)
         o->t++;
     return st;
@@ -238,7 +326,10 @@ dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads,
             return dt_set_error(DT_ERR_INVALID_ARG,
                                 "dt_optim_step_ranges: range %zu is [%zu, %zu) of %zu elements", k,
                                 lo[k], hi[k], o->n);
-        st = update_within(o, params, grads, lr, lo[k], hi[k]);
+        size_t slo = 0;
+        st = state_at(o, lo[k], hi[k], &slo);
+        if (st == DT_OK)
+            st = update_within(o, params, grads, lr, lo[k], hi[k], slo);
     }
     if (st == DT_OK)
         o->t++;

@@ -20,6 +20,13 @@
 typedef struct dt_optim dt_optim_t;
 
 dt_status dt_optim_create(const struct dt_job *job, dt_backend_t *be, size_t n, dt_optim_t **out);
+/* The same, keeping state for the count ranges [lo[k], hi[k]) of the n
+ * elements only (increasing, disjoint: this rank's shard), packed one after
+ * another; count 0 is dt_optim_create. Such an optimizer updates through
+ * dt_optim_step_ranges, each range within one of its own. */
+dt_status dt_optim_create_sharded(const struct dt_job *job, dt_backend_t *be, size_t n,
+                                  const size_t *lo, const size_t *hi, size_t count,
+                                  dt_optim_t **out);
 void dt_optim_destroy(dt_optim_t *o);
 
 /* Parameter groups: the ranges of the flat buffers and the weight decay
@@ -57,9 +64,15 @@ int64_t dt_optim_steps(const dt_optim_t *o);
 void dt_optim_set_steps(dt_optim_t *o, int64_t t);
 
 /* The optimizer's state buffers, each laid out like the parameters (n
- * elements on the backend): 0 for SGD without momentum, 1 ("momentum")
- * for SGD, 2 ("m", "v") for AdamW. */
+ * elements on the backend; sharded, the shard's ranges packed,
+ * dt_optim_state_numel elements): 0 for SGD without momentum, 1
+ * ("momentum") for SGD, 2 ("m", "v") for AdamW. */
 int dt_optim_state_count(const dt_optim_t *o);
+size_t dt_optim_state_numel(const dt_optim_t *o);
+/* The shard's ranges [lo[k], hi[k]) and where each starts in the state
+ * buffers (base[k]); returns their count, 0 when the state is whole. */
+size_t dt_optim_shard(const dt_optim_t *o, const size_t **lo, const size_t **hi,
+                      const size_t **base);
 /* The same for the job's optimizer, before one exists. */
 int dt_optim_state_count_for(const struct dt_job *job);
 float *dt_optim_state(dt_optim_t *o, int i, const char **name);

@@ -973,6 +973,9 @@ static dt_status start(struct run *r)
     dt_metrics_str(&rec, "version", DT_VERSION);
     dt_metrics_int(&rec, "world", r->world);
     dt_metrics_int(&rec, "params", (int64_t)dt_model_param_numel(r->model));
+    dt_metrics_int(&rec, "model_state_bytes", (int64_t)r->state_bytes);
+    dt_metrics_int(&rec, "optim_state_bytes", (int64_t)r->optim_bytes);
+    dt_metrics_str(&rec, "shard", r->nown ? "optimizer" : "none");
     dt_metrics_int(&rec, "activation_bytes", (int64_t)dt_model_arena_bytes(r->model));
     dt_metrics_int(&rec, "activation_bytes_without_recompute",
                    (int64_t)dt_model_arena_bytes_full(r->model));

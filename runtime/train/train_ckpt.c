@@ -30,19 +30,48 @@
 
 /* Host staging for the checkpoint: one block per flat buffer (parameters,
  * then each optimizer state), then the model's buffers (running
- * statistics), and the tensor list pointing into it. */
+ * statistics), and the tensor list pointing into it. A sharded optimizer
+ * (comm.shard) saves from blocks of its own state only: each of its
+ * tensors is given as the pieces this rank holds (io/checkpoint.h). Loading
+ * reads every tensor whole into full blocks, and each rank takes its
+ * shard from there, whatever the world size or shard that saved it. */
+#define MAX_BLOCKS 3 /* the parameters and at most two optimizer states */
 struct staging {
     float *host;
     int nbuf;
+    size_t off[MAX_BLOCKS]; /* where each block starts in host */
+    int shard;              /* the optimizer blocks are this rank's shard */
     float *bufs; /* the model's buffers: after the nbuf blocks */
     struct dt_ckpt_tensor *t; /* MAX_CKPT_TENSORS entries */
     int n;
+    struct dt_ckpt_piece *pieces; /* the shard's pieces of the optimizer tensors */
 };
 
+/* The pieces of elements [a, b) of the flat buffers that the shard holds,
+ * as runs of the tensor starting at a, into q (returned count), and where
+ * the first one's values are in a state block (*at). The shard's ranges
+ * are packed in order, so a tensor's pieces are one run of the block. */
+static int shard_pieces(const struct run *r, size_t a, size_t b, struct dt_ckpt_piece *q,
+                        size_t *at)
+{
+    const size_t *lo, *hi, *base;
+    size_t count = dt_optim_shard(r->opt, &lo, &hi, &base);
+    int n = 0;
+    *at = 0;
+    for (size_t k = 0; k < count; k++) {
+        size_t x = lo[k] > a ? lo[k] : a, y = hi[k] < b ? hi[k] : b;
+        if (x >= y)
+            continue;
+        if (n == 0)
+            *at = base[k] + (x - lo[k]);
+        q[n++] = (struct dt_ckpt_piece){x - a, y - a};
+    }
+    return n;
+}
 
 static void stage_names(struct run *r, struct staging *s)
 {
-    size_t total = dt_model_num_params(r->model);
+    size_t np = 0;
     s->n = 0;
     for (int b = 0; b < s->nbuf; b++) {
         const char *state = NULL;
@@ -56,16 +85,26 @@ static void stage_names(struct run *r, struct staging *s)
             else
                 snprintf(t->name, sizeof t->name, "optim/%s/%s", state, p->name);
             t->shape = p->shape;
-            t->data = s->host + (size_t)b * total + p->offset;
+            t->data = s->host + s->off[b] + p->offset;
+            t->pieces = NULL;
+            t->npieces = 0;
+            if (b > 0 && s->shard) {
+                size_t at;
+                t->pieces = s->pieces + np;
+                t->npieces = shard_pieces(r, p->offset, p->offset + p->numel, s->pieces + np, &at);
+                t->data = s->host + s->off[b] + at;
+                np += (size_t)t->npieces;
+            }
         }
     }
-    s->bufs = s->host + (size_t)s->nbuf * total;
     for (int i = 0; i < dt_model_buffer_count(r->model); i++) {
         const struct dt_param_info *p = dt_model_buffer(r->model, i);
         struct dt_ckpt_tensor *t = &s->t[s->n++];
         snprintf(t->name, sizeof t->name, "buffers/%s", p->name);
         t->shape = p->shape;
         t->data = s->bufs + p->offset;
+        t->pieces = NULL;
+        t->npieces = 0;
     }
 }
 
@@ -75,29 +114,72 @@ static float *buffer(struct run *r, int b)
     return b == 0 ? dt_model_params(r->model) : dt_optim_state(r->opt, b - 1, &name);
 }
 
-static dt_status staging_open(struct run *r, struct staging *s)
+/* Staging for a save (with a sharded optimizer, its own state only) or
+ * for a load (every block whole); states: the optimizer's blocks (0 for
+ * the parameters alone). */
+static dt_status staging_open(struct run *r, struct staging *s, int save, int states)
 {
+    const size_t *lo, *hi, *base;
     size_t total = dt_model_num_params(r->model);
-    s->nbuf = 1 + dt_optim_state_count(r->opt);
+    size_t nshard = states ? dt_optim_shard(r->opt, &lo, &hi, &base) : 0;
+    s->nbuf = 1 + states;
+    s->shard = save && nshard > 0;
+    size_t at = 0;
+    for (int b = 0; b < s->nbuf; b++) {
+        s->off[b] = at;
+        at += b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total;
+    }
     /* zeroed: the padding between tensors, which loading does not fill */
-    dt_status st = dt_calloc((size_t)s->nbuf * total + dt_model_num_buffer_elems(r->model),
-                             sizeof(float), "checkpoint staging", (void **)&s->host);
+    dt_status st = dt_calloc(at + dt_model_num_buffer_elems(r->model) + 1, sizeof(float),
+                             "checkpoint staging", (void **)&s->host);
     if (st == DT_OK)
         st = dt_calloc(MAX_CKPT_TENSORS, sizeof *s->t, "checkpoint staging", (void **)&s->t);
-    if (st == DT_OK)
+    if (st == DT_OK && s->shard) /* a piece per tensor and per range at most */
+        st = dt_calloc(((size_t)dt_model_param_count(r->model) + nshard) * (size_t)states + 1,
+                       sizeof *s->pieces, "checkpoint staging", (void **)&s->pieces);
+    if (st == DT_OK) {
+        s->bufs = s->host + at;
         stage_names(r, s);
+    }
+    return st;
+}
+
+static void staging_close(struct staging *s)
+{
+    free(s->host);
+    free(s->t);
+    free(s->pieces);
+}
+
+/* An optimizer state block to the device: the whole buffer, or from a
+ * full block the shard's ranges into the packed state. */
+static dt_status state_to_device(struct run *r, float *dev, const float *host)
+{
+    const size_t *lo, *hi, *base;
+    size_t count = dt_optim_shard(r->opt, &lo, &hi, &base);
+    dt_status st = DT_OK;
+    if (!count)
+        return dt_backend_copy(r->be, dev, host, dt_model_num_params(r->model) * sizeof(float),
+                               DT_COPY_H2D);
+    for (size_t k = 0; k < count && st == DT_OK; k++)
+        st = dt_backend_copy(r->be, dev + base[k], host + lo[k], (hi[k] - lo[k]) * sizeof(float),
+                             DT_COPY_H2D);
     return st;
 }
 
 /* device -> staging (to_host) or staging -> device */
 static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
 {
-    size_t total = dt_model_num_params(r->model), bytes = total * sizeof(float);
+    size_t total = dt_model_num_params(r->model);
     dt_status st = DT_OK;
     for (int b = 0; b < s->nbuf && st == DT_OK; b++) {
-        float *host = s->host + (size_t)b * total;
-        st = to_host ? dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H)
-                     : dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D);
+        float *host = s->host + s->off[b];
+        size_t bytes = (b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total) * sizeof(float);
+        if (to_host)
+            st = dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H);
+        else
+            st = b == 0 ? dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D)
+                        : state_to_device(r, buffer(r, b), host);
     }
     if (st == DT_OK)
         st = to_host ? dt_model_get_buffers(r->model, s->bufs)
@@ -179,7 +261,7 @@ static dt_status save(struct run *r, char *path, size_t len)
     if (st == DT_OK)
         st = dt_train_sync_buffers(r);
     if (st == DT_OK)
-        st = staging_open(r, &s);
+        st = staging_open(r, &s, 1, dt_optim_state_count(r->opt));
     if (st == DT_OK)
         st = staging_copy(r, &s, 1);
     st = dt_dist_agree(r->comm, st);
@@ -187,8 +269,7 @@ static dt_status save(struct run *r, char *path, size_t len)
         fill_meta(r, &meta);
         st = dt_ckpt_save(r->comm, r->ckpt_dir, &meta, s.t, s.n, yaml, path, len);
     }
-    free(s.host);
-    free(s.t);
+    staging_close(&s);
     free(yaml);
     return st;
 }
@@ -200,17 +281,8 @@ dt_status dt_train_ckpt_save(struct run *r, const char *why)
         return DT_OK; /* this state is already on disk */
     double t0 = dt_now();
     dt_watchdog_phase(r->wd, "checkpoint", r->step);
-    dt_status st = DT_OK;
-    /* a sharded update leaves each rank the optimizer state of its own
-     * chunks only: the checkpoint holds all of it */
-    for (int i = 0; r->nown && i < dt_optim_state_count(r->opt) && st == DT_OK; i++) {
-        const char *name = NULL;
-        float *state = dt_optim_state(r->opt, i, &name);
-        st = dt_reducer_gather(r->red, state, name);
-    }
-    if (st != DT_OK)
-        return dt_error_context(st, "checkpoint at step %lld", (long long)r->step);
-    st = save(r, path, sizeof path);
+    /* a sharded optimizer's state is written by the ranks holding it */
+    dt_status st = save(r, path, sizeof path);
     dt_watchdog_idle(r->wd);
     if (st == DT_OK) {
         r->last_ckpt_time = dt_now();
@@ -332,7 +404,7 @@ static dt_status load_local(struct run *r, const char *path)
     DT_CHECK(st);
     DT_CHECK(dt_ckpt_verify(path, info));
     DT_CHECK(check_compatible(r, path, info->job_yaml ? info->job_yaml : ""));
-    DT_CHECK(staging_open(r, &s));
+    DT_CHECK(staging_open(r, &s, 0, dt_optim_state_count(r->opt)));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(check_position(r, path, &meta));
     DT_CHECK(staging_copy(r, &s, 0));
@@ -355,8 +427,7 @@ static dt_status load_local(struct run *r, const char *path)
             r->scaler.scale = meta.loss_scale;
     }
 out:
-    free(s.host);
-    free(s.t);
+    staging_close(&s);
     if (info)
         dt_ckpt_info_free(info);
     free(info);
@@ -368,11 +439,7 @@ static dt_status load_params_local(struct run *r, const char *path)
     struct staging s = {0};
     struct dt_ckpt_meta meta;
     dt_status st;
-    DT_CHECK(dt_calloc(dt_model_num_params(r->model) + dt_model_num_buffer_elems(r->model),
-                       sizeof(float), "checkpoint staging", (void **)&s.host));
-    DT_CHECK(dt_calloc(MAX_CKPT_TENSORS, sizeof *s.t, "checkpoint staging", (void **)&s.t));
-    s.nbuf = 1;
-    stage_names(r, &s);
+    DT_CHECK(staging_open(r, &s, 0, 0));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(staging_copy(r, &s, 0));
     r->step = meta.step;
@@ -380,8 +447,7 @@ static dt_status load_params_local(struct run *r, const char *path)
                 r->gen_only ? "generating from" : "evaluating", path, (long long)meta.step,
                 (long long)meta.epoch + 1, (long long)meta.samples);
 out:
-    free(s.host);
-    free(s.t);
+    staging_close(&s);
     return st;
 }
 

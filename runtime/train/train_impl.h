@@ -35,10 +35,13 @@ struct run {
     dt_optim_t *opt;
     dt_loader_t *train_ld, *test_ld;
     dt_reducer_t *red; /* NULL with one rank */
-    /* comm.sharded_update: this rank's chunks [own_lo[k], own_hi[k]) of
+    /* comm.shard optimizer: this rank's chunks [own_lo[k], own_hi[k]) of
      * the flat buffers, one per gradient bucket (nown of them; 0: not
-     * sharded, every rank updates everything) */
+     * sharded, every rank keeps and updates everything) */
     size_t *own_lo, *own_hi, nown;
+    /* Model state bytes of the rank holding the most (dt_train_build):
+     * parameters, gradients and optimizer state, and the last alone */
+    uint64_t state_bytes, optim_bytes;
     /* Gradients travel over grad_comm: r->comm (mpi) or own_comm (nccl).
      * With a device backend and a host communicator (a shared GPU) they
      * are staged through host_grads. */

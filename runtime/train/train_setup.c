@@ -596,6 +596,59 @@ static uint64_t times(uint64_t a, uint64_t b)
     return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
 }
 
+/* The job asks for a sharded optimizer state: comm.shard optimizer or
+ * auto, and not the older comm.sharded_update: false. */
+static int sharding(const struct dt_job *job)
+{
+    return strcmp(job->comm.shard, "none") != 0 && job->comm.sharded_update;
+}
+
+/* Whether the optimizer state can be sharded here, which takes the
+ * sharded update: each bucket reduce-scattered over the ring in fp32,
+ * every gradient in the backend's memory, no fp16 loss scaling (it needs
+ * every gradient to decide); else 0 and why. */
+static int shard_why(const struct run *r, char *why, size_t len)
+{
+    const struct dt_job *job = r->job;
+    why[0] = '\0';
+    if (!dt_comm_has_ring(r->grad_comm))
+        snprintf(why, len, "the %.40s communicator has no reduce-scatter for it (comm.backend)",
+                 dt_comm_backend(r->grad_comm));
+    else if (strcmp(job->comm.mpi_allreduce, "ring") != 0)
+        snprintf(why, len, "comm.mpi_allreduce is %.40s; it takes the ring",
+                 job->comm.mpi_allreduce);
+    else if (r->stage_grads)
+        snprintf(why, len, "the gradients travel through host memory (a GPU with the mpi "
+                           "communicator)");
+    else if (strcmp(job->comm.grad_dtype, "bf16") == 0)
+        snprintf(why, len, "comm.grad_dtype is bf16; it takes fp32 gradients");
+    else if (r->scaling)
+        snprintf(why, len, "train.precision is fp16, whose loss scaling needs every gradient on "
+                           "every rank");
+    return !why[0];
+}
+
+/* Whether this run shards its optimizer state (comm.shard). comm.shard:
+ * optimizer where that cannot run is a usage error saying why; auto
+ * quietly keeps the state whole. */
+static dt_status plan_shard(struct run *r, int *shard)
+{
+    char why[256];
+    *shard = 0;
+    if (!sharding(r->job))
+        return DT_OK;
+    if (shard_why(r, why, sizeof why)) {
+        *shard = 1;
+        return DT_OK;
+    }
+    if (strcmp(r->job->comm.shard, "optimizer") == 0)
+        return dt_set_error(DT_ERR_USAGE,
+                            "comm.shard: optimizer cannot run here: %s; set comm.shard: none "
+                            "(or auto, which shards where it can)",
+                            why);
+    return DT_OK;
+}
+
 /* Host memory this rank is about to allocate, against what it can have
  * (runtime/monitor/memory.h): refused with the numbers before anything large is
  * allocated. On a GPU the model lives in device memory, whose shortage
@@ -615,6 +668,16 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     need.params = host ? p4 : 0;
     need.grads = host ? p4 : 0;
     need.optim = host ? times(p4, (uint64_t)states) : 0;
+    if (host && states && r->world > 1 && !r->eval_only) {
+        /* sharded, each rank keeps about 1/N of it (one bucket's rounding more) */
+        char why[256];
+        uint64_t part = need.optim / (uint64_t)r->world + times(1024, (uint64_t)states);
+        int can = shard_why(r, why, sizeof why) && part < need.optim;
+        if (can && sharding(job))
+            need.optim = part;
+        else if (can)
+            need.shard_saving = need.optim - part;
+    }
     need.activations = host ? ms.arena_bytes : 0;
     need.staging = times(p4, 1 + (uint64_t)states); /* checkpoints; model.h5 takes less */
     uint64_t test = r->gen_only ? 0 : loader_bytes(r, r->test, eval_global_batch(r) / r->world);
@@ -695,6 +758,24 @@ static dt_status sum_ranks_f64(void *ctx, double *host, size_t n)
     return dt_comm_allreduce((dt_comm_t *)ctx, host, n, DT_F64, DT_COMM_SUM);
 }
 
+/* comm.shard's stages this version has, and agreement with the older
+ * comm.sharded_update. */
+static dt_status check_shard_keys(const struct dt_job *job)
+{
+    const char *stage = job->comm.shard;
+    if (strcmp(stage, "gradients") == 0 || strcmp(stage, "parameters") == 0)
+        return dt_set_error(DT_ERR_USAGE,
+                            "comm.shard: %s is not implemented in this version of dtrain; "
+                            "comm.shard: optimizer shards the optimizer state",
+                            stage);
+    if (strcmp(stage, "optimizer") == 0 && !job->comm.sharded_update)
+        return dt_set_error(DT_ERR_USAGE,
+                            "comm.shard: optimizer and comm.sharded_update: false disagree; "
+                            "comm.sharded_update is the older spelling of comm.shard: leave it "
+                            "out");
+    return DT_OK;
+}
+
 /* Sharded update: this rank's chunk of every gradient bucket. */
 static dt_status own_chunks(struct run *r)
 {
@@ -750,8 +831,7 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         dt_model_set_sync(r->model, &sync);
     }
     if (!r->eval_only) {
-        DT_CHECK(dt_optim_create(job, r->be, dt_model_num_params(r->model), &r->opt));
-        DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
+        DT_CHECK(check_shard_keys(job));
         /* the gradient check's partial sums, so the first step does not
          * grow the scratch (the layers reserved theirs when the model was
          * built; the sharded update's ranges, own_chunks) */
@@ -782,13 +862,17 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
             DT_CHECK(open_wire(r, n));
             ro.wire = &r->wire;
         }
-        ro.shard = job->comm.sharded_update && !r->stage_grads && !ro.wire && !r->scaling &&
-                   dt_comm_has_ring(r->grad_comm) && strcmp(job->comm.mpi_allreduce, "ring") == 0;
+        DT_CHECK(plan_shard(r, &ro.shard));
         DT_CHECK(dt_reducer_create(r->grad_comm, r->stage_grads ? r->host_grads
                                                                 : dt_model_grads(r->model),
                                    n, &ro, &r->red));
         if (ro.shard)
             DT_CHECK(own_chunks(r));
+    }
+    if (!r->eval_only) { /* sharded: the state of this rank's chunks only */
+        DT_CHECK(dt_optim_create_sharded(job, r->be, dt_model_num_params(r->model), r->own_lo,
+                                         r->own_hi, r->nown, &r->opt));
+        DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
     }
 out:
     return st;
@@ -879,11 +963,40 @@ static dt_status build_agreed(struct run *r)
     }
 }
 
+/* The model state each rank holds (parameters, gradients, optimizer
+ * state), the largest over the ranks into r->state_bytes and optim_bytes,
+ * and a log line. */
+static dt_status state_bytes(struct run *r)
+{
+    uint64_t total = (uint64_t)dt_model_num_params(r->model) * sizeof(float);
+    uint64_t v[2] = {(uint64_t)dt_optim_state_count(r->opt) *
+                         (uint64_t)dt_optim_state_numel(r->opt) * sizeof(float),
+                     0};
+    v[1] = 2 * total + v[0];
+    double d[2] = {(double)v[0], (double)v[1]};
+    dt_status st = r->world > 1 ? dt_comm_allreduce(r->comm, d, 2, DT_F64, DT_COMM_MAX) : DT_OK;
+    if (st != DT_OK)
+        return st;
+    r->optim_bytes = (uint64_t)d[0];
+    r->state_bytes = (uint64_t)d[1];
+    char all[32], p[32], o[32];
+    dt_format_bytes(r->state_bytes, all, sizeof all);
+    dt_format_bytes(total, p, sizeof p);
+    dt_format_bytes(r->optim_bytes, o, sizeof o);
+    DT_LOG_INFO("model",
+                "model state %s per rank: parameters %s, gradients %s, optimizer state %s%s", all,
+                p, p, o,
+                r->nown ? " (each rank's shard, about 1/world of it: comm.shard optimizer)" : "");
+    return DT_OK;
+}
+
 dt_status dt_train_build(struct run *r)
 {
     const struct dt_job *job = r->job;
     dt_status st = build_agreed(r);
     if (st != DT_OK)
+        return st;
+    if (!r->eval_only && (st = state_bytes(r)) != DT_OK)
         return st;
     DT_LOG_INFO("model", "%s: %zu parameters in %d tensors, %.2f MFLOP per sample forward",
                 job->model.type, dt_model_param_numel(r->model), dt_model_param_count(r->model),
@@ -929,7 +1042,8 @@ dt_status dt_train_build(struct run *r)
             r->stage_grads ? " (through host memory)" : "", dt_reducer_bucket_count(r->red),
             dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
             job->comm.overlap ? "on" : "off",
-            r->nown ? "; each rank updates its 1/world of the parameters, then they are gathered"
+            r->nown ? "; each rank keeps the optimizer state of its 1/world of the parameters "
+                      "and updates them, then they are gathered"
                     : "");
     return check_params(r);
 }

@@ -90,7 +90,7 @@ static void make_set(struct set *s, uint32_t seed, int with_data)
         s->data[i] = calloc(n + 1, sizeof(float));
         CU_ASSERT_PTR_NOT_NULL_FATAL(s->data[i]);
         if (with_data) fill(s->data[i], n, seed + (uint32_t)i);
-        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i]};
+        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i], NULL, 0};
         snprintf(s->t[i].name, DT_CKPT_NAME, "%s", spec[i].name);
     }
 }
@@ -191,6 +191,96 @@ static void test_save_load(void)
     CU_ASSERT_EQUAL(got.step, 1234);
     CU_ASSERT_EQUAL(got.world, size);
     CU_ASSERT_TRUE(only_files(dir, "ckpt-0000001234.h5 latest"));
+    free_set(&s);
+    free_set(&back);
+}
+
+/* Sharded state: rank r holds the runs j with j % size == r of PIECE
+ * elements of every tensor (several per tensor, none for some ranks in the
+ * small ones), packed one after another. The file holds every tensor
+ * whole, as if one rank had given it, and loads back on every rank. */
+#define PIECE 37
+struct pieces {
+    struct dt_ckpt_piece *p[NT];
+    float *data[NT];
+};
+
+static void hold_pieces(const struct set *s, struct pieces *h, struct dt_ckpt_tensor *t, int extra)
+{
+    for (int i = 0; i < NT; i++) {
+        size_t n = numel(&s->t[i]), runs = n / PIECE + 2, held = 0;
+        int k = 0;
+        h->p[i] = calloc(runs, sizeof *h->p[i]);
+        h->data[i] = calloc(n + PIECE, sizeof(float));
+        CU_ASSERT_FATAL(h->p[i] && h->data[i]);
+        for (size_t j = 0, lo = 0; lo < n; j++, lo += PIECE) {
+            size_t hi = lo + PIECE < n ? lo + PIECE : n;
+            /* extra: rank 0 also claims the second run (rank 1's) */
+            if ((int)(j % (size_t)size) != rank && !(extra && rank == 0 && j == 1))
+                continue;
+            h->p[i][k++] = (struct dt_ckpt_piece){lo, hi};
+            memcpy(h->data[i] + held, s->data[i] + lo, (hi - lo) * sizeof(float));
+            held += hi - lo;
+        }
+        t[i] = s->t[i];
+        t[i].data = h->data[i];
+        t[i].pieces = h->p[i];
+        t[i].npieces = k;
+    }
+}
+
+static void free_pieces(struct pieces *h)
+{
+    for (int i = 0; i < NT; i++) {
+        free(h->p[i]);
+        free(h->data[i]);
+    }
+}
+
+static void test_save_pieces(void)
+{
+    char dir[4096], path[4400] = "";
+    struct set s, back;
+    struct pieces h;
+    struct dt_ckpt_tensor t[NT];
+    struct dt_ckpt_meta m = make_meta(55), got;
+    shared_dir("pieces", dir, sizeof dir);
+    make_set(&s, 11, 1);
+    make_set(&back, 0, 0);
+    hold_pieces(&s, &h, t, 0);
+    dt_status st = dt_ckpt_save(comm, dir, &m, t, NT, "job: p\n", path, sizeof path);
+    CU_ASSERT_EQUAL(st, DT_OK);
+    if (st != DT_OK) fprintf(stderr, "[rank %d] save: %s\n", rank, dt_last_error());
+    CU_ASSERT_EQUAL(dt_ckpt_verify(path, NULL), DT_OK);
+    st = dt_ckpt_load(path, &got, back.t, NT);
+    CU_ASSERT_EQUAL(st, DT_OK);
+    for (int i = 0; i < NT && st == DT_OK; i++) {
+        int same = memcmp(back.data[i], s.data[i], numel(&s.t[i]) * sizeof(float)) == 0;
+        if (!same) fprintf(stderr, "[rank %d] %s differs\n", rank, s.t[i].name);
+        CU_ASSERT(same);
+    }
+    free_pieces(&h);
+    /* a run held twice (and, on two ranks, so the sums do not add up) */
+    shared_dir("pieces2", dir, sizeof dir);
+    hold_pieces(&s, &h, t, 1);
+    st = dt_ckpt_save(comm, dir, &m, t, NT, "", path, sizeof path);
+    if (size > 1) {
+        check_agreed(st, DT_ERR_INVALID_ARG, "each must be held once");
+        MPI_Barrier(MPI_COMM_WORLD);
+        CU_ASSERT_TRUE(only_files(dir, NULL));
+    }
+    free_pieces(&h);
+    /* runs out of order on one rank */
+    shared_dir("pieces3", dir, sizeof dir);
+    hold_pieces(&s, &h, t, 0);
+    if (rank == size - 1 && t[0].npieces >= 2) {
+        struct dt_ckpt_piece *p = (struct dt_ckpt_piece *)t[0].pieces, q = p[0];
+        p[0] = p[1];
+        p[1] = q;
+    }
+    st = dt_ckpt_save(comm, dir, &m, t, NT, "", path, sizeof path);
+    check_agreed(st, DT_ERR_INVALID_ARG, "is not after the one before it");
+    free_pieces(&h);
     free_set(&s);
     free_set(&back);
 }
@@ -327,7 +417,7 @@ static void failing_save(const char *dir, int limit_last_rank, const char *needl
     CU_ASSERT_PTR_NOT_NULL(big); /* never _FATAL around collectives */
     if (!big) MPI_Abort(MPI_COMM_WORLD, 1);
     fill(big, BIG, 70); /* not zeros: a hole left by a lost write must not verify */
-    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big};
+    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big, NULL, 0};
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
     lim = old;
@@ -382,6 +472,7 @@ static void add_suites(void)
 {
     CU_pSuite s = CU_add_suite("mpi_ckpt", NULL, NULL);
     CU_ADD(s, test_save_load);
+    CU_ADD(s, test_save_pieces);
     CU_ADD(s, test_verify_serial);
     CU_ADD(s, test_rank0_meta_wins);
     CU_ADD(s, test_bad_dir_agreed);

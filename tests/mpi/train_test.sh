@@ -111,14 +111,14 @@ nb=$(sed -n 's/.* in \([0-9]*\) buckets of up to.*/\1/p' f4/train.log)
 # ring's 64 KiB, so the full update sums them with the MPI library's
 # all-reduce, in another order. A checkpoint holds the whole optimizer
 # state: resumed on 1 rank, the sharded and the full run go on alike.
-grep -q "reduce-scattered over mpi (ring).*each rank updates its 1/world" b4/train.log \
+grep -q "reduce-scattered over mpi (ring).*each rank keeps the optimizer state of its 1/world" b4/train.log \
   && ok || bad "the sharded update is not logged: $(grep gradients b4/train.log)"
-run full4 4 --set train.micro_batch=8 --set comm.sharded_update=false || bad "full update"
+run full4 4 --set train.micro_batch=8 --set comm.shard=none || bad "full update"
 grep -q "all-reduced over mpi" full4/train.log && ok || bad "full update not logged"
 "$COMPARE" b4/model.h5 full4/model.h5 1e-6 >/dev/null && ok \
   || bad "sharded and full update, 4 ranks: $("$COMPARE" b4/model.h5 full4/model.h5 1e-6)"
 run sh2 2 --set train.clip_norm=0.05 || bad "sharded, 2 ranks, clipping"
-run fu2 2 --set train.clip_norm=0.05 --set comm.sharded_update=false || bad "full, 2 ranks, clipping"
+run fu2 2 --set train.clip_norm=0.05 --set comm.shard=none || bad "full, 2 ranks, clipping"
 "$COMPARE" sh2/model.h5 fu2/model.h5 0 >/dev/null && ok \
   || bad "sharded and full update with clipping: $("$COMPARE" sh2/model.h5 fu2/model.h5 0)"
 for r in sh2 fu2; do

@@ -140,9 +140,9 @@ static void make_set(struct set *s, uint32_t seed)
     fill(s->w, ROWS * COLS, seed);
     fill(s->b, COLS, seed + 1);
     fill(s->m, ROWS * COLS, seed + 2);
-    s->t[0] = (struct dt_ckpt_tensor){"params/fc1.weight", {2, {ROWS, COLS}}, s->w};
-    s->t[1] = (struct dt_ckpt_tensor){"params/fc1.bias", {1, {COLS}}, s->b};
-    s->t[2] = (struct dt_ckpt_tensor){"optim/m/fc1.weight", {2, {ROWS, COLS}}, s->m};
+    s->t[0] = (struct dt_ckpt_tensor){"params/fc1.weight", {2, {ROWS, COLS}}, s->w, NULL, 0};
+    s->t[1] = (struct dt_ckpt_tensor){"params/fc1.bias", {1, {COLS}}, s->b, NULL, 0};
+    s->t[2] = (struct dt_ckpt_tensor){"optim/m/fc1.weight", {2, {ROWS, COLS}}, s->m, NULL, 0};
 }
 
 /* Zeroed buffers of the same names and shapes, for loading into. */
@@ -329,7 +329,7 @@ static void test_tiny_tensors(void)
 {
     char dir[4096], path[4400];
     float one = 3.5f, back = 0;
-    struct dt_ckpt_tensor t[2] = {{"empty", {1, {0}}, NULL}, {"a/b/c/one", {2, {1, 1}}, &one}};
+    struct dt_ckpt_tensor t[2] = {{"empty", {1, {0}}, NULL, NULL, 0}, {"a/b/c/one", {2, {1, 1}}, &one, NULL, 0}};
     struct dt_ckpt_meta m = make_meta(8);
     fresh_dir("tiny", dir, sizeof dir);
     dt_status st = dt_ckpt_save(comm, dir, &m, t, 2, NULL, path, sizeof path);
@@ -841,7 +841,7 @@ static void make_nd_set(struct nd_set *s, uint32_t seed, int with_data)
         CU_ASSERT_PTR_NOT_NULL_FATAL(s->data[i]);
         if (with_data)
             fill(s->data[i], n, seed + (uint32_t)i);
-        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i]};
+        s->t[i] = (struct dt_ckpt_tensor){"", spec[i].shape, s->data[i], NULL, 0};
         snprintf(s->t[i].name, DT_CKPT_NAME, "%s", spec[i].name);
     }
 }
@@ -1250,7 +1250,7 @@ static void test_prune(void)
     char dir[4096], path[4400], names[16][256];
     int64_t steps[16];
     float v[4] = {1, 2, 3, 4};
-    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v};
+    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v, NULL, 0};
     fresh_dir("prune", dir, sizeof dir);
     for (int64_t step = 10; step <= 100; step += 10) {
         struct dt_ckpt_meta m = make_meta(step);
@@ -1288,7 +1288,7 @@ static void test_prune_foreign(void)
 {
     char dir[4096], path[4400], p[4400], names[16][256];
     float v[4] = {1, 2, 3, 4};
-    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v};
+    struct dt_ckpt_tensor t = {"params/v", {1, {4}}, v, NULL, 0};
     fresh_dir("prunef", dir, sizeof dir);
     for (int64_t step = 10; step <= 30; step += 10) {
         struct dt_ckpt_meta m = make_meta(step);
@@ -1467,7 +1467,7 @@ static void failing_save(const char *dir, int fsize, const char *needle)
     if (!big) return;
     take_snapshot(dir, "ckpt-0000000001.h5", &sn);
     fill(big, BIG, 70); /* not zeros: a hole left by a lost write must not verify */
-    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big};
+    struct dt_ckpt_tensor t = {"params/big", {1, {BIG}}, big, NULL, 0};
     struct dt_ckpt_meta m = make_meta(2);
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
@@ -1534,7 +1534,7 @@ static void test_save_bad_args(void)
     char dir[4096], path[4400];
     float v[4] = {0};
     struct dt_ckpt_meta m = make_meta(1);
-    struct dt_ckpt_tensor t[2] = {{"a", {1, {4}}, v}, {"b", {1, {4}}, v}};
+    struct dt_ckpt_tensor t[2] = {{"a", {1, {4}}, v, NULL, 0}, {"b", {1, {4}}, v, NULL, 0}};
     fresh_dir("args", dir, sizeof dir);
     t[1].shape.ndim = DT_MAX_DIMS + 1;
     CU_ASSERT_EQUAL(dt_ckpt_save(comm, dir, &m, t, 2, "", path, sizeof path), DT_ERR_INVALID_ARG);
@@ -1638,7 +1638,9 @@ static void test_verify_in_slices(void)
     fill(b, (size_t)R * C, 8);
     fill(c, (size_t)dt_shape_numel(&five), 9);
     struct dt_ckpt_tensor t[3] = {
-        {"params/long", {1, {N1}}, a}, {"params/wide", {2, {R, C}}, b}, {"params/five", five, c}};
+        {"params/long", {1, {N1}}, a, NULL, 0},
+        {"params/wide", {2, {R, C}}, b, NULL, 0},
+        {"params/five", five, c, NULL, 0}};
     struct dt_ckpt_meta m = make_meta(3);
     fresh_dir("slices", dir, sizeof dir);
     CU_ASSERT_EQUAL_FATAL(dt_ckpt_save(comm, dir, &m, t, 3, "model: mlp\n", path, sizeof path),

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# comm.shard under real mpirun: the optimizer state split over the ranks.
+# Buckets of 0.002 MiB cut the MLP's 2,272 parameters into 5, so each rank
+# holds several ranges and tensors straddle them.
+#   - AdamW with clipping on 2 ranks: comm.shard optimizer ends with the
+#     parameters of comm.shard none bit for bit, and its checkpoint holds
+#     the same optimizer state, bit for bit, though each rank wrote only
+#     its own shard of it; on 4 ranks within 1e-6 (the replicated run sums
+#     this small model's buckets with the MPI library's all-reduce);
+#   - each rank keeps about 1/N of the optimizer state (the start record's
+#     optim_state_bytes, the largest rank's) and says so in the log;
+#   - a checkpoint of 4 sharded ranks resumes on 1 rank (replicated) and on
+#     2 (sharded), and one of 1 rank resumes on 4 sharded ranks, each ending
+#     where the uninterrupted run ends (1e-5: another world size sums in
+#     another order);
+#   - a GPT (its embedding and output head one tied tensor) on 2 ranks:
+#     sharded and replicated bit for bit;
+#   - a NaN step is skipped alike, and the out-of-memory fallback (a
+#     smaller micro-batch) rebuilds the shard;
+#   - a job whose memory fits only sharded is refused replicated with
+#     comm.shard named, and runs sharded;
+#   - what cannot run is refused at start-up with the key and the reason.
+#   shard_test.sh DTRAIN COMPARE_MODELS WORKDIR
+set -uo pipefail
+DTRAIN=$1 COMPARE=$2 W=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+MPIRUN="bash $HERE/mpirun.sh"
+PY=$(command -v python3)
+rm -rf "$W" && mkdir -p "$W/idx"
+cd "$W" || exit 1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+# run NAME NP [args...]: one training run into NAME, output in NAME.out
+run() {
+  local name=$1 np=$2
+  shift 2
+  timeout -k 10 300 $MPIRUN "$np" "$DTRAIN" train "${JOB:-job.yaml}" --set output.dir="$name" \
+    "$@" >"$name.out" 2>&1 || { bad "run $name ($np ranks): $(tail -3 "$name.out")"; return 1; }
+}
+same() { # A B TOL: final parameters
+  "$COMPARE" "$1/model.h5" "$2/model.h5" "$3" >/dev/null && ok ||
+    bad "$1 and $2 differ by more than $3: $("$COMPARE" "$1/model.h5" "$2/model.h5" "$3" | tail -2)"
+}
+start() { grep '"type":"start"' "$1/metrics.jsonl" | sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+ckpt() { echo "$1/checkpoints/ckpt-$(printf %010d "$2").h5"; }
+# resume NAME NP FROM STEP [args...]: NAME continues from FROM's checkpoint of STEP
+resume() {
+  local name=$1 np=$2 from=$3 step=$4
+  shift 4
+  mkdir -p "$name/checkpoints" && cp "$(ckpt "$from" "$step")" "$name/checkpoints/"
+  run "$name" "$np" --set output.adopt=true --resume "$(ckpt "$name" "$step")" "$@" &&
+    grep -q "resumed from .*ckpt-$(printf %010d "$step")" "$name/train.log" ||
+    bad "$name did not resume from step $step"
+}
+# expect_fail CODE PATTERN NP [args...]: refused at start-up
+expect_fail() {
+  local code=$1 pat=$2 np=$3 out rc
+  shift 3
+  out=$(timeout -k 10 120 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir=refused "$@" 2>&1)
+  rc=$?
+  [ "$rc" = "$code" ] && grep -qE -- "$pat" <<<"$out" && ok ||
+    bad "expected exit $code and /$pat/, got $rc: $out"
+}
+
+"$PY" "$HERE/../cli/make_idx.py" idx 1024 200 4 || exit 1
+"$DTRAIN" data import idx idx -o tiny.h5 >/dev/null || exit 1
+cat >job.yaml <<JOB
+model:
+  hidden: [32, 16]
+  dropout: 0.1
+data:
+  path: tiny.h5
+  workers: 1
+train:
+  epochs: 2
+  global_batch: 32
+  eval_batch: 64
+  log_every: 1
+  clip_norm: 0.05
+  optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}
+checkpoint: {every_steps: 16, every_minutes: 0, keep_last: 10}
+comm: {bucket_mb: 0.002}
+runtime:
+  threads: 1
+  progress: lines
+JOB
+
+# --- the same parameters and checkpoints, sharded or not ------------------------
+run n2 2 --set comm.shard=none
+run s2 2 --set comm.shard=optimizer
+same n2 s2 0
+h5diff "$(ckpt n2 64)" "$(ckpt s2 64)" /optim /optim >/dev/null && ok ||
+  bad "2 ranks: the sharded checkpoint's optimizer state differs from the replicated one's"
+h5diff "$(ckpt n2 64)" "$(ckpt s2 64)" /params /params >/dev/null && ok ||
+  bad "2 ranks: the checkpoints' parameters differ"
+"$DTRAIN" ckpt verify "$(ckpt s2 64)" >/dev/null && ok || bad "the sharded checkpoint does not verify"
+run n4 4 --set comm.shard=none
+run s4 4
+same n4 s4 1e-6
+[ "$(start s4 shard)" = optimizer ] && [ "$(start n4 shard)" = none ] && ok ||
+  bad "start records say shard '$(start s4 shard)' and '$(start n4 shard)'"
+grep -q "optimizer state .*each rank's shard" s4/train.log && ok || bad "the log does not say the state is sharded"
+for p in "s2 n2 2" "s4 n4 4"; do
+  set -- $p
+  awk -v s="$(start "$1" optim_state_bytes)" -v n="$(start "$2" optim_state_bytes)" -v k="$3" \
+    'BEGIN { r = s * k / n; exit !(n > 0 && r >= 0.9 && r <= 1.25) }' && ok ||
+    bad "$1 keeps $(start "$1" optim_state_bytes) bytes of optimizer state, $2 $(start "$2" optim_state_bytes): not about 1/$3"
+done
+
+# --- resume across world sizes and stages --------------------------------------
+resume r41 1 s4 32
+same s4 r41 1e-5
+resume r42 2 s4 32 --set comm.shard=optimizer
+same s4 r42 1e-5
+run n1 1
+resume r14 4 n1 32 --set comm.shard=optimizer
+same n1 r14 1e-5
+
+# --- a GPT with tied embeddings -------------------------------------------------
+"$PY" "$HERE/../common/corpus.py" 60000 >corpus.txt && "$DTRAIN" data import text corpus.txt \
+  -o text.h5 >/dev/null || bad "cannot import the text"
+cat >gpt.yaml <<'YEOF'
+model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1}
+data: {path: text.h5, test_split: val, seq_len: 32, workers: 1}
+train:
+  steps: 12
+  global_batch: 16
+  eval_batch: 32
+  log_every: 4
+  clip_norm: 1.0
+  optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}
+  schedule: {name: constant}
+checkpoint: {every_steps: 6, every_minutes: 0}
+comm: {bucket_mb: 0.01}
+runtime: {threads: 1, progress: lines}
+YEOF
+JOB=gpt.yaml run gn2 2 --set comm.shard=none
+JOB=gpt.yaml run gs2 2 --set comm.shard=optimizer
+same gn2 gs2 0
+JOB=gpt.yaml resume gr1 1 gs2 6
+same gs2 gr1 1e-4
+
+# --- skipped steps and the out-of-memory fallback ----------------------------------
+DTRAIN_FAULT=0:nan:5 run fn2 2 --set comm.shard=none
+DTRAIN_FAULT=0:nan:5 run fs2 2 --set comm.shard=optimizer
+same fn2 fs2 0
+grep -q "not finite" fs2.out && ok || bad "the NaN step was not reported"
+DTRAIN_FAULT=0:oom:4 run om2 2 --set train.micro_batch=8
+run m42 2 --set train.micro_batch=4
+grep -q "trying micro-batch 4" om2.out && ok || bad "no out-of-memory fallback in om2"
+same om2 m42 0
+
+# --- refusals -------------------------------------------------------------------------
+expect_fail 64 "comm.shard: gradients is not implemented" 2 --set comm.shard=gradients
+expect_fail 64 "comm.shard: parameters is not implemented" 1 --set comm.shard=parameters
+expect_fail 64 "comm.shard: optimizer cannot run here: comm.grad_dtype is bf16" 2 \
+  --set comm.shard=optimizer --set comm.grad_dtype=bf16
+expect_fail 64 "comm.shard: optimizer cannot run here: comm.mpi_allreduce is library" 2 \
+  --set comm.shard=optimizer --set comm.mpi_allreduce=library
+expect_fail 64 "comm.shard: optimizer cannot run here: train.precision is fp16" 2 \
+  --set comm.shard=optimizer --set train.precision=fp16
+expect_fail 64 "comm.shard: optimizer and comm.sharded_update: false disagree" 2 \
+  --set comm.shard=optimizer --set comm.sharded_update=false
+# the memory check: a job that fits only sharded says which key to set, and
+# fits with it (a limit between the two needs, read off the first refusal)
+big=(--set 'model.hidden=[1024,1024]' --set train.epochs=1)
+out=$(timeout -k 10 120 $MPIRUN 2 "$DTRAIN" train job.yaml --set output.dir=refused \
+      --set comm.shard=none "${big[@]}" --set runtime.memory_limit=0.0001 2>&1)
+limit=$(sed -n 's/.*needs about \([0-9.]*\) MiB .*optimizer state \([0-9.]*\) MiB.*/\1 \2/p' <<<"$out" |
+        head -1 | awk '{ if (NF == 2) printf "%.6f", ($1 - $2 / 4) / 1024 }')
+if [ -n "$limit" ]; then
+  expect_fail 64 "set comm.shard: optimizer \(each rank then keeps its 1/N of the optimizer state" 2 \
+    --set comm.shard=none "${big[@]}" --set runtime.memory_limit="$limit"
+  run fits2 2 "${big[@]}" --set runtime.memory_limit="$limit" && ok
+else
+  bad "no memory figures in: $out"
+fi
+# auto keeps the state whole where sharding cannot run
+run auto2 2 --set comm.grad_dtype=bf16 && [ "$(start auto2 shard)" = none ] && ok ||
+  bad "auto with a bf16 wire: shard '$(start auto2 shard)'"
+
+echo "shard: $pass passed, $fail failed"
+[ "$fail" = 0 ]
