@@ -817,7 +817,8 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
     static const float nothing;
     const struct dt_ckpt_tensor *t = &s->t[i];
     int nruns = t->pieces ? t->npieces : 1;
-    uint64_t *lo = calloc((size_t)nruns + 1, sizeof *lo), *hi = calloc((size_t)nruns + 1, sizeof *hi);
+    uint64_t *lo = calloc((size_t)nruns + 1, sizeof *lo);
+    uint64_t *hi = calloc((size_t)nruns + 1, sizeof *hi);
     if (!lo || !hi) {
         free(lo);
         free(hi);

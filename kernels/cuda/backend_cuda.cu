@@ -833,6 +833,20 @@ static dt_status open_device(struct cuda_backend *cb)
     return DT_OK;
 }
 
+/* n events without timing into ev[] (one that fails stays NULL). */
+static dt_status make_events(struct cuda_backend *cb, cudaEvent_t *ev, int n, const char *what)
+{
+    for (int k = 0; k < n; k++) {
+        cudaError_t err = cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            ev[k] = NULL;
+            return n == 1 ? dt_cuda_status(cb, err, 0, "create", "%s", what)
+                          : dt_cuda_status(cb, err, 0, "create", "%s %d", what, k);
+        }
+    }
+    return DT_OK;
+}
+
 /* The stream every op and copy goes on, and cuBLAS bound to it; the copy
  * stream for the uploads ahead and its slot events. TF32 only when
  * allowed; otherwise fp32 GEMMs compute in full fp32. */
@@ -848,13 +862,10 @@ static dt_status open_stream(struct cuda_backend *cb)
         cb->copy_stream = NULL;
         return dt_cuda_status(cb, err, 0, "create", "creating the copy stream");
     }
-    for (int k = 0; k < DT_BACKEND_INPUT_SLOTS; k++) {
-        err = cudaEventCreateWithFlags(&cb->slot_free[k], cudaEventDisableTiming);
-        if (err != cudaSuccess) {
-            cb->slot_free[k] = NULL;
-            return dt_cuda_status(cb, err, 0, "create", "the event of input slot %d", k);
-        }
-    }
+    dt_status st =
+        make_events(cb, cb->slot_free, DT_BACKEND_INPUT_SLOTS, "the event of input slot");
+    if (st != DT_OK)
+        return st;
     cublasStatus_t bst = cublasCreate(&cb->blas);
     if (bst != CUBLAS_STATUS_SUCCESS) {
         cb->blas = NULL;
@@ -883,19 +894,8 @@ static dt_status open_buffers(struct cuda_backend *cb)
         cb->hscalars = NULL;
         return dt_cuda_status(cb, err, 0, "create", "pinned host scalars");
     }
-    err = cudaEventCreateWithFlags(&cb->results_done, cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-        cb->results_done = NULL;
-        return dt_cuda_status(cb, err, 0, "create", "the results event");
-    }
-    for (int k = 0; k < DT_CUDA_STAGING; k++) {
-        err = cudaEventCreateWithFlags(&cb->staging_done[k], cudaEventDisableTiming);
-        if (err != cudaSuccess) {
-            cb->staging_done[k] = NULL;
-            return dt_cuda_status(cb, err, 0, "create", "staging event %d", k);
-        }
-    }
-    return DT_OK;
+    dt_status st = make_events(cb, &cb->results_done, 1, "the results event");
+    return st == DT_OK ? make_events(cb, cb->staging_done, DT_CUDA_STAGING, "staging event") : st;
 }
 
 static dt_status check_opts(const struct dt_backend_opts *o)

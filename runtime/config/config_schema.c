@@ -280,8 +280,8 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "optimizer state of its 1/N of the parameters only (its chunk of every gradient "
         "bucket, reduce-scattered), and the updated chunks are gathered; none = every rank "
         "keeps all of it; auto = optimizer where it runs (mpi with the ring, fp32 gradients "
-        "on the wire, no fp16 loss scaling), else none. gradients and parameters are not in "
-        "this version", ONE_OF(shard_stages)),
+        "on the wire), else none. gradients and parameters are not in this version",
+        ONE_OF(shard_stages)),
     ROW("comm.sharded_update", B, comm.sharded_update, "true",
         "the older spelling of comm.shard: false is comm.shard: none", ANY),
     ROW("comm.overlap", B, comm.overlap, "true",

@@ -435,24 +435,42 @@ static dt_status queue_update(struct run *r, int64_t step)
     return dt_optim_step_gated(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
 }
 
-/* Sharded update: clips this rank's own gradients by the global norm
- * (from the agreed sums of squares), updates its own chunks and gathers
- * every rank's chunks of the parameters. A failed gather is a
- * communication failure (*comm_failed = 1). */
-static dt_status sharded_step(struct run *r, int64_t step, double loss, double sumsq,
-                              struct window *w, int *skipped, int *comm_failed)
+/* x *= f over this rank's own chunks of the gradients (f == 1: nothing). */
+static dt_status scale_own(struct run *r, float *g, float f)
 {
-    const struct dt_ops *ops = dt_backend_ops(r->be);
-    float *g = dt_model_grads(r->model), *p = dt_model_params(r->model);
-    double norm = sqrt(sumsq), clip = r->job->train.clip_norm;
     dt_status st = DT_OK;
+    for (size_t k = 0; k < r->nown && st == DT_OK && f != 1.0f; k++)
+        st = dt_backend_ops(r->be)->scale(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k],
+                                          f);
+    return st;
+}
+
+/* Sharded update: decides as the step gate does from the global sum of
+ * squares (the agreed sum of the ranks' shares): an fp16 overflow halves
+ * the loss scale and skips (*overflow); otherwise this rank's own
+ * gradients are unscaled and clipped, in the gate's order, its own chunks
+ * updated and every rank's chunks of the parameters gathered. A failed
+ * gather is a communication failure (*comm_failed = 1). */
+static dt_status sharded_step(struct run *r, int64_t step, double loss, double sumsq,
+                              struct window *w, int *skipped, int *overflow, int *comm_failed)
+{
+    float *g = dt_model_grads(r->model), *p = dt_model_params(r->model);
+    float unscale = r->scaling ? (float)dt_scaler_unscale(&r->scaler) : 1.0f, factor;
+    int nonfinite = dt_gate_decide(sumsq, unscale, r->job->train.clip_norm, &factor);
+    double norm = dt_gate_norm(sumsq, unscale);
+    dt_status st = DT_OK;
+    if (r->scaling && isfinite(loss)) {
+        st = dt_scaler_update(&r->scaler, !nonfinite, overflow);
+        if (st != DT_OK) return dt_error_context(st, "step %lld", (long long)step + 1);
+        if (*overflow)
+            return DT_OK; /* skipped on every rank, not a bad step */
+    }
     *skipped = !(isfinite(loss) && isfinite(norm));
     if (*skipped)
         return DT_OK; /* the parameters are unchanged on every rank */
-    if (clip > 0 && norm > clip)
-        for (size_t k = 0; k < r->nown && st == DT_OK; k++)
-            st = ops->scale(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k],
-                            dt_clip_factor(norm, clip));
+    st = scale_own(r, g, unscale);
+    if (st == DT_OK)
+        st = scale_own(r, g, factor);
     if (st == DT_OK)
         st = dt_optim_step_ranges(r->opt, p, g, dt_schedule_lr(r->job, step, r->total_steps),
                                   r->own_lo, r->own_hi, r->nown);
@@ -485,7 +503,8 @@ static dt_status optimizer_step(struct run *r, int64_t step, double loss,
     dt_watchdog_phase(r->wd, "optimizer", step);
     *skipped = 0;
     if (r->nown) {
-        st = sharded_step(r, step, loss, sumsq, w, skipped, comm_failed);
+        st = sharded_step(r, step, loss, sumsq, w, skipped, &overflow, comm_failed);
+        w->overflows += overflow;
         w->optim_s += dt_now() - t0;
         w->steps++;
         return st;

@@ -605,8 +605,7 @@ static int sharding(const struct dt_job *job)
 
 /* Whether the optimizer state can be sharded here, which takes the
  * sharded update: each bucket reduce-scattered over the ring in fp32,
- * every gradient in the backend's memory, no fp16 loss scaling (it needs
- * every gradient to decide); else 0 and why. */
+ * every gradient in the backend's memory; else 0 and why. */
 static int shard_why(const struct run *r, char *why, size_t len)
 {
     const struct dt_job *job = r->job;
@@ -622,9 +621,6 @@ static int shard_why(const struct run *r, char *why, size_t len)
                            "communicator)");
     else if (strcmp(job->comm.grad_dtype, "bf16") == 0)
         snprintf(why, len, "comm.grad_dtype is bf16; it takes fp32 gradients");
-    else if (r->scaling)
-        snprintf(why, len, "train.precision is fp16, whose loss scaling needs every gradient on "
-                           "every rank");
     return !why[0];
 }
 

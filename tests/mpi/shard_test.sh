@@ -15,8 +15,9 @@
 #     another order);
 #   - a GPT (its embedding and output head one tied tensor) on 2 ranks:
 #     sharded and replicated bit for bit;
-#   - a NaN step is skipped alike, and the out-of-memory fallback (a
-#     smaller micro-batch) rebuilds the shard;
+#   - a NaN step is skipped alike; fp16 with an overflow (the loss scale
+#     halved) gives the replicated run's bits; the out-of-memory fallback
+#     (a smaller micro-batch) rebuilds the shard;
 #   - a job whose memory fits only sharded is refused replicated with
 #     comm.shard named, and runs sharded;
 #   - what cannot run is refused at start-up with the key and the reason.
@@ -141,11 +142,21 @@ same gn2 gs2 0
 JOB=gpt.yaml resume gr1 1 gs2 6
 same gs2 gr1 1e-4
 
-# --- skipped steps and the out-of-memory fallback ----------------------------------
+# --- skipped steps, fp16 and the out-of-memory fallback ------------------------------
 DTRAIN_FAULT=0:nan:5 run fn2 2 --set comm.shard=none
 DTRAIN_FAULT=0:nan:5 run fs2 2 --set comm.shard=optimizer
 same fn2 fs2 0
 grep -q "not finite" fs2.out && ok || bad "the NaN step was not reported"
+# fp16: the loss scale's overflow check from the ranks' shares, unscaling
+# and clipping in the gate's order; an overflow at step 4 halves the scale
+DTRAIN_FAULT=0:overflow:3 run hn2 2 --set comm.shard=none --set train.precision=fp16
+DTRAIN_FAULT=0:overflow:3 run hs2 2 --set comm.shard=optimizer --set train.precision=fp16
+same hn2 hs2 0
+overflows() { grep '"type":"train"' "$1/metrics.jsonl" | sed -n 's/.*"overflow_steps":\([0-9]*\).*/\1/p' |
+              awk '{ n += $1 } END { print n + 0 }'; }
+[ "$(overflows hs2)" = 1 ] && [ "$(overflows hn2)" = 1 ] && ok ||
+  bad "fp16 overflows: sharded $(overflows hs2), replicated $(overflows hn2), expected 1 each"
+[ "$(start hs2 shard)" = optimizer ] && ok || bad "fp16 did not shard"
 DTRAIN_FAULT=0:oom:4 run om2 2 --set train.micro_batch=8
 run m42 2 --set train.micro_batch=4
 grep -q "trying micro-batch 4" om2.out && ok || bad "no out-of-memory fallback in om2"
@@ -158,8 +169,6 @@ expect_fail 64 "comm.shard: optimizer cannot run here: comm.grad_dtype is bf16" 
   --set comm.shard=optimizer --set comm.grad_dtype=bf16
 expect_fail 64 "comm.shard: optimizer cannot run here: comm.mpi_allreduce is library" 2 \
   --set comm.shard=optimizer --set comm.mpi_allreduce=library
-expect_fail 64 "comm.shard: optimizer cannot run here: train.precision is fp16" 2 \
-  --set comm.shard=optimizer --set train.precision=fp16
 expect_fail 64 "comm.shard: optimizer and comm.sharded_update: false disagree" 2 \
   --set comm.shard=optimizer --set comm.sharded_update=false
 # the memory check: a job that fits only sharded says which key to set, and

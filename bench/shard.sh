@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# comm.shard: per-rank memory and speed of a GPT whose model state
+# dominates memory (8 layers x 512 wide, 25.3 M parameters, AdamW, fp32,
+# byte-level vocabulary, sequences of 128), replicated (comm.shard: none)
+# and with the optimizer state sharded (optimizer), on 1, 2 and 4 ranks,
+# all in one run:
+#   - each rank's peak host memory (the largest rank's, getrusage) and the
+#     model state the start record gives per rank, against the formula:
+#     replicated 16 bytes a parameter (parameters, gradients, AdamW's two
+#     moments), sharded 8 + 8/N;
+#   - tokens/s on 2 ranks, sharded against replicated, ROUNDS (default 3)
+#     alternating rounds, each ratio and their median.
+# The peak includes the end-of-training checkpoint's host staging, which a
+# run holds beside its state: the parameters and every rank's optimizer
+# state (replicated, the whole state; sharded, its shard).
+#   [ROUNDS=3] bash bench/shard.sh [STEPS]
+# Needs: build/ (launch/setup.sh), python3, at least 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${1:-8}
+ROUNDS=${ROUNDS:-3}
+BUILD=${BUILD_DIR:-build}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+python3 tests/common/corpus.py 400000 >"$work/corpus.txt"
+"$BUILD"/dtrain data import text "$work/corpus.txt" --val-fraction 0.005 -o "$work/text.h5" >/dev/null
+cat >"$work/gpt.yaml" <<YEOF
+model: {type: gpt, n_layer: 8, n_head: 8, n_embd: 512, dropout: 0}
+data: {path: $work/text.h5, test_split: val, seq_len: 128, workers: 1}
+train:
+  steps: $STEPS
+  global_batch: 8
+  eval_batch: 8
+  log_every: $STEPS
+  optimizer: {name: adamw, lr: 0.0003, weight_decay: 0.1}
+  schedule: {name: constant}
+checkpoint: {every_minutes: 0}
+runtime: {threads: 1, progress: off}
+YEOF
+
+run() { # NAME NP SHARD
+  bash tests/mpi/mpirun.sh "$2" "$BUILD"/dtrain train "$work/gpt.yaml" --set output.dir="$work/$1" \
+    --set comm.shard="$3" >"$work/$1.out" 2>&1 ||
+    { echo "shard.sh: run $1 failed:" >&2; tail -5 "$work/$1.out" >&2; exit 1; }
+}
+field() { grep "\"type\":\"$2\"" "$work/$1/metrics.jsonl" | sed -n "s/.*\"$3\":\([0-9.e+-]*\).*/\1/p"; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
+
+echo "== per-rank memory (MiB), $STEPS steps each"
+printf "%-6s %-10s %12s %12s %14s %12s\n" ranks shard "peak host" "model state" "formula state" tokens/s
+for np in 1 2 4; do
+  for shard in none optimizer; do
+    [ "$np" = 1 ] && [ "$shard" = optimizer ] && continue
+    name="m$np$shard"
+    run "$name" "$np" "$shard"
+    params=$(field "$name" start params)
+    state=$(field "$name" start model_state_bytes)
+    formula=$(awk -v p="$params" -v n="$np" -v s="$shard" \
+      'BEGIN { printf "%.0f", (s == "none" ? 16 * p : (8 + 8 / n) * p) / 1048576 }')
+    printf "%-6s %-10s %12s %12s %14s %12s\n" "$np" "$shard" "$(mib "$(field "$name" summary peak_host_mem_bytes)")" \
+      "$(mib "$state")" "$formula" "$(field "$name" train tokens_per_s)"
+  done
+done
+base=$(field m4none summary peak_host_mem_bytes)
+echo "4 ranks: sharded peak / replicated peak = $(awk -v a="$(field m4optimizer summary peak_host_mem_bytes)" \
+  -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
+
+echo "== tokens/s on 2 ranks, sharded / replicated, $ROUNDS alternating rounds"
+ratios=()
+for ((k = 0; k < ROUNDS; k++)); do
+  if ((k % 2)); then order="optimizer none"; else order="none optimizer"; fi
+  for shard in $order; do run "t$k$shard" 2 "$shard"; done
+  r=$(awk -v a="$(field "t${k}optimizer" train tokens_per_s)" -v b="$(field "t${k}none" train tokens_per_s)" \
+    'BEGIN { printf "%.3f", a / b }')
+  echo "round $((k + 1)): none $(field "t${k}none" train tokens_per_s), optimizer $(field "t${k}optimizer" train tokens_per_s) tokens/s: ratio $r"
+  ratios+=("$r")
+done
+printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "median ratio %.3f (min %.3f, max %.3f)\n", v[int((NR + 1) / 2)], v[1], v[NR] }'
