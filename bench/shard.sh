@@ -9,12 +9,18 @@
 #     replicated 16 bytes a parameter (parameters, gradients, AdamW's two
 #     moments), sharded 8 + 8/N;
 #   - tokens/s on 2 ranks, sharded against replicated, ROUNDS (default 3)
-#     alternating rounds, each ratio and their median.
+#     alternating rounds, each ratio and their median;
+#   - the peer, where PyTorch is installed: the same GPT under PyTorch's
+#     DistributedDataParallel (gloo) with AdamW replicated and with
+#     ZeroRedundancyOptimizer (its optimizer state sharded), on 2 and 4
+#     processes: the largest rank's peak resident size and tokens/s
+#     (bench/torch_zero.py).
 # The peak includes the end-of-training checkpoint's host staging, which a
 # run holds beside its state: the parameters and every rank's optimizer
 # state (replicated, the whole state; sharded, its shard).
 #   [ROUNDS=3] bash bench/shard.sh [STEPS]
-# Needs: build/ (launch/setup.sh), python3, at least 2 cores.
+# Needs: build/ (launch/setup.sh), python3, at least 2 cores; for the peer
+# python3-torch and python3-h5py (Debian's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-8}
@@ -77,3 +83,20 @@ for ((k = 0; k < ROUNDS; k++)); do
   ratios+=("$r")
 done
 printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "median ratio %.3f (min %.3f, max %.3f)\n", v[int((NR + 1) / 2)], v[1], v[NR] }'
+
+PY=/usr/bin/python3
+if "$PY" -c 'import torch, h5py; from torch.distributed.optim import ZeroRedundancyOptimizer' \
+  2>/dev/null; then
+  echo "== PyTorch $("$PY" -c 'import torch; print(torch.__version__)'), gloo, the same GPT, $STEPS steps"
+  printf "%-6s %-34s %12s %12s\n" ranks optimizer "peak RSS" tokens/s
+  for np in 2 4; do
+    for how in ddp zero; do
+      out=$(cd bench && "$PY" torch_zero.py "$work/text.h5" "$STEPS" "$np" 8 128 8 8 512 "$how")
+      printf "%-6s %-34s %12s %12s\n" "$np" \
+        "$([ "$how" = zero ] && echo ZeroRedundancyOptimizer || echo AdamW, replicated)" \
+        "$(sed -n 's/torch_peak_rss_mib //p' <<<"$out")" "$(sed -n 's/torch_tokens_per_s //p' <<<"$out")"
+    done
+  done
+else
+  echo "== PyTorch with ZeroRedundancyOptimizer and h5py not found: no peer figures"
+fi

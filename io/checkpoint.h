@@ -93,10 +93,10 @@ struct dt_ckpt_tensor {
     char name[DT_CKPT_NAME];
     struct dt_shape shape; /* 1 to DT_MAX_DIMS dimensions (give a scalar shape [1]) */
     /* Host memory. pieces NULL: the full tensor in row-major order (the
-     * same on every rank). Otherwise (sharded state, saving only) this
-     * rank holds just the npieces runs of flat elements, in increasing
-     * order and disjoint, their values one run after another in data;
-     * every element of the tensor is held by exactly one rank. */
+     * same on every rank). Otherwise (sharded state) this rank holds just
+     * the npieces runs of flat elements, in increasing order and disjoint,
+     * their values one run after another in data; saving, every element
+     * of the tensor must be held by exactly one rank. */
     float *data;
     const struct dt_ckpt_piece *pieces;
     int npieces;
@@ -152,11 +152,13 @@ dt_status dt_ckpt_verify(const char *path, struct dt_ckpt_info *info);
 void dt_ckpt_info_free(struct dt_ckpt_info *info);
 
 /* Reads meta and, for each of the n tensors, the tensor of that name into
- * t[i].data (any process; every rank reads all). A tensor missing or of
- * another shape (another number of dimensions included) is
- * DT_ERR_BAD_DATA naming it and both shapes. Checks the header
- * (meta_checksum) and each tensor's checksum as it reads; errors as
- * dt_ckpt_verify. */
+ * t[i].data (any process; every rank reads all), or, for one given in
+ * pieces, just those pieces. A tensor missing or of another shape (another
+ * number of dimensions included) is DT_ERR_BAD_DATA naming it and both
+ * shapes. Checks the header (meta_checksum) and each whole tensor's
+ * checksum as it reads; errors as dt_ckpt_verify. A checksum covers its
+ * whole tensor, so pieces are not checked: verify the file first
+ * (dt_ckpt_verify, in bounded memory). */
 dt_status dt_ckpt_load(const char *path, struct dt_ckpt_meta *meta, struct dt_ckpt_tensor *t,
                        int n);
 

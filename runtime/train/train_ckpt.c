@@ -31,10 +31,10 @@
 /* Host staging for the checkpoint: one block per flat buffer (parameters,
  * then each optimizer state), then the model's buffers (running
  * statistics), and the tensor list pointing into it. A sharded optimizer
- * (comm.shard) saves from blocks of its own state only: each of its
- * tensors is given as the pieces this rank holds (io/checkpoint.h). Loading
- * reads every tensor whole into full blocks, and each rank takes its
- * shard from there, whatever the world size or shard that saved it. */
+ * (comm.shard) stages its own state only: each of its tensors is given as
+ * the pieces this rank holds (io/checkpoint.h), which a save writes and a
+ * load reads, whatever the world size or shard the file was saved with
+ * (the file holds every tensor whole). */
 #define MAX_BLOCKS 3 /* the parameters and at most two optimizer states */
 struct staging {
     float *host;
@@ -114,16 +114,15 @@ static float *buffer(struct run *r, int b)
     return b == 0 ? dt_model_params(r->model) : dt_optim_state(r->opt, b - 1, &name);
 }
 
-/* Staging for a save (with a sharded optimizer, its own state only) or
- * for a load (every block whole); states: the optimizer's blocks (0 for
+/* Staging for a save or a load; states: the optimizer's blocks (0 for
  * the parameters alone). */
-static dt_status staging_open(struct run *r, struct staging *s, int save, int states)
+static dt_status staging_open(struct run *r, struct staging *s, int states)
 {
     const size_t *lo, *hi, *base;
     size_t total = dt_model_num_params(r->model);
     size_t nshard = states ? dt_optim_shard(r->opt, &lo, &hi, &base) : 0;
     s->nbuf = 1 + states;
-    s->shard = save && nshard > 0;
+    s->shard = nshard > 0;
     size_t at = 0;
     for (int b = 0; b < s->nbuf; b++) {
         s->off[b] = at;
@@ -151,22 +150,6 @@ static void staging_close(struct staging *s)
     free(s->pieces);
 }
 
-/* An optimizer state block to the device: the whole buffer, or from a
- * full block the shard's ranges into the packed state. */
-static dt_status state_to_device(struct run *r, float *dev, const float *host)
-{
-    const size_t *lo, *hi, *base;
-    size_t count = dt_optim_shard(r->opt, &lo, &hi, &base);
-    dt_status st = DT_OK;
-    if (!count)
-        return dt_backend_copy(r->be, dev, host, dt_model_num_params(r->model) * sizeof(float),
-                               DT_COPY_H2D);
-    for (size_t k = 0; k < count && st == DT_OK; k++)
-        st = dt_backend_copy(r->be, dev + base[k], host + lo[k], (hi[k] - lo[k]) * sizeof(float),
-                             DT_COPY_H2D);
-    return st;
-}
-
 /* device -> staging (to_host) or staging -> device */
 static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
 {
@@ -175,11 +158,8 @@ static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
     for (int b = 0; b < s->nbuf && st == DT_OK; b++) {
         float *host = s->host + s->off[b];
         size_t bytes = (b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total) * sizeof(float);
-        if (to_host)
-            st = dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H);
-        else
-            st = b == 0 ? dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D)
-                        : state_to_device(r, buffer(r, b), host);
+        st = to_host ? dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H)
+                     : dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D);
     }
     if (st == DT_OK)
         st = to_host ? dt_model_get_buffers(r->model, s->bufs)
@@ -261,7 +241,7 @@ static dt_status save(struct run *r, char *path, size_t len)
     if (st == DT_OK)
         st = dt_train_sync_buffers(r);
     if (st == DT_OK)
-        st = staging_open(r, &s, 1, dt_optim_state_count(r->opt));
+        st = staging_open(r, &s, dt_optim_state_count(r->opt));
     if (st == DT_OK)
         st = staging_copy(r, &s, 1);
     st = dt_dist_agree(r->comm, st);
@@ -404,7 +384,7 @@ static dt_status load_local(struct run *r, const char *path)
     DT_CHECK(st);
     DT_CHECK(dt_ckpt_verify(path, info));
     DT_CHECK(check_compatible(r, path, info->job_yaml ? info->job_yaml : ""));
-    DT_CHECK(staging_open(r, &s, 0, dt_optim_state_count(r->opt)));
+    DT_CHECK(staging_open(r, &s, dt_optim_state_count(r->opt)));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(check_position(r, path, &meta));
     DT_CHECK(staging_copy(r, &s, 0));
@@ -439,7 +419,7 @@ static dt_status load_params_local(struct run *r, const char *path)
     struct staging s = {0};
     struct dt_ckpt_meta meta;
     dt_status st;
-    DT_CHECK(staging_open(r, &s, 0, 0));
+    DT_CHECK(staging_open(r, &s, 0));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(staging_copy(r, &s, 0));
     r->step = meta.step;
