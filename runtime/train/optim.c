@@ -1,5 +1,5 @@
 /*
- * optim.c - optimizer state, the update step, LR schedules and clipping.
+ * optim.c - optimizer state, the update step and LR schedules.
  * The arithmetic of each update is a fused op of the backend
  * (kernels/cpu/optim.c on the CPU), so this file only keeps state and
  * computes the per-step scalars. Sharded (comm.shard), a rank keeps the
@@ -355,9 +355,4 @@ double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total)
         return lo + (lr - lo) * 0.5 * (1.0 + cos(M_PI * frac));
     }
     return lr;
-}
-
-float dt_clip_factor(double norm, double max_norm)
-{
-    return (float)(max_norm / (norm + 1e-6));
 }

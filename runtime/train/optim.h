@@ -1,7 +1,7 @@
 /*
- * optim.h - optimizers (SGD with momentum/Nesterov/weight decay, AdamW),
- * learning-rate schedules (constant, step, cosine; each with linear
- * warm-up) and global-norm gradient clipping.
+ * optim.h - optimizers (SGD with momentum/Nesterov/weight decay, AdamW)
+ * and learning-rate schedules (constant, step, cosine; each with linear
+ * warm-up). Global-norm clipping is the step gate's (kernels/gate.h).
  *
  * Optimizer state lives on the model's backend beside the flat parameter
  * buffer and is updated by one fused op per step.
@@ -82,9 +82,5 @@ float *dt_optim_state(dt_optim_t *o, int i, const char **name);
  * (constant; step: lr * gamma^floor(s / step_size); cosine: from lr down to
  * min_lr at the last step), s counting from the end of warm-up. */
 double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total);
-
-/* The scale clipping applies to gradients whose global norm `norm` exceeds
- * max_norm: max_norm / (norm + 1e-6). */
-float dt_clip_factor(double norm, double max_norm);
 
 #endif
