@@ -264,6 +264,7 @@ static void test_save_pieces(void)
     struct pieces mine;
     struct dt_ckpt_tensor lt[NT];
     int saved_rank = rank;
+    free_pieces(&h);
     rank = (rank + 1) % size;
     hold_pieces(&s, &h, t, 0); /* what rank+1 holds, packed */
     hold_pieces(&back, &mine, lt, 0);
