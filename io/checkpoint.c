@@ -770,13 +770,13 @@ static herr_t add_flat(struct flat_sel *f, int k, hsize_t lo, hsize_t hi)
     return e;
 }
 
-/* Selects the flat (row-major) elements of the runs [lo[j], hi[j]), j <
- * n (increasing, disjoint), of a space of the given shape as a union of
- * hyperslab blocks (see add_flat); nothing when they hold no element. In
- * row-major order, HDF5's order for a selection, the elements are those of
- * the runs one after another. */
-static herr_t select_flat(hid_t space, const struct dt_shape *shape, const uint64_t *lo,
-                          const uint64_t *hi, int n)
+/* Selects the flat (row-major) elements of the n runs q[j] (increasing,
+ * disjoint) of a space of the given shape as a union of hyperslab blocks
+ * (see add_flat); nothing when they hold no element. In row-major order,
+ * HDF5's order for a selection, the elements are those of the runs one
+ * after another. */
+static herr_t select_flat(hid_t space, const struct dt_shape *shape, const struct dt_ckpt_piece *q,
+                          int n)
 {
     struct flat_sel f = {.space = space, .ndim = shape->ndim};
     hsize_t row = 1;
@@ -787,26 +787,8 @@ static herr_t select_flat(hid_t space, const struct dt_shape *shape, const uint6
     }
     herr_t e = 0;
     for (int j = 0; j < n && e >= 0; j++)
-        e = add_flat(&f, 0, (hsize_t)lo[j], (hsize_t)hi[j]);
+        e = add_flat(&f, 0, (hsize_t)q[j].lo, (hsize_t)q[j].hi);
     return e >= 0 && !f.any ? H5Sselect_none(space) : e;
-}
-
-/* The runs of tensor t this rank writes into lo/hi (at most max; *n gets
- * the count) and where their values are. */
-static const float *my_runs(const struct save *s, const struct dt_ckpt_tensor *t, uint64_t *lo,
-                            uint64_t *hi, int *n)
-{
-    if (!t->pieces) {
-        my_slice(s, numel_of(&t->shape), &lo[0], &hi[0]);
-        *n = 1;
-        return t->data + lo[0];
-    }
-    for (int j = 0; j < t->npieces; j++) {
-        lo[j] = t->pieces[j].lo;
-        hi[j] = t->pieces[j].hi;
-    }
-    *n = t->npieces;
-    return t->data;
 }
 
 /* One collective write of this rank's slice (or pieces) of tensor i. A
@@ -816,30 +798,28 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
 {
     static const float nothing;
     const struct dt_ckpt_tensor *t = &s->t[i];
-    int nruns = t->pieces ? t->npieces : 1;
-    uint64_t *lo = calloc((size_t)nruns + 1, sizeof *lo);
-    uint64_t *hi = calloc((size_t)nruns + 1, sizeof *hi);
-    if (!lo || !hi) {
-        free(lo);
-        free(hi);
-        return dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory for tensor %s", s->tmp,
-                            t->name);
+    struct dt_ckpt_piece slice;
+    const struct dt_ckpt_piece *runs = t->pieces;
+    int nruns = t->npieces;
+    const float *data = t->data;
+    if (!runs) {
+        my_slice(s, numel_of(&t->shape), &slice.lo, &slice.hi);
+        runs = &slice;
+        nruns = 1;
+        data = t->data + slice.lo;
     }
-    const float *data = my_runs(s, t, lo, hi, &nruns);
     uint64_t held = 0;
     for (int j = 0; j < nruns; j++)
-        held += hi[j] - lo[j];
+        held += runs[j].hi - runs[j].lo;
     hsize_t mdim = held ? held : 1;
     hid_t fs = H5Dget_space(s->dsets[i]);
     hid_t ms = H5Screate_simple(1, &mdim, NULL);
-    herr_t sel = fs < 0 || ms < 0 ? -1 : select_flat(fs, &t->shape, lo, hi, nruns);
+    herr_t sel = fs < 0 || ms < 0 ? -1 : select_flat(fs, &t->shape, runs, nruns);
     if (sel >= 0 && !held) sel = H5Sselect_none(ms);
     if (sel < 0 && fs >= 0 && ms >= 0) {
         H5Sselect_none(fs);
         H5Sselect_none(ms);
     }
-    free(lo);
-    free(hi);
     const float *buf = held ? data : &nothing;
     herr_t e = fs < 0 || ms < 0 ? -1 : H5Dwrite(s->dsets[i], H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
     dt_status st = DT_OK;
@@ -1646,8 +1626,8 @@ static dt_status verify_tensor(const struct reader *r, struct tensor_hdr *h, con
         int64_t hi = h->numel - lo < step ? h->numel : lo + step;
         hsize_t n = (hsize_t)(hi - lo);
         hid_t ms = H5Screate_simple(1, &n, NULL);
-        const uint64_t a = (uint64_t)lo, b = (uint64_t)hi;
-        if (ms < 0 || select_flat(fs, &h->shape, &a, &b, 1) < 0 ||
+        const struct dt_ckpt_piece run = {(uint64_t)lo, (uint64_t)hi};
+        if (ms < 0 || select_flat(fs, &h->shape, &run, 1) < 0 ||
             H5Dread(h->d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0)
             st = damaged_h5(r, "cannot read tensor %s", name);
         else
@@ -1733,29 +1713,17 @@ void dt_ckpt_info_free(struct dt_ckpt_info *info)
 static dt_status read_pieces(const struct reader *r, struct tensor_hdr *h,
                              const struct dt_ckpt_tensor *t)
 {
-    uint64_t held = held_elems(t);
-    uint64_t *lo = calloc((size_t)t->npieces + 1, sizeof *lo);
-    uint64_t *hi = calloc((size_t)t->npieces + 1, sizeof *hi);
-    dt_status st = lo && hi ? DT_OK
-                            : dt_set_error(DT_ERR_NOMEM, "checkpoint %s: out of memory reading %s",
-                                           r->path, t->name);
-    for (int j = 0; st == DT_OK && j < t->npieces; j++) {
-        lo[j] = t->pieces[j].lo;
-        hi[j] = t->pieces[j].hi;
-    }
-    hsize_t mdim = held;
-    hid_t fs = st == DT_OK && held ? H5Dget_space(h->d) : H5I_INVALID_HID;
-    hid_t ms = st == DT_OK && held ? H5Screate_simple(1, &mdim, NULL) : H5I_INVALID_HID;
-    if (st == DT_OK && held &&
-        (fs < 0 || ms < 0 || select_flat(fs, &h->shape, lo, hi, t->npieces) < 0 ||
-         H5Dread(h->d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, t->data) < 0))
+    hsize_t held = held_elems(t);
+    dt_status st = DT_OK;
+    hid_t fs = held ? H5Dget_space(h->d) : H5I_INVALID_HID;
+    hid_t ms = held ? H5Screate_simple(1, &held, NULL) : H5I_INVALID_HID;
+    if (held && (fs < 0 || ms < 0 || select_flat(fs, &h->shape, t->pieces, t->npieces) < 0 ||
+                 H5Dread(h->d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, t->data) < 0))
         st = damaged_h5(r, "cannot read tensor %s", t->name);
     dt_h5_close(ms);
     dt_h5_close(fs);
     H5Dclose(h->d);
     h->d = -1;
-    free(lo);
-    free(hi);
     return st;
 }
 
