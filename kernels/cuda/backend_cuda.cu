@@ -371,6 +371,17 @@ static struct dt_cuda_pinned *pinned_of(struct cuda_backend *cb, const void *p, 
     return NULL;
 }
 
+/* The upload event of the pinned buffer holding [p, p + bytes), or NULL
+ * when p is not in one (pageable memory). */
+static cudaEvent_t pinned_event(struct cuda_backend *cb, const void *p, size_t bytes)
+{
+    pthread_mutex_lock(&cb->pinned_mu);
+    struct dt_cuda_pinned *e = p ? pinned_of(cb, p, bytes) : NULL;
+    cudaEvent_t ev = e ? e->read : NULL;
+    pthread_mutex_unlock(&cb->pinned_mu);
+    return ev;
+}
+
 static dt_status cuda_host_alloc(dt_backend_t *be, size_t bytes, void **out)
 {
     struct cuda_backend *cb = dt_cuda_of(be);
@@ -414,10 +425,7 @@ static dt_status cuda_host_alloc(dt_backend_t *be, size_t bytes, void **out)
 static dt_status cuda_host_idle(dt_backend_t *be, const void *p)
 {
     struct cuda_backend *cb = dt_cuda_of(be);
-    pthread_mutex_lock(&cb->pinned_mu);
-    struct dt_cuda_pinned *e = pinned_of(cb, p, 1);
-    cudaEvent_t ev = e ? e->read : NULL;
-    pthread_mutex_unlock(&cb->pinned_mu);
+    cudaEvent_t ev = pinned_event(cb, p, 1);
     if (!ev)
         return DT_OK;
     cudaError_t err = cudaEventSynchronize(ev);
@@ -490,10 +498,7 @@ static dt_status staging_slot(struct cuda_backend *cb, size_t bytes, int *slot)
  * returns, in both paths. */
 static dt_status upload(struct cuda_backend *cb, void *dst, const void *src, size_t bytes)
 {
-    pthread_mutex_lock(&cb->pinned_mu);
-    struct dt_cuda_pinned *e = pinned_of(cb, src, bytes);
-    cudaEvent_t read = e ? e->read : NULL;
-    pthread_mutex_unlock(&cb->pinned_mu);
+    cudaEvent_t read = pinned_event(cb, src, bytes);
     if (read) {
         cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream);
         if (err == cudaSuccess)
@@ -573,10 +578,7 @@ static dt_status cuda_upload_ahead(dt_backend_t *be, int slot, void *dst, const 
     struct cuda_backend *cb = dt_cuda_of(be);
     if (bytes == 0)
         return DT_OK;
-    pthread_mutex_lock(&cb->pinned_mu);
-    struct dt_cuda_pinned *e = src ? pinned_of(cb, src, bytes) : NULL;
-    cudaEvent_t read = e ? e->read : NULL;
-    pthread_mutex_unlock(&cb->pinned_mu);
+    cudaEvent_t read = pinned_event(cb, src, bytes);
     if (!read || !dst)
         return cuda_copy(be, dst, src, bytes, DT_COPY_H2D);
     dt_cuda_params_written(cb, dst, bytes);
