@@ -965,11 +965,9 @@ static dt_status build_agreed(struct run *r)
 static dt_status state_bytes(struct run *r)
 {
     uint64_t total = (uint64_t)dt_model_num_params(r->model) * sizeof(float);
-    uint64_t v[2] = {(uint64_t)dt_optim_state_count(r->opt) *
-                         (uint64_t)dt_optim_state_numel(r->opt) * sizeof(float),
-                     0};
-    v[1] = 2 * total + v[0];
-    double d[2] = {(double)v[0], (double)v[1]};
+    double optim = (double)dt_optim_state_count(r->opt) * (double)dt_optim_state_numel(r->opt) *
+                   sizeof(float);
+    double d[2] = {optim, 2.0 * (double)total + optim};
     dt_status st = r->world > 1 ? dt_comm_allreduce(r->comm, d, 2, DT_F64, DT_COMM_MAX) : DT_OK;
     if (st != DT_OK)
         return st;
