@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
 # comm.shard: per-rank memory and speed of a GPT whose model state
 # dominates memory (8 layers x 512 wide, 25.3 M parameters, AdamW, fp32,
-# byte-level vocabulary, sequences of 128), replicated (comm.shard: none)
-# and with the optimizer state sharded (optimizer), on 1, 2 and 4 ranks,
-# all in one run:
+# byte-level vocabulary, sequences of 128, gradient buckets of 4 MiB),
+# replicated (comm.shard: none), with the optimizer state sharded
+# (optimizer) and with the gradients sharded too (gradients), on 1, 2 and
+# 4 ranks, all in one run:
 #   - each rank's peak host memory (the largest rank's, getrusage) and the
 #     model state the start record gives per rank, against the formula:
 #     replicated 16 bytes a parameter (parameters, gradients, AdamW's two
-#     moments), sharded 8 + 8/N;
-#   - tokens/s on 2 ranks, sharded against replicated, ROUNDS (default 3)
-#     alternating rounds, each ratio and their median;
+#     moments), optimizer 8 + 8/N, gradients 4 + 12/N (plus the gradient
+#     staging area, about three buckets);
+#   - tokens/s on 2 ranks, each stage against replicated, ROUNDS (default
+#     3) rounds in rotating order, each ratio and their median;
 #   - the peer, where PyTorch is installed: the same GPT under PyTorch's
 #     DistributedDataParallel (gloo) with AdamW replicated and with
-#     ZeroRedundancyOptimizer (its optimizer state sharded), on 2 and 4
-#     processes: the largest rank's peak resident size and tokens/s
-#     (bench/torch_zero.py).
+#     ZeroRedundancyOptimizer (its optimizer state sharded), and with
+#     PyTorch 2 its FullyShardedDataParallel on the CPU (SHARD_GRAD_OP,
+#     FULL_SHARD), on 2 and 4 processes: the largest rank's peak resident
+#     size and tokens/s (bench/torch_zero.py). PEER_PY names the Python to
+#     run it with (default Debian's /usr/bin/python3, whose PyTorch 1.13
+#     has no working FSDP under Python 3.11); for FSDP:
+#       python3 -m venv peer && peer/bin/pip install torch==2.5.1 h5py
+#       PEER_PY=peer/bin/python bash bench/shard.sh
 # The peak includes the end-of-training checkpoint's host staging, which a
 # run holds beside its state: the parameters and every rank's optimizer
 # state (replicated, the whole state; sharded, its shard).
-#   [ROUNDS=3] bash bench/shard.sh [STEPS]
+#   [ROUNDS=3] [PEER_PY=python] bash bench/shard.sh [STEPS]
 # Needs: build/ (launch/setup.sh), python3, at least 2 cores; for the peer
-# python3-torch and python3-h5py (Debian's).
+# python3-torch and python3-h5py (Debian's), or PEER_PY.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-8}
@@ -42,6 +49,7 @@ train:
   optimizer: {name: adamw, lr: 0.0003, weight_decay: 0.1}
   schedule: {name: constant}
 checkpoint: {every_minutes: 0}
+comm: {bucket_mb: 4}
 runtime: {threads: 1, progress: off}
 YEOF
 
@@ -56,47 +64,66 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 echo "== per-rank memory (MiB), $STEPS steps each"
 printf "%-6s %-10s %12s %12s %14s %12s\n" ranks shard "peak host" "model state" "formula state" tokens/s
 for np in 1 2 4; do
-  for shard in none optimizer; do
-    [ "$np" = 1 ] && [ "$shard" = optimizer ] && continue
+  for shard in none optimizer gradients; do
+    [ "$np" = 1 ] && [ "$shard" != none ] && continue
     name="m$np$shard"
     run "$name" "$np" "$shard"
     params=$(field "$name" start params)
     state=$(field "$name" start model_state_bytes)
     formula=$(awk -v p="$params" -v n="$np" -v s="$shard" \
-      'BEGIN { printf "%.0f", (s == "none" ? 16 * p : (8 + 8 / n) * p) / 1048576 }')
+      'BEGIN { printf "%.0f", (s == "none" ? 16 * p : s == "optimizer" ? (8 + 8 / n) * p : (4 + 12 / n) * p) / 1048576 }')
     printf "%-6s %-10s %12s %12s %14s %12s\n" "$np" "$shard" "$(mib "$(field "$name" summary peak_host_mem_bytes)")" \
       "$(mib "$state")" "$formula" "$(field "$name" train tokens_per_s)"
   done
 done
 base=$(field m4none summary peak_host_mem_bytes)
-echo "4 ranks: sharded peak / replicated peak = $(awk -v a="$(field m4optimizer summary peak_host_mem_bytes)" \
-  -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
-
-echo "== tokens/s on 2 ranks, sharded / replicated, $ROUNDS alternating rounds"
-ratios=()
-for ((k = 0; k < ROUNDS; k++)); do
-  if ((k % 2)); then order="optimizer none"; else order="none optimizer"; fi
-  for shard in $order; do run "t$k$shard" 2 "$shard"; done
-  r=$(awk -v a="$(field "t${k}optimizer" train tokens_per_s)" -v b="$(field "t${k}none" train tokens_per_s)" \
-    'BEGIN { printf "%.3f", a / b }')
-  echo "round $((k + 1)): none $(field "t${k}none" train tokens_per_s), optimizer $(field "t${k}optimizer" train tokens_per_s) tokens/s: ratio $r"
-  ratios+=("$r")
+for shard in optimizer gradients; do
+  echo "4 ranks: $shard peak / replicated peak = $(awk -v a="$(field "m4$shard" summary peak_host_mem_bytes)" \
+    -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
 done
-printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "median ratio %.3f (min %.3f, max %.3f)\n", v[int((NR + 1) / 2)], v[1], v[NR] }'
 
-PY=/usr/bin/python3
+echo "== tokens/s on 2 ranks, each stage / replicated, $ROUNDS rounds in rotating order"
+orders=("none optimizer gradients" "optimizer gradients none" "gradients none optimizer")
+: >"$work/ratios"
+for ((k = 0; k < ROUNDS; k++)); do
+  for shard in ${orders[$((k % 3))]}; do run "t$k$shard" 2 "$shard"; done
+  line="round $((k + 1)):"
+  for shard in none optimizer gradients; do line+=" $shard $(field "t$k$shard" train tokens_per_s)"; done
+  for shard in optimizer gradients; do
+    r=$(awk -v a="$(field "t$k$shard" train tokens_per_s)" -v b="$(field "t${k}none" train tokens_per_s)" \
+      'BEGIN { printf "%.3f", a / b }')
+    line+=", $shard/none $r"
+    echo "$shard $r" >>"$work/ratios"
+  done
+  echo "$line tokens/s"
+done
+for shard in optimizer gradients; do
+  grep "^$shard " "$work/ratios" | cut -d' ' -f2 | sort -g |
+    awk -v s="$shard" '{ v[NR] = $1 } END { printf "%s: median ratio %.3f (min %.3f, max %.3f)\n", s, v[int((NR + 1) / 2)], v[1], v[NR] }'
+done
+
+PY=${PEER_PY:-/usr/bin/python3}
 if "$PY" -c 'import torch, h5py; from torch.distributed.optim import ZeroRedundancyOptimizer' \
   2>/dev/null; then
+  hows="ddp zero"
+  "$PY" -c 'import torch; assert int(torch.__version__.split(".")[0]) >= 2
+from torch.distributed.fsdp import FullyShardedDataParallel' 2>/dev/null && hows+=" fsdp_grad fsdp_full"
   echo "== PyTorch $("$PY" -c 'import torch; print(torch.__version__)'), gloo, the same GPT, $STEPS steps"
-  printf "%-6s %-34s %12s %12s\n" ranks optimizer "peak RSS" tokens/s
+  printf "%-6s %-34s %12s %12s\n" ranks "how" "peak RSS" tokens/s
   for np in 2 4; do
-    for how in ddp zero; do
-      out=$(cd bench && "$PY" torch_zero.py "$work/text.h5" "$STEPS" "$np" 8 128 8 8 512 "$how")
-      printf "%-6s %-34s %12s %12s\n" "$np" \
-        "$([ "$how" = zero ] && echo ZeroRedundancyOptimizer || echo AdamW, replicated)" \
+    for how in $hows; do
+      out=$(cd bench && "$PY" torch_zero.py "$work/text.h5" "$STEPS" "$np" 8 128 8 8 512 "$how" 2>"$work/peer.err") ||
+        { echo "shard.sh: the peer ($how, $np processes) failed:" >&2; tail -5 "$work/peer.err" >&2; exit 1; }
+      case $how in
+        ddp) what="DDP, AdamW replicated" ;;
+        zero) what="DDP, ZeroRedundancyOptimizer" ;;
+        fsdp_grad) what="FSDP SHARD_GRAD_OP" ;;
+        fsdp_full) what="FSDP FULL_SHARD" ;;
+      esac
+      printf "%-6s %-34s %12s %12s\n" "$np" "$what" \
         "$(sed -n 's/torch_peak_rss_mib //p' <<<"$out")" "$(sed -n 's/torch_tokens_per_s //p' <<<"$out")"
     done
   done
 else
-  echo "== PyTorch with ZeroRedundancyOptimizer and h5py not found: no peer figures"
+  echo "== PyTorch with ZeroRedundancyOptimizer and h5py not found ($PY): no peer figures"
 fi

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/shard.sh: the same GPT (torch_gpt.py's, dropout
-0, tied head) trained by WORLD processes with DistributedDataParallel over
-gloo on the loopback interface, with AdamW replicated on every rank or
-split by torch.distributed.optim.ZeroRedundancyOptimizer (the optimizer
-state sharded, as comm.shard: optimizer does). Each rank takes its slice
+0, tied head) trained by WORLD processes over gloo on the loopback
+interface: with DistributedDataParallel and AdamW replicated on every rank
+(ddp) or split by torch.distributed.optim.ZeroRedundancyOptimizer (zero:
+the optimizer state sharded, as comm.shard: optimizer does), or with
+FullyShardedDataParallel on the CPU, each transformer block its own unit,
+sharding the gradients and the optimizer state (fsdp_grad:
+SHARD_GRAD_OP, as comm.shard: gradients does) or the parameters too
+(fsdp_full: FULL_SHARD). Each rank takes its slice
 of a global batch of random windows. Prints, for the run,
 'torch_peak_rss_mib X' (the largest rank's peak resident size,
 getrusage) and 'torch_tokens_per_s X' (aggregate, training steps only,
 after 2 warm-up steps).
 
-Usage: torch_zero.py H5 STEPS WORLD GLOBAL_BATCH SEQ N_LAYER N_HEAD N_EMBD zero|ddp
+Usage: torch_zero.py H5 STEPS WORLD GLOBAL_BATCH SEQ N_LAYER N_HEAD N_EMBD ddp|zero|fsdp_grad|fsdp_full
 """
 import os
 import resource
@@ -24,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from torch_gpt import GPT
+from torch_gpt import GPT, Block
 
 WARMUP = 2
 
@@ -47,12 +51,25 @@ def worker(rank, a, port, out):
         tokens = torch.from_numpy(f["train/tokens"][:].astype(np.int64))
     torch.manual_seed(42)
     gpt = GPT(vocab, seq, width, layers, heads, True)
-    # the causal masks are the same constant everywhere; gloo cannot broadcast bool
-    ddp = torch.nn.parallel.DistributedDataParallel
-    ddp._set_params_and_buffers_to_ignore_for_model(
-        gpt, [n for n, _ in gpt.named_buffers() if n.endswith("mask")])
-    model = ddp(gpt)
-    if how == "zero":
+    if how.startswith("fsdp"):
+        import functools
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        model = FSDP(gpt, device_id=torch.device("cpu"), sync_module_states=False,
+                     auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+                                                        transformer_layer_cls={Block}),
+                     sharding_strategy=ShardingStrategy.SHARD_GRAD_OP if how == "fsdp_grad"
+                     else ShardingStrategy.FULL_SHARD)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    else:
+        # the causal masks are the same constant everywhere; gloo cannot broadcast bool
+        ddp = torch.nn.parallel.DistributedDataParallel
+        ddp._set_params_and_buffers_to_ignore_for_model(
+            gpt, [n for n, _ in gpt.named_buffers() if n.endswith("mask")])
+        model = ddp(gpt)
+    if how.startswith("fsdp"):
+        pass
+    elif how == "zero":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
                                       lr=3e-4, weight_decay=0.1)

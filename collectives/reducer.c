@@ -20,6 +20,25 @@
  * parameters instead of the gradients). The traffic is an all-reduce's,
  * and each rank's optimizer work is 1/N of the model's.
  *
+ * Sharded gradients (opts.shard_grads) go one step further: there is no
+ * flat gradient buffer. Buckets end at parameter boundaries, and each
+ * bucket gets a place in a staging area when backward places its first
+ * parameter (dt_reducer_place, zeroed then), keeps it while layers add
+ * into it, and gives it back once its reduce-scatter has completed and
+ * this rank's chunk has been copied (first micro-batch) or added (later
+ * ones) into the packed shard of summed gradients. Every micro-batch is
+ * reduced, so nothing outlives a backward but the shard.
+ *   The staging area is a ring: a bucket goes at the cursor, or past the
+ * buckets still being written; buckets whose reduce-scatter is in flight
+ * are waited for (oldest first) when their place is needed. Where nothing
+ * in flight would make room, the area grows (after waiting for the
+ * buckets in flight, since their requests point into it) to what the
+ * buckets being written need plus one bucket of room for the one in
+ * flight. Where a bucket goes depends only on the order of the calls,
+ * never on timing, so the first step sizes the area for every later one
+ * (a tied parameter, placed early by the layer that shares it and final
+ * only at its owner, simply stays live meanwhile).
+ *
  * State per step: buckets [0, next) have been started; reqs[k] is non-NULL
  * while bucket k is in flight; buckets before `oldest` are all complete.
  */
@@ -50,7 +69,27 @@ struct dt_reducer {
     size_t oldest;        /* first bucket that may still be in flight */
     int in_step;          /* between begin() and finish() */
     int shard;            /* reduce-scatter only: see the file comment */
+    /* sharded gradients (see the file comment) */
+    int shard_grads;
+    float *stage; /* the staging area, cap floats */
+    size_t cap, cursor, room;
+    size_t *at;            /* per bucket: its place in the staging area */
+    unsigned char *state;  /* per bucket: enum bucket_state */
+    float *sgrad;          /* this rank's chunks of the summed gradients, packed */
+    size_t nsgrad, *sbase; /* per bucket: where its chunk starts in sgrad */
+    int acc;               /* micro-batches reduced since dt_reducer_clear */
+    int gathering;         /* the requests are dt_reducer_gather's, not buckets' */
 };
+
+/* A bucket in one micro-batch of sharded gradients. */
+enum bucket_state {
+    B_IDLE, /* no place yet */
+    B_LIVE, /* placed, layers may still add into it */
+    B_SENT, /* its reduce-scatter started */
+    B_DONE  /* summed and copied out; its place is free */
+};
+
+#define STAGE_ALIGN 64 /* floats: every bucket's place starts on 256 bytes */
 
 size_t dt_bucket_plan(size_t total, size_t first_elems, size_t bucket_elems, size_t *offsets,
                       size_t max)
@@ -65,6 +104,23 @@ size_t dt_bucket_plan(size_t total, size_t first_elems, size_t bucket_elems, siz
     return n;
 }
 
+size_t dt_bucket_plan_cuts(size_t total, const size_t *cuts, size_t ncuts, size_t first_elems,
+                           size_t bucket_elems, size_t *offsets, size_t max)
+{
+    size_t n = 0, lo = 0, want = first_elems ? first_elems : 1;
+    if (total == 0) return 0;
+    for (size_t i = 0; i <= ncuts; i++) {
+        size_t c = i < ncuts ? cuts[i] : total; /* the end closes the last bucket */
+        if (c <= lo || c > total) continue;
+        if (c - lo < want && i < ncuts) continue;
+        if (n < max) offsets[n] = lo;
+        n++;
+        lo = c;
+        want = bucket_elems ? bucket_elems : 1;
+    }
+    return n;
+}
+
 /* Elements of fp32 in `mb` MiB, at least 1. */
 static size_t mib_to_elems(double mb)
 {
@@ -76,11 +132,15 @@ static size_t mib_to_elems(double mb)
 
 static dt_status check_opts(const float *grads, size_t total, const struct dt_reducer_opts *o)
 {
-    if (!grads && total > 0)
+    if (!grads && total > 0 && !o->shard_grads)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "gradient reducer: the gradient buffer is NULL "
                             "but has %zu elements",
                             total);
+    if (o->shard_grads && (!o->shard || (!o->param_off && o->nparams > 0)))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: sharded gradients take a sharded update and the "
+                            "parameters' offsets");
     if (!(o->bucket_mb > 0) || !isfinite(o->bucket_mb))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "gradient reducer: comm.bucket_mb is %g; it must be a positive "
@@ -100,10 +160,41 @@ static dt_status check_opts(const float *grads, size_t total, const struct dt_re
     return DT_OK;
 }
 
+static int by_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sharded gradients: the per-bucket tables and the packed shard; the
+ * staging area itself starts empty and grows in the first step, leaving
+ * `room` floats for the bucket in flight. */
+static dt_status open_staging(dt_reducer_t *r, size_t room)
+{
+    size_t n = r->nbuckets;
+    dt_status st;
+    r->shard_grads = 1;
+    r->room = room;
+    DT_CHECK(dt_calloc(n + 1, sizeof *r->at, "gradient staging", (void **)&r->at));
+    DT_CHECK(dt_calloc(n + 1, sizeof *r->state, "gradient staging", (void **)&r->state));
+    DT_CHECK(dt_calloc(n + 1, sizeof *r->sbase, "gradient staging", (void **)&r->sbase));
+    for (size_t k = 0; k < n; k++) {
+        size_t lo, hi;
+        dt_reducer_owned(r, k, &lo, &hi);
+        r->sbase[k] = r->nsgrad;
+        r->nsgrad += hi - lo;
+    }
+    st = dt_calloc(r->nsgrad + 1, sizeof *r->sgrad, "this rank's shard of the gradients",
+                   (void **)&r->sgrad);
+out:
+    return st;
+}
+
 dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
                             const struct dt_reducer_opts *o, dt_reducer_t **out)
 {
     dt_reducer_t *r = NULL;
+    size_t *cuts = NULL;
     *out = NULL;
     dt_status st = check_opts(grads, total, o);
     if (st != DT_OK) goto out;
@@ -115,7 +206,13 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
         goto out;
     }
     size_t first = mib_to_elems(o->first_bucket_mb), bucket = mib_to_elems(o->bucket_mb);
-    size_t n = dt_bucket_plan(total, first, bucket, NULL, 0);
+    if (o->shard_grads) {
+        DT_CHECK(dt_calloc(o->nparams + 1, sizeof *cuts, "gradient bucket cuts", (void **)&cuts));
+        memcpy(cuts, o->param_off, o->nparams * sizeof *cuts);
+        qsort(cuts, o->nparams, sizeof *cuts, by_size);
+    }
+    size_t n = o->shard_grads ? dt_bucket_plan_cuts(total, cuts, o->nparams, first, bucket, NULL, 0)
+                              : dt_bucket_plan(total, first, bucket, NULL, 0);
     if (n > DT_REDUCER_MAX_BUCKETS) {
         st = dt_set_error(DT_ERR_INVALID_ARG,
                           "gradient reducer: %zu gradients in buckets of %g MiB make %zu "
@@ -135,13 +232,18 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
                              .nbuckets = n,
                              .start = r->start,
                              .reqs = r->reqs};
-    dt_bucket_plan(total, first, bucket, r->start, n);
+    if (o->shard_grads)
+        dt_bucket_plan_cuts(total, cuts, o->nparams, first, bucket, r->start, n);
+    else
+        dt_bucket_plan(total, first, bucket, r->start, n);
     r->start[n] = total;
+    if (o->shard_grads) DT_CHECK(open_staging(r, bucket));
     DT_LOG_DEBUG("comm", "gradient reducer: %zu floats in %zu buckets (first %zu, then %zu)", total,
                  n, first, bucket);
     *out = r;
     r = NULL;
 out:
+    free(cuts);
     dt_reducer_destroy(r);
     return st;
 }
@@ -157,11 +259,19 @@ static dt_status bucket_error(const dt_reducer_t *r, dt_status st, size_t k)
                             r->start[k], r->start[k + 1]);
 }
 
+static dt_status stage_alloc(dt_reducer_t *r, size_t k);
+
 static dt_status start_bucket(dt_reducer_t *r)
 {
     size_t k = r->next, lo = r->start[k], hi = r->start[k + 1];
-    dt_status st;
-    if (r->wire.pack) {
+    dt_status st = DT_OK;
+    if (r->shard_grads) { /* no layer placed it (empty batch, failure): zeros */
+        if (r->state[k] == B_IDLE) st = stage_alloc(r, k);
+        if (st == DT_OK)
+            st = dt_comm_iring(r->comm, r->stage + r->at[k], hi - lo, DT_F32,
+                               DT_RING_REDUCE_SCATTER, &r->reqs[k]);
+        if (st == DT_OK) r->state[k] = B_SENT;
+    } else if (r->wire.pack) {
         st = r->wire.pack(r->wire.ctx, r->wire.wire + lo, r->grads + lo, hi - lo);
         if (st == DT_OK)
             st = dt_comm_iallreduce(r->comm, r->wire.wire + lo, hi - lo, DT_BF16,
@@ -182,6 +292,20 @@ static dt_status start_bucket(dt_reducer_t *r)
 static dt_status bucket_done(dt_reducer_t *r, size_t k)
 {
     size_t lo = r->start[k], hi = r->start[k + 1];
+    if (r->gathering) return DT_OK;
+    if (r->shard_grads) { /* this rank's chunk into the shard */
+        size_t a, b;
+        dt_reducer_owned(r, k, &a, &b);
+        const float *src = r->stage + r->at[k] + (a - lo);
+        float *dst = r->sgrad + r->sbase[k];
+        if (r->acc == 0)
+            memcpy(dst, src, (b - a) * sizeof *dst);
+        else
+            for (size_t i = 0; i < b - a; i++)
+                dst[i] += src[i];
+        r->state[k] = B_DONE;
+        return DT_OK;
+    }
     if (!r->wire.unpack) return DT_OK;
     return r->wire.unpack(r->wire.ctx, r->grads + lo, r->wire.wire + lo, hi - lo);
 }
@@ -228,6 +352,7 @@ dt_status dt_reducer_begin(dt_reducer_t *r)
     dt_status st = drain(r);
     r->next = r->oldest = 0;
     r->in_step = 1;
+    if (r->shard_grads) memset(r->state, B_IDLE, r->nbuckets);
     if (st != DT_OK) return dt_error_context(st, "gradient reducer: the previous step's buckets");
     return DT_OK;
 }
@@ -268,9 +393,167 @@ dt_status dt_reducer_finish(dt_reducer_t *r, double *wait_s)
         dt_set_error(st, "%s", msg);
     }
     r->in_step = 0;
+    if (st == DT_OK) r->acc++;
 out:
     if (wait_s) *wait_s = dt_now() - t0;
     return st;
+}
+
+/* ---- sharded gradients: the staging area --------------------------------- */
+
+static size_t blen(const dt_reducer_t *r, size_t k)
+{
+    return r->start[k + 1] - r->start[k];
+}
+
+static size_t align_up(size_t x)
+{
+    return (x + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+}
+
+static int overlaps(const dt_reducer_t *r, size_t j, size_t p, size_t len)
+{
+    return r->at[j] < p + len && p < r->at[j] + blen(r, j);
+}
+
+/* A bucket still being written overlapping [p, p + len): its index, or
+ * nbuckets when none. */
+static size_t live_in(const dt_reducer_t *r, size_t p, size_t len)
+{
+    for (size_t j = 0; j < r->nbuckets; j++)
+        if (r->state[j] == B_LIVE && overlaps(r, j, p, len)) return j;
+    return r->nbuckets;
+}
+
+/* Completes the buckets in flight up to and including bucket `last`,
+ * oldest first, copying out their chunks. */
+static dt_status complete_through(dt_reducer_t *r, size_t last)
+{
+    for (; r->oldest < r->next && r->oldest <= last; r->oldest++) {
+        size_t k = r->oldest;
+        if (!r->reqs[k]) continue;
+        dt_status st = dt_comm_wait(r->comm, r->reqs[k]);
+        r->reqs[k] = NULL;
+        if (st == DT_OK) st = bucket_done(r, k);
+        if (st != DT_OK) {
+            r->oldest++;
+            return bucket_error(r, st, k);
+        }
+    }
+    return DT_OK;
+}
+
+/* Grows the staging area so that `len` more floats fit past the buckets
+ * being written, with room for one in flight; the buckets in flight are
+ * completed first, since their requests point into the area. *p gets the
+ * new bucket's place. */
+static dt_status stage_grow(dt_reducer_t *r, size_t len, size_t *p)
+{
+    dt_status st = r->next ? complete_through(r, r->next - 1) : DT_OK;
+    if (st != DT_OK) return st;
+    size_t end = 0;
+    for (size_t j = 0; j < r->nbuckets; j++)
+        if (r->state[j] == B_LIVE && r->at[j] + blen(r, j) > end) end = r->at[j] + blen(r, j);
+    *p = align_up(end);
+    size_t want = align_up(*p + len) + align_up(r->room);
+    if (want <= r->cap) return DT_OK;
+    float *grown = NULL;
+    if (posix_memalign((void **)&grown, STAGE_ALIGN * sizeof(float), want * sizeof(float)) != 0)
+        return dt_set_error(DT_ERR_NOMEM,
+                            "gradient reducer: out of memory growing the gradient staging area "
+                            "to %.1f MiB (lower comm.bucket_mb)",
+                            (double)want * GRAD_BYTES / MIB_BYTES);
+    for (size_t j = 0; j < r->nbuckets; j++) /* only the live buckets hold anything */
+        if (r->state[j] == B_LIVE)
+            memcpy(grown + r->at[j], r->stage + r->at[j], blen(r, j) * sizeof(float));
+    DT_LOG_DEBUG("comm", "gradient staging area: %.1f -> %.1f MiB",
+                 (double)r->cap * GRAD_BYTES / MIB_BYTES, (double)want * GRAD_BYTES / MIB_BYTES);
+    free(r->stage);
+    r->stage = grown;
+    r->cap = want;
+    return DT_OK;
+}
+
+/* Gives bucket k a zeroed place in the staging area (see the file
+ * comment for where). */
+static dt_status stage_alloc(dt_reducer_t *r, size_t k)
+{
+    size_t len = blen(r, k), p = align_up(r->cursor), j;
+    int wrapped = 0;
+    dt_status st = DT_OK;
+    for (;;) {
+        if (p + len > r->cap) {
+            if (wrapped) {
+                st = stage_grow(r, len, &p);
+                break;
+            }
+            p = 0;
+            wrapped = 1;
+        } else if ((j = live_in(r, p, len)) < r->nbuckets) {
+            p = align_up(r->at[j] + blen(r, j));
+        } else {
+            break;
+        }
+    }
+    size_t last = r->nbuckets; /* the newest bucket in flight in the way */
+    for (j = 0; st == DT_OK && j < r->next; j++)
+        if (r->state[j] == B_SENT && overlaps(r, j, p, len)) last = j;
+    if (st == DT_OK && last < r->nbuckets) st = complete_through(r, last);
+    if (st != DT_OK) return dt_error_context(st, "placing gradient bucket %zu", k);
+    memset(r->stage + p, 0, len * sizeof(float));
+    r->at[k] = p;
+    r->state[k] = B_LIVE;
+    r->cursor = p + len;
+    return DT_OK;
+}
+
+dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g)
+{
+    *g = NULL;
+    if (!r->shard_grads || !r->in_step)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_place: only for sharded gradients, within a step");
+    size_t lo = 0, hi = r->nbuckets; /* the bucket holding off: start[k] <= off < start[k + 1] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->start[mid] <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    size_t k = lo;
+    if (r->nbuckets == 0 || off + n > r->start[k + 1] || n == 0)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_place: gradients [%zu, %zu) are not within one bucket", off,
+                            off + n);
+    if (r->state[k] == B_SENT || r->state[k] == B_DONE)
+        return dt_set_error(DT_ERR_INTERNAL,
+                            "gradient reducer: a gradient in bucket %zu was placed after the "
+                            "bucket was reduced (backward's order and the bucket plan disagree)",
+                            k);
+    if (r->state[k] == B_IDLE) {
+        dt_status st = stage_alloc(r, k);
+        if (st != DT_OK) return st;
+    }
+    *g = r->stage + r->at[k] + (off - r->start[k]);
+    return DT_OK;
+}
+
+void dt_reducer_clear(dt_reducer_t *r)
+{
+    r->acc = 0;
+    if (r->sgrad) memset(r->sgrad, 0, r->nsgrad * sizeof *r->sgrad);
+}
+
+float *dt_reducer_shard_grads(dt_reducer_t *r, size_t *n)
+{
+    *n = r->shard_grads ? r->nsgrad : 0;
+    return r->shard_grads ? r->sgrad : NULL;
+}
+
+size_t dt_reducer_staging_bytes(const dt_reducer_t *r)
+{
+    return r->cap * sizeof(float);
 }
 
 int dt_reducer_sharded(const dt_reducer_t *r)
@@ -311,7 +594,9 @@ dt_status dt_reducer_gather(dt_reducer_t *r, float *buf, const char *what)
     r->next = k; /* drain waits for what started, even after a failure */
     char msg[1024] = "";
     if (st != DT_OK) snprintf(msg, sizeof msg, "%s", dt_last_error());
+    r->gathering = 1;
     dt_status dst = drain(r);
+    r->gathering = 0;
     r->oldest = r->next = 0;
     if (st != DT_OK) return dt_set_error(st, "%s", msg);
     return dst == DT_OK ? DT_OK : dt_error_context(dst, "gathering the %s", what);
@@ -326,5 +611,10 @@ void dt_reducer_destroy(dt_reducer_t *r)
     }
     free(r->reqs);
     free(r->start);
+    free(r->stage);
+    free(r->at);
+    free(r->state);
+    free(r->sgrad);
+    free(r->sbase);
     free(r);
 }

@@ -46,6 +46,18 @@ struct dt_reducer_opts {
     /* 1: a sharded update (fp32 wire, a communicator with dt_comm_iring):
      * buckets are only reduce-scattered; see dt_reducer_owned. */
     int shard;
+    /* 1 (with shard): sharded gradients (comm.shard gradients). There is
+     * no flat gradient buffer (grads is NULL): backward asks
+     * dt_reducer_place where to write each parameter's gradient, in a
+     * staging area that holds the buckets not yet reduce-scattered; every
+     * micro-batch is reduced, and this rank keeps only the sums of its own
+     * chunks (dt_reducer_shard_grads). Host memory only. Buckets end at
+     * parameter boundaries, so each parameter is in one bucket:
+     * param_off[i] are the parameters' offsets (any order, each parameter
+     * once; a tied parameter is one). */
+    int shard_grads;
+    const size_t *param_off;
+    size_t nparams;
 };
 
 /* Cuts `total` elements into buckets: the first of first_elems, the rest of
@@ -54,6 +66,12 @@ struct dt_reducer_opts {
  * Pure function, unit-tested. */
 size_t dt_bucket_plan(size_t total, size_t first_elems, size_t bucket_elems, size_t *offsets,
                       size_t max);
+/* The same cut at parameter boundaries only: `cuts` are the parameters'
+ * offsets in increasing order; a bucket ends at the first of them at
+ * least first_elems (then bucket_elems) past its start, so a parameter
+ * larger than a bucket is a bucket of its own. Pure function, unit-tested. */
+size_t dt_bucket_plan_cuts(size_t total, const size_t *cuts, size_t ncuts, size_t first_elems,
+                           size_t bucket_elems, size_t *offsets, size_t max);
 
 dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
                             const struct dt_reducer_opts *o, dt_reducer_t **out);
@@ -75,6 +93,24 @@ dt_status dt_reducer_finish(dt_reducer_t *r, double *wait_s);
  * bucket. Not sharded: the whole bucket. */
 int dt_reducer_sharded(const dt_reducer_t *r);
 void dt_reducer_owned(const dt_reducer_t *r, size_t k, size_t *lo, size_t *hi);
+/* Sharded gradients: where backward writes the gradient of the parameter
+ * at [off, off + n): its bucket's place in the staging area, zeroed when
+ * the bucket's first parameter is placed in a micro-batch. The pointer
+ * holds until the bucket is reduce-scattered (ready() covering it). May
+ * wait for buckets in flight, to reuse their staging. */
+dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g);
+/* Sharded gradients: the start of a step's accumulation (the first
+ * micro-batch's sums are copied, later ones added). */
+void dt_reducer_clear(dt_reducer_t *r);
+/* Sharded gradients: this rank's summed gradients, its own chunks packed
+ * in bucket order (*n elements; chunk k at the sum of the earlier
+ * chunks' lengths), complete after the step's last finish(). NULL when
+ * not sharded. */
+float *dt_reducer_shard_grads(dt_reducer_t *r, size_t *n);
+/* Sharded gradients: bytes of the staging area (it grows to what the
+ * model's backward needs during the first step). */
+size_t dt_reducer_staging_bytes(const dt_reducer_t *r);
+
 /* Sharded: every rank's own chunks of `buf` (laid out as the gradients:
  * the parameters, an optimizer state) copied to every rank; collective,
  * between steps. `what` names the buffer in errors. Not sharded: nothing. */

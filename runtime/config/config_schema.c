@@ -278,9 +278,12 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("comm.shard", E, comm.shard, "auto",
         "model state split over the ranks: optimizer = each rank keeps and updates the "
         "optimizer state of its 1/N of the parameters only (its chunk of every gradient "
-        "bucket, reduce-scattered), and the updated chunks are gathered; none = every rank "
-        "keeps all of it; auto = optimizer where it runs (mpi with the ring, fp32 gradients "
-        "on the wire), else none. gradients and parameters are not in this version",
+        "bucket, reduce-scattered), and the updated chunks are gathered; gradients = the "
+        "same, and each rank keeps only its 1/N of the gradients too (every micro-batch's "
+        "buckets are reduce-scattered from a staging area as backward fills them; cpu "
+        "backend); none = every rank keeps all of it; auto = optimizer where it runs (mpi "
+        "with the ring, fp32 gradients on the wire), else none. parameters is not in this "
+        "version",
         ONE_OF(shard_stages)),
     ROW("comm.sharded_update", B, comm.sharded_update, "true",
         "the older spelling of comm.shard: false is comm.shard: none", ANY),

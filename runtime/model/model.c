@@ -734,7 +734,7 @@ static dt_status alloc_buffers(dt_model_t *m)
     dt_status st;
     size_t rows = (size_t)m->max_rows;
     st = dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float), (void **)&m->param_buf);
-    if (st == DT_OK)
+    if (st == DT_OK && !m->io.grads_placed)
         st = dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float),
                               (void **)&m->grad_buf);
     if (st == DT_OK)
@@ -874,7 +874,7 @@ static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64
     c->out = n->out;
     for (int k = 0; k < n->l.nparams; k++) {
         c->p[k] = m->param_buf + m->params[n->pidx[k]].offset;
-        c->g[k] = m->grad_buf + m->params[n->pidx[k]].offset;
+        c->g[k] = m->grad_buf ? m->grad_buf + m->params[n->pidx[k]].offset : NULL;
     }
     for (int k = 0; k < n->l.nbuffers; k++)
         c->buf[k] = m->buf_buf + m->buffers[n->bidx[k]].offset;
@@ -998,6 +998,10 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
     if (rows != m->last_rows)
         return dt_set_error(DT_ERR_INVALID_ARG, "backward of %lld rows after a forward of %lld",
                             (long long)rows, (long long)m->last_rows);
+    if (!m->grad_buf && !(hook && hook->place))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "backward of a model without a gradient buffer needs a hook that "
+                            "places the gradients");
     memset(m->written, 0, (size_t)m->nnodes * sizeof *m->written);
     for (int i = m->nnodes - 1; i >= 0; i--) {
         struct node *n = &m->nodes[i];
@@ -1011,6 +1015,12 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
         struct dt_layer_ctx c;
         ctx_for(m, n, &c, rows);
         c.scale = scale;
+        /* twice: placing a later parameter may move the earlier ones */
+        for (int pass = 0; pass < 2 && hook && hook->place; pass++)
+            for (int k = 0; k < n->l.nparams; k++) {
+                const struct dt_param_info *p = &m->params[n->pidx[k]];
+                DT_CHECK(hook->place(hook->ctx, p->offset, p->numel, &c.g[k]));
+            }
         c.dout = n->l.loss ? NULL : grad_of(m, i);
         float *direct = NULL;
         if (n->want_din) {
@@ -1044,7 +1054,8 @@ dt_status dt_model_get_output(dt_model_t *m, float *host)
 
 dt_status dt_model_zero_grads(dt_model_t *m)
 {
-    return m->total ? m->ops->fill(m->be, m->grad_buf, m->total, 0.0f) : DT_OK;
+    /* placed gradients are zeroed where they are placed */
+    return m->total && m->grad_buf ? m->ops->fill(m->be, m->grad_buf, m->total, 0.0f) : DT_OK;
 }
 
 size_t dt_model_num_params(const dt_model_t *m) { return m->total; }
@@ -1133,6 +1144,9 @@ dt_status dt_model_set_params(dt_model_t *m, const float *host)
 
 dt_status dt_model_get_grads(dt_model_t *m, float *host)
 {
+    if (!m->grad_buf)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "the model has no gradient buffer (its gradients are sharded)");
     return dt_backend_copy(m->be, host, m->grad_buf, m->total * sizeof(float), DT_COPY_D2H);
 }
 

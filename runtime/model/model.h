@@ -58,6 +58,10 @@ struct dt_model_io {
     int ndim;             /* sample dims */
     int64_t shape[4];     /* sample shape, e.g. 28 x 28 */
     int64_t num_classes;
+    /* 1: no flat gradient buffer (sharded gradients): every backward takes
+     * a hook whose place() says where each parameter's gradient goes, and
+     * dt_model_grads is NULL. */
+    int grads_placed;
 };
 
 dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io, dt_backend_t *be,
@@ -101,10 +105,17 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
 
 /* Called during backward each time more gradients are final: elements
  * [0, done) of the flat gradient buffer will not change again in this
- * backward. A non-OK status stops the backward and is returned. */
+ * backward. A non-OK status stops the backward and is returned.
+ * place (NULL: the model's flat buffer) says where the gradient of the
+ * parameter at [off, off + n) of the flat layout goes, before each layer
+ * that writes it runs backward; the layer adds into what it points to.
+ * Placing one parameter may move the ones placed before it, so the model
+ * places all of a layer's parameters and then asks again: asking for a
+ * placed one neither moves anything nor changes its values. */
 struct dt_grad_hook {
     dt_status (*ready)(void *ctx, size_t done);
     void *ctx;
+    dt_status (*place)(void *ctx, size_t off, size_t n, float **g);
 };
 
 /* Backward for the last forward: parameter gradients += d(loss_sum * scale).

@@ -190,19 +190,30 @@ static const char *const advice =
     "model.hidden or data.prefetch, or run fewer ranks per node";
 
 /* The advice of a refusal: sharding the optimizer state first when that
- * alone would bring the job within `most` bytes. */
+ * alone would bring the job within `most` bytes, else sharding the
+ * gradients too when both would. */
 static const char *advise(const struct dt_mem_need *need, uint64_t total, uint64_t most,
                           char *buf, size_t len)
 {
-    if (!need->shard_saving || total - need->shard_saving > most)
-        return advice;
     char save[32];
-    dt_format_bytes(need->shard_saving, save, sizeof save);
-    snprintf(buf, len,
-             "set comm.shard: optimizer (each rank then keeps its 1/N of the optimizer state, "
-             "%s less, which is enough), or %s",
-             save, advice);
-    return buf;
+    uint64_t both = add_sat(need->shard_saving, need->grads_saving);
+    if (need->shard_saving && total - need->shard_saving <= most) {
+        dt_format_bytes(need->shard_saving, save, sizeof save);
+        snprintf(buf, len,
+                 "set comm.shard: optimizer (each rank then keeps its 1/N of the optimizer "
+                 "state, %s less, which is enough), or %s",
+                 save, advice);
+        return buf;
+    }
+    if (need->grads_saving && both < total && total - both <= most) {
+        dt_format_bytes(both, save, sizeof save);
+        snprintf(buf, len,
+                 "set comm.shard: gradients (each rank then keeps its 1/N of the optimizer "
+                 "state and of the gradients, %s less, which is enough), or %s",
+                 save, advice);
+        return buf;
+    }
+    return advice;
 }
 
 dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail *avail,

@@ -30,6 +30,9 @@ struct dt_mem_need {
      * the optimizer state whole but could shard it (0: nothing), so that a
      * refusal can say so */
     uint64_t shard_saving;
+    /* What comm.shard: gradients would save beyond that (the gradients but
+     * this rank's shard and the staging area); 0: nothing */
+    uint64_t grads_saving;
 };
 
 /* What one rank can have, in bytes; UINT64_MAX where nothing limits. */

@@ -58,6 +58,10 @@ void dt_optim_unstep(dt_optim_t *o);
  * would give it. */
 dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads, double lr,
                                const size_t *lo, const size_t *hi, size_t count);
+/* A sharded optimizer's step over all its own ranges, with the gradients
+ * packed as its state is (range k's at the sum of the earlier ranges'
+ * lengths: sharded gradients). */
+dt_status dt_optim_step_packed(dt_optim_t *o, float *params, const float *grads, double lr);
 
 /* Steps taken so far; set when resuming from a checkpoint. */
 int64_t dt_optim_steps(const dt_optim_t *o);

@@ -278,6 +278,22 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
 
 static dt_status reducer_ready(void *ctx, size_t done) { return dt_reducer_ready(ctx, done); }
 
+static dt_status reducer_place(void *ctx, size_t off, size_t n, float **g)
+{
+    return dt_reducer_place(ctx, off, n, g);
+}
+
+/* The sharded update's gradients: this rank's chunks, at [lo[k], hi[k])
+ * of the flat buffer, or with sharded gradients packed in the reducer's
+ * shard. */
+static float *own_grads(struct run *r, const size_t **lo, const size_t **hi)
+{
+    size_t n;
+    *lo = r->shard == 2 ? r->pk_lo : r->own_lo;
+    *hi = r->shard == 2 ? r->pk_hi : r->own_hi;
+    return r->shard == 2 ? dt_reducer_shard_grads(r->red, &n) : dt_model_grads(r->model);
+}
+
 /* DTRAIN_FAULT events inside a step: die, or stop responding. */
 static void inject_step_faults(struct run *r, int64_t step)
 {
@@ -291,15 +307,16 @@ static void inject_step_faults(struct run *r, int64_t step)
             pause();
 }
 
-/* Forward and backward of one micro-batch; on the last one of the step the
- * backward feeds the gradient reducer as layers finish. *comm_st gets a
- * failure of the reducer (the job can no longer stay in step). */
+/* Forward and backward of one micro-batch; when it is reduced (the last
+ * one of the step, or every one with sharded gradients) the backward feeds
+ * the gradient reducer as layers finish. *comm_st gets a failure of the
+ * reducer (the job can no longer stay in step). */
 static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t step, int last,
-                            double v[OUT_N], int64_t *correct, dt_status *comm_st)
+                            int reduce, double v[OUT_N], int64_t *correct, dt_status *comm_st)
 {
     dt_status st = DT_OK;
-    int reduce = last && r->red;
-    struct dt_grad_hook hook = {reducer_ready, r->red};
+    struct dt_grad_hook hook = {
+        .ready = reducer_ready, .ctx = r->red, .place = r->shard == 2 ? reducer_place : NULL};
     /* The loss is summed over the global batch's rows, so this scale makes
      * the gradients the global mean (times the fp16 loss scale). */
     double loss_scale = r->scaling ? r->scaler.scale : 1.0;
@@ -361,16 +378,25 @@ static dt_status queue_gate(struct run *r, struct dt_gate *gate)
     const struct dt_ops *ops = dt_backend_ops(r->be);
     size_t whole_lo = 0, whole_hi = dt_model_num_params(r->model);
     struct dt_gate_args a = {.lo = &whole_lo, .hi = &whole_hi, .count = 1, .unscale = 1.0f};
+    float *g = dt_model_grads(r->model);
     if (r->nown) {
-        a.lo = r->own_lo;
-        a.hi = r->own_hi;
+        g = own_grads(r, &a.lo, &a.hi);
         a.count = r->nown;
     } else {
         a.decide = 1;
         a.unscale = r->scaling ? (float)dt_scaler_unscale(&r->scaler) : 1.0f;
         a.clip_norm = r->job->train.clip_norm;
     }
-    return ops->step_gate(r->be, dt_model_grads(r->model), &a, gate);
+    return ops->step_gate(r->be, g, &a, gate);
+}
+
+/* How many micro-batches a step reduces: one (the last), or with sharded
+ * gradients each of a full global batch's, so that every rank reduces
+ * as often whatever its share of a short last batch. */
+static int reductions_per_step(const struct run *r)
+{
+    if (!r->red) return 0;
+    return r->shard == 2 ? (int)(r->per_rank / r->micro) : 1;
 }
 
 /* Runs this rank's micro-batches of one global batch, reduces the
@@ -384,8 +410,9 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
                            int64_t *correct, struct dt_gate *gate, dt_status *local)
 {
     dt_status comm_st = DT_OK;
-    int reduced = 0;
+    int reduced = 0, need = reductions_per_step(r);
     *local = dt_model_zero_grads(r->model);
+    if (r->shard == 2) dt_reducer_clear(r->red);
     while (*local == DT_OK) {
         struct dt_batch b;
         double t0 = dt_now();
@@ -397,31 +424,32 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         w->data_s += t1 - t0;
         if (*local != DT_OK || *end)
             break;
-        int last = b.micro == b.micro_count - 1;
+        int last = b.micro == b.micro_count - 1, reduce = r->red && (last || r->shard == 2);
         dt_watchdog_phase(r->wd, "forward/backward", step);
         inject_step_faults(r, step);
-        *local = micro_step(r, &b, step, last, v, correct, &comm_st);
+        *local = micro_step(r, &b, step, last, reduce, v, correct, &comm_st);
         dt_loader_release(r->train_ld, &b);
         double t2 = dt_now();
         w->compute_s += t2 - t1;
-        if (last || comm_st != DT_OK) {
-            if (r->red && comm_st == DT_OK) {
-                double wait = 0;
-                dt_watchdog_phase(r->wd, "gradient all-reduce (waiting for buckets)", step);
-                comm_st = finish_reduction(r, &wait);
-                w->comm_s += wait;
-            }
-            reduced = 1;
-            break;
+        if (reduce && comm_st == DT_OK) {
+            double wait = 0;
+            dt_watchdog_phase(r->wd, "gradient all-reduce (waiting for buckets)", step);
+            comm_st = finish_reduction(r, &wait);
+            w->comm_s += wait;
+            reduced++;
         }
+        if (last || comm_st != DT_OK) break;
     }
     if (*end && *local == DT_OK)
         return DT_OK;
-    if (!reduced && r->red && comm_st == DT_OK) { /* failed early: still take part */
+    /* failed early, or fewer micro-batches here than elsewhere: still take
+     * part in every reduction, so no peer waits */
+    while (reduced < need && r->red && comm_st == DT_OK) {
         double wait = 0;
         comm_st = dt_reducer_begin(r->red);
         if (comm_st == DT_OK)
             comm_st = dt_reducer_finish(r->red, &wait);
+        reduced++;
     }
     if (comm_st == DT_OK && *local == DT_OK) *local = queue_gate(r, gate);
     return comm_st;
@@ -436,12 +464,13 @@ static dt_status queue_update(struct run *r, int64_t step)
 }
 
 /* x *= f over this rank's own chunks of the gradients (f == 1: nothing). */
-static dt_status scale_own(struct run *r, float *g, float f)
+static dt_status scale_own(struct run *r, float f)
 {
+    const size_t *lo, *hi;
+    float *g = own_grads(r, &lo, &hi);
     dt_status st = DT_OK;
     for (size_t k = 0; k < r->nown && st == DT_OK && f != 1.0f; k++)
-        st = dt_backend_ops(r->be)->scale(r->be, g + r->own_lo[k], r->own_hi[k] - r->own_lo[k],
-                                          f);
+        st = dt_backend_ops(r->be)->scale(r->be, g + lo[k], hi[k] - lo[k], f);
     return st;
 }
 
@@ -454,7 +483,7 @@ static dt_status scale_own(struct run *r, float *g, float f)
 static dt_status sharded_step(struct run *r, int64_t step, double loss, double sumsq,
                               struct window *w, int *skipped, int *overflow, int *comm_failed)
 {
-    float *g = dt_model_grads(r->model), *p = dt_model_params(r->model);
+    float *p = dt_model_params(r->model);
     float unscale = r->scaling ? (float)dt_scaler_unscale(&r->scaler) : 1.0f, factor;
     int nonfinite = dt_gate_decide(sumsq, unscale, r->job->train.clip_norm, &factor);
     double norm = dt_gate_norm(sumsq, unscale);
@@ -468,12 +497,16 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
     *skipped = !(isfinite(loss) && isfinite(norm));
     if (*skipped)
         return DT_OK; /* the parameters are unchanged on every rank */
-    st = scale_own(r, g, unscale);
-    if (st == DT_OK)
-        st = scale_own(r, g, factor);
-    if (st == DT_OK)
-        st = dt_optim_step_ranges(r->opt, p, g, dt_schedule_lr(r->job, step, r->total_steps),
-                                  r->own_lo, r->own_hi, r->nown);
+    double lr = dt_schedule_lr(r->job, step, r->total_steps);
+    st = scale_own(r, unscale);
+    if (st == DT_OK) st = scale_own(r, factor);
+    if (st == DT_OK && r->shard == 2) {
+        size_t n;
+        st = dt_optim_step_packed(r->opt, p, dt_reducer_shard_grads(r->red, &n), lr);
+    } else if (st == DT_OK) {
+        st = dt_optim_step_ranges(r->opt, p, dt_model_grads(r->model), lr, r->own_lo, r->own_hi,
+                                  r->nown);
+    }
     if (st != DT_OK)
         return st;
     dt_watchdog_phase(r->wd, "gathering the updated parameters", step);
@@ -994,7 +1027,7 @@ static dt_status start(struct run *r)
     dt_metrics_int(&rec, "params", (int64_t)dt_model_param_numel(r->model));
     dt_metrics_int(&rec, "model_state_bytes", (int64_t)r->state_bytes);
     dt_metrics_int(&rec, "optim_state_bytes", (int64_t)r->optim_bytes);
-    dt_metrics_str(&rec, "shard", r->nown ? "optimizer" : "none");
+    dt_metrics_str(&rec, "shard", r->shard == 2 ? "gradients" : r->shard ? "optimizer" : "none");
     dt_metrics_int(&rec, "activation_bytes", (int64_t)dt_model_arena_bytes(r->model));
     dt_metrics_int(&rec, "activation_bytes_without_recompute",
                    (int64_t)dt_model_arena_bytes_full(r->model));
@@ -1098,6 +1131,8 @@ static void summary_record(struct run *r, const struct dt_train_result *res, con
         dt_metrics_str(rec, "total_train_s_note",
                        "lower bound: an earlier segment's time was not recorded");
     dt_metrics_int(rec, "peak_host_mem_bytes", (int64_t)pk[PEAK_HOST]);
+    if (r->shard == 2 && r->red) /* sized in the first step, the same on every rank */
+        dt_metrics_int(rec, "grad_staging_bytes", (int64_t)dt_reducer_staging_bytes(r->red));
     if (pk[PEAK_GPU_MEM] >= 0)
         dt_metrics_int(rec, "peak_gpu_mem_bytes", (int64_t)pk[PEAK_GPU_MEM]);
     if (pk[PEAK_GPU_POWER] >= 0)

@@ -41,6 +41,13 @@ struct staging {
     int nbuf;
     size_t off[MAX_BLOCKS]; /* where each block starts in host */
     int shard;              /* the optimizer blocks are this rank's shard */
+    /* On a backend whose memory is the host's the tensors point into the
+     * parameters and the optimizer state themselves, and only the model's
+     * buffers are copied: a save runs between steps, so nothing changes
+     * them meanwhile; a load reads a file verified first, and a load that
+     * fails ends the run (or the evaluation) anyway, so a state half read
+     * is never trained on. */
+    int direct;
     float *bufs; /* the model's buffers: after the nbuf blocks */
     struct dt_ckpt_tensor *t; /* MAX_CKPT_TENSORS entries */
     int n;
@@ -69,6 +76,12 @@ static int shard_pieces(const struct run *r, size_t a, size_t b, struct dt_ckpt_
     return n;
 }
 
+static float *buffer(struct run *r, int b)
+{
+    const char *name;
+    return b == 0 ? dt_model_params(r->model) : dt_optim_state(r->opt, b - 1, &name);
+}
+
 static void stage_names(struct run *r, struct staging *s)
 {
     size_t np = 0;
@@ -84,15 +97,16 @@ static void stage_names(struct run *r, struct staging *s)
                 snprintf(t->name, sizeof t->name, "params/%s", p->name);
             else
                 snprintf(t->name, sizeof t->name, "optim/%s/%s", state, p->name);
+            float *block = s->direct ? buffer(r, b) : s->host + s->off[b];
             t->shape = p->shape;
-            t->data = s->host + s->off[b] + p->offset;
+            t->data = block + p->offset;
             t->pieces = NULL;
             t->npieces = 0;
             if (b > 0 && s->shard) {
                 size_t at;
                 t->pieces = s->pieces + np;
                 t->npieces = shard_pieces(r, p->offset, p->offset + p->numel, s->pieces + np, &at);
-                t->data = s->host + s->off[b] + at;
+                t->data = block + at;
                 np += (size_t)t->npieces;
             }
         }
@@ -108,12 +122,6 @@ static void stage_names(struct run *r, struct staging *s)
     }
 }
 
-static float *buffer(struct run *r, int b)
-{
-    const char *name;
-    return b == 0 ? dt_model_params(r->model) : dt_optim_state(r->opt, b - 1, &name);
-}
-
 /* Staging for a save or a load; states: the optimizer's blocks (0 for
  * the parameters alone). */
 static dt_status staging_open(struct run *r, struct staging *s, int states)
@@ -123,8 +131,9 @@ static dt_status staging_open(struct run *r, struct staging *s, int states)
     size_t nshard = states ? dt_optim_shard(r->opt, &lo, &hi, &base) : 0;
     s->nbuf = 1 + states;
     s->shard = nshard > 0;
+    s->direct = !dt_backend_caps(r->be)->device_memory;
     size_t at = 0;
-    for (int b = 0; b < s->nbuf; b++) {
+    for (int b = 0; b < s->nbuf && !s->direct; b++) {
         s->off[b] = at;
         at += b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total;
     }
@@ -155,7 +164,7 @@ static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
 {
     size_t total = dt_model_num_params(r->model);
     dt_status st = DT_OK;
-    for (int b = 0; b < s->nbuf && st == DT_OK; b++) {
+    for (int b = 0; b < s->nbuf && st == DT_OK && !s->direct; b++) {
         float *host = s->host + s->off[b];
         size_t bytes = (b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total) * sizeof(float);
         st = to_host ? dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H)

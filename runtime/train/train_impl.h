@@ -39,6 +39,12 @@ struct run {
      * the flat buffers, one per gradient bucket (nown of them; 0: not
      * sharded, every rank keeps and updates everything) */
     size_t *own_lo, *own_hi, nown;
+    /* What this run shards (comm.shard): 0 nothing, 1 the optimizer
+     * state, 2 the gradients too. With 2 the gradients are the reducer's
+     * packed shard (dt_reducer_shard_grads), chunk k at [pk_lo[k],
+     * pk_hi[k]), and the model has no gradient buffer. */
+    int shard;
+    size_t *pk_lo, *pk_hi;
     /* Model state bytes of the rank holding the most (dt_train_build):
      * parameters, gradients and optimizer state, and the last alone */
     uint64_t state_bytes, optim_bytes;

@@ -624,25 +624,60 @@ static int shard_why(const struct run *r, char *why, size_t len)
     return !why[0];
 }
 
-/* Whether this run shards its optimizer state (comm.shard). comm.shard:
- * optimizer where that cannot run is a usage error saying why; auto
- * quietly keeps the state whole. */
-static dt_status plan_shard(struct run *r, int *shard)
+/* Whether the gradients can be sharded too (comm.shard: gradients): the
+ * same, with the gradients in host memory (their staging area is the
+ * reducer's); else 0 and why. */
+static int shard_grads_why(const struct run *r, char *why, size_t len)
+{
+    if (!shard_why(r, why, len)) return 0;
+    if (dt_backend_caps(r->be)->device_memory)
+        snprintf(why, len,
+                 "the gradients are in the %.40s backend's device memory; sharded "
+                 "gradients run on the cpu backend",
+                 dt_backend_name(r->be));
+    return !why[0];
+}
+
+/* What this run shards (comm.shard) into r->shard: 0 nothing, 1 the
+ * optimizer state, 2 the gradients too. A stage asked for by name where
+ * it cannot run is a usage error saying why; auto quietly shards the
+ * optimizer state where it can and keeps it whole elsewhere. One rank has
+ * nothing to shard. */
+static dt_status plan_shard(struct run *r)
 {
     char why[256];
-    *shard = 0;
-    if (!sharding(r->job))
-        return DT_OK;
-    if (shard_why(r, why, sizeof why)) {
-        *shard = 1;
+    const char *stage = r->job->comm.shard;
+    int grads = strcmp(stage, "gradients") == 0;
+    r->shard = 0;
+    if (!sharding(r->job) || r->world < 2 || r->eval_only) return DT_OK;
+    if (grads ? shard_grads_why(r, why, sizeof why) : shard_why(r, why, sizeof why)) {
+        r->shard = grads ? 2 : 1;
+        if (grads && !r->job->comm.overlap && r->rank == 0)
+            DT_LOG_WARN("comm", "comm.shard: gradients with comm.overlap: false keeps every "
+                                "gradient bucket in the staging area until backward ends, so "
+                                "it saves no gradient memory; set comm.overlap: true");
         return DT_OK;
     }
-    if (strcmp(r->job->comm.shard, "optimizer") == 0)
+    if (strcmp(stage, "auto") != 0)
         return dt_set_error(DT_ERR_USAGE,
-                            "comm.shard: optimizer cannot run here: %s; set comm.shard: none "
-                            "(or auto, which shards where it can)",
-                            why);
+                            "comm.shard: %s cannot run here: %s; set comm.shard: none "
+                            "(or auto, which shards the optimizer state where it can)",
+                            stage, why);
     return DT_OK;
+}
+
+static uint64_t add_bytes(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* The gradient staging area of sharded gradients, before the first step
+ * sizes it: the buckets being written and one in flight, taken as three
+ * buckets, at most the whole gradient buffer. */
+static uint64_t staging_estimate(const struct run *r, uint64_t p4)
+{
+    double b = 3.0 * r->job->comm.bucket_mb * 1048576.0;
+    return b < (double)p4 ? (uint64_t)b : p4;
 }
 
 /* Host memory this rank is about to allocate, against what it can have
@@ -669,13 +704,25 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
         char why[256];
         uint64_t part = need.optim / (uint64_t)r->world + times(1024, (uint64_t)states);
         int can = shard_why(r, why, sizeof why) && part < need.optim;
-        if (can && sharding(job))
+        if (can && r->shard)
             need.optim = part;
         else if (can)
             need.shard_saving = need.optim - part;
     }
+    if (host && r->world > 1 && !r->eval_only) {
+        /* sharded gradients: this rank's 1/N and the staging area */
+        char why[256];
+        uint64_t part = add_bytes(p4 / (uint64_t)r->world, staging_estimate(r, p4));
+        int can = shard_grads_why(r, why, sizeof why) && part < need.grads;
+        if (can && r->shard == 2)
+            need.grads = part;
+        else if (can)
+            need.grads_saving = need.grads - part;
+    }
     need.activations = host ? ms.arena_bytes : 0;
-    need.staging = times(p4, 1 + (uint64_t)states); /* checkpoints; model.h5 takes less */
+    /* checkpoints: a host backend's are written and read where the state
+     * is; a device's pass through a host copy of it */
+    need.staging = host ? 0 : times(p4, 1 + (uint64_t)states);
     uint64_t test = r->gen_only ? 0 : loader_bytes(r, r->test, eval_global_batch(r) / r->world);
     uint64_t train = r->eval_only ? 0 : loader_bytes(r, r->train, r->micro);
     if (!r->eval_only && strcmp(job->data.cache, "memory") == 0) { /* the split, or a shard */
@@ -759,16 +806,18 @@ static dt_status sum_ranks_f64(void *ctx, double *host, size_t n)
 static dt_status check_shard_keys(const struct dt_job *job)
 {
     const char *stage = job->comm.shard;
-    if (strcmp(stage, "gradients") == 0 || strcmp(stage, "parameters") == 0)
+    if (strcmp(stage, "parameters") == 0)
         return dt_set_error(DT_ERR_USAGE,
-                            "comm.shard: %s is not implemented in this version of dtrain; "
-                            "comm.shard: optimizer shards the optimizer state",
-                            stage);
-    if (strcmp(stage, "optimizer") == 0 && !job->comm.sharded_update)
+                            "comm.shard: parameters is not implemented in this version of "
+                            "dtrain; comm.shard: gradients shards the optimizer state and the "
+                            "gradients");
+    if ((strcmp(stage, "optimizer") == 0 || strcmp(stage, "gradients") == 0) &&
+        !job->comm.sharded_update)
         return dt_set_error(DT_ERR_USAGE,
-                            "comm.shard: optimizer and comm.sharded_update: false disagree; "
+                            "comm.shard: %s and comm.sharded_update: false disagree; "
                             "comm.sharded_update is the older spelling of comm.shard: leave it "
-                            "out");
+                            "out",
+                            stage);
     return DT_OK;
 }
 
@@ -779,14 +828,30 @@ static dt_status own_chunks(struct run *r)
     dt_status st;
     DT_CHECK(dt_calloc(n, sizeof *r->own_lo, "the sharded update's ranges", (void **)&r->own_lo));
     DT_CHECK(dt_calloc(n, sizeof *r->own_hi, "the sharded update's ranges", (void **)&r->own_hi));
-    size_t most = 0;
+    DT_CHECK(dt_calloc(n, sizeof *r->pk_lo, "the sharded update's ranges", (void **)&r->pk_lo));
+    DT_CHECK(dt_calloc(n, sizeof *r->pk_hi, "the sharded update's ranges", (void **)&r->pk_hi));
+    size_t most = 0, at = 0;
     for (size_t k = 0; k < n; k++) {
         dt_reducer_owned(r->red, k, &r->own_lo[k], &r->own_hi[k]);
         if (r->own_hi[k] - r->own_lo[k] > most) most = r->own_hi[k] - r->own_lo[k];
+        r->pk_lo[k] = at;
+        at += r->own_hi[k] - r->own_lo[k];
+        r->pk_hi[k] = at;
     }
     r->nown = n;
     DT_CHECK(dt_backend_reserve(r->be, DT_OP_step_gate, (int64_t)most, (int64_t)n, 0));
 out:
+    return st;
+}
+
+/* The offsets of the model's parameters, for the bucket plan of sharded
+ * gradients (*out, freed by the caller). */
+static dt_status param_offsets(const struct run *r, size_t **out)
+{
+    int n = dt_model_param_count(r->model);
+    dt_status st = dt_calloc((size_t)n + 1, sizeof **out, "parameter offsets", (void **)out);
+    for (int i = 0; st == DT_OK && i < n; i++)
+        (*out)[i] = dt_model_param(r->model, i)->offset;
     return st;
 }
 
@@ -797,6 +862,7 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     dt_status st;
     const struct dt_dataset_info *info = dt_dataset_get_info(r->ds);
     struct dt_model_io io = {.ndim = r->train->ndim, .num_classes = info->num_classes};
+    size_t *offs = NULL;
     if (info->lm) /* the classes are the next tokens */
         io.num_classes = job->model.vocab_size > info->vocab_size ? job->model.vocab_size
                                                                   : info->vocab_size;
@@ -811,6 +877,11 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     if (micro_cap > 0 && r->micro > micro_cap)
         r->micro = micro_cap;
     int64_t max_rows = arena_rows(r);
+    if (!r->eval_only) {
+        DT_CHECK(check_shard_keys(job));
+        DT_CHECK(plan_shard(r));
+    }
+    io.grads_placed = r->shard == 2;
     if (dt_fault_armed("nomem", r->rank, -1)) {
         st = dt_set_error(DT_ERR_NOMEM, "out of memory allocating the model (DTRAIN_FAULT)");
         goto out;
@@ -827,7 +898,6 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         dt_model_set_sync(r->model, &sync);
     }
     if (!r->eval_only) {
-        DT_CHECK(check_shard_keys(job));
         /* the gradient check's partial sums, so the first step does not
          * grow the scratch (the layers reserved theirs when the model was
          * built; the sharded update's ranges, own_chunks) */
@@ -858,7 +928,13 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
             DT_CHECK(open_wire(r, n));
             ro.wire = &r->wire;
         }
-        DT_CHECK(plan_shard(r, &ro.shard));
+        ro.shard = r->shard > 0;
+        if (r->shard == 2) {
+            DT_CHECK(param_offsets(r, &offs));
+            ro.shard_grads = 1;
+            ro.param_off = offs;
+            ro.nparams = (size_t)dt_model_param_count(r->model);
+        }
         DT_CHECK(dt_reducer_create(r->grad_comm, r->stage_grads ? r->host_grads
                                                                 : dt_model_grads(r->model),
                                    n, &ro, &r->red));
@@ -871,6 +947,7 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         DT_CHECK(dt_optim_groups_from_model(r->opt, job, r->model));
     }
 out:
+    free(offs);
     return st;
 }
 
@@ -903,6 +980,8 @@ static void unbuild(struct run *r)
     dt_reducer_destroy(r->red);
     free(r->own_lo);
     free(r->own_hi);
+    free(r->pk_lo);
+    free(r->pk_hi);
     free(r->host_grads);
     if (!r->stage_grads)
         dt_backend_free(r->be, r->wire.wire);
@@ -914,6 +993,8 @@ static void unbuild(struct run *r)
     if (r->model) (void)dt_backend_set_params(r->be, NULL, 0);
     dt_model_destroy(r->model);
     r->red = NULL;
+    r->own_lo = r->own_hi = r->pk_lo = r->pk_hi = NULL;
+    r->nown = 0;
     r->host_grads = NULL;
     r->wire.wire = NULL;
     r->train_ld = r->test_ld = NULL;
@@ -967,20 +1048,27 @@ static dt_status state_bytes(struct run *r)
     uint64_t total = (uint64_t)dt_model_num_params(r->model) * sizeof(float);
     double optim = (double)dt_optim_state_count(r->opt) * (double)dt_optim_state_numel(r->opt) *
                    sizeof(float);
-    double d[2] = {optim, 2.0 * (double)total + optim};
-    dt_status st = r->world > 1 ? dt_comm_allreduce(r->comm, d, 2, DT_F64, DT_COMM_MAX) : DT_OK;
+    double grads = (double)total;
+    if (r->shard == 2) { /* this rank's shard, and the staging area's estimate */
+        size_t n = 0;
+        (void)dt_reducer_shard_grads(r->red, &n);
+        grads = (double)n * sizeof(float) + (double)staging_estimate(r, total);
+    }
+    double d[3] = {optim, (double)total + grads + optim, grads};
+    dt_status st = r->world > 1 ? dt_comm_allreduce(r->comm, d, 3, DT_F64, DT_COMM_MAX) : DT_OK;
     if (st != DT_OK)
         return st;
     r->optim_bytes = (uint64_t)d[0];
     r->state_bytes = (uint64_t)d[1];
-    char all[32], p[32], o[32];
+    char all[32], p[32], o[32], g[32];
     dt_format_bytes(r->state_bytes, all, sizeof all);
     dt_format_bytes(total, p, sizeof p);
     dt_format_bytes(r->optim_bytes, o, sizeof o);
+    dt_format_bytes((uint64_t)d[2], g, sizeof g);
     DT_LOG_INFO("model",
-                "model state %s per rank: parameters %s, gradients %s, optimizer state %s%s", all,
-                p, p, o,
-                r->nown ? " (each rank's shard, about 1/world of it: comm.shard optimizer)" : "");
+                "model state %s per rank: parameters %s, gradients %s%s, optimizer state %s%s", all,
+                p, g, r->shard == 2 ? " (each rank's shard and the staging area's estimate)" : "",
+                o, r->shard ? " (each rank's shard, about 1/world of it)" : "");
     return DT_OK;
 }
 
@@ -1036,9 +1124,12 @@ dt_status dt_train_build(struct run *r)
             r->stage_grads ? " (through host memory)" : "", dt_reducer_bucket_count(r->red),
             dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
             job->comm.overlap ? "on" : "off",
-            r->nown ? "; each rank keeps the optimizer state of its 1/world of the parameters "
-                      "and updates them, then they are gathered"
-                    : "");
+            r->shard == 2 ? " at parameter boundaries; each rank keeps the gradients and the "
+                            "optimizer state of its 1/world of the parameters and updates them, "
+                            "then they are gathered"
+            : r->nown     ? "; each rank keeps the optimizer state of its 1/world of the "
+                            "parameters and updates them, then they are gathered"
+                          : "");
     return check_params(r);
 }
 
@@ -1049,19 +1140,24 @@ static dt_status save_model_local(struct run *r)
 {
     size_t n = dt_model_num_params(r->model), nb = dt_model_num_buffer_elems(r->model);
     int np = dt_model_param_count(r->model), count = np + dt_model_buffer_count(r->model);
-    float *host = NULL;
+    float *host = NULL, *params;
     struct dt_named_tensor *t = NULL;
     dt_status st;
-    DT_CHECK(dt_malloc((n + nb + 1) * sizeof(float), "the final parameters", (void **)&host));
+    /* where the backend's memory is the host's, the parameters are read
+     * where they are; else copied, the buffers after them */
+    int direct = !dt_backend_caps(r->be)->device_memory;
+    size_t copied = direct ? nb : n + nb;
+    DT_CHECK(dt_malloc((copied + 1) * sizeof(float), "the final parameters", (void **)&host));
     DT_CHECK(dt_calloc((size_t)count, sizeof *t, "the model's tensor list", (void **)&t));
-    DT_CHECK(dt_model_get_params(r->model, host));
-    DT_CHECK(dt_model_get_buffers(r->model, host + n));
+    params = direct ? dt_model_params(r->model) : host;
+    if (!direct) DT_CHECK(dt_model_get_params(r->model, host));
+    DT_CHECK(dt_model_get_buffers(r->model, host + copied - nb));
     for (int i = 0; i < count; i++) {
         const struct dt_param_info *p =
             i < np ? dt_model_param(r->model, i) : dt_model_buffer(r->model, i - np);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
         t[i].shape = p->shape;
-        t[i].data = (i < np ? host : host + n) + p->offset; /* buffers follow the parameters */
+        t[i].data = (i < np ? params : host + copied - nb) + p->offset;
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);

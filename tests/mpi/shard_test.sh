@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# comm.shard under real mpirun: the optimizer state split over the ranks.
+# comm.shard under real mpirun: the optimizer state split over the ranks
+# (optimizer), and the gradients too (gradients).
 # Buckets of 0.002 MiB cut the MLP's 2,272 parameters into 5, so each rank
-# holds several ranges and tensors straddle them.
+# holds several ranges and tensors straddle them (3 at parameter
+# boundaries with sharded gradients).
 #   - AdamW with clipping on 2 ranks: comm.shard optimizer ends with the
 #     parameters of comm.shard none bit for bit, and its checkpoint holds
 #     the same optimizer state, bit for bit, though each rank wrote only
@@ -20,6 +22,13 @@
 #     (a smaller micro-batch) rebuilds the shard;
 #   - a job whose memory fits only sharded is refused replicated with
 #     comm.shard named, and runs sharded;
+#   - sharded gradients: bit for bit the replicated run on 2 ranks (MLP,
+#     GPT, NaN step, fp16 overflow), within 1e-6 on 4; with accumulation
+#     (every micro-batch reduced: another order of the sums) and a short
+#     last batch whose ranks have fewer micro-batches than a full one, and
+#     not all as many (so each joins the others' reductions), within 1e-5; each rank's model state under the optimizer stage's;
+#     resumes across stages and world sizes; a job that fits only with
+#     the gradients sharded too is told comm.shard: gradients;
 #   - what cannot run is refused at start-up with the key and the reason.
 #   shard_test.sh DTRAIN COMPARE_MODELS WORKDIR
 set -uo pipefail
@@ -162,9 +171,54 @@ run m42 2 --set train.micro_batch=4
 grep -q "trying micro-batch 4" om2.out && ok || bad "no out-of-memory fallback in om2"
 same om2 m42 0
 
+# --- sharded gradients (comm.shard: gradients) ------------------------------------------
+run g2 2 --set comm.shard=gradients
+same n2 g2 0
+h5diff "$(ckpt n2 64)" "$(ckpt g2 64)" /optim /optim >/dev/null && ok ||
+  bad "2 ranks: the optimizer state with sharded gradients differs from the replicated one's"
+run g4 4 --set comm.shard=gradients
+same n4 g4 1e-6
+[ "$(start g4 shard)" = gradients ] && ok || bad "g4's start record says shard '$(start g4 shard)'"
+grep -q "gradients .*each rank's shard" g4/train.log && ok || bad "the log does not say the gradients are sharded"
+awk -v g="$(start g4 model_state_bytes)" -v s="$(start s4 model_state_bytes)" 'BEGIN { exit !(g > 0 && g < s) }' &&
+  ok || bad "g4 keeps $(start g4 model_state_bytes) bytes of model state, s4 $(start s4 model_state_bytes)"
+# accumulation: each micro-batch reduced, then a short last batch of 17
+# rows (1,025 samples): on 2 ranks one micro-batch on one rank and two on
+# the other, against three in a full batch
+mkdir -p odd && "$PY" "$HERE/../cli/make_idx.py" odd 1025 200 4 && "$DTRAIN" data import idx odd -o odd.h5 >/dev/null ||
+  bad "cannot make the 1,025-sample dataset"
+acc=(--set data.path=odd.h5 --set train.micro_batch=8 --set train.global_batch=48 --set data.drop_last=false)
+run an2 2 --set comm.shard=none "${acc[@]}"
+run ag2 2 --set comm.shard=gradients "${acc[@]}"
+same an2 ag2 1e-5
+grep -q "22 steps/epoch" ag2/train.log && ok || bad "ag2 has no short last batch"
+run ag4 4 --set comm.shard=gradients --set data.path=odd.h5 --set train.micro_batch=4 \
+  --set train.global_batch=48 --set data.drop_last=false
+same an2 ag4 1e-5
+# resume: 4 ranks sharding gradients -> 1 rank and 2 sharding the optimizer;
+# a 2-rank optimizer shard -> 4 ranks sharding gradients
+resume rg1 1 g4 32
+same g4 rg1 1e-5
+resume rg2 2 g4 32 --set comm.shard=optimizer
+same g4 rg2 1e-5
+resume rs4 4 s2 32 --set comm.shard=gradients
+same s2 rs4 1e-5
+JOB=gpt.yaml run gg2 2 --set comm.shard=gradients
+same gn2 gg2 0
+DTRAIN_FAULT=0:nan:5 run fg2 2 --set comm.shard=gradients
+same fn2 fg2 0
+DTRAIN_FAULT=0:overflow:3 run hg2 2 --set comm.shard=gradients --set train.precision=fp16
+same hn2 hg2 0
+DTRAIN_FAULT=0:oom:4 run og2 2 --set train.micro_batch=8 --set comm.shard=gradients
+grep -q "trying micro-batch 4" og2.out && ok || bad "no out-of-memory fallback in og2"
+same om2 og2 1e-5
+
 # --- refusals -------------------------------------------------------------------------
-expect_fail 64 "comm.shard: gradients is not implemented" 2 --set comm.shard=gradients
 expect_fail 64 "comm.shard: parameters is not implemented" 1 --set comm.shard=parameters
+expect_fail 64 "comm.shard: gradients cannot run here: comm.grad_dtype is bf16" 2 \
+  --set comm.shard=gradients --set comm.grad_dtype=bf16
+expect_fail 64 "comm.shard: gradients and comm.sharded_update: false disagree" 2 \
+  --set comm.shard=gradients --set comm.sharded_update=false
 expect_fail 64 "comm.shard: optimizer cannot run here: comm.grad_dtype is bf16" 2 \
   --set comm.shard=optimizer --set comm.grad_dtype=bf16
 expect_fail 64 "comm.shard: optimizer cannot run here: comm.mpi_allreduce is library" 2 \
@@ -184,6 +238,20 @@ if [ -n "$limit" ]; then
   run fits2 2 "${big[@]}" --set runtime.memory_limit="$limit" && ok
 else
   bad "no memory figures in: $out"
+fi
+# ... and one that fits only with the gradients sharded too (a limit below
+# the optimizer stage's need, which saves half the optimizer state, above
+# the gradient stage's, which saves half the gradients too)
+limit=$(sed -n 's/.*needs about \([0-9.]*\) MiB .*gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*/\1 \2 \3/p' <<<"$out" |
+        head -1 | awk '{ if (NF == 3) printf "%.6f", ($1 - $3 / 2 - $2 / 4) / 1024 }')
+if [ -n "$limit" ]; then
+  expect_fail 64 "set comm.shard: gradients \(each rank then keeps its 1/N of the optimizer state and of the gradients" 2 \
+    --set comm.shard=none "${big[@]}" --set runtime.memory_limit="$limit"
+  expect_fail 64 "comm.shard: gradients" 2 --set comm.shard=optimizer "${big[@]}" \
+    --set runtime.memory_limit="$limit"
+  run fitsg2 2 "${big[@]}" --set comm.shard=gradients --set runtime.memory_limit="$limit" && ok
+else
+  bad "no gradient figures in: $out"
 fi
 # auto keeps the state whole where sharding cannot run
 run auto2 2 --set comm.grad_dtype=bf16 && [ "$(start auto2 shard)" = none ] && ok ||

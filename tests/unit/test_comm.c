@@ -418,6 +418,88 @@ static void test_reducer_one_rank(void)
     dt_reducer_destroy(r);
 }
 
+/* ---- sharded gradients: dt_bucket_plan_cuts and the staging area ------- */
+
+static void test_plan_cuts(void)
+{
+    size_t off[8] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
+    const size_t cuts[] = {0, 10, 30, 200, 210};
+    /* first 20: the first cut at least 20 in is 30; then 50: 200; then the end */
+    CU_ASSERT_EQUAL_FATAL(dt_bucket_plan_cuts(260, cuts, 5, 20, 50, off, 8), 3);
+    CU_ASSERT_EQUAL(off[0], 0);
+    CU_ASSERT_EQUAL(off[1], 30);
+    CU_ASSERT_EQUAL(off[2], 200);
+    CU_ASSERT_EQUAL(off[3], SENTINEL);
+    /* one large parameter is one bucket, however small the buckets */
+    const size_t one[] = {0};
+    CU_ASSERT_EQUAL(dt_bucket_plan_cuts(1000, one, 1, 1, 1, off, 8), 1);
+    CU_ASSERT_EQUAL(dt_bucket_plan_cuts(0, one, 1, 1, 1, off, 8), 0);
+    /* every cut a bucket when buckets are tiny; counted past max */
+    CU_ASSERT_EQUAL(dt_bucket_plan_cuts(260, cuts, 5, 1, 1, off, 2), 5);
+    CU_ASSERT_EQUAL(off[1], 10);
+}
+
+/* One rank (the reduce-scatter keeps everything): the gradients placed,
+ * written and reduced arrive in the packed shard, a second micro-batch
+ * adds to them, and the staging area holds less than the whole buffer. */
+static void test_reducer_staging(void)
+{
+    /* parameters at 0 (100), 128 (3000), 3200 (50), 3264 (5000), 8320 (10) */
+    enum { N = 8330, B = 1000 };
+    const size_t poff[] = {8320, 0, 3264, 128, 3200}, plen[] = {10, 100, 5000, 3000, 50};
+    const size_t order[] = {0, 1, 3, 4, 2, 0}; /* backward: a tied last one first and last */
+    const size_t ready_after[] = {0, 0, 3200, 0, 8320, N};
+    struct dt_reducer_opts o = {.bucket_mb = B * 4.0 / 1048576.0,
+                                .first_bucket_mb = B * 4.0 / 1048576.0,
+                                .overlap = 1,
+                                .shard = 1,
+                                .shard_grads = 1,
+                                .param_off = poff,
+                                .nparams = 5};
+    dt_reducer_t *r = NULL;
+    if (!dt_comm_has_ring(comm)) {
+        CU_PASS("no ring");
+        return;
+    }
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_create(comm, NULL, N, &o, &r), DT_OK);
+    CU_ASSERT_EQUAL(dt_reducer_bucket_count(r), 3); /* [0,3200) [3200,8320) [8320,8330) */
+    dt_reducer_clear(r);
+    for (int micro = 0; micro < 2; micro++) {
+        CU_ASSERT_EQUAL_FATAL(dt_reducer_begin(r), DT_OK);
+        for (size_t s = 0; s < sizeof order / sizeof *order; s++) {
+            size_t i = order[s];
+            float *g = NULL;
+            CU_ASSERT_EQUAL_FATAL(dt_reducer_place(r, poff[i], plen[i], &g), DT_OK);
+            for (size_t e = 0; e < plen[i]; e++)
+                g[e] += (float)(poff[i] + e) + 0.25f;
+            if (ready_after[s]) CU_ASSERT_EQUAL_FATAL(dt_reducer_ready(r, ready_after[s]), DT_OK);
+        }
+        CU_ASSERT_EQUAL_FATAL(dt_reducer_finish(r, NULL), DT_OK);
+    }
+    size_t n = 0;
+    const float *sh = dt_reducer_shard_grads(r, &n);
+    CU_ASSERT_EQUAL_FATAL(n, N);
+    int bad = 0;
+    for (size_t i = 0; i < 5; i++)
+        for (size_t e = 0; e < plen[i]; e++) {
+            float once = (float)(poff[i] + e) + 0.25f, want = 2 * (i == 0 ? 2 * once : once);
+            bad += sh[poff[i] + e] != want;
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(sh[110], 0.0f); /* padding between parameters */
+    CU_ASSERT(dt_reducer_staging_bytes(r) > 0);
+    CU_ASSERT(dt_reducer_staging_bytes(r) < (N + B) * sizeof(float));
+    /* a parameter across two buckets, and one placed after its bucket went out */
+    float *g = NULL;
+    CU_ASSERT_EQUAL(dt_reducer_begin(r), DT_OK);
+    CU_ASSERT_EQUAL(dt_reducer_place(r, 3190, 20, &g), DT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dt_reducer_place(r, 0, 100, &g), DT_OK);
+    CU_ASSERT_EQUAL(dt_reducer_ready(r, 3200), DT_OK);
+    CU_ASSERT_EQUAL(dt_reducer_place(r, 128, 3000, &g), DT_ERR_INTERNAL);
+    CU_ASSERT_EQUAL(dt_reducer_finish(r, NULL), DT_OK);
+    dt_reducer_destroy(r);
+}
+
 static void test_reducer_bad_opts(void)
 {
     float g[4];
@@ -517,6 +599,7 @@ int main(int argc, char **argv)
     CU_ADD(plan, test_plan_max_too_small);
     CU_ADD(plan, test_plan_zero_sizes);
     CU_ADD(plan, test_plan_tiles);
+    CU_ADD(plan, test_plan_cuts);
     CU_pSuite one = CU_add_suite("comm_one_rank", NULL, NULL);
     CU_ADD(one, test_registry);
     CU_ADD(one, test_nccl_unavailable);
@@ -529,6 +612,7 @@ int main(int argc, char **argv)
     CU_ADD(one, test_mpi_error_text);
     CU_ADD(one, test_reducer_one_rank);
     CU_ADD(one, test_reducer_bad_opts);
+    CU_ADD(one, test_reducer_staging);
     CU_ADD(one, test_bench_bad_opts);
     CU_ADD(one, test_bench_device_path);
     int rc = cu_run_all();

@@ -221,7 +221,7 @@ static void test_grad_hook(void)
     size_t n = dt_model_num_params(m);
     float *final = malloc(n * sizeof(float));
     struct hook_log h = {.monotonic = 1, .first_copy = malloc(n * sizeof(float)), .m = m};
-    struct dt_grad_hook hook = {record_ready, &h};
+    struct dt_grad_hook hook = {.ready = record_ready, .ctx = &h};
     double loss = 0;
     int64_t correct = 0;
     dt_model_zero_grads(m);
