@@ -23,12 +23,15 @@
 #   - a job whose memory fits only sharded is refused replicated with
 #     comm.shard named, and runs sharded;
 #   - sharded gradients: bit for bit the replicated run on 2 ranks (MLP,
-#     GPT, NaN step, fp16 overflow), within 1e-6 on 4; with accumulation
-#     (every micro-batch reduced: another order of the sums) and a short
-#     last batch whose ranks have fewer micro-batches than a full one, and
-#     not all as many (so each joins the others' reductions), within 1e-5; each rank's model state under the optimizer stage's;
-#     resumes across stages and world sizes; a job that fits only with
-#     the gradients sharded too is told comm.shard: gradients;
+#     GPT, GPT with recomputation, CNN with synchronised batch norm, NaN
+#     step, fp16 overflow, a hung rank restarted), within 1e-6 on 4; with
+#     accumulation (every micro-batch reduced: another order of the sums)
+#     and a short last batch whose ranks have fewer micro-batches than a
+#     full one, and not all as many (so each joins the others'
+#     reductions), within 1e-5; each rank's model state under the
+#     optimizer stage's; resumes across stages and world sizes; a job that
+#     fits only with the gradients sharded too is told comm.shard:
+#     gradients;
 #   - what cannot run is refused at start-up with the key and the reason.
 #   shard_test.sh DTRAIN COMPARE_MODELS WORKDIR
 set -uo pipefail
@@ -205,10 +208,27 @@ resume rs4 4 s2 32 --set comm.shard=gradients
 same s2 rs4 1e-5
 JOB=gpt.yaml run gg2 2 --set comm.shard=gradients
 same gn2 gg2 0
+# activation recomputation (bit-identical gradients) and a CNN's batch norm
+# with synchronised statistics
+JOB=gpt.yaml run gq2 2 --set comm.shard=gradients --set model.recompute=all
+same gn2 gq2 0
+cnn=(--set model.type=cnn --set 'model.channels=[4, 8]' --set 'model.hidden=[16]' --set model.sync_bn=true
+     --set train.epochs=1)
+run cn2 2 --set comm.shard=none "${cnn[@]}"
+run cg2 2 --set comm.shard=gradients "${cnn[@]}"
+same cn2 cg2 0
 DTRAIN_FAULT=0:nan:5 run fg2 2 --set comm.shard=gradients
 same fn2 fg2 0
 DTRAIN_FAULT=0:overflow:3 run hg2 2 --set comm.shard=gradients --set train.precision=fp16
 same hn2 hg2 0
+# a rank that hangs at step 34: the timeout ends the attempt, the
+# supervisor restarts it from step 32's checkpoint, and the run ends where
+# the uninterrupted one does
+mkdir -p hung && DTRAIN_FAULT=1:hang:33 timeout -k 10 600 "$DTRAIN" launch -n 2 --launcher mpirun \
+  --launcher-arg --oversubscribe --launcher-arg --bind-to --launcher-arg none --backoff 0 \
+  --max-restarts 3 -- train job.yaml --set output.dir=hung/run --set comm.shard=gradients \
+  --set runtime.timeout_s=3 >hung.out 2>&1 && grep -q "did not complete within 3 s" hung.out &&
+  same g2 hung/run 0 || bad "a hang with sharded gradients: $(grep -E 'did not complete|error' hung.out | head -3)"
 DTRAIN_FAULT=0:oom:4 run og2 2 --set train.micro_batch=8 --set comm.shard=gradients
 grep -q "trying micro-batch 4" og2.out && ok || bad "no out-of-memory fallback in og2"
 same om2 og2 1e-5
