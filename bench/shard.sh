@@ -11,7 +11,8 @@
 #     moments), optimizer 8 + 8/N, gradients 4 + 12/N (plus the gradient
 #     staging area, about three buckets);
 #   - tokens/s on 2 ranks, each stage against replicated, ROUNDS (default
-#     3) rounds in rotating order, each ratio and their median;
+#     3) rounds in rotating order, each ratio and their median; then the
+#     same with accumulation (two micro-batches a rank);
 #   - the peer, where PyTorch is installed: the same GPT under PyTorch's
 #     DistributedDataParallel (gloo) with AdamW replicated and with
 #     ZeroRedundancyOptimizer (its optimizer state sharded), and with
@@ -53,10 +54,12 @@ comm: {bucket_mb: 4}
 runtime: {threads: 1, progress: off}
 YEOF
 
-run() { # NAME NP SHARD
-  bash tests/mpi/mpirun.sh "$2" "$BUILD"/dtrain train "$work/gpt.yaml" --set output.dir="$work/$1" \
-    --set comm.shard="$3" >"$work/$1.out" 2>&1 ||
-    { echo "shard.sh: run $1 failed:" >&2; tail -5 "$work/$1.out" >&2; exit 1; }
+run() { # NAME NP SHARD [args...]
+  local name=$1 np=$2 shard=$3
+  shift 3
+  bash tests/mpi/mpirun.sh "$np" "$BUILD"/dtrain train "$work/gpt.yaml" --set output.dir="$work/$name" \
+    --set comm.shard="$shard" "$@" >"$work/$name.out" 2>&1 ||
+    { echo "shard.sh: run $name failed:" >&2; tail -5 "$work/$name.out" >&2; exit 1; }
 }
 field() { grep "\"type\":\"$2\"" "$work/$1/metrics.jsonl" | sed -n "s/.*\"$3\":\([0-9.e+-]*\).*/\1/p"; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
@@ -91,6 +94,25 @@ for ((k = 0; k < ROUNDS; k++)); do
   for shard in none optimizer gradients; do line+=" $shard $(field "t$k$shard" train tokens_per_s)"; done
   for shard in optimizer gradients; do
     r=$(awk -v a="$(field "t$k$shard" train tokens_per_s)" -v b="$(field "t${k}none" train tokens_per_s)" \
+      'BEGIN { printf "%.3f", a / b }')
+    line+=", $shard/none $r"
+    echo "$shard $r" >>"$work/ratios"
+  done
+  echo "$line tokens/s"
+done
+for shard in optimizer gradients; do
+  grep "^$shard " "$work/ratios" | cut -d' ' -f2 | sort -g |
+    awk -v s="$shard" '{ v[NR] = $1 } END { printf "%s: median ratio %.3f (min %.3f, max %.3f)\n", s, v[int((NR + 1) / 2)], v[1], v[NR] }'
+done
+
+echo "== the same with accumulation (train.micro_batch 2: two micro-batches a rank, each reduced when sharding gradients)"
+: >"$work/ratios"
+for ((k = 0; k < ROUNDS; k++)); do
+  for shard in ${orders[$((k % 3))]}; do run "a$k$shard" 2 "$shard" --set train.micro_batch=2; done
+  line="round $((k + 1)):"
+  for shard in none optimizer gradients; do line+=" $shard $(field "a$k$shard" train tokens_per_s)"; done
+  for shard in optimizer gradients; do
+    r=$(awk -v a="$(field "a$k$shard" train tokens_per_s)" -v b="$(field "a${k}none" train tokens_per_s)" \
       'BEGIN { printf "%.3f", a / b }')
     line+=", $shard/none $r"
     echo "$shard $r" >>"$work/ratios"

@@ -649,6 +649,10 @@ static dt_status plan_shard(struct run *r)
     const char *stage = r->job->comm.shard;
     int grads = strcmp(stage, "gradients") == 0;
     r->shard = 0;
+    if (sharding(r->job) && r->world < 2 && !r->eval_only && strcmp(stage, "auto") != 0)
+        DT_LOG_INFO("comm", "comm.shard: %s has nothing to split on one rank: it keeps the whole "
+                            "model state",
+                    stage);
     if (!sharding(r->job) || r->world < 2 || r->eval_only) return DT_OK;
     if (grads ? shard_grads_why(r, why, sizeof why) : shard_why(r, why, sizeof why)) {
         r->shard = grads ? 2 : 1;

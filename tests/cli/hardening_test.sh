@@ -110,7 +110,7 @@ expect 64 "train.eval_batch: expected an integer from 1 to 1000000000" -- $T --s
 # a model no machine holds is refused before anything is allocated, with the
 # numbers, instead of being killed by the kernel; and so is one past the
 # job's own runtime.memory_limit
-expect 64 "needs about 28.0 TiB of host memory on each rank \(parameters 4.00 TiB.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1
+expect 64 "needs about 16.0 TiB of host memory on each rank \(parameters 4.00 TiB.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1
 expect 64 "more than runtime.memory_limit=0.01 GiB" -- $T --set runtime.memory_limit=0.01 --set output.dir=m2
 expect 64 "needs about .*more than runtime.memory_limit" -- $MPIRUN 2 $DTRAIN train job.yaml --set runtime.memory_limit=0.01 --set output.dir=m3
 
