@@ -9,7 +9,9 @@
  * killer, leaves the search standing. The child trains a few steps of the
  * job on one rank with global batch = micro-batch = the size tried (the
  * memory of one rank depends on its micro-batch, not on the accumulation
- * or the number of ranks), its run directory in a private temporary
+ * or the number of ranks, except for the state comm.shard splits: the
+ * trial reports what one of the job's ranks would hold less, which is
+ * taken off its peak), its run directory in a private temporary
  * folder that is removed afterwards, so nothing is written into the job's
  * own run directory. The child reports its backend's memory figures; the
  * parent takes the host peak from wait4's rusage.
@@ -67,6 +69,7 @@ struct trial {
     int fits, ran_ok;
     int device;           /* the peak is device memory */
     uint64_t peak, limit; /* bytes */
+    uint64_t saving;      /* taken off the one-rank trial's peak: comm.shard's split */
     char why[768];
 };
 
@@ -109,11 +112,15 @@ static int run_trial(int argc, char **argv)
     static struct dt_job job;
     const char *sets[FB_MAX_SETS + FB_TRIAL_SETS];
     int nsets = 0;
+    int64_t ranks = 1;
+    uint64_t saving = 0;
     if (argc < 4)
-        return dt_cli_usage("find-batch --trial RESULT JOB [--set k=v ...]");
+        return dt_cli_usage("find-batch --trial RESULT JOB [--set k=v ...] [--ranks N]");
     for (int i = 4; i < argc && nsets < FB_MAX_SETS + FB_TRIAL_SETS; i++)
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[nsets++] = argv[++i];
+        else if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
+            ranks = strtoll(argv[++i], NULL, 10);
     int rc = load_job(argv[3], sets, nsets, &job);
     if (rc != 0)
         return rc;
@@ -121,14 +128,19 @@ static int run_trial(int argc, char **argv)
     dt_comm_t *comm = NULL;
     struct dt_backend_mem mem = {0};
     struct dt_train_result res;
-    struct dt_train_opts opts = {.resume = "never", .fixed_micro_batch = 1, .mem = &mem};
+    struct dt_train_opts opts = {.resume = "never",
+                                 .fixed_micro_batch = 1,
+                                 .mem = &mem,
+                                 .plan_world = ranks,
+                                 .plan_saving = &saving};
     rc = dt_cli_ranks_start(&argc, &argv, "'dtrain find-batch --trial'", &job, &comm);
     if (rc != 0) return rc;
     dt_status st = dt_train_run(&job, comm, &opts, &res);
     FILE *f = fopen(argv[2], "w");
     if (f) {
-        fprintf(f, "%d %d %llu %llu %llu\n%s\n", (int)st, mem.device, (unsigned long long)mem.used,
-                (unsigned long long)mem.peak, (unsigned long long)mem.total,
+        fprintf(f, "%d %d %llu %llu %llu %llu\n%s\n", (int)st, mem.device,
+                (unsigned long long)mem.used, (unsigned long long)mem.peak,
+                (unsigned long long)mem.total, (unsigned long long)saving,
                 st == DT_OK ? "" : dt_last_error());
         fclose(f);
     }
@@ -262,7 +274,7 @@ static void drop_launcher_env(void)
 static void exec_trial(const struct search *s, int64_t m, const char *result, const char *log)
 {
     char sv[FB_TRIAL_SETS - 1][128];
-    char *argv[8 + 2 * (FB_MAX_SETS + FB_TRIAL_SETS)];
+    char *argv[10 + 2 * (FB_MAX_SETS + FB_TRIAL_SETS)];
     int a = 0;
     snprintf(sv[0], sizeof sv[0], "train.global_batch=%lld", (long long)m);
     snprintf(sv[1], sizeof sv[1], "train.micro_batch=%lld", (long long)m);
@@ -289,6 +301,10 @@ static void exec_trial(const struct search *s, int64_t m, const char *result, co
     }
     argv[a++] = (char *)"--set";
     argv[a++] = dir;
+    static char ranks[32];
+    snprintf(ranks, sizeof ranks, "%lld", (long long)s->ranks);
+    argv[a++] = (char *)"--ranks";
+    argv[a++] = ranks;
     argv[a] = NULL;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
@@ -355,11 +371,11 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
         if (interrupted)
             kill(pid, SIGTERM);
     int st = -1, dev = 0;
-    unsigned long long used = 0, peak = 0, total = 0;
+    unsigned long long used = 0, peak = 0, total = 0, saving = 0;
     char msg[700] = "";
     FILE *f = fopen(result, "r");
     if (f) {
-        if (fscanf(f, "%d %d %llu %llu %llu ", &st, &dev, &used, &peak, &total) != 5)
+        if (fscanf(f, "%d %d %llu %llu %llu %llu ", &st, &dev, &used, &peak, &total, &saving) != 6)
             st = -1;
         if (!fgets(msg, sizeof msg, f))
             msg[0] = '\0';
@@ -375,6 +391,9 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
                75;
     t->device = dev;
     t->peak = dev ? peak : (uint64_t)ru.ru_maxrss * 1024;
+    /* comm.shard on the job's ranks: each holds that much less */
+    t->saving = !dev && saving < t->peak ? saving : 0;
+    t->peak -= t->saving;
     t->limit = dev ? total : (uint64_t)(s->limit_gib * GIB);
     if (WIFSIGNALED(status)) {
         snprintf(t->why, sizeof t->why, "killed by signal %d%s", WTERMSIG(status),
@@ -413,12 +432,16 @@ static int try_size(const struct search *s, int64_t m, struct trial *t)
 
 static void print_trial(const struct trial *t)
 {
-    char p[32], l[32];
+    char p[32], l[32], sv[32], split[96] = "";
     dt_format_bytes(t->peak, p, sizeof p);
     dt_format_bytes(t->limit, l, sizeof l);
-    printf("micro-batch %6lld: peak %s memory %s (%llu bytes) of %s: %s%s%s\n", (long long)t->micro,
-           t->device ? "device" : "host", p, (unsigned long long)t->peak, t->limit ? l : "no limit",
-           t->fits ? "fits" : "does not fit", t->fits ? "" : ": ", t->why);
+    dt_format_bytes(t->saving, sv, sizeof sv);
+    if (t->saving)
+        snprintf(split, sizeof split, " (one rank's trial less %s that comm.shard splits)", sv);
+    printf("micro-batch %6lld: peak %s memory %s (%llu bytes)%s of %s: %s%s%s\n",
+           (long long)t->micro, t->device ? "device" : "host", p, (unsigned long long)t->peak, split,
+           t->limit ? l : "no limit", t->fits ? "fits" : "does not fit", t->fits ? "" : ": ",
+           t->why);
     fflush(stdout);
 }
 

@@ -40,6 +40,13 @@ struct dt_train_opts {
     /* When not NULL: the backend's memory figures, read just before the
      * run's backend is destroyed (dtrain find-batch's trials). */
     struct dt_backend_mem *mem;
+    /* > 1 (dtrain find-batch's one-rank trial of a job that will run on
+     * this many ranks): the start-up memory check counts each rank's share
+     * of the state comm.shard would split there (host memory, the mpi
+     * ring), and *plan_saving (when not NULL) gets the bytes one such rank
+     * holds less than this trial. */
+    int64_t plan_world;
+    uint64_t *plan_saving;
 };
 
 /* Runs job to completion on every rank of comm (collective). Rank 0

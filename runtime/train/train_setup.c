@@ -684,6 +684,29 @@ static uint64_t staging_estimate(const struct run *r, uint64_t p4)
     return b < (double)p4 ? (uint64_t)b : p4;
 }
 
+/* dtrain find-batch's one-rank trial of a job for opts->plan_world ranks:
+ * the optimizer state (and with comm.shard: gradients the gradients, less
+ * the staging area) counted as one rank's share there, where the stage
+ * would run (mpi's ring, fp32 on the wire); the difference goes to
+ * opts->plan_saving. */
+static void plan_shard_need(const struct run *r, struct dt_mem_need *need, uint64_t p4, int states)
+{
+    const struct dt_job *job = r->job;
+    uint64_t n = (uint64_t)r->opts->plan_world, saving = 0;
+    int ring = sharding(job) && strcmp(job->comm.backend, "nccl") != 0 &&
+               strcmp(job->comm.mpi_allreduce, "ring") == 0 &&
+               strcmp(job->comm.grad_dtype, "bf16") != 0;
+    if (ring && states) {
+        uint64_t part = need->optim / n + times(1024, (uint64_t)states);
+        if (part < need->optim) saving += need->optim - part, need->optim = part;
+    }
+    if (ring && strcmp(job->comm.shard, "gradients") == 0) {
+        uint64_t part = add_bytes(p4 / n, staging_estimate(r, p4));
+        if (part < need->grads) saving += need->grads - part, need->grads = part;
+    }
+    if (r->opts->plan_saving) *r->opts->plan_saving = saving;
+}
+
 /* Host memory this rank is about to allocate, against what it can have
  * (runtime/monitor/memory.h): refused with the numbers before anything large is
  * allocated. On a GPU the model lives in device memory, whose shortage
@@ -723,6 +746,8 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
         else if (can)
             need.grads_saving = need.grads - part;
     }
+    if (host && r->world == 1 && !r->eval_only && r->opts && r->opts->plan_world > 1)
+        plan_shard_need(r, &need, p4, states);
     need.activations = host ? ms.arena_bytes : 0;
     /* checkpoints: a host backend's are written and read where the state
      * is; a device's pass through a host copy of it */

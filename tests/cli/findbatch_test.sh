@@ -11,7 +11,10 @@
 #   (logged), trains, and ends with the parameters of a direct micro-batch
 #   32 run (within 1e-5, what README claims for different splits of the
 #   global batch); under mpirun -np 2 with the fault on rank 1 only, both
-#   ranks halve together.
+#   ranks halve together;
+# - for a job on 2 ranks with comm.shard, each one-rank trial's peak less
+#   the state the stage splits: a limit between the two peaks fits a row
+#   sharded (gradients) and not replicated.
 set -u
 DTRAIN=$1 COMPARE=$2 W=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -185,5 +188,25 @@ DTRAIN_FAULT=0:oom:0 train none 4; rc=$?
 grep -q "^dtrain: out of memory allocating .* 1-row micro-batch" none.out ||
   bad "no final out-of-memory message: $(cat none.out)"
 [ "$(grep -c 'does not fit' none/train.log)" = 2 ] || bad "expected 4 -> 2 -> 1 in the log"
+
+# comm.shard: the trial's peak less the state each of the job's ranks
+# would not hold (AdamW's state halved, and the gradients less the staging
+# area, about 4.9 MiB for this 1.1 M-parameter MLP)
+shard=(-n 2 --max 1 --set 'model.hidden=[1024,1024]' --set comm.bucket_mb=0.5)
+peak1() { sed -n 's/^micro-batch *1: peak host memory [^(]*(\([0-9]*\) bytes).*/\1/p' <<<"$1"; }
+outn=$("$DTRAIN" find-batch job.yaml "${shard[@]}" --set comm.shard=none 2>&1)
+outg=$("$DTRAIN" find-batch job.yaml "${shard[@]}" --set comm.shard=gradients 2>&1)
+pn=$(peak1 "$outn") pg=$(peak1 "$outg")
+if [ -n "$pn" ] && [ -n "$pg" ] && grep -q "one rank's trial less .* that comm.shard splits" <<<"$outg" &&
+   awk -v n="$pn" -v g="$pg" 'BEGIN { exit !(n - g > 3 * 1048576) }'; then
+  lim=$(awk -v n="$pn" -v g="$pg" 'BEGIN { printf "%.6f", (n + g) / 2 / 0.9 / 1073741824 }')
+  "$DTRAIN" find-batch job.yaml "${shard[@]}" --set comm.shard=none --set runtime.memory_limit="$lim" \
+    >fbn.out 2>&1 && bad "replicated, a row fits under $lim GiB: $(cat fbn.out)"
+  "$DTRAIN" find-batch job.yaml "${shard[@]}" --set comm.shard=gradients \
+    --set runtime.memory_limit="$lim" >fbg.out 2>&1 && grep -q "train.micro_batch=1$" fbg.out ||
+    bad "sharded, a row does not fit under $lim GiB: $(cat fbg.out)"
+else
+  bad "find-batch does not take off comm.shard's split: replicated $pn, sharded $pg bytes: $outg"
+fi
 
 [ "$fails" = 0 ] && echo "findbatch: all passed" || { echo "findbatch: $fails failed"; exit 1; }
