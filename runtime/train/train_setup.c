@@ -693,7 +693,7 @@ static void plan_shard_need(const struct run *r, struct dt_mem_need *need, uint6
 {
     const struct dt_job *job = r->job;
     uint64_t n = (uint64_t)r->opts->plan_world, saving = 0;
-    int ring = sharding(job) && strcmp(job->comm.backend, "nccl") != 0 &&
+    int ring = sharding(job) && dt_comm_has_ring(r->grad_comm) &&
                strcmp(job->comm.mpi_allreduce, "ring") == 0 &&
                strcmp(job->comm.grad_dtype, "bf16") != 0;
     if (ring && states) {
