@@ -23,7 +23,7 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define CGROUP_PATH 4096
 
-static uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t dt_mem_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 uint64_t dt_mem_need_total(const struct dt_mem_need *n)
@@ -32,7 +32,7 @@ uint64_t dt_mem_need_total(const struct dt_mem_need *n)
     const uint64_t parts[] = {n->params,  n->grads,   n->optim, n->activations,
                               n->loaders, n->staging, n->other};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        t = add_sat(t, parts[i]);
+        t = dt_mem_add(t, parts[i]);
     return t;
 }
 
@@ -170,13 +170,13 @@ void dt_mem_probe(int local_ranks, struct dt_mem_avail *out)
 static void describe_need(const struct dt_mem_need *n, char *buf, size_t len)
 {
     char p[32], g[32], o[32], a[32], l[32], s[32], t[32], h[32];
-    dt_format_bytes(add_sat(dt_mem_need_total(n), n->resident), t, sizeof t);
+    dt_format_bytes(dt_mem_add(dt_mem_need_total(n), n->resident), t, sizeof t);
     dt_format_bytes(n->resident, h, sizeof h);
     dt_format_bytes(n->params, p, sizeof p);
     dt_format_bytes(n->grads, g, sizeof g);
     dt_format_bytes(n->optim, o, sizeof o);
     dt_format_bytes(n->activations, a, sizeof a);
-    dt_format_bytes(add_sat(n->loaders, n->other), l, sizeof l);
+    dt_format_bytes(dt_mem_add(n->loaders, n->other), l, sizeof l);
     dt_format_bytes(n->staging, s, sizeof s);
     snprintf(buf, len,
              "about %s of host memory on each rank (parameters %s, gradients %s, optimizer state "
@@ -196,7 +196,7 @@ static const char *advise(const struct dt_mem_need *need, uint64_t total, uint64
                           char *buf, size_t len)
 {
     char save[32];
-    uint64_t both = add_sat(need->shard_saving, need->grads_saving);
+    uint64_t both = dt_mem_add(need->shard_saving, need->grads_saving);
     if (need->shard_saving && total - need->shard_saving <= most) {
         dt_format_bytes(need->shard_saving, save, sizeof save);
         snprintf(buf, len,
@@ -220,7 +220,7 @@ dt_status dt_mem_check(const struct dt_mem_need *need, const struct dt_mem_avail
                        double limit_gib, int rank)
 {
     char what[512], have[32], node[32], adv[512];
-    uint64_t more = dt_mem_need_total(need), total = add_sat(more, need->resident);
+    uint64_t more = dt_mem_need_total(need), total = dt_mem_add(more, need->resident);
     uint64_t ranks = (uint64_t)(avail->local_ranks > 0 ? avail->local_ranks : 1);
     describe_need(need, what, sizeof what);
     if (limit_gib > 0 && (double)total > limit_gib * GIB)

@@ -43,6 +43,9 @@ struct dt_mem_avail {
     char host[64];
 };
 
+/* a + b, UINT64_MAX where it would overflow ("more than can be counted"). */
+uint64_t dt_mem_add(uint64_t a, uint64_t b);
+
 /* The parts still to allocate added up (resident not included),
  * saturating at UINT64_MAX. */
 uint64_t dt_mem_need_total(const struct dt_mem_need *n);

@@ -670,11 +670,6 @@ static dt_status plan_shard(struct run *r)
     return DT_OK;
 }
 
-static uint64_t add_bytes(uint64_t a, uint64_t b)
-{
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
 /* The gradient staging area of sharded gradients, before the first step
  * sizes it: the buckets being written and one in flight, taken as three
  * buckets, at most the whole gradient buffer. */
@@ -684,27 +679,42 @@ static uint64_t staging_estimate(const struct run *r, uint64_t p4)
     return b < (double)p4 ? (uint64_t)b : p4;
 }
 
-/* dtrain find-batch's one-rank trial of a job for opts->plan_world ranks:
- * the optimizer state (and with comm.shard: gradients the gradients, less
- * the staging area) counted as one rank's share there, where the stage
- * would run (mpi's ring, fp32 on the wire); the difference goes to
- * opts->plan_saving. */
-static void plan_shard_need(const struct run *r, struct dt_mem_need *need, uint64_t p4, int states)
+/* The stage whose memory is counted: this run's, or in dtrain
+ * find-batch's one-rank trial of a job for opts->plan_world ranks the one
+ * the job asks for there (auto: the optimizer state). */
+static int counted_stage(const struct run *r)
 {
-    const struct dt_job *job = r->job;
-    uint64_t n = (uint64_t)r->opts->plan_world, saving = 0;
-    int ring = sharding(job) && dt_comm_has_ring(r->grad_comm) &&
-               strcmp(job->comm.mpi_allreduce, "ring") == 0 &&
-               strcmp(job->comm.grad_dtype, "bf16") != 0;
-    if (ring && states) {
-        uint64_t part = need->optim / n + times(1024, (uint64_t)states);
-        if (part < need->optim) saving += need->optim - part, need->optim = part;
-    }
-    if (ring && strcmp(job->comm.shard, "gradients") == 0) {
-        uint64_t part = add_bytes(p4 / n, staging_estimate(r, p4));
-        if (part < need->grads) saving += need->grads - part, need->grads = part;
-    }
-    if (r->opts->plan_saving) *r->opts->plan_saving = saving;
+    if (r->world > 1) return r->shard;
+    if (!sharding(r->job)) return 0;
+    return strcmp(r->job->comm.shard, "gradients") == 0 ? 2 : 1;
+}
+
+/* Each of n ranks' share of the state comm.shard splits, where it can
+ * run: the optimizer state about 1/n of it (one bucket's rounding more),
+ * with sharded gradients 1/n of them and the staging area. Counted for
+ * the stage counted_stage gives; on a job of several ranks that does not
+ * shard, what each stage would save, for the refusal's advice. A trial's
+ * difference goes to opts->plan_saving. */
+static void shard_need(const struct run *r, struct dt_mem_need *need, uint64_t p4, int states,
+                       uint64_t n)
+{
+    char why[256];
+    int stage = counted_stage(r), advise = r->world > 1;
+    uint64_t before = dt_mem_add(need->optim, need->grads);
+    uint64_t part = need->optim / n + times(1024, (uint64_t)states);
+    int can = states && shard_why(r, why, sizeof why) && part < need->optim;
+    if (can && stage >= 1)
+        need->optim = part;
+    else if (can && advise)
+        need->shard_saving = need->optim - part;
+    part = dt_mem_add(p4 / n, staging_estimate(r, p4));
+    can = shard_grads_why(r, why, sizeof why) && part < need->grads;
+    if (can && stage == 2)
+        need->grads = part;
+    else if (can && advise)
+        need->grads_saving = need->grads - part;
+    if (r->opts && r->opts->plan_saving)
+        *r->opts->plan_saving = before - dt_mem_add(need->optim, need->grads);
 }
 
 /* Host memory this rank is about to allocate, against what it can have
@@ -726,28 +736,9 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     need.params = host ? p4 : 0;
     need.grads = host ? p4 : 0;
     need.optim = host ? times(p4, (uint64_t)states) : 0;
-    if (host && states && r->world > 1 && !r->eval_only) {
-        /* sharded, each rank keeps about 1/N of it (one bucket's rounding more) */
-        char why[256];
-        uint64_t part = need.optim / (uint64_t)r->world + times(1024, (uint64_t)states);
-        int can = shard_why(r, why, sizeof why) && part < need.optim;
-        if (can && r->shard)
-            need.optim = part;
-        else if (can)
-            need.shard_saving = need.optim - part;
-    }
-    if (host && r->world > 1 && !r->eval_only) {
-        /* sharded gradients: this rank's 1/N and the staging area */
-        char why[256];
-        uint64_t part = add_bytes(p4 / (uint64_t)r->world, staging_estimate(r, p4));
-        int can = shard_grads_why(r, why, sizeof why) && part < need.grads;
-        if (can && r->shard == 2)
-            need.grads = part;
-        else if (can)
-            need.grads_saving = need.grads - part;
-    }
-    if (host && r->world == 1 && !r->eval_only && r->opts && r->opts->plan_world > 1)
-        plan_shard_need(r, &need, p4, states);
+    int64_t ranks = r->world > 1 ? r->world : r->opts ? r->opts->plan_world : 1;
+    if (host && ranks > 1 && !r->eval_only)
+        shard_need(r, &need, p4, states, (uint64_t)ranks);
     need.activations = host ? ms.arena_bytes : 0;
     /* checkpoints: a host backend's are written and read where the state
      * is; a device's pass through a host copy of it */
@@ -758,9 +749,9 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
         uint64_t cap = (uint64_t)job->data.cache_max_mb << 20,
                  cache = dt_loader_split_cache_bytes(r->train);
         cache = cache < cap ? cache : cap;
-        train = cache > UINT64_MAX - train ? UINT64_MAX : train + cache;
+        train = dt_mem_add(train, cache);
     }
-    need.loaders = test > UINT64_MAX - train ? UINT64_MAX : test + train;
+    need.loaders = dt_mem_add(test, train);
     uint64_t per_param = 0; /* the reducer's host buffers */
     if (!r->eval_only && r->world > 1) {
         if (strcmp(job->comm.grad_dtype, "bf16") == 0 && (host || r->stage_grads))
