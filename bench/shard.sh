@@ -85,44 +85,34 @@ for shard in optimizer gradients; do
     -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
 done
 
-echo "== tokens/s on 2 ranks, each stage / replicated, $ROUNDS rounds in rotating order"
+# rounds PREFIX [args...]: tokens/s on 2 ranks of each stage against
+# replicated, ROUNDS rounds in rotating order, each ratio and the medians
 orders=("none optimizer gradients" "optimizer gradients none" "gradients none optimizer")
-: >"$work/ratios"
-for ((k = 0; k < ROUNDS; k++)); do
-  for shard in ${orders[$((k % 3))]}; do run "t$k$shard" 2 "$shard"; done
-  line="round $((k + 1)):"
-  for shard in none optimizer gradients; do line+=" $shard $(field "t$k$shard" train tokens_per_s)"; done
-  for shard in optimizer gradients; do
-    r=$(awk -v a="$(field "t$k$shard" train tokens_per_s)" -v b="$(field "t${k}none" train tokens_per_s)" \
-      'BEGIN { printf "%.3f", a / b }')
-    line+=", $shard/none $r"
-    echo "$shard $r" >>"$work/ratios"
+rounds() {
+  local pre=$1 k shard r line
+  shift
+  : >"$work/ratios"
+  for ((k = 0; k < ROUNDS; k++)); do
+    for shard in ${orders[$((k % 3))]}; do run "$pre$k$shard" 2 "$shard" "$@"; done
+    line="round $((k + 1)):"
+    for shard in none optimizer gradients; do line+=" $shard $(field "$pre$k$shard" train tokens_per_s)"; done
+    for shard in optimizer gradients; do
+      r=$(awk -v a="$(field "$pre$k$shard" train tokens_per_s)" -v b="$(field "$pre${k}none" train tokens_per_s)" \
+        'BEGIN { printf "%.3f", a / b }')
+      line+=", $shard/none $r"
+      echo "$shard $r" >>"$work/ratios"
+    done
+    echo "$line tokens/s"
   done
-  echo "$line tokens/s"
-done
-for shard in optimizer gradients; do
-  grep "^$shard " "$work/ratios" | cut -d' ' -f2 | sort -g |
-    awk -v s="$shard" '{ v[NR] = $1 } END { printf "%s: median ratio %.3f (min %.3f, max %.3f)\n", s, v[int((NR + 1) / 2)], v[1], v[NR] }'
-done
-
+  for shard in optimizer gradients; do
+    grep "^$shard " "$work/ratios" | cut -d' ' -f2 | sort -g |
+      awk -v s="$shard" '{ v[NR] = $1 } END { printf "%s: median ratio %.3f (min %.3f, max %.3f)\n", s, v[int((NR + 1) / 2)], v[1], v[NR] }'
+  done
+}
+echo "== tokens/s on 2 ranks, each stage / replicated, $ROUNDS rounds in rotating order"
+rounds t
 echo "== the same with accumulation (train.micro_batch 2: two micro-batches a rank, each reduced when sharding gradients)"
-: >"$work/ratios"
-for ((k = 0; k < ROUNDS; k++)); do
-  for shard in ${orders[$((k % 3))]}; do run "a$k$shard" 2 "$shard" --set train.micro_batch=2; done
-  line="round $((k + 1)):"
-  for shard in none optimizer gradients; do line+=" $shard $(field "a$k$shard" train tokens_per_s)"; done
-  for shard in optimizer gradients; do
-    r=$(awk -v a="$(field "a$k$shard" train tokens_per_s)" -v b="$(field "a${k}none" train tokens_per_s)" \
-      'BEGIN { printf "%.3f", a / b }')
-    line+=", $shard/none $r"
-    echo "$shard $r" >>"$work/ratios"
-  done
-  echo "$line tokens/s"
-done
-for shard in optimizer gradients; do
-  grep "^$shard " "$work/ratios" | cut -d' ' -f2 | sort -g |
-    awk -v s="$shard" '{ v[NR] = $1 } END { printf "%s: median ratio %.3f (min %.3f, max %.3f)\n", s, v[int((NR + 1) / 2)], v[1], v[NR] }'
-done
+rounds a --set train.micro_batch=2
 
 PY=${PEER_PY:-/usr/bin/python3}
 if "$PY" -c 'import torch, h5py; from torch.distributed.optim import ZeroRedundancyOptimizer' \
