@@ -261,15 +261,20 @@ else
 fi
 # ... and one that fits only with the gradients sharded too (a limit below
 # the optimizer stage's need, which saves half the optimizer state, above
-# the gradient stage's, which saves half the gradients too)
+# the gradient stage's, which saves half the gradients too; a model 4
+# times larger, so that a quarter of its gradients is well above how much
+# the process's own size varies from run to run)
+big2=(--set 'model.hidden=[2048,2048]' --set train.epochs=1)
+out=$(timeout -k 10 120 $MPIRUN 2 "$DTRAIN" train job.yaml --set output.dir=refused \
+      --set comm.shard=none "${big2[@]}" --set runtime.memory_limit=0.0001 2>&1)
 limit=$(sed -n 's/.*needs about \([0-9.]*\) MiB .*gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*/\1 \2 \3/p' <<<"$out" |
         head -1 | awk '{ if (NF == 3) printf "%.6f", ($1 - $3 / 2 - $2 / 4) / 1024 }')
 if [ -n "$limit" ]; then
   expect_fail 64 "set comm.shard: gradients \(each rank then keeps its 1/N of the optimizer state and of the gradients" 2 \
-    --set comm.shard=none "${big[@]}" --set runtime.memory_limit="$limit"
-  expect_fail 64 "comm.shard: gradients" 2 --set comm.shard=optimizer "${big[@]}" \
+    --set comm.shard=none "${big2[@]}" --set runtime.memory_limit="$limit"
+  expect_fail 64 "comm.shard: gradients" 2 --set comm.shard=optimizer "${big2[@]}" \
     --set runtime.memory_limit="$limit"
-  run fitsg2 2 "${big[@]}" --set comm.shard=gradients --set runtime.memory_limit="$limit" && ok
+  run fitsg2 2 "${big2[@]}" --set comm.shard=gradients --set runtime.memory_limit="$limit" && ok
 else
   bad "no gradient figures in: $out"
 fi
