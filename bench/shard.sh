@@ -3,13 +3,15 @@
 # dominates memory (8 layers x 512 wide, 25.3 M parameters, AdamW, fp32,
 # byte-level vocabulary, sequences of 128, gradient buckets of 4 MiB),
 # replicated (comm.shard: none), with the optimizer state sharded
-# (optimizer) and with the gradients sharded too (gradients), on 1, 2 and
-# 4 ranks, all in one run:
+# (optimizer), with the gradients sharded too (gradients) and with the
+# parameters too (parameters), on 1, 2 and 4 ranks, all in one run:
 #   - each rank's peak host memory (the largest rank's, getrusage) and the
 #     model state the start record gives per rank, against the formula:
 #     replicated 16 bytes a parameter (parameters, gradients, AdamW's two
 #     moments), optimizer 8 + 8/N, gradients 4 + 12/N (plus the gradient
-#     staging area, about three buckets);
+#     staging area, about three buckets), parameters 16/N (plus the
+#     staging area and the parameter gather slots, about three buckets
+#     each);
 #   - tokens/s on 2 ranks, each stage against replicated, ROUNDS (default
 #     3) rounds in rotating order, each ratio and their median; then the
 #     same with accumulation (two micro-batches a rank);
@@ -67,36 +69,37 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 echo "== per-rank memory (MiB), $STEPS steps each"
 printf "%-6s %-10s %12s %12s %14s %12s\n" ranks shard "peak host" "model state" "formula state" tokens/s
 for np in 1 2 4; do
-  for shard in none optimizer gradients; do
+  for shard in none optimizer gradients parameters; do
     [ "$np" = 1 ] && [ "$shard" != none ] && continue
     name="m$np$shard"
     run "$name" "$np" "$shard"
     params=$(field "$name" start params)
     state=$(field "$name" start model_state_bytes)
     formula=$(awk -v p="$params" -v n="$np" -v s="$shard" \
-      'BEGIN { printf "%.0f", (s == "none" ? 16 * p : s == "optimizer" ? (8 + 8 / n) * p : (4 + 12 / n) * p) / 1048576 }')
+      'BEGIN { printf "%.0f", (s == "none" ? 16 * p : s == "optimizer" ? (8 + 8 / n) * p : s == "gradients" ? (4 + 12 / n) * p : 16 / n * p) / 1048576 }')
     printf "%-6s %-10s %12s %12s %14s %12s\n" "$np" "$shard" "$(mib "$(field "$name" summary peak_host_mem_bytes)")" \
       "$(mib "$state")" "$formula" "$(field "$name" train tokens_per_s)"
   done
 done
 base=$(field m4none summary peak_host_mem_bytes)
-for shard in optimizer gradients; do
+for shard in optimizer gradients parameters; do
   echo "4 ranks: $shard peak / replicated peak = $(awk -v a="$(field "m4$shard" summary peak_host_mem_bytes)" \
     -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
 done
 
 # rounds PREFIX [args...]: tokens/s on 2 ranks of each stage against
 # replicated, ROUNDS rounds in rotating order, each ratio and the medians
-orders=("none optimizer gradients" "optimizer gradients none" "gradients none optimizer")
+orders=("none optimizer gradients parameters" "optimizer gradients parameters none"
+        "gradients parameters none optimizer" "parameters none optimizer gradients")
 rounds() {
   local pre=$1 k shard r line
   shift
   : >"$work/ratios"
   for ((k = 0; k < ROUNDS; k++)); do
-    for shard in ${orders[$((k % 3))]}; do run "$pre$k$shard" 2 "$shard" "$@"; done
+    for shard in ${orders[$((k % 4))]}; do run "$pre$k$shard" 2 "$shard" "$@"; done
     line="round $((k + 1)):"
-    for shard in none optimizer gradients; do line+=" $shard $(field "$pre$k$shard" train tokens_per_s)"; done
-    for shard in optimizer gradients; do
+    for shard in none optimizer gradients parameters; do line+=" $shard $(field "$pre$k$shard" train tokens_per_s)"; done
+    for shard in optimizer gradients parameters; do
       r=$(awk -v a="$(field "$pre$k$shard" train tokens_per_s)" -v b="$(field "$pre${k}none" train tokens_per_s)" \
         'BEGIN { printf "%.3f", a / b }')
       line+=", $shard/none $r"
@@ -104,7 +107,7 @@ rounds() {
     done
     echo "$line tokens/s"
   done
-  for shard in optimizer gradients; do
+  for shard in optimizer gradients parameters; do
     grep "^$shard " "$work/ratios" | cut -d' ' -f2 | sort -g |
       awk -v s="$shard" '{ v[NR] = $1 } END { printf "%s: median ratio %.3f (min %.3f, max %.3f)\n", s, v[int((NR + 1) / 2)], v[1], v[NR] }'
   done

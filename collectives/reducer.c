@@ -79,7 +79,28 @@ struct dt_reducer {
     size_t nsgrad, *sbase; /* per bucket: where its chunk starts in sgrad */
     int acc;               /* micro-batches reduced since dt_reducer_clear */
     int gathering;         /* the requests are dt_reducer_gather's, not buckets' */
+    /* sharded parameters (see "sharded parameters" below) */
+    int shard_params;
+    float *sparam;          /* this rank's chunks of the parameters, packed as sgrad */
+    struct pslot *slots;    /* gather slots, nslots of them (at most nbuckets) */
+    size_t nslots;
+    size_t *slot_of;        /* per bucket: the slot holding it, or NO_SLOT */
+    uint64_t tick;          /* fetches so far: a slot's age */
 };
+
+/* A gather slot: one bucket of parameters gathered from every rank. */
+struct pslot {
+    float *buf;
+    size_t cap;            /* floats */
+    size_t bucket;         /* the bucket it holds, or NO_SLOT */
+    dt_comm_req_t *req;    /* its all-gather while in flight */
+    int pinned;            /* fetched since the last release */
+    int fresh;             /* gathered ahead and not fetched since */
+    uint64_t used;         /* tick of its last fetch */
+};
+
+#define NO_SLOT SIZE_MAX
+#define MIN_SLOTS 3 /* the layer running, the next one, one kept */
 
 /* A bucket in one micro-batch of sharded gradients. */
 enum bucket_state {
@@ -137,6 +158,9 @@ static dt_status check_opts(const float *grads, size_t total, const struct dt_re
                             "gradient reducer: the gradient buffer is NULL "
                             "but has %zu elements",
                             total);
+    if (o->shard_params && !o->shard_grads)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "gradient reducer: sharded parameters take sharded gradients");
     if (o->shard_grads && (!o->shard || (!o->param_off && o->nparams > 0)))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "gradient reducer: sharded gradients take a sharded update and the "
@@ -190,6 +214,25 @@ out:
     return st;
 }
 
+/* Sharded parameters: the packed shard and the slot tables. */
+static dt_status open_params(dt_reducer_t *r)
+{
+    dt_status st;
+    r->shard_params = 1;
+    DT_CHECK(dt_calloc(r->nsgrad + 1, sizeof *r->sparam, "this rank's shard of the parameters",
+                       (void **)&r->sparam));
+    DT_CHECK(dt_calloc(r->nbuckets + 1, sizeof *r->slots, "parameter gather slots",
+                       (void **)&r->slots));
+    DT_CHECK(dt_calloc(r->nbuckets + 1, sizeof *r->slot_of, "parameter gather slots",
+                       (void **)&r->slot_of));
+    for (size_t k = 0; k < r->nbuckets; k++)
+        r->slot_of[k] = NO_SLOT;
+    for (size_t i = 0; i <= r->nbuckets; i++)
+        r->slots[i].bucket = NO_SLOT;
+out:
+    return st;
+}
+
 dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
                             const struct dt_reducer_opts *o, dt_reducer_t **out)
 {
@@ -238,6 +281,7 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
         dt_bucket_plan(total, first, bucket, r->start, n);
     r->start[n] = total;
     if (o->shard_grads) DT_CHECK(open_staging(r, bucket));
+    if (o->shard_params) DT_CHECK(open_params(r));
     DT_LOG_DEBUG("comm", "gradient reducer: %zu floats in %zu buckets (first %zu, then %zu)", total,
                  n, first, bucket);
     *out = r;
@@ -253,6 +297,12 @@ size_t dt_reducer_bucket_count(const dt_reducer_t *r)
     return r->nbuckets;
 }
 
+void dt_reducer_bucket(const dt_reducer_t *r, size_t k, size_t *lo, size_t *hi)
+{
+    *lo = r->start[k];
+    *hi = r->start[k + 1];
+}
+
 static dt_status bucket_error(const dt_reducer_t *r, dt_status st, size_t k)
 {
     return dt_error_context(st, "gradient bucket %zu of %zu (elements %zu..%zu)", k, r->nbuckets,
@@ -260,6 +310,7 @@ static dt_status bucket_error(const dt_reducer_t *r, dt_status st, size_t k)
 }
 
 static dt_status stage_alloc(dt_reducer_t *r, size_t k);
+static dt_status slots_progress(dt_reducer_t *r);
 
 static dt_status start_bucket(dt_reducer_t *r)
 {
@@ -368,6 +419,10 @@ dt_status dt_reducer_ready(dt_reducer_t *r, size_t done)
                             r->total);
     while (r->overlap && r->next < r->nbuckets && r->start[r->next + 1] <= done) {
         dt_status st = start_bucket(r);
+        if (st != DT_OK) return st;
+    }
+    if (r->shard_params) {
+        dt_status st = slots_progress(r);
         if (st != DT_OK) return st;
     }
     return progress(r);
@@ -507,13 +562,10 @@ static dt_status stage_alloc(dt_reducer_t *r, size_t k)
     return DT_OK;
 }
 
-dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g)
+/* The bucket holding element off: start[k] <= off < start[k + 1]. */
+static size_t bucket_of(const dt_reducer_t *r, size_t off)
 {
-    *g = NULL;
-    if (!r->shard_grads || !r->in_step)
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "dt_reducer_place: only for sharded gradients, within a step");
-    size_t lo = 0, hi = r->nbuckets; /* the bucket holding off: start[k] <= off < start[k + 1] */
+    size_t lo = 0, hi = r->nbuckets; /* start[lo] <= off < start[lo + 1] */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
         if (r->start[mid] <= off)
@@ -521,7 +573,16 @@ dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g)
         else
             hi = mid;
     }
-    size_t k = lo;
+    return lo;
+}
+
+dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g)
+{
+    *g = NULL;
+    if (!r->shard_grads || !r->in_step)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_place: only for sharded gradients, within a step");
+    size_t k = bucket_of(r, off);
     if (r->nbuckets == 0 || off + n > r->start[k + 1] || n == 0)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "dt_reducer_place: gradients [%zu, %zu) are not within one bucket", off,
@@ -616,5 +677,202 @@ void dt_reducer_destroy(dt_reducer_t *r)
     free(r->state);
     free(r->sgrad);
     free(r->sbase);
+    if (r->slots) {
+        (void)dt_reducer_params_changed(r);
+        for (size_t i = 0; i < r->nslots; i++)
+            free(r->slots[i].buf);
+    }
+    free(r->slots);
+    free(r->slot_of);
+    free(r->sparam);
     free(r);
+}
+
+/* ---- sharded parameters: gather slots ------------------------------------ */
+/*
+ * With sharded parameters (opts.shard_params) this rank keeps only its
+ * chunks of the parameters, packed as its gradients' shard; a layer's
+ * parameters are read from gather slots, each holding one bucket
+ * assembled from every rank's chunks by the ring's all-gather. A fetch of
+ * a bucket no slot holds takes a free slot, a new one while there are
+ * fewer than MIN_SLOTS, else the least recently fetched one not pinned
+ * (waiting for its gather if it is in flight), else a new one (every slot
+ * pinned by the layer running). A fetch ahead starts a gather into a
+ * free slot or a new one below MIN_SLOTS, else into the least recently
+ * fetched slot neither pinned nor gathered ahead and not fetched since
+ * (waiting for its gather if it is still in flight), and does nothing
+ * when there is none. Whether a gather has completed never enters these
+ * choices: which slot a bucket goes to and when its gather starts depend
+ * only on the order of the calls, so every rank
+ * starts the same gathers in the same order and waits for them in the
+ * same order; in-flight gathers are tested as the reducer progresses.
+ */
+
+static dt_status slot_wait(dt_reducer_t *r, struct pslot *s)
+{
+    if (!s->req) return DT_OK;
+    dt_status st = dt_comm_wait(r->comm, s->req);
+    s->req = NULL;
+    if (st != DT_OK) {
+        st = dt_error_context(st, "gathering the parameters of bucket %zu of %zu", s->bucket,
+                              r->nbuckets);
+        r->slot_of[s->bucket] = NO_SLOT; /* its contents are not whole */
+        s->bucket = NO_SLOT;
+    }
+    return st;
+}
+
+/* Tests the gathers in flight (lets the ring advance them). */
+static dt_status slots_progress(dt_reducer_t *r)
+{
+    for (size_t i = 0; i < r->nslots; i++) {
+        struct pslot *s = &r->slots[i];
+        int done = 0;
+        if (!s->req) continue;
+        dt_status st = dt_comm_test(r->comm, s->req, &done);
+        if (st != DT_OK || done) s->req = NULL;
+        if (st != DT_OK) {
+            r->slot_of[s->bucket] = NO_SLOT;
+            s->bucket = NO_SLOT;
+            return dt_error_context(st, "gathering the parameters of a bucket");
+        }
+    }
+    return DT_OK;
+}
+
+/* A slot for bucket k (see above); *out NO_SLOT when `forced` is 0 and
+ * none is to be had without waiting or growing. */
+static dt_status slot_take(dt_reducer_t *r, size_t k, int forced, size_t *out)
+{
+    size_t pick = NO_SLOT, len = blen(r, k);
+    *out = NO_SLOT;
+    for (size_t i = 0; i < r->nslots && pick == NO_SLOT; i++)
+        if (r->slots[i].bucket == NO_SLOT) pick = i;
+    if (pick == NO_SLOT && r->nslots < MIN_SLOTS) pick = r->nslots++;
+    for (size_t i = 0; i < r->nslots && pick == NO_SLOT; i++) {
+        const struct pslot *s = &r->slots[i];
+        if (s->pinned || (!forced && s->fresh)) continue;
+        if (pick == NO_SLOT || s->used < r->slots[pick].used) pick = i;
+    }
+    if (pick == NO_SLOT && !forced) return DT_OK;
+    if (pick == NO_SLOT) pick = r->nslots++; /* every slot pinned: at most one per bucket */
+    struct pslot *s = &r->slots[pick];
+    if (s->bucket != NO_SLOT) {
+        dt_status st = slot_wait(r, s);
+        if (st != DT_OK) return st;
+        if (s->bucket != NO_SLOT) r->slot_of[s->bucket] = NO_SLOT;
+        s->bucket = NO_SLOT;
+    }
+    if (s->cap < len) {
+        float *grown = NULL;
+        if (posix_memalign((void **)&grown, STAGE_ALIGN * sizeof(float), len * sizeof(float)))
+            return dt_set_error(DT_ERR_NOMEM,
+                                "gradient reducer: out of memory for a parameter gather slot of "
+                                "%.1f MiB (lower comm.bucket_mb)",
+                                (double)len * GRAD_BYTES / MIB_BYTES);
+        free(s->buf);
+        s->buf = grown;
+        s->cap = len;
+    }
+    *out = pick;
+    return DT_OK;
+}
+
+/* Starts gathering bucket k into slot i: this rank's chunk from the
+ * shard, the others' from the ring. */
+static dt_status slot_gather(dt_reducer_t *r, size_t k, size_t i)
+{
+    struct pslot *s = &r->slots[i];
+    size_t a, b, lo = r->start[k];
+    dt_reducer_owned(r, k, &a, &b);
+    memcpy(s->buf + (a - lo), r->sparam + r->sbase[k], (b - a) * sizeof(float));
+    dt_status st =
+        dt_comm_iring(r->comm, s->buf, blen(r, k), DT_F32, DT_RING_ALLGATHER, &s->req);
+    if (st != DT_OK)
+        return dt_error_context(st, "gathering the parameters of bucket %zu of %zu", k,
+                                r->nbuckets);
+    s->bucket = k;
+    r->slot_of[k] = i;
+    return DT_OK;
+}
+
+static dt_status check_fetch(const dt_reducer_t *r, size_t off, size_t n, size_t *k)
+{
+    if (!r->shard_params)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_fetch: only for sharded parameters");
+    *k = bucket_of(r, off);
+    if (r->nbuckets == 0 || n == 0 || off + n > r->start[*k + 1])
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_reducer_fetch: parameters [%zu, %zu) are not within one bucket",
+                            off, off + n);
+    return DT_OK;
+}
+
+dt_status dt_reducer_fetch(dt_reducer_t *r, size_t off, size_t n, float **p)
+{
+    size_t k, i;
+    *p = NULL;
+    dt_status st = check_fetch(r, off, n, &k);
+    if (st != DT_OK) return st;
+    i = r->slot_of[k];
+    if (i == NO_SLOT) {
+        if ((st = slot_take(r, k, 1, &i)) != DT_OK) return st;
+        if ((st = slot_gather(r, k, i)) != DT_OK) return st;
+    }
+    struct pslot *s = &r->slots[i];
+    if ((st = slot_wait(r, s)) != DT_OK) return st;
+    s->pinned = 1;
+    s->fresh = 0;
+    s->used = ++r->tick;
+    *p = s->buf + (off - r->start[k]);
+    return DT_OK;
+}
+
+dt_status dt_reducer_fetch_ahead(dt_reducer_t *r, size_t off, size_t n)
+{
+    size_t k, i;
+    dt_status st = check_fetch(r, off, n, &k);
+    if (st != DT_OK || r->slot_of[k] != NO_SLOT) return st;
+    if ((st = slot_take(r, k, 0, &i)) != DT_OK || i == NO_SLOT) return st;
+    if ((st = slot_gather(r, k, i)) != DT_OK) return st;
+    r->slots[i].used = ++r->tick;
+    r->slots[i].fresh = 1;
+    return slots_progress(r);
+}
+
+dt_status dt_reducer_release(dt_reducer_t *r)
+{
+    for (size_t i = 0; i < r->nslots; i++)
+        r->slots[i].pinned = 0;
+    return r->shard_params ? slots_progress(r) : DT_OK;
+}
+
+dt_status dt_reducer_params_changed(dt_reducer_t *r)
+{
+    dt_status first = DT_OK;
+    for (size_t i = 0; i < r->nslots; i++) {
+        struct pslot *s = &r->slots[i];
+        dt_status st = slot_wait(r, s);
+        if (st != DT_OK && first == DT_OK) first = st;
+        if (s->bucket != NO_SLOT) r->slot_of[s->bucket] = NO_SLOT;
+        s->bucket = NO_SLOT;
+        s->pinned = 0;
+        s->fresh = 0;
+    }
+    return first;
+}
+
+float *dt_reducer_shard_params(dt_reducer_t *r, size_t *n)
+{
+    *n = r->shard_params ? r->nsgrad : 0;
+    return r->shard_params ? r->sparam : NULL;
+}
+
+size_t dt_reducer_gather_bytes(const dt_reducer_t *r)
+{
+    size_t b = 0;
+    for (size_t i = 0; i < r->nslots; i++)
+        b += r->slots[i].cap * sizeof(float);
+    return b;
 }

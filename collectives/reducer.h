@@ -58,6 +58,11 @@ struct dt_reducer_opts {
     int shard_grads;
     const size_t *param_off;
     size_t nparams;
+    /* 1 (with shard_grads): sharded parameters (comm.shard parameters).
+     * This rank keeps its chunks of the parameters only
+     * (dt_reducer_shard_params), and layers read theirs from gather slots
+     * (dt_reducer_fetch). */
+    int shard_params;
 };
 
 /* Cuts `total` elements into buckets: the first of first_elems, the rest of
@@ -78,6 +83,8 @@ dt_status dt_reducer_create(dt_comm_t *c, float *grads, size_t total,
 void dt_reducer_destroy(dt_reducer_t *r);
 
 size_t dt_reducer_bucket_count(const dt_reducer_t *r);
+/* Bucket k's elements [*lo, *hi) of the flat buffer. */
+void dt_reducer_bucket(const dt_reducer_t *r, size_t k, size_t *lo, size_t *hi);
 
 /* Called before the backward whose gradients will be reduced. */
 dt_status dt_reducer_begin(dt_reducer_t *r);
@@ -115,5 +122,25 @@ size_t dt_reducer_staging_bytes(const dt_reducer_t *r);
  * the parameters, an optimizer state) copied to every rank; collective,
  * between steps. `what` names the buffer in errors. Not sharded: nothing. */
 dt_status dt_reducer_gather(dt_reducer_t *r, float *buf, const char *what);
+
+/* Sharded parameters: this rank's chunks of the parameters, packed as
+ * the gradients' shard (*n elements): the master copy, which the update
+ * changes in place (then call dt_reducer_params_changed). */
+float *dt_reducer_shard_params(dt_reducer_t *r, size_t *n);
+/* Sharded parameters: where the parameter at [off, off + n) can be read:
+ * its bucket, gathered from every rank's chunks into a slot (waiting for
+ * the gather). The pointer holds until dt_reducer_release. Collective:
+ * every rank fetches the same parameters in the same order. */
+dt_status dt_reducer_fetch(dt_reducer_t *r, size_t off, size_t n, float **p);
+/* Starts gathering the parameter's bucket where a slot is to be had
+ * without waiting; collective as fetch is. */
+dt_status dt_reducer_fetch_ahead(dt_reducer_t *r, size_t off, size_t n);
+/* The fetched pointers are no longer needed. */
+dt_status dt_reducer_release(dt_reducer_t *r);
+/* The shard changed (an update, a load): the gathered copies are
+ * dropped, after waiting for the gathers in flight. */
+dt_status dt_reducer_params_changed(dt_reducer_t *r);
+/* Bytes of the parameter gather slots. */
+size_t dt_reducer_gather_bytes(const dt_reducer_t *r);
 
 #endif

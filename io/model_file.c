@@ -53,15 +53,21 @@ static herr_t put_int_attr(hid_t loc, const char *name, int value)
     return e;
 }
 
-static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const char *path,
-                              const char *tmp)
+/* Where tensor i's data is: its own, or the source's. */
+struct source {
+    dt_status (*get)(void *ctx, int i, const float **data);
+    void *ctx;
+};
+
+static dt_status write_tensor(hid_t grp, const struct dt_named_tensor *t, const float *data,
+                              const char *path, const char *tmp)
 {
     hsize_t dims[DT_MAX_DIMS];
     for (int d = 0; d < t->shape.ndim; d++)
         dims[d] = (hsize_t)t->shape.dim[d];
     hid_t sp = H5Screate_simple(t->shape.ndim, dims, NULL);
     hid_t d = H5Dcreate2(grp, t->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
+    herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
     dt_status st = DT_OK;
     if (e < 0) st = dt_h5_write_error("model", path, tmp, "write tensor %s", t->name);
     dt_h5_close(d);
@@ -86,7 +92,7 @@ static uint64_t model_estimate(const struct dt_named_tensor *t, int n)
 }
 
 static dt_status save_locked(const char *tmp, const char *path, const struct dt_named_tensor *t,
-                             int n)
+                             int n, const struct source *src)
 {
     dt_status st = DT_OK;
     hid_t g = -1;
@@ -105,15 +111,18 @@ static dt_status save_locked(const char *tmp, const char *path, const struct dt_
             put_int_attr(f, "format_version", MODEL_VERSION) < 0)
             st = dt_h5_write_error("model", path, tmp, "write its header");
     }
-    for (int i = 0; i < n && st == DT_OK; i++)
-        st = write_tensor(g, &t[i], path, tmp);
+    for (int i = 0; i < n && st == DT_OK; i++) {
+        const float *data = t[i].data;
+        if (src) st = src->get(src->ctx, i, &data);
+        if (st == DT_OK) st = write_tensor(g, &t[i], data, path, tmp);
+    }
     dt_h5_close(g);
     if (H5Fclose(f) < 0 && st == DT_OK)
         st = dt_h5_write_error("model", path, tmp, "finish writing %s", tmp);
     return st;
 }
 
-static dt_status check_tensors(const struct dt_named_tensor *t, int n)
+static dt_status check_tensors(const struct dt_named_tensor *t, int n, int sourced)
 {
     if (n < 0 || n > MAX_TENSORS || (n > 0 && !t))
         return dt_set_error(DT_ERR_INVALID_ARG, "model: %d tensors (at most %d)", n, MAX_TENSORS);
@@ -121,7 +130,7 @@ static dt_status check_tensors(const struct dt_named_tensor *t, int n)
         int64_t numel = dt_shape_numel(&t[i].shape), bytes = 0;
         if (!t[i].name[0] || !memchr(t[i].name, '\0', sizeof t[i].name) || strchr(t[i].name, '/') ||
             t[i].shape.ndim < 1 || numel < 0 ||
-            !dt_mul_i64(numel, (int64_t)sizeof(float), &bytes) || (numel > 0 && !t[i].data))
+            !dt_mul_i64(numel, (int64_t)sizeof(float), &bytes) || (numel > 0 && !t[i].data && !sourced))
             return dt_set_error(DT_ERR_INVALID_ARG,
                                 "model: tensor %d (%.*s) has no valid name, "
                                 "shape or data",
@@ -130,10 +139,11 @@ static dt_status check_tensors(const struct dt_named_tensor *t, int n)
     return DT_OK;
 }
 
-dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, int n)
+static dt_status save(const char *path, const struct dt_named_tensor *t, int n,
+                      const struct source *src)
 {
     char tmp[DT_OUTFILE_TMP_LEN] = "";
-    dt_status st = check_tensors(t, n);
+    dt_status st = check_tensors(t, n, src != NULL);
     if (st != DT_OK) return st;
     if (strlen(path) + 32 > MODEL_PATH)
         return dt_set_error(DT_ERR_INVALID_ARG, "model path %.64s... is too long", path);
@@ -142,7 +152,7 @@ dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, 
     st = dt_outfile_tmp_begin("model", path, tmp, sizeof tmp);
     if (st != DT_OK) return st;
     dt_h5_lock();
-    st = save_locked(tmp, path, t, n);
+    st = save_locked(tmp, path, t, n, src);
     dt_h5_unlock();
     if (st == DT_OK) {
         dt_outfile_release(tmp, model_data_bytes(t, n));
@@ -150,6 +160,19 @@ dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, 
     }
     dt_outfile_tmp_end(tmp, st == DT_OK);
     return st;
+}
+
+dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, int n)
+{
+    return save(path, t, n, NULL);
+}
+
+dt_status dt_model_file_save_from(const char *path, const struct dt_named_tensor *t, int n,
+                                  dt_status (*get)(void *ctx, int i, const float **data),
+                                  void *ctx)
+{
+    struct source src = {.get = get, .ctx = ctx};
+    return save(path, t, n, &src);
 }
 
 /* ---- loading ------------------------------------------------------------- */

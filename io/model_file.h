@@ -37,6 +37,15 @@ struct dt_named_tensor {
  * tensor without a valid name (at most 63 characters, no '/'), shape (1 to
  * DT_MAX_DIMS non-negative dimensions) or data. */
 dt_status dt_model_file_save(const char *path, const struct dt_named_tensor *t, int n);
+/* The same, with each tensor's data asked for just before it is written,
+ * in order (t[i].data is not read): get(ctx, i, &data) points data at
+ * tensor i's floats, which need stay only until the next call, so that
+ * tensors assembled on demand (sharded parameters) are never all in
+ * memory at once. A failure of get is the save's; after any failure get
+ * is not called again. */
+dt_status dt_model_file_save_from(const char *path, const struct dt_named_tensor *t, int n,
+                                  dt_status (*get)(void *ctx, int i, const float **data),
+                                  void *ctx);
 
 /* Reads the tensors of a model file: *out gets a malloc'd array of *n
  * tensors, each with malloc'd data; free with dt_model_file_free. Each

@@ -281,9 +281,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "bucket, reduce-scattered), and the updated chunks are gathered; gradients = the "
         "same, and each rank keeps only its 1/N of the gradients too (every micro-batch's "
         "buckets are reduce-scattered from a staging area as backward fills them; cpu "
-        "backend); none = every rank keeps all of it; auto = optimizer where it runs (mpi "
-        "with the ring, fp32 gradients on the wire), else none. parameters is not in this "
-        "version",
+        "backend); parameters = the same, and each rank keeps only its 1/N of the "
+        "parameters too, each layer's gathered from all ranks before it runs forward and "
+        "again before backward (cpu backend); none = every rank keeps all of it; auto = "
+        "optimizer where it runs (mpi with the ring, fp32 gradients on the wire), else none",
         ONE_OF(shard_stages)),
     ROW("comm.sharded_update", B, comm.sharded_update, "true",
         "the older spelling of comm.shard: false is comm.shard: none", ANY),

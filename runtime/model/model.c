@@ -101,6 +101,9 @@ struct dt_model {
     int64_t last_rows, last_step, last_row0;
     uint64_t last_seed;
     int last_training;
+    /* sharded parameters: where each layer's are (dt_model_set_param_hook) */
+    struct dt_param_hook phook;
+    int dry; /* dt_model_replay: the hooks' calls, no compute */
 };
 
 static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -733,7 +736,9 @@ static dt_status alloc_buffers(dt_model_t *m)
 {
     dt_status st;
     size_t rows = (size_t)m->max_rows;
-    st = dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float), (void **)&m->param_buf);
+    st = m->io.params_placed ? DT_OK
+                             : dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float),
+                                                (void **)&m->param_buf);
     if (st == DT_OK && !m->io.grads_placed)
         st = dt_backend_alloc(m->be, (m->total ? m->total : 1) * sizeof(float),
                               (void **)&m->grad_buf);
@@ -812,47 +817,65 @@ static double activation_gain(const char *act)
     return sqrt(2.0);
 }
 
-static void fill_init(const struct dt_param_info *p, float *dst, const char *init, double gain,
-                      uint64_t seed, uint32_t stream)
+/* Elements [e0, e1) of tensor p's initial values into dst[0 .. e1 - e0). */
+static void fill_init(const struct dt_param_info *p, float *dst, size_t e0, size_t e1,
+                      const char *init, double gain, uint64_t seed, uint32_t stream)
 {
     if (p->init == DT_INIT_NORMAL) { /* Box-Muller on two uniforms per value */
         struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_INIT, .stream = stream};
-        for (size_t e = 0; e < p->numel; e++) {
+        for (size_t e = e0; e < e1; e++) {
             double u1 = dt_rng_uniform(&key, 2 * e), u2 = dt_rng_uniform(&key, 2 * e + 1);
             double r = sqrt(-2.0 * log(1.0 - u1));
-            dst[e] = (float)(p->init_std * r * cos(6.283185307179586 * u2));
+            dst[e - e0] = (float)(p->init_std * r * cos(6.283185307179586 * u2));
         }
         return;
     }
     if (p->init != DT_INIT_FAN_IN) {
         float v = p->init == DT_INIT_ONES ? 1.0f : 0.0f;
-        for (size_t e = 0; e < p->numel; e++)
-            dst[e] = v;
+        for (size_t e = e0; e < e1; e++)
+            dst[e - e0] = v;
         return;
     }
     /* uniform(-bound, bound): variance bound^2 / 3 */
     double bound = strcmp(init, "xavier") == 0 ? sqrt(6.0 / (double)(p->fan_in + p->fan_out))
                                                : gain * sqrt(3.0 / (double)p->fan_in);
     struct dt_rng_key key = {.seed = seed, .purpose = DT_RNG_INIT, .stream = stream};
-    for (size_t e = 0; e < p->numel; e++)
-        dst[e] = (float)((2.0 * dt_rng_uniform(&key, e) - 1.0) * bound);
+    for (size_t e = e0; e < e1; e++)
+        dst[e - e0] = (float)((2.0 * dt_rng_uniform(&key, e) - 1.0) * bound);
+}
+
+void dt_model_init_range(const dt_model_t *m, uint64_t seed, size_t lo, size_t hi, float *dst)
+{
+    double gain = activation_gain(m->activation);
+    memset(dst, 0, (hi > lo ? hi - lo : 0) * sizeof *dst);
+    for (int i = 0; i < m->nparams; i++) {
+        const struct dt_param_info *p = &m->params[i];
+        size_t a = p->offset > lo ? p->offset : lo;
+        size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a < b)
+            fill_init(p, dst + (a - lo), a - p->offset, b - p->offset, m->init, gain, seed,
+                      (uint32_t)i);
+    }
 }
 
 dt_status dt_model_init_params(dt_model_t *m, uint64_t seed)
 {
     float *host = NULL;
-    size_t n = m->total > m->buf_total ? m->total : m->buf_total;
+    size_t n = m->param_buf && m->total > m->buf_total ? m->total : m->buf_total;
     /* zeroed: the padding between tensors */
     dt_status st = dt_calloc(n ? n : 1, sizeof(float), "initial parameters", (void **)&host);
     if (st != DT_OK)
         return st;
     double gain = activation_gain(m->activation);
-    for (int i = 0; i < m->nparams; i++)
-        fill_init(&m->params[i], host + m->params[i].offset, m->init, gain, seed, (uint32_t)i);
-    st = dt_model_set_params(m, host);
+    for (int i = 0; i < m->nparams && m->param_buf; i++)
+        fill_init(&m->params[i], host + m->params[i].offset, 0, m->params[i].numel, m->init, gain,
+                  seed, (uint32_t)i);
+    if (m->param_buf)
+        st = dt_model_set_params(m, host);
     memset(host, 0, (n ? n : 1) * sizeof(float));
     for (int i = 0; i < m->nbuffers && st == DT_OK; i++)
-        fill_init(&m->buffers[i], host + m->buffers[i].offset, m->init, gain, seed, 0);
+        fill_init(&m->buffers[i], host + m->buffers[i].offset, 0, m->buffers[i].numel, m->init,
+                  gain, seed, 0);
     if (st == DT_OK)
         st = dt_model_set_buffers(m, host);
     free(host);
@@ -873,7 +896,7 @@ static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64
         c->in = n->in[0] < 0 ? m->x : m->nodes[n->in[0]].out;
     c->out = n->out;
     for (int k = 0; k < n->l.nparams; k++) {
-        c->p[k] = m->param_buf + m->params[n->pidx[k]].offset;
+        c->p[k] = m->param_buf ? m->param_buf + m->params[n->pidx[k]].offset : NULL;
         c->g[k] = m->grad_buf ? m->grad_buf + m->params[n->pidx[k]].offset : NULL;
     }
     for (int k = 0; k < n->l.nbuffers; k++)
@@ -891,13 +914,50 @@ static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64
     c->labels = m->y;
 }
 
-static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute, double *loss_sum,
-                              int64_t *correct)
+/* Sharded parameters: node n's, fetched into c->p. */
+static dt_status fetch_node(dt_model_t *m, const struct node *n, struct dt_layer_ctx *c)
+{
+    dt_status st = DT_OK;
+    for (int k = 0; k < n->l.nparams && m->phook.fetch && st == DT_OK; k++) {
+        const struct dt_param_info *p = &m->params[n->pidx[k]];
+        st = m->phook.fetch(m->phook.ctx, p->offset, p->numel, &c->p[k]);
+    }
+    return st;
+}
+
+/* Sharded parameters: names the parameters of the next node with any,
+ * from node i in direction dir (+1 forward, -1 backward), not reaching
+ * node `stop`; backward skips the nodes it does not run. */
+static dt_status fetch_ahead(dt_model_t *m, int i, int dir, int stop)
+{
+    dt_status st = DT_OK;
+    if (!m->phook.ahead) return DT_OK;
+    for (int j = i + dir; j != stop && j >= 0 && j < m->nnodes; j += dir) {
+        const struct node *n = &m->nodes[j];
+        if (n->l.nparams == 0 || (dir < 0 && !n->needs_grad)) continue;
+        for (int k = 0; k < n->l.nparams && st == DT_OK; k++) {
+            const struct dt_param_info *p = &m->params[n->pidx[k]];
+            st = m->phook.ahead(m->phook.ctx, p->offset, p->numel);
+        }
+        break;
+    }
+    return st;
+}
+
+static dt_status release_node(dt_model_t *m, const struct node *n)
+{
+    return m->phook.release && n->l.nparams > 0 ? m->phook.release(m->phook.ctx) : DT_OK;
+}
+
+/* Forward of node i; with sharded parameters its parameters are fetched
+ * first and the next node's named (up to node `stop`). */
+static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute, int stop,
+                              double *loss_sum, int64_t *correct)
 {
     struct node *n = &m->nodes[i];
     struct dt_layer_ctx c;
     dt_status st = DT_OK;
-    if (n->nin > 1) { /* the sum of the inputs */
+    if (n->nin > 1 && !m->dry) { /* the sum of the inputs */
         size_t e = (size_t)rows * numel(&n->l.in);
         const float *a = n->in[0] < 0 ? m->x : m->nodes[n->in[0]].out;
         for (int k = 1; k < n->nin && st == DT_OK; k++) {
@@ -910,8 +970,10 @@ static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute,
     c.recompute = recompute;
     c.loss_sum = loss_sum;
     c.correct = correct;
-    if (st == DT_OK)
-        st = n->l.kind->fwd(&n->l, &c);
+    if (st == DT_OK) st = fetch_node(m, n, &c);
+    if (st == DT_OK) st = fetch_ahead(m, i, 1, stop);
+    if (st == DT_OK && !m->dry) st = n->l.kind->fwd(&n->l, &c);
+    if (st == DT_OK) st = release_node(m, n);
     if (st != DT_OK)
         return dt_error_context(st, "forward of layer %s (%s)", n->l.name, n->l.kind->name);
     return DT_OK;
@@ -945,9 +1007,14 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
     DT_CHECK(dt_backend_upload_ahead(m->be, k, m->y, y,
                                      (size_t)(rows * m->labels_per_row) * sizeof(int32_t)));
     for (int i = 0; i < m->nnodes; i++)
-        DT_CHECK(forward_node(m, i, rows, 0, loss_sum, correct));
+        DT_CHECK(forward_node(m, i, rows, 0, m->nnodes, loss_sum, correct));
 out:
     return st;
+}
+
+void dt_model_set_param_hook(dt_model_t *m, const struct dt_param_hook *hook)
+{
+    m->phook = hook ? *hook : (struct dt_param_hook){0};
 }
 
 /* End of node i's parameters in the flat buffers: with the reversed
@@ -979,8 +1046,8 @@ static dt_status route_din(dt_model_t *m, const struct node *n, float *d, int64_
         if (p < 0 || !m->nodes[p].needs_grad)
             continue;
         float *g = grad_of(m, p);
-        if (g == d) {
-            /* written in place by the layer */
+        if (g == d || m->dry) {
+            /* written in place by the layer, or nothing computed */
         } else if (!m->written[p]) {
             st = dt_backend_copy(m->be, g, d, e * sizeof(float), DT_COPY_D2D);
         } else {
@@ -991,17 +1058,10 @@ static dt_status route_din(dt_model_t *m, const struct node *n, float *d, int64_
     return st;
 }
 
-dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
-                            const struct dt_grad_hook *hook)
+static dt_status run_backward(dt_model_t *m, int64_t rows, float scale,
+                              const struct dt_grad_hook *hook)
 {
     dt_status st = DT_OK;
-    if (rows != m->last_rows)
-        return dt_set_error(DT_ERR_INVALID_ARG, "backward of %lld rows after a forward of %lld",
-                            (long long)rows, (long long)m->last_rows);
-    if (!m->grad_buf && !(hook && hook->place))
-        return dt_set_error(DT_ERR_INVALID_ARG,
-                            "backward of a model without a gradient buffer needs a hook that "
-                            "places the gradients");
     memset(m->written, 0, (size_t)m->nnodes * sizeof *m->written);
     for (int i = m->nnodes - 1; i >= 0; i--) {
         struct node *n = &m->nodes[i];
@@ -1009,12 +1069,14 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
             continue;
         if (n->block >= 0 && m->blocks[n->block].on && m->blocks[n->block].last == i)
             for (int j = m->blocks[n->block].first; j < i; j++)
-                DT_CHECK(forward_node(m, j, rows, 1, NULL, NULL));
+                DT_CHECK(forward_node(m, j, rows, 1, i, NULL, NULL));
         if (!n->l.loss && !m->written[i])
             continue; /* no gradient reached it */
         struct dt_layer_ctx c;
         ctx_for(m, n, &c, rows);
         c.scale = scale;
+        DT_CHECK(fetch_node(m, n, &c));
+        DT_CHECK(fetch_ahead(m, i, -1, -1));
         /* twice: placing a later parameter may move the earlier ones */
         for (int pass = 0; pass < 2 && hook && hook->place; pass++)
             for (int k = 0; k < n->l.nparams; k++) {
@@ -1029,7 +1091,8 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
                 direct = grad_of(m, p);
             c.din = direct ? direct : m->scratch;
         }
-        st = n->l.kind->bwd(&n->l, &c);
+        st = m->dry ? DT_OK : n->l.kind->bwd(&n->l, &c);
+        if (st == DT_OK) st = release_node(m, n);
         if (st != DT_OK)
             return dt_error_context(st, "backward of layer %s (%s)", n->l.name, n->l.kind->name);
         if (n->want_din)
@@ -1041,6 +1104,30 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
         }
     }
 out:
+    return st;
+}
+
+dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
+                            const struct dt_grad_hook *hook)
+{
+    if (rows != m->last_rows)
+        return dt_set_error(DT_ERR_INVALID_ARG, "backward of %lld rows after a forward of %lld",
+                            (long long)rows, (long long)m->last_rows);
+    if (!m->grad_buf && !(hook && hook->place))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "backward of a model without a gradient buffer needs a hook that "
+                            "places the gradients");
+    return run_backward(m, rows, scale, hook);
+}
+
+dt_status dt_model_replay(dt_model_t *m, int backward, const struct dt_grad_hook *hook)
+{
+    dt_status st = DT_OK;
+    m->dry = 1;
+    for (int i = 0; i < m->nnodes && st == DT_OK; i++)
+        st = forward_node(m, i, 1, 0, m->nnodes, NULL, NULL);
+    if (st == DT_OK && backward) st = run_backward(m, 1, 0.0f, hook);
+    m->dry = 0;
     return st;
 }
 

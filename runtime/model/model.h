@@ -62,6 +62,10 @@ struct dt_model_io {
      * a hook whose place() says where each parameter's gradient goes, and
      * dt_model_grads is NULL. */
     int grads_placed;
+    /* 1: no flat parameter buffer (sharded parameters): the model asks
+     * the hook set by dt_model_set_param_hook where each layer's
+     * parameters are before it runs, and dt_model_params is NULL. */
+    int params_placed;
 };
 
 dt_status dt_model_create(const struct dt_job *job, const struct dt_model_io *io, dt_backend_t *be,
@@ -91,8 +95,31 @@ dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, i
 void dt_model_set_sync(dt_model_t *m, const struct dt_model_sync *sync);
 
 /* Fills parameters with the job's initialiser from (seed, DT_RNG_INIT,
- * parameter index), biases zero. The same on every rank and every run. */
+ * parameter index), biases zero. The same on every rank and every run.
+ * Sharded parameters (params_placed): the buffers only (see
+ * dt_model_init_range). */
 dt_status dt_model_init_params(dt_model_t *m, uint64_t seed);
+/* What dt_model_init_params puts in elements [lo, hi) of the flat
+ * parameter layout (zero in the padding), into host dst[0 .. hi - lo):
+ * each element's value depends on its position alone, so a rank fills
+ * its own part of sharded parameters without the rest. */
+void dt_model_init_range(const dt_model_t *m, uint64_t seed, size_t lo, size_t hi, float *dst);
+
+/* Sharded parameters: before a layer runs (forward, recomputation,
+ * backward), fetch says where the parameter at [off, off + n) of the flat
+ * layout can be read, for each of its parameters in turn; the pointers
+ * hold until release, called once the layer has run. ahead (may be NULL)
+ * names a parameter of the next layer to run, called after this layer's
+ * fetches so it can be brought in meanwhile. The model makes these calls
+ * (and the gradient hook's) in an order that depends on the graph alone,
+ * never on the data, so ranks that must call them alike do. */
+struct dt_param_hook {
+    dt_status (*fetch)(void *ctx, size_t off, size_t n, float **p);
+    dt_status (*ahead)(void *ctx, size_t off, size_t n);
+    dt_status (*release)(void *ctx);
+    void *ctx;
+};
+void dt_model_set_param_hook(dt_model_t *m, const struct dt_param_hook *hook);
 
 /* Forward on `rows` samples (x: rows * sample elems host floats, y: rows *
  * dt_model_labels_per_row labels).
@@ -124,6 +151,13 @@ dt_status dt_model_backward(dt_model_t *m, int64_t rows, float scale,
                             const struct dt_grad_hook *hook);
 
 dt_status dt_model_zero_grads(dt_model_t *m);
+
+/* The hooks' calls of a forward, and with `backward` of the backward
+ * after it, in the same order as for a real micro-batch, computing
+ * nothing: a rank without rows in a step or an evaluation round takes
+ * part in the collectives its peers' hooks start. Placed gradients get
+ * nothing added. */
+dt_status dt_model_replay(dt_model_t *m, int backward, const struct dt_grad_hook *hook);
 
 /* The last forward's output of the last layer (the loss: class
  * probabilities, per position for a language model) into host: rows *

@@ -213,6 +213,16 @@ static const char *advise(const struct dt_mem_need *need, uint64_t total, uint64
                  save, advice);
         return buf;
     }
+    uint64_t all = dt_mem_add(both, need->params_saving);
+    if (need->params_saving && all < total && total - all <= most) {
+        dt_format_bytes(all, save, sizeof save);
+        snprintf(buf, len,
+                 "set comm.shard: parameters (each rank then keeps its 1/N of the optimizer "
+                 "state, of the gradients and of the parameters, %s less, which is enough), "
+                 "or %s",
+                 save, advice);
+        return buf;
+    }
     return advice;
 }
 

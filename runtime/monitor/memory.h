@@ -33,6 +33,9 @@ struct dt_mem_need {
     /* What comm.shard: gradients would save beyond that (the gradients but
      * this rank's shard and the staging area); 0: nothing */
     uint64_t grads_saving;
+    /* What comm.shard: parameters would save beyond both (the parameters
+     * but this rank's shard and the gather slots); 0: nothing */
+    uint64_t params_saving;
 };
 
 /* What one rank can have, in bytes; UINT64_MAX where nothing limits. */

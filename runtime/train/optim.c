@@ -30,7 +30,8 @@ struct dt_optim {
     double momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
     int gated; /* the update being queued follows the backend's step gate */
-    int packed; /* the gradients being read are packed as the state is */
+    int packed; /* 1: the gradients being read are packed as the state is; 2: the
+                   parameters too */
     /* Runs of elements with one weight decay, in offset order (merged
      * where neighbours agree); none: one run over everything. */
     struct dt_optim_range *runs;
@@ -238,7 +239,8 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                                 .nesterov = o->nesterov,
                                 .first_step = o->t == 0,
                                 .gated = o->gated};
-        return o->ops->sgd_update(o->be, params + off, grads + (o->packed ? soff : off),
+        return o->ops->sgd_update(o->be, params + (o->packed == 2 ? soff : off),
+                                  grads + (o->packed ? soff : off),
                                   o->m ? o->m + soff : NULL, n, &a);
     }
     struct dt_adamw_args a = {.lr = (float)lr,
@@ -248,8 +250,8 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                               .weight_decay = (float)wd,
                               .t = o->t + 1,
                               .gated = o->gated};
-    return o->ops->adamw_update(o->be, params + off, grads + (o->packed ? soff : off), o->m + soff,
-                                o->v + soff, n, &a);
+    return o->ops->adamw_update(o->be, params + (o->packed == 2 ? soff : off),
+                                grads + (o->packed ? soff : off), o->m + soff, o->v + soff, n, &a);
 }
 
 /* The update of elements [lo, hi) only, run by run; element lo's state is
@@ -337,18 +339,29 @@ dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads,
     return st;
 }
 
-dt_status dt_optim_step_packed(dt_optim_t *o, float *params, const float *grads, double lr)
+static dt_status step_packed(dt_optim_t *o, float *params, const float *grads, double lr,
+                             int packed)
 {
     dt_status st = DT_OK;
     if (!o->nshard)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "optimizer: packed gradients take a sharded optimizer");
-    o->packed = 1;
+    o->packed = packed;
     for (size_t k = 0; k < o->nshard && st == DT_OK; k++)
         st = update_within(o, params, grads, lr, o->lo[k], o->hi[k], o->base[k]);
     o->packed = 0;
     if (st == DT_OK) o->t++;
     return st;
+}
+
+dt_status dt_optim_step_packed(dt_optim_t *o, float *params, const float *grads, double lr)
+{
+    return step_packed(o, params, grads, lr, 1);
+}
+
+dt_status dt_optim_step_shard(dt_optim_t *o, float *params, const float *grads, double lr)
+{
+    return step_packed(o, params, grads, lr, 2);
 }
 
 double dt_schedule_lr(const struct dt_job *job, int64_t step, int64_t total)

@@ -62,6 +62,8 @@ dt_status dt_optim_step_ranges(dt_optim_t *o, float *params, const float *grads,
  * packed as its state is (range k's at the sum of the earlier ranges'
  * lengths: sharded gradients). */
 dt_status dt_optim_step_packed(dt_optim_t *o, float *params, const float *grads, double lr);
+/* The same with the parameters packed too (sharded parameters). */
+dt_status dt_optim_step_shard(dt_optim_t *o, float *params, const float *grads, double lr);
 
 /* Steps taken so far; set when resuming from a checkpoint. */
 int64_t dt_optim_steps(const dt_optim_t *o);

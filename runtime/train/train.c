@@ -194,6 +194,19 @@ static dt_status settle_with(struct run *r, dt_status st, dt_status (*wait)(dt_b
 
 /* ---- evaluation ---------------------------------------------------------- */
 
+/* Sharded parameters: every rank runs as many forwards as the rank with
+ * the most (*most, from this rank's `mine`; -1 when every rank's data has
+ * ended), since each forward gathers the parameters from all of them. */
+static dt_status eval_rounds(struct run *r, int64_t mine, int64_t *most)
+{
+    double x = (double)mine;
+    *most = mine;
+    if (r->shard < 3) return DT_OK;
+    dt_status st = dt_comm_allreduce(r->comm, &x, 1, DT_F64, DT_COMM_MAX);
+    *most = (int64_t)x;
+    return st;
+}
+
 static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
 {
     dt_status st;
@@ -201,22 +214,28 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
     int64_t correct = 0;
     DT_CHECK(dt_loader_start_epoch(r->test_ld, 0, 0));
     for (;;) {
-        struct dt_batch b;
+        struct dt_batch b = {0};
         DT_CHECK(dt_loader_next(r->test_ld, &b, &end));
-        if (end)
-            break;
         /* in pieces of the rows the model was sized for (the training
          * micro-batch): the evaluation batch sets no memory floor */
         int64_t chunk = dt_model_max_rows(r->model), numel = dt_model_input_numel(r->model);
-        int64_t labels = dt_model_labels_per_row(r->model);
+        int64_t labels = dt_model_labels_per_row(r->model), most;
+        int64_t pieces = end ? 0 : (b.rows + chunk - 1) / chunk;
+        st = eval_rounds(r, end ? -1 : pieces, &most);
+        if (st != DT_OK || most < 0) {
+            if (!end) dt_loader_release(r->test_ld, &b);
+            break;
+        }
         for (int64_t off = 0; off < b.rows && st == DT_OK; off += chunk) {
             int64_t n = b.rows - off < chunk ? b.rows - off : chunk;
             st = dt_model_forward(r->model, b.x + off * numel, b.y + off * labels, n, 0,
                                   (uint64_t)r->job->train.seed, step, b.row0 + off,
                                   &v[OUT_LOSS], &correct);
         }
+        for (int64_t k = pieces; k < most && st == DT_OK; k++)
+            st = dt_model_replay(r->model, 0, NULL);
         v[OUT_ROWS] += (double)b.rows;
-        dt_loader_release(r->test_ld, &b);
+        if (!end) dt_loader_release(r->test_ld, &b);
         if (st != DT_OK)
             goto out;
     }
@@ -289,9 +308,9 @@ static dt_status reducer_place(void *ctx, size_t off, size_t n, float **g)
 static float *own_grads(struct run *r, const size_t **lo, const size_t **hi)
 {
     size_t n;
-    *lo = r->shard == 2 ? r->pk_lo : r->own_lo;
-    *hi = r->shard == 2 ? r->pk_hi : r->own_hi;
-    return r->shard == 2 ? dt_reducer_shard_grads(r->red, &n) : dt_model_grads(r->model);
+    *lo = r->shard >= 2 ? r->pk_lo : r->own_lo;
+    *hi = r->shard >= 2 ? r->pk_hi : r->own_hi;
+    return r->shard >= 2 ? dt_reducer_shard_grads(r->red, &n) : dt_model_grads(r->model);
 }
 
 /* DTRAIN_FAULT events inside a step: die, or stop responding. */
@@ -316,7 +335,7 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
 {
     dt_status st = DT_OK;
     struct dt_grad_hook hook = {
-        .ready = reducer_ready, .ctx = r->red, .place = r->shard == 2 ? reducer_place : NULL};
+        .ready = reducer_ready, .ctx = r->red, .place = r->shard >= 2 ? reducer_place : NULL};
     /* The loss is summed over the global batch's rows, so this scale makes
      * the gradients the global mean (times the fp16 loss scale). */
     double loss_scale = r->scaling ? r->scaler.scale : 1.0;
@@ -335,10 +354,12 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
         if (st == DT_OK)
             st = dt_model_backward(r->model, b->rows, (float)(loss_scale / (double)b->global_rows),
                                    reduce && !r->stage_grads ? &hook : NULL);
-        if (st == DT_ERR_COMM || st == DT_ERR_TIMEOUT) {
-            *comm_st = st;
-            st = DT_OK;
-        }
+    } else if (r->shard == 3) { /* no rows here: the peers' gathers still need this rank */
+        st = dt_model_replay(r->model, reduce, &hook);
+    }
+    if (st == DT_ERR_COMM || st == DT_ERR_TIMEOUT) {
+        *comm_st = st;
+        st = DT_OK;
     }
     v[OUT_ROWS] += (double)b->rows;
     return st;
@@ -396,7 +417,7 @@ static dt_status queue_gate(struct run *r, struct dt_gate *gate)
 static int reductions_per_step(const struct run *r)
 {
     if (!r->red) return 0;
-    return r->shard == 2 ? (int)(r->per_rank / r->micro) : 1;
+    return r->shard >= 2 ? (int)(r->per_rank / r->micro) : 1;
 }
 
 /* Runs this rank's micro-batches of one global batch, reduces the
@@ -412,7 +433,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
     dt_status comm_st = DT_OK;
     int reduced = 0, need = reductions_per_step(r);
     *local = dt_model_zero_grads(r->model);
-    if (r->shard == 2) dt_reducer_clear(r->red);
+    if (r->shard >= 2) dt_reducer_clear(r->red);
     while (*local == DT_OK) {
         struct dt_batch b;
         double t0 = dt_now();
@@ -424,7 +445,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
         w->data_s += t1 - t0;
         if (*local != DT_OK || *end)
             break;
-        int last = b.micro == b.micro_count - 1, reduce = r->red && (last || r->shard == 2);
+        int last = b.micro == b.micro_count - 1, reduce = r->red && (last || r->shard >= 2);
         dt_watchdog_phase(r->wd, "forward/backward", step);
         inject_step_faults(r, step);
         *local = micro_step(r, &b, step, last, reduce, v, correct, &comm_st);
@@ -446,7 +467,10 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
      * part in every reduction, so no peer waits */
     while (reduced < need && r->red && comm_st == DT_OK) {
         double wait = 0;
+        struct dt_grad_hook hook = {.ready = reducer_ready, .ctx = r->red, .place = reducer_place};
         comm_st = dt_reducer_begin(r->red);
+        if (comm_st == DT_OK && r->shard == 3) /* the gathers of a forward and backward */
+            comm_st = dt_model_replay(r->model, 1, &hook);
         if (comm_st == DT_OK)
             comm_st = dt_reducer_finish(r->red, &wait);
         reduced++;
@@ -500,7 +524,16 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
     double lr = dt_schedule_lr(r->job, step, r->total_steps);
     st = scale_own(r, unscale);
     if (st == DT_OK) st = scale_own(r, factor);
-    if (st == DT_OK && r->shard == 2) {
+    if (st == DT_OK && r->shard == 3) { /* the shard is the parameters: nothing to gather */
+        size_t n;
+        st = dt_optim_step_shard(r->opt, dt_reducer_shard_params(r->red, &n),
+                                 dt_reducer_shard_grads(r->red, &n), lr);
+        dt_status cst = dt_reducer_params_changed(r->red);
+        if (st == DT_OK && cst != DT_OK) *comm_failed = 1;
+        if (st == DT_OK) st = cst;
+        w->grad_norm = norm;
+        return st;
+    } else if (st == DT_OK && r->shard == 2) {
         size_t n;
         st = dt_optim_step_packed(r->opt, p, dt_reducer_shard_grads(r->red, &n), lr);
     } else if (st == DT_OK) {
@@ -1027,7 +1060,7 @@ static dt_status start(struct run *r)
     dt_metrics_int(&rec, "params", (int64_t)dt_model_param_numel(r->model));
     dt_metrics_int(&rec, "model_state_bytes", (int64_t)r->state_bytes);
     dt_metrics_int(&rec, "optim_state_bytes", (int64_t)r->optim_bytes);
-    dt_metrics_str(&rec, "shard", r->shard == 2 ? "gradients" : r->shard ? "optimizer" : "none");
+    dt_metrics_str(&rec, "shard", dt_train_shard_name(r->shard));
     dt_metrics_int(&rec, "activation_bytes", (int64_t)dt_model_arena_bytes(r->model));
     dt_metrics_int(&rec, "activation_bytes_without_recompute",
                    (int64_t)dt_model_arena_bytes_full(r->model));
@@ -1131,8 +1164,10 @@ static void summary_record(struct run *r, const struct dt_train_result *res, con
         dt_metrics_str(rec, "total_train_s_note",
                        "lower bound: an earlier segment's time was not recorded");
     dt_metrics_int(rec, "peak_host_mem_bytes", (int64_t)pk[PEAK_HOST]);
-    if (r->shard == 2 && r->red) /* sized in the first step, the same on every rank */
+    if (r->shard >= 2 && r->red) /* sized in the first step, the same on every rank */
         dt_metrics_int(rec, "grad_staging_bytes", (int64_t)dt_reducer_staging_bytes(r->red));
+    if (r->shard == 3 && r->red)
+        dt_metrics_int(rec, "param_gather_bytes", (int64_t)dt_reducer_gather_bytes(r->red));
     if (pk[PEAK_GPU_MEM] >= 0)
         dt_metrics_int(rec, "peak_gpu_mem_bytes", (int64_t)pk[PEAK_GPU_MEM]);
     if (pk[PEAK_GPU_POWER] >= 0)

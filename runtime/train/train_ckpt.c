@@ -41,6 +41,7 @@ struct staging {
     int nbuf;
     size_t off[MAX_BLOCKS]; /* where each block starts in host */
     int shard;              /* the optimizer blocks are this rank's shard */
+    int pshard;             /* and the parameters' block (comm.shard: parameters) */
     /* On a backend whose memory is the host's the tensors point into the
      * parameters and the optimizer state themselves, and only the model's
      * buffers are copied: a save runs between steps, so nothing changes
@@ -79,7 +80,24 @@ static int shard_pieces(const struct run *r, size_t a, size_t b, struct dt_ckpt_
 static float *buffer(struct run *r, int b)
 {
     const char *name;
-    return b == 0 ? dt_model_params(r->model) : dt_optim_state(r->opt, b - 1, &name);
+    size_t n;
+    if (b == 0)
+        return r->shard == 3 ? dt_reducer_shard_params(r->red, &n) : dt_model_params(r->model);
+    return dt_optim_state(r->opt, b - 1, &name);
+}
+
+/* Whether block b holds this rank's shard only, and its floats. */
+static int block_sharded(const struct staging *s, int b)
+{
+    return b > 0 ? s->shard : s->pshard;
+}
+
+static size_t block_numel(struct run *r, const struct staging *s, int b)
+{
+    size_t n = dt_model_num_params(r->model);
+    if (b > 0 && s->shard) n = dt_optim_state_numel(r->opt);
+    if (b == 0 && s->pshard) (void)dt_reducer_shard_params(r->red, &n);
+    return n;
 }
 
 static void stage_names(struct run *r, struct staging *s)
@@ -102,7 +120,7 @@ static void stage_names(struct run *r, struct staging *s)
             t->data = block + p->offset;
             t->pieces = NULL;
             t->npieces = 0;
-            if (b > 0 && s->shard) {
+            if (block_sharded(s, b)) {
                 size_t at;
                 t->pieces = s->pieces + np;
                 t->npieces = shard_pieces(r, p->offset, p->offset + p->numel, s->pieces + np, &at);
@@ -127,15 +145,15 @@ static void stage_names(struct run *r, struct staging *s)
 static dt_status staging_open(struct run *r, struct staging *s, int states)
 {
     const size_t *lo, *hi, *base;
-    size_t total = dt_model_num_params(r->model);
     size_t nshard = states ? dt_optim_shard(r->opt, &lo, &hi, &base) : 0;
     s->nbuf = 1 + states;
     s->shard = nshard > 0;
+    s->pshard = r->shard == 3 && nshard > 0;
     s->direct = !dt_backend_caps(r->be)->device_memory;
     size_t at = 0;
     for (int b = 0; b < s->nbuf && !s->direct; b++) {
         s->off[b] = at;
-        at += b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total;
+        at += block_numel(r, s, b);
     }
     /* zeroed: the padding between tensors, which loading does not fill */
     dt_status st = dt_calloc(at + dt_model_num_buffer_elems(r->model) + 1, sizeof(float),
@@ -143,7 +161,7 @@ static dt_status staging_open(struct run *r, struct staging *s, int states)
     if (st == DT_OK)
         st = dt_calloc(MAX_CKPT_TENSORS, sizeof *s->t, "checkpoint staging", (void **)&s->t);
     if (st == DT_OK && s->shard) /* a piece per tensor and per range at most */
-        st = dt_calloc(((size_t)dt_model_param_count(r->model) + nshard) * (size_t)states + 1,
+        st = dt_calloc(((size_t)dt_model_param_count(r->model) + nshard) * (size_t)s->nbuf + 1,
                        sizeof *s->pieces, "checkpoint staging", (void **)&s->pieces);
     if (st == DT_OK) {
         s->bufs = s->host + at;
@@ -162,11 +180,10 @@ static void staging_close(struct staging *s)
 /* device -> staging (to_host) or staging -> device */
 static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
 {
-    size_t total = dt_model_num_params(r->model);
     dt_status st = DT_OK;
     for (int b = 0; b < s->nbuf && st == DT_OK && !s->direct; b++) {
         float *host = s->host + s->off[b];
-        size_t bytes = (b > 0 && s->shard ? dt_optim_state_numel(r->opt) : total) * sizeof(float);
+        size_t bytes = block_numel(r, s, b) * sizeof(float);
         st = to_host ? dt_backend_copy(r->be, host, buffer(r, b), bytes, DT_COPY_D2H)
                      : dt_backend_copy(r->be, buffer(r, b), host, bytes, DT_COPY_H2D);
     }
@@ -397,6 +414,8 @@ static dt_status load_local(struct run *r, const char *path)
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(check_position(r, path, &meta));
     DT_CHECK(staging_copy(r, &s, 0));
+    if (r->shard == 3) /* the slots hold the parameters before the load */
+        DT_CHECK(dt_reducer_params_changed(r->red));
     r->step = meta.step;
     r->epoch = meta.epoch;
     r->batch = meta.batch;

@@ -40,9 +40,12 @@ struct run {
      * sharded, every rank keeps and updates everything) */
     size_t *own_lo, *own_hi, nown;
     /* What this run shards (comm.shard): 0 nothing, 1 the optimizer
-     * state, 2 the gradients too. With 2 the gradients are the reducer's
-     * packed shard (dt_reducer_shard_grads), chunk k at [pk_lo[k],
-     * pk_hi[k]), and the model has no gradient buffer. */
+     * state, 2 the gradients too, 3 the parameters too. From 2 the
+     * gradients are the reducer's packed shard (dt_reducer_shard_grads),
+     * chunk k at [pk_lo[k], pk_hi[k]), and the model has no gradient
+     * buffer; with 3 the parameters are packed alike
+     * (dt_reducer_shard_params) and the model reads them through the
+     * reducer's gather slots. */
     int shard;
     size_t *pk_lo, *pk_hi;
     /* Model state bytes of the rank holding the most (dt_train_build):
@@ -131,6 +134,8 @@ dt_status dt_train_choose_backend(struct run *r);
 dt_status dt_train_build(struct run *r);
 /* Rank 0 writes the final parameters to <run>/model.h5 (collective). */
 dt_status dt_train_save_model(struct run *r);
+/* comm.shard's name for r->shard (0 none ... 3 parameters). */
+const char *dt_train_shard_name(int shard);
 void dt_train_close(struct run *r, dt_status st);
 
 #endif

@@ -624,16 +624,17 @@ static int shard_why(const struct run *r, char *why, size_t len)
     return !why[0];
 }
 
-/* Whether the gradients can be sharded too (comm.shard: gradients): the
- * same, with the gradients in host memory (their staging area is the
- * reducer's); else 0 and why. */
+/* Whether the gradients can be sharded too (comm.shard: gradients, and
+ * parameters, which shards them as well): the same, with the gradients
+ * and parameters in host memory (their staging area and gather slots are
+ * the reducer's); else 0 and why. */
 static int shard_grads_why(const struct run *r, char *why, size_t len)
 {
     if (!shard_why(r, why, len)) return 0;
     if (dt_backend_caps(r->be)->device_memory)
         snprintf(why, len,
                  "the gradients are in the %.40s backend's device memory; sharded "
-                 "gradients run on the cpu backend",
+                 "gradients and parameters run on the cpu backend",
                  dt_backend_name(r->be));
     return !why[0];
 }
@@ -647,7 +648,8 @@ static dt_status plan_shard(struct run *r)
 {
     char why[256];
     const char *stage = r->job->comm.shard;
-    int grads = strcmp(stage, "gradients") == 0;
+    int params = strcmp(stage, "parameters") == 0;
+    int grads = params || strcmp(stage, "gradients") == 0;
     r->shard = 0;
     if (sharding(r->job) && r->world < 2 && !r->eval_only && strcmp(stage, "auto") != 0)
         DT_LOG_INFO("comm", "comm.shard: %s has nothing to split on one rank: it keeps the whole "
@@ -655,11 +657,12 @@ static dt_status plan_shard(struct run *r)
                     stage);
     if (!sharding(r->job) || r->world < 2 || r->eval_only) return DT_OK;
     if (grads ? shard_grads_why(r, why, sizeof why) : shard_why(r, why, sizeof why)) {
-        r->shard = grads ? 2 : 1;
+        r->shard = params ? 3 : grads ? 2 : 1;
         if (grads && !r->job->comm.overlap && r->rank == 0)
-            DT_LOG_WARN("comm", "comm.shard: gradients with comm.overlap: false keeps every "
+            DT_LOG_WARN("comm", "comm.shard: %s with comm.overlap: false keeps every "
                                 "gradient bucket in the staging area until backward ends, so "
-                                "it saves no gradient memory; set comm.overlap: true");
+                                "it saves no gradient memory; set comm.overlap: true",
+                        stage);
         return DT_OK;
     }
     if (strcmp(stage, "auto") != 0)
@@ -686,6 +689,7 @@ static int counted_stage(const struct run *r)
 {
     if (r->world > 1) return r->shard;
     if (!sharding(r->job)) return 0;
+    if (strcmp(r->job->comm.shard, "parameters") == 0) return 3;
     return strcmp(r->job->comm.shard, "gradients") == 0 ? 2 : 1;
 }
 
@@ -709,12 +713,19 @@ static void shard_need(const struct run *r, struct dt_mem_need *need, uint64_t p
         need->shard_saving = need->optim - part;
     part = dt_mem_add(p4 / n, staging_estimate(r, p4));
     can = shard_grads_why(r, why, sizeof why) && part < need->grads;
-    if (can && stage == 2)
+    if (can && stage >= 2)
         need->grads = part;
     else if (can && advise)
         need->grads_saving = need->grads - part;
+    before = dt_mem_add(before, need->params);
+    part = dt_mem_add(p4 / n, staging_estimate(r, p4)); /* the shard and the gather slots */
+    if (can && stage == 3 && part < need->params)
+        need->params = part;
+    else if (can && advise && part < need->params)
+        need->params_saving = need->params - part;
     if (r->opts && r->opts->plan_saving)
-        *r->opts->plan_saving = before - dt_mem_add(need->optim, need->grads);
+        *r->opts->plan_saving =
+            before - dt_mem_add(dt_mem_add(need->optim, need->grads), need->params);
 }
 
 /* Host memory this rank is about to allocate, against what it can have
@@ -826,19 +837,47 @@ static dt_status sum_ranks_f64(void *ctx, double *host, size_t n)
 static dt_status check_shard_keys(const struct dt_job *job)
 {
     const char *stage = job->comm.shard;
-    if (strcmp(stage, "parameters") == 0)
-        return dt_set_error(DT_ERR_USAGE,
-                            "comm.shard: parameters is not implemented in this version of "
-                            "dtrain; comm.shard: gradients shards the optimizer state and the "
-                            "gradients");
-    if ((strcmp(stage, "optimizer") == 0 || strcmp(stage, "gradients") == 0) &&
-        !job->comm.sharded_update)
+    if (strcmp(stage, "none") != 0 && strcmp(stage, "auto") != 0 && !job->comm.sharded_update)
         return dt_set_error(DT_ERR_USAGE,
                             "comm.shard: %s and comm.sharded_update: false disagree; "
                             "comm.sharded_update is the older spelling of comm.shard: leave it "
                             "out",
                             stage);
     return DT_OK;
+}
+
+static dt_status fetch_param(void *ctx, size_t off, size_t n, float **p)
+{
+    return dt_reducer_fetch(ctx, off, n, p);
+}
+
+static dt_status fetch_ahead(void *ctx, size_t off, size_t n)
+{
+    return dt_reducer_fetch_ahead(ctx, off, n);
+}
+
+static dt_status release_params(void *ctx) { return dt_reducer_release(ctx); }
+
+/* Sharded parameters: this rank's chunks initialised where they are kept,
+ * and the model reading every layer's parameters through the gather
+ * slots. */
+static dt_status own_params(struct run *r)
+{
+    size_t n;
+    float *p = dt_reducer_shard_params(r->red, &n);
+    for (size_t k = 0; k < r->nown; k++)
+        dt_model_init_range(r->model, (uint64_t)r->job->train.seed, r->own_lo[k], r->own_hi[k],
+                            p + r->pk_lo[k]);
+    struct dt_param_hook hook = {
+        .fetch = fetch_param, .ahead = fetch_ahead, .release = release_params, .ctx = r->red};
+    dt_model_set_param_hook(r->model, &hook);
+    return DT_OK;
+}
+
+const char *dt_train_shard_name(int shard)
+{
+    static const char *const names[] = {"none", "optimizer", "gradients", "parameters"};
+    return shard >= 0 && shard <= 3 ? names[shard] : "?";
 }
 
 /* Sharded update: this rank's chunk of every gradient bucket. */
@@ -901,7 +940,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         DT_CHECK(check_shard_keys(job));
         DT_CHECK(plan_shard(r));
     }
-    io.grads_placed = r->shard == 2;
+    io.grads_placed = r->shard >= 2;
+    io.params_placed = r->shard == 3;
     if (dt_fault_armed("nomem", r->rank, -1)) {
         st = dt_set_error(DT_ERR_NOMEM, "out of memory allocating the model (DTRAIN_FAULT)");
         goto out;
@@ -910,8 +950,9 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     DT_CHECK(oom_fault(r, &io));
     DT_CHECK(dt_model_create(job, &io, r->be, max_rows, &r->model));
     /* bf16/fp16 on a GPU: the weights are rounded once per update */
-    DT_CHECK(
-        dt_backend_set_params(r->be, dt_model_params(r->model), dt_model_num_params(r->model)));
+    if (r->shard < 3)
+        DT_CHECK(dt_backend_set_params(r->be, dt_model_params(r->model),
+                                       dt_model_num_params(r->model)));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
     if (job->model.sync_bn && r->world > 1) {
         struct dt_model_sync sync = {.sum_f64 = sum_ranks_f64, .ctx = r->comm};
@@ -949,9 +990,10 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
             ro.wire = &r->wire;
         }
         ro.shard = r->shard > 0;
-        if (r->shard == 2) {
+        if (r->shard >= 2) {
             DT_CHECK(param_offsets(r, &offs));
             ro.shard_grads = 1;
+            ro.shard_params = r->shard == 3;
             ro.param_off = offs;
             ro.nparams = (size_t)dt_model_param_count(r->model);
         }
@@ -960,6 +1002,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
                                    n, &ro, &r->red));
         if (ro.shard)
             DT_CHECK(own_chunks(r));
+        if (r->shard == 3)
+            DT_CHECK(own_params(r));
     }
     if (!r->eval_only) { /* sharded: the state of this rank's chunks only */
         DT_CHECK(dt_optim_create_sharded(job, r->be, dt_model_num_params(r->model), r->own_lo,
@@ -971,9 +1015,16 @@ out:
     return st;
 }
 
-/* Every rank must start from the same parameters. */
+/* Every rank must start from the same parameters. Sharded, each rank
+ * initialised its own chunks alone: there is nothing to compare. */
 static dt_status check_params(struct run *r)
 {
+    if (r->shard == 3) {
+        DT_LOG_INFO("model", "initial parameters: each of the %d ranks initialised its own "
+                             "1/%d of them",
+                    r->world, r->world);
+        return DT_OK;
+    }
     size_t n = dt_model_num_params(r->model);
     float *host = NULL;
     dt_status st = dt_malloc(n * sizeof(float), "a parameter checksum", (void **)&host);
@@ -1068,26 +1119,29 @@ static dt_status state_bytes(struct run *r)
     uint64_t total = (uint64_t)dt_model_num_params(r->model) * sizeof(float);
     double optim = (double)dt_optim_state_count(r->opt) * (double)dt_optim_state_numel(r->opt) *
                    sizeof(float);
-    double grads = (double)total;
-    if (r->shard == 2) { /* this rank's shard, and the staging area's estimate */
+    double grads = (double)total, params = (double)total;
+    if (r->shard >= 2) { /* this rank's shard, and the staging area's estimate */
         size_t n = 0;
         (void)dt_reducer_shard_grads(r->red, &n);
         grads = (double)n * sizeof(float) + (double)staging_estimate(r, total);
+        if (r->shard == 3) /* and the gather slots' */
+            params = grads;
     }
-    double d[3] = {optim, (double)total + grads + optim, grads};
-    dt_status st = r->world > 1 ? dt_comm_allreduce(r->comm, d, 3, DT_F64, DT_COMM_MAX) : DT_OK;
+    double d[4] = {optim, params + grads + optim, grads, params};
+    dt_status st = r->world > 1 ? dt_comm_allreduce(r->comm, d, 4, DT_F64, DT_COMM_MAX) : DT_OK;
     if (st != DT_OK)
         return st;
     r->optim_bytes = (uint64_t)d[0];
     r->state_bytes = (uint64_t)d[1];
     char all[32], p[32], o[32], g[32];
     dt_format_bytes(r->state_bytes, all, sizeof all);
-    dt_format_bytes(total, p, sizeof p);
+    dt_format_bytes((uint64_t)d[3], p, sizeof p);
     dt_format_bytes(r->optim_bytes, o, sizeof o);
     dt_format_bytes((uint64_t)d[2], g, sizeof g);
     DT_LOG_INFO("model",
-                "model state %s per rank: parameters %s, gradients %s%s, optimizer state %s%s", all,
-                p, g, r->shard == 2 ? " (each rank's shard and the staging area's estimate)" : "",
+                "model state %s per rank: parameters %s%s, gradients %s%s, optimizer state %s%s",
+                all, p, r->shard == 3 ? " (each rank's shard and the gather slots' estimate)" : "",
+                g, r->shard >= 2 ? " (each rank's shard and the staging area's estimate)" : "",
                 o, r->shard ? " (each rank's shard, about 1/world of it)" : "");
     return DT_OK;
 }
@@ -1144,7 +1198,10 @@ dt_status dt_train_build(struct run *r)
             r->stage_grads ? " (through host memory)" : "", dt_reducer_bucket_count(r->red),
             dt_reducer_bucket_count(r->red) == 1 ? "" : "s", job->comm.bucket_mb,
             job->comm.overlap ? "on" : "off",
-            r->shard == 2 ? " at parameter boundaries; each rank keeps the gradients and the "
+            r->shard == 3 ? " at parameter boundaries; each rank keeps its 1/world of the "
+                            "parameters, their gradients and optimizer state and updates them; "
+                            "each layer's parameters are gathered before it runs"
+            : r->shard == 2 ? " at parameter boundaries; each rank keeps the gradients and the "
                             "optimizer state of its 1/world of the parameters and updates them, "
                             "then they are gathered"
             : r->nown     ? "; each rank keeps the optimizer state of its 1/world of the "
@@ -1156,7 +1213,49 @@ dt_status dt_train_build(struct run *r)
 #define TRAIN_MODEL "model.h5"
 
 
-static dt_status save_model_local(struct run *r)
+/* Sharded parameters: model.h5 is written tensor by tensor, each
+ * parameter read from its gather slot as rank 0 comes to it; every rank
+ * fetches the same parameters in the same order (fetch is collective),
+ * and rank 0, after a failure, fetches the rest with the others. */
+struct sourced {
+    struct run *r;
+    int next, np; /* parameters fetched so far, and in all */
+    const float *bufs;
+};
+
+static dt_status fetch_next(struct sourced *c, const float **data)
+{
+    const struct dt_param_info *p = dt_model_param(c->r->model, c->next++);
+    float *at = NULL;
+    dt_status st = dt_reducer_release(c->r->red);
+    if (st == DT_OK) st = dt_reducer_fetch(c->r->red, p->offset, p->numel, &at);
+    *data = at;
+    return st;
+}
+
+static dt_status source_get(void *ctx, int i, const float **data)
+{
+    struct sourced *c = ctx;
+    if (i >= c->np) {
+        *data = c->bufs + dt_model_buffer(c->r->model, i - c->np)->offset;
+        return DT_OK;
+    }
+    return fetch_next(c, data);
+}
+
+/* Every rank: the fetches rank 0's save has not made (all of them on the
+ * other ranks). */
+static dt_status fetch_rest(struct sourced *c)
+{
+    dt_status st = DT_OK;
+    const float *data;
+    while (c->next < c->np && st == DT_OK)
+        st = fetch_next(c, &data);
+    dt_status rst = dt_reducer_release(c->r->red);
+    return st != DT_OK ? st : rst;
+}
+
+static dt_status save_model_local(struct run *r, struct sourced *src)
 {
     size_t n = dt_model_num_params(r->model), nb = dt_model_num_buffer_elems(r->model);
     int np = dt_model_param_count(r->model), count = np + dt_model_buffer_count(r->model);
@@ -1164,8 +1263,9 @@ static dt_status save_model_local(struct run *r)
     struct dt_named_tensor *t = NULL;
     dt_status st;
     /* where the backend's memory is the host's, the parameters are read
-     * where they are; else copied, the buffers after them */
-    int direct = !dt_backend_caps(r->be)->device_memory;
+     * where they are (sharded: from the gather slots, one by one); else
+     * copied, the buffers after them */
+    int direct = src || !dt_backend_caps(r->be)->device_memory;
     size_t copied = direct ? nb : n + nb;
     DT_CHECK(dt_malloc((copied + 1) * sizeof(float), "the final parameters", (void **)&host));
     DT_CHECK(dt_calloc((size_t)count, sizeof *t, "the model's tensor list", (void **)&t));
@@ -1177,11 +1277,13 @@ static dt_status save_model_local(struct run *r)
             i < np ? dt_model_param(r->model, i) : dt_model_buffer(r->model, i - np);
         snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
         t[i].shape = p->shape;
-        t[i].data = (i < np ? params : host + copied - nb) + p->offset;
+        t[i].data = src && i < np ? NULL : (i < np ? params : host + copied - nb) + p->offset;
     }
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", r->job->output.dir, TRAIN_MODEL);
-    DT_CHECK(dt_model_file_save(path, t, count));
+    if (src) src->bufs = host + copied - nb;
+    DT_CHECK(src ? dt_model_file_save_from(path, t, count, source_get, src)
+                 : dt_model_file_save(path, t, count));
     DT_LOG_INFO("train", "final parameters written to %s", path);
 out:
     free(t);
@@ -1191,10 +1293,16 @@ out:
 
 dt_status dt_train_save_model(struct run *r)
 {
+    struct sourced src = {.r = r, .np = dt_model_param_count(r->model)};
     dt_status st = dt_train_sync_buffers(r);
     if (st != DT_OK)
         return st;
-    return dt_dist_agree(r->comm, r->rank == 0 ? save_model_local(r) : DT_OK);
+    dt_status local = r->rank == 0 ? save_model_local(r, r->shard == 3 ? &src : NULL) : DT_OK;
+    if (r->shard == 3) {
+        st = fetch_rest(&src);
+        if (st != DT_OK) return st; /* the communicator failed: no agreement to reach */
+    }
+    return dt_dist_agree(r->comm, local);
 }
 
 void dt_train_close(struct run *r, dt_status st)

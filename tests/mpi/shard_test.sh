@@ -32,6 +32,23 @@
 #     optimizer stage's; resumes across stages and world sizes; a job that
 #     fits only with the gradients sharded too is told comm.shard:
 #     gradients;
+#   - sharded parameters (comm.shard: parameters): bit for bit the
+#     sharded-gradients run on 2 and 4 ranks (the same sums; the gathered
+#     parameters are exact copies), so bit for bit the replicated one on 2
+#     (MLP, GPT with its tied tensor, with recomputation, CNN with
+#     synchronised batch norm, NaN step, fp16 overflow, a hung rank
+#     restarted, bf16) and its checkpoint's parameters and optimizer state
+#     too; model.h5 written tensor by tensor from the gather slots, and a
+#     model.h5 that cannot be written fails the run on every rank (exit
+#     74, the final checkpoint kept);
+#     a deeper MLP whose buckets outnumber the gather slots, so that
+#     layers are gathered again in every pass: with accumulation and a
+#     short last batch (a rank with fewer micro-batches replays the
+#     others' gathers) and an evaluation whose last batch gives the ranks
+#     different numbers of pieces (the same test loss); resumes across
+#     stages and world sizes; each rank's model state under the gradient
+#     stage's; the summary gives the gather slots' size; a job that fits
+#     only with the parameters sharded too is told comm.shard: parameters;
 #   - what cannot run is refused at start-up with the key and the reason.
 #   shard_test.sh DTRAIN COMPARE_MODELS WORKDIR
 set -uo pipefail
@@ -198,14 +215,20 @@ grep -q "22 steps/epoch" ag2/train.log && ok || bad "ag2 has no short last batch
 run ag4 4 --set comm.shard=gradients --set data.path=odd.h5 --set train.micro_batch=4 \
   --set train.global_batch=48 --set data.drop_last=false
 same an2 ag4 1e-5
-# resume: 4 ranks sharding gradients -> 1 rank and 2 sharding the optimizer;
-# a 2-rank optimizer shard -> 4 ranks sharding gradients
-resume rg1 1 g4 32
-same g4 rg1 1e-5
-resume rg2 2 g4 32 --set comm.shard=optimizer
-same g4 rg2 1e-5
-resume rs4 4 s2 32 --set comm.shard=gradients
-same s2 rs4 1e-5
+# across_stages STAGE X FROM: FROM (4 ranks of STAGE) resumed on 1 rank
+# and on 2 sharding the optimizer, and s2 (2 ranks sharding the
+# optimizer) resumed on 4 ranks of STAGE, each within 1e-5 of the
+# uninterrupted run (runs r{X}1, r{X}2, r{X}s)
+across_stages() {
+  local stage=$1 x=$2 from=$3
+  resume "r${x}1" 1 "$from" 32
+  same "$from" "r${x}1" 1e-5
+  resume "r${x}2" 2 "$from" 32 --set comm.shard=optimizer
+  same "$from" "r${x}2" 1e-5
+  resume "r${x}s" 4 s2 32 --set comm.shard="$stage"
+  same s2 "r${x}s" 1e-5
+}
+across_stages gradients g g4
 JOB=gpt.yaml run gg2 2 --set comm.shard=gradients
 same gn2 gg2 0
 # activation recomputation (bit-identical gradients) and a CNN's batch norm
@@ -215,26 +238,101 @@ same gn2 gq2 0
 cnn=(--set model.type=cnn --set 'model.channels=[4, 8]' --set 'model.hidden=[16]' --set model.sync_bn=true
      --set train.epochs=1)
 run cn2 2 --set comm.shard=none "${cnn[@]}"
-run cg2 2 --set comm.shard=gradients "${cnn[@]}"
-same cn2 cg2 0
-DTRAIN_FAULT=0:nan:5 run fg2 2 --set comm.shard=gradients
-same fn2 fg2 0
-DTRAIN_FAULT=0:overflow:3 run hg2 2 --set comm.shard=gradients --set train.precision=fp16
-same hn2 hg2 0
-# a rank that hangs at step 34: the timeout ends the attempt, the
-# supervisor restarts it from step 32's checkpoint, and the run ends where
-# the uninterrupted one does
-mkdir -p hung && DTRAIN_FAULT=1:hang:33 timeout -k 10 600 "$DTRAIN" launch -n 2 --launcher mpirun \
-  --launcher-arg --oversubscribe --launcher-arg --bind-to --launcher-arg none --backoff 0 \
-  --max-restarts 3 -- train job.yaml --set output.dir=hung/run --set comm.shard=gradients \
-  --set runtime.timeout_s=3 >hung.out 2>&1 && grep -q "did not complete within 3 s" hung.out &&
-  same g2 hung/run 0 || bad "a hang with sharded gradients: $(grep -E 'did not complete|error' hung.out | head -3)"
+# like_replicated STAGE X BASE: under comm.shard STAGE the CNN with
+# synchronised batch norm, a NaN step and fp16 with an overflow (runs
+# cX2, fX2, hX2) end bit for bit where the replicated runs do; a rank
+# that hangs at step 34: the timeout ends the attempt, the supervisor
+# restarts it from step 32's checkpoint, and the run ends where the
+# uninterrupted one of that stage, BASE, does
+like_replicated() {
+  local stage=$1 x=$2 base=$3
+  run "c${x}2" 2 --set comm.shard="$stage" "${cnn[@]}"
+  same cn2 "c${x}2" 0
+  DTRAIN_FAULT=0:nan:5 run "f${x}2" 2 --set comm.shard="$stage"
+  same fn2 "f${x}2" 0
+  DTRAIN_FAULT=0:overflow:3 run "h${x}2" 2 --set comm.shard="$stage" --set train.precision=fp16
+  same hn2 "h${x}2" 0
+  mkdir -p "hung$x" && DTRAIN_FAULT=1:hang:33 timeout -k 10 600 "$DTRAIN" launch -n 2 --launcher mpirun \
+    --launcher-arg --oversubscribe --launcher-arg --bind-to --launcher-arg none --backoff 0 \
+    --max-restarts 3 -- train job.yaml --set output.dir="hung$x/run" --set comm.shard="$stage" \
+    --set runtime.timeout_s=3 >"hung$x.out" 2>&1 && grep -q "did not complete within 3 s" "hung$x.out" &&
+    same "$base" "hung$x/run" 0 || bad "a hang with comm.shard $stage: $(grep -E 'did not complete|error' "hung$x.out" | head -3)"
+}
+like_replicated gradients g g2
 DTRAIN_FAULT=0:oom:4 run og2 2 --set train.micro_batch=8 --set comm.shard=gradients
 grep -q "trying micro-batch 4" og2.out && ok || bad "no out-of-memory fallback in og2"
 same om2 og2 1e-5
 
+# --- sharded parameters (comm.shard: parameters) ------------------------------------------
+run p2 2 --set comm.shard=parameters
+same n2 p2 0
+h5diff "$(ckpt n2 64)" "$(ckpt p2 64)" /optim /optim >/dev/null &&
+  h5diff "$(ckpt n2 64)" "$(ckpt p2 64)" /params /params >/dev/null && ok ||
+  bad "2 ranks: the checkpoint with sharded parameters differs from the replicated one's"
+"$DTRAIN" ckpt verify "$(ckpt p2 64)" >/dev/null && ok || bad "p2's checkpoint does not verify"
+run p4 4 --set comm.shard=parameters
+same g4 p4 0
+same n4 p4 1e-6
+[ "$(start p4 shard)" = parameters ] && ok || bad "p4's start record says shard '$(start p4 shard)'"
+grep -q "parameters .*each rank's shard and the gather slots" p4/train.log && ok ||
+  bad "the log does not say the parameters are sharded"
+awk -v p="$(start p4 model_state_bytes)" -v g="$(start g4 model_state_bytes)" 'BEGIN { exit !(p > 0 && p < g) }' &&
+  ok || bad "p4 keeps $(start p4 model_state_bytes) bytes of model state, g4 $(start g4 model_state_bytes)"
+grep -q '"param_gather_bytes":[1-9]' p4/metrics.jsonl && ok || bad "p4's summary has no param_gather_bytes"
+JOB=gpt.yaml run gp2 2 --set comm.shard=parameters
+same gn2 gp2 0
+JOB=gpt.yaml run gpq2 2 --set comm.shard=parameters --set model.recompute=all
+same gn2 gpq2 0
+JOB=gpt.yaml run gbn2 2 --set comm.shard=none --set train.precision=bf16
+JOB=gpt.yaml run gbp2 2 --set comm.shard=parameters --set train.precision=bf16
+same gbn2 gbp2 0
+like_replicated parameters p p2
+DTRAIN_FAULT=0:oom:4 run op2 2 --set train.micro_batch=8 --set comm.shard=parameters
+grep -q "trying micro-batch 4" op2.out && ok || bad "no out-of-memory fallback in op2"
+same om2 op2 1e-5
+# a deeper MLP (5 buckets, more than the 3 gather slots): accumulation with
+# a short last batch, where a rank with fewer micro-batches replays the
+# gathers of the others' forward and backward
+deep=(--set 'model.hidden=[32, 32, 16, 16]')
+run dg2 2 --set comm.shard=gradients "${deep[@]}" "${acc[@]}"
+run dp2 2 --set comm.shard=parameters "${deep[@]}" "${acc[@]}"
+same dg2 dp2 0
+run dp4 4 --set comm.shard=parameters "${deep[@]}" --set data.path=odd.h5 --set train.micro_batch=4 \
+  --set train.global_batch=48 --set data.drop_last=false
+run dg4 4 --set comm.shard=gradients "${deep[@]}" --set data.path=odd.h5 --set train.micro_batch=4 \
+  --set train.global_batch=48 --set data.drop_last=false
+same dg4 dp4 0
+# an evaluation whose last batch (9 of 201 samples) gives one rank two
+# pieces of 4 rows and the other one
+mkdir -p ev && "$PY" "$HERE/../cli/make_idx.py" ev 1024 201 4 && "$DTRAIN" data import idx ev -o ev.h5 >/dev/null ||
+  bad "cannot make the 201-sample test split"
+ev=(--set data.path=ev.h5 --set train.micro_batch=4 --set train.epochs=1)
+run eg2 2 --set comm.shard=gradients "${deep[@]}" "${ev[@]}"
+run ep2 2 --set comm.shard=parameters "${deep[@]}" "${ev[@]}"
+same eg2 ep2 0
+tl() { grep -o '"test_loss":[0-9.e+-]*' "$1/metrics.jsonl" | tail -1; }
+[ -n "$(tl ep2)" ] && [ "$(tl ep2)" = "$(tl eg2)" ] && ok || bad "test loss with sharded parameters $(tl ep2), sharded gradients $(tl eg2)"
+# model.h5 that cannot be written at the end (a directory in its place):
+# rank 0's failure reaches every rank, which have fetched the parameters
+# with it, and the run exits 74 with the final checkpoint kept
+mkdir -p mdir/model.h5
+out=$(timeout -k 10 120 $MPIRUN 2 "$DTRAIN" train job.yaml --set output.dir=mdir --set output.adopt=true \
+      --set comm.shard=parameters "${deep[@]}" --set runtime.timeout_s=20 2>&1)
+rc=$?
+[ "$rc" = 74 ] && grep -q "model mdir/model.h5: cannot rename" <<<"$out" && [ -f "$(ckpt mdir 64)" ] && ok ||
+  bad "model.h5 unwritable with sharded parameters: exit $rc, $(grep 'dtrain:' <<<"$out" | head -2)"
+across_stages parameters p p4
+
 # --- refusals -------------------------------------------------------------------------
-expect_fail 64 "comm.shard: parameters is not implemented" 1 --set comm.shard=parameters
+expect_fail 64 "comm.shard: parameters cannot run here: comm.grad_dtype is bf16" 2 \
+  --set comm.shard=parameters --set comm.grad_dtype=bf16
+expect_fail 64 "comm.shard: parameters and comm.sharded_update: false disagree" 2 \
+  --set comm.shard=parameters --set comm.sharded_update=false
+# a GPU backend (the build's host emulation of it, where it has one)
+if grep -q "cuda backend is the host emulation" p2.out; then
+  DTRAIN_CUDA_EMU=1 expect_fail 64 "comm.shard: parameters cannot run here: the gradients travel through host memory" 2 \
+    --set comm.shard=parameters --set runtime.device=cuda --set runtime.share_gpus=true
+fi
 expect_fail 64 "comm.shard: gradients cannot run here: comm.grad_dtype is bf16" 2 \
   --set comm.shard=gradients --set comm.grad_dtype=bf16
 expect_fail 64 "comm.shard: gradients and comm.sharded_update: false disagree" 2 \
@@ -267,17 +365,24 @@ fi
 big2=(--set 'model.hidden=[2048,2048]' --set train.epochs=1)
 out=$(timeout -k 10 120 $MPIRUN 2 "$DTRAIN" train job.yaml --set output.dir=refused \
       --set comm.shard=none "${big2[@]}" --set runtime.memory_limit=0.0001 2>&1)
-limit=$(sed -n 's/.*needs about \([0-9.]*\) MiB .*gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*/\1 \2 \3/p' <<<"$out" |
-        head -1 | awk '{ if (NF == 3) printf "%.6f", ($1 - $3 / 2 - $2 / 4) / 1024 }')
-if [ -n "$limit" ]; then
-  expect_fail 64 "set comm.shard: gradients \(each rank then keeps its 1/N of the optimizer state and of the gradients" 2 \
-    --set comm.shard=none "${big2[@]}" --set runtime.memory_limit="$limit"
-  expect_fail 64 "comm.shard: gradients" 2 --set comm.shard=optimizer "${big2[@]}" \
+# only_with STAGE LOWER LIMIT ADVICE: under runtime.memory_limit LIMIT
+# (GiB) that job is refused replicated with ADVICE, and with comm.shard
+# LOWER told to set STAGE, and it runs with STAGE
+only_with() {
+  local stage=$1 lower=$2 limit=$3 advice=$4
+  [ -n "$limit" ] || { bad "no memory figures for $stage in: $out"; return; }
+  expect_fail 64 "$advice" 2 --set comm.shard=none "${big2[@]}" --set runtime.memory_limit="$limit"
+  expect_fail 64 "set comm.shard: $stage" 2 --set comm.shard="$lower" "${big2[@]}" \
     --set runtime.memory_limit="$limit"
-  run fitsg2 2 "${big2[@]}" --set comm.shard=gradients --set runtime.memory_limit="$limit" && ok
-else
-  bad "no gradient figures in: $out"
-fi
+  run "fits$stage" 2 "${big2[@]}" --set comm.shard="$stage" --set runtime.memory_limit="$limit" && ok
+}
+figures=$(sed -n 's/.*needs about \([0-9.]*\) MiB .*(parameters \([0-9.]*\) MiB, gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*/\1 \2 \3 \4/p' <<<"$out" | head -1)
+only_with gradients optimizer "$(awk '{ if (NF == 4) printf "%.6f", ($1 - $4 / 2 - $3 / 4) / 1024 }' <<<"$figures")" \
+  "set comm.shard: gradients \(each rank then keeps its 1/N of the optimizer state and of the gradients"
+# ... and one that fits only with the parameters sharded too (a quarter of
+# the parameters below the gradient stage's need)
+only_with parameters gradients "$(awk '{ if (NF == 4) printf "%.6f", ($1 - $4 / 2 - $3 / 2 - $2 / 4) / 1024 }' <<<"$figures")" \
+  "set comm.shard: parameters \(each rank then keeps its 1/N of the optimizer state, of the gradients and of the parameters"
 # auto keeps the state whole where sharding cannot run
 run auto2 2 --set comm.grad_dtype=bf16 && [ "$(start auto2 shard)" = none ] && ok ||
   bad "auto with a bf16 wire: shard '$(start auto2 shard)'"
