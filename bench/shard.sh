@@ -12,6 +12,8 @@
 #     staging area, about three buckets), parameters 16/N (plus the
 #     staging area and the parameter gather slots, about three buckets
 #     each);
+#   - on 4 ranks, replicated and parameters again with less beside the
+#     state (model.recompute all, 1 MiB buckets), and their peaks' ratio;
 #   - tokens/s on 2 ranks, each stage against replicated, ROUNDS (default
 #     3) rounds in rotating order, each ratio and their median; then the
 #     same with accumulation (two micro-batches a rank);
@@ -86,6 +88,16 @@ for shard in optimizer gradients parameters; do
   echo "4 ranks: $shard peak / replicated peak = $(awk -v a="$(field "m4$shard" summary peak_host_mem_bytes)" \
     -v b="$base" 'BEGIN { printf "%.3f", a / b }')"
 done
+# the same 4 ranks with less beside the model state (model.recompute all:
+# a quarter of the activations; 1 MiB buckets: smaller gradient staging
+# and parameter gather slots), replicated and with the parameters sharded
+lean=(--set model.recompute=all --set comm.bucket_mb=1)
+run m4leannone 4 none "${lean[@]}"
+run m4leanparameters 4 parameters "${lean[@]}"
+echo "4 ranks, model.recompute all and 1 MiB buckets: peak $(mib "$(field m4leannone summary peak_host_mem_bytes)") MiB" \
+  "replicated, $(mib "$(field m4leanparameters summary peak_host_mem_bytes)") MiB parameters, ratio" \
+  "$(awk -v a="$(field m4leanparameters summary peak_host_mem_bytes)" -v b="$(field m4leannone summary peak_host_mem_bytes)" \
+    'BEGIN { printf "%.3f", a / b }')"
 
 # rounds PREFIX [args...]: tokens/s on 2 ranks of each stage against
 # replicated, ROUNDS rounds in rotating order, each ratio and the medians

@@ -86,10 +86,18 @@ struct dt_comm_req {
     char what[NCCL_WHAT];
 };
 
-enum coll_kind { COLL_ALLREDUCE, COLL_BROADCAST, COLL_ALLGATHER, COLL_REDUCE_SCATTER };
+enum coll_kind {
+    COLL_ALLREDUCE,
+    COLL_BROADCAST,
+    COLL_ALLGATHER,
+    COLL_REDUCE_SCATTER,
+    COLL_RING_REDUCE_SCATTER, /* dt_comm_iring's halves, in place, the ring's chunks */
+    COLL_RING_ALLGATHER
+};
 
 /* One collective call; count is in elements (bytes for broadcast and
- * allgather, per rank for allgather and reduce-scatter). */
+ * allgather, per rank for allgather and reduce-scatter, the whole buffer
+ * for the ring's halves). */
 struct coll {
     enum coll_kind kind;
     const void *send;
@@ -172,6 +180,14 @@ static void describe(const struct coll *k, char *buf, size_t len)
     case COLL_REDUCE_SCATTER:
         snprintf(buf, len, "ncclReduceScatter of %zu %s per rank (%s)", k->count,
                  dtype_plural(k->dtype), op_name(k->op));
+        break;
+    case COLL_RING_REDUCE_SCATTER:
+        snprintf(buf, len, "reduce-scatter (grouped ncclReduce) of %zu %s", k->count,
+                 dtype_plural(k->dtype));
+        break;
+    case COLL_RING_ALLGATHER:
+        snprintf(buf, len, "all-gather (grouped ncclBroadcast) of %zu %s", k->count,
+                 dtype_plural(k->dtype));
         break;
     }
 }
@@ -392,9 +408,38 @@ static dt_status order_after_inputs(struct nccl_comm *n, const char *what)
     return err == cudaSuccess ? DT_OK : cuda_fail(n, err, "cudaDeviceSynchronize", what);
 }
 
+/* The ring's halves with the ring's chunks, so that each rank holds what
+ * dt_comm_ring_owned says (rank r: chunk (r + 1) % size, the chunks
+ * uneven where the count does not divide, which ncclReduceScatter and
+ * ncclAllGather do not take): each chunk reduced to the rank holding it
+ * (ncclReduce, in place), or broadcast from it, all grouped into one
+ * launch on the comm stream. */
+static ncclResult_t ring_half(struct nccl_comm *n, const struct coll *k)
+{
+    const int p = n->base.size;
+    const size_t esz = dt_dtype_size(k->dtype);
+    ncclResult_t res = ncclGroupStart();
+    if (res != ncclSuccess) return res;
+    for (int c = 0; c < p && res == ncclSuccess; c++) {
+        size_t lo = dt_ring_chunk_start(k->count, p, c), hi = dt_ring_chunk_start(k->count, p, c + 1);
+        char *at = (char *)k->recv + lo * esz;
+        int root = (c + p - 1) % p;
+        if (hi == lo) continue;
+        res = k->kind == COLL_RING_REDUCE_SCATTER
+                  ? ncclReduce(at, at, hi - lo, nccl_dtype(k->dtype), ncclSum, root, n->nccl,
+                               n->stream)
+                  : ncclBroadcast(at, at, hi - lo, nccl_dtype(k->dtype), root, n->nccl, n->stream);
+    }
+    ncclResult_t end = ncclGroupEnd(); /* even after a failure: the group must close */
+    return res != ncclSuccess ? res : end;
+}
+
 static ncclResult_t call_nccl(struct nccl_comm *n, const struct coll *k)
 {
     switch (k->kind) {
+    case COLL_RING_REDUCE_SCATTER:
+    case COLL_RING_ALLGATHER:
+        return ring_half(n, k);
     case COLL_ALLREDUCE:
         return ncclAllReduce(k->send, k->recv, k->count, nccl_dtype(k->dtype), nccl_op(k->op),
                              n->nccl, n->stream);
@@ -541,6 +586,18 @@ static dt_status nccl_reduce_scatter(dt_comm_t *c, const void *send, void *recv,
     return run_blocking(c, &k);
 }
 
+static dt_status nccl_iring(dt_comm_t *c, void *buf, size_t count, enum dt_dtype t,
+                            enum dt_comm_ring_part part, dt_comm_req_t **req)
+{
+    struct coll k = {.send = buf, .recv = buf, .count = count, .dtype = t, .op = DT_COMM_SUM};
+    if (part == DT_RING_ALL) { /* both halves are one all-reduce */
+        k.kind = COLL_ALLREDUCE;
+    } else {
+        k.kind = part == DT_RING_REDUCE_SCATTER ? COLL_RING_REDUCE_SCATTER : COLL_RING_ALLGATHER;
+    }
+    return enqueue(impl(c), &k, req);
+}
+
 /* NCCL has no barrier; the bootstrap communicator does. */
 static dt_status nccl_barrier(dt_comm_t *c)
 {
@@ -628,6 +685,7 @@ static const struct dt_comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
     .iallreduce = nccl_iallreduce,
+    .iring = nccl_iring,
     .test = nccl_test,
     .wait = nccl_wait,
     .broadcast = nccl_broadcast,

@@ -284,7 +284,9 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "backend); parameters = the same, and each rank keeps only its 1/N of the "
         "parameters too, each layer's gathered from all ranks before it runs forward and "
         "again before backward (cpu backend); none = every rank keeps all of it; auto = "
-        "optimizer where it runs (mpi with the ring, fp32 gradients on the wire), else none",
+        "optimizer on the cpu backend where it runs (mpi with the ring, fp32 gradients on the "
+        "wire), else none. optimizer also runs on GPUs over nccl, where auto keeps the state "
+        "whole",
         ONE_OF(shard_stages)),
     ROW("comm.sharded_update", B, comm.sharded_update, "true",
         "the older spelling of comm.shard: false is comm.shard: none", ANY),

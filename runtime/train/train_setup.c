@@ -613,7 +613,7 @@ static int shard_why(const struct run *r, char *why, size_t len)
     if (!dt_comm_has_ring(r->grad_comm))
         snprintf(why, len, "the %.40s communicator has no reduce-scatter for it (comm.backend)",
                  dt_comm_backend(r->grad_comm));
-    else if (strcmp(job->comm.mpi_allreduce, "ring") != 0)
+    else if (!dt_comm_device_buffers(r->grad_comm) && strcmp(job->comm.mpi_allreduce, "ring") != 0)
         snprintf(why, len, "comm.mpi_allreduce is %.40s; it takes the ring",
                  job->comm.mpi_allreduce);
     else if (r->stage_grads)
@@ -656,6 +656,9 @@ static dt_status plan_shard(struct run *r)
                             "model state",
                     stage);
     if (!sharding(r->job) || r->world < 2 || r->eval_only) return DT_OK;
+    /* auto shards the optimizer state on host backends; with a GPU's
+     * memory (NCCL) it keeps it whole unless comm.shard: optimizer asks */
+    if (strcmp(stage, "auto") == 0 && dt_backend_caps(r->be)->device_memory) return DT_OK;
     if (grads ? shard_grads_why(r, why, sizeof why) : shard_why(r, why, sizeof why)) {
         r->shard = params ? 3 : grads ? 2 : 1;
         if (grads && !r->job->comm.overlap && r->rank == 0)

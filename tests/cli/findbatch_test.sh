@@ -15,6 +15,8 @@
 # - for a job on 2 ranks with comm.shard, each one-rank trial's peak less
 #   the state the stage splits: a limit between the two peaks fits a row
 #   sharded (gradients) and not replicated.
+# - with comm.shard: parameters each trial's peak less the parameters'
+#   split too (about 1.9 MiB more than gradients for the test's MLP).
 set -u
 DTRAIN=$1 COMPARE=$2 W=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -208,5 +210,15 @@ if [ -n "$pn" ] && [ -n "$pg" ] && grep -q "one rank's trial less .* that comm.s
 else
   bad "find-batch does not take off comm.shard's split: replicated $pn, sharded $pg bytes: $outg"
 fi
+
+# comm.shard: parameters splits the parameters too: with 0.1 MiB buckets
+# (0.3 MiB of gather slots) about 1.9 MiB more than gradients, of this
+# MLP's 4.4 MiB of parameters
+split() { sed -n 's/^micro-batch *1: .*less \([0-9.]*\) MiB that comm.shard splits.*/\1/p' <<<"$1"; }
+small=(-n 2 --max 1 --set 'model.hidden=[1024,1024]' --set comm.bucket_mb=0.1)
+sg=$(split "$("$DTRAIN" find-batch job.yaml "${small[@]}" --set comm.shard=gradients 2>&1)")
+sp=$(split "$("$DTRAIN" find-batch job.yaml "${small[@]}" --set comm.shard=parameters 2>&1)")
+[ -n "$sg" ] && [ -n "$sp" ] && awk -v g="$sg" -v p="$sp" 'BEGIN { exit !(p - g > 1.5 && p - g < 2.5) }' ||
+  bad "find-batch's split with comm.shard parameters: $sp MiB, with gradients $sg MiB"
 
 [ "$fails" = 0 ] && echo "findbatch: all passed" || { echo "findbatch: $fails failed"; exit 1; }

@@ -394,6 +394,57 @@ static void test_reducer_nccl(void)
     free(h);
 }
 
+/* The sharded update's halves over NCCL (comm.shard: optimizer): each
+ * bucket reduce-scattered as grouped ncclReduce calls, then a buffer
+ * gathered as grouped ncclBroadcast calls. With one rank every chunk is
+ * this rank's, so the sums are the values themselves and the owned
+ * ranges tile the buffer; a bucket read before its fill, or a chunk
+ * rooted at the wrong rank (an NCCL error), would show. */
+static void test_reducer_nccl_sharded(void)
+{
+    enum { N = 600000 };
+    float *g = dev_alloc(N * sizeof *g), *p = dev_alloc(N * sizeof *p);
+    float *h = host_alloc(N * sizeof *h);
+    struct dt_reducer_opts o = {.bucket_mb = 0.5, .first_bucket_mb = 0.1, .overlap = 1, .shard = 1};
+    dt_reducer_t *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_create(comm, g, N, &o, &r), DT_OK);
+    CU_ASSERT_TRUE(dt_reducer_sharded(r));
+    size_t nb = dt_reducer_bucket_count(r), covered = 0;
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_begin(r), DT_OK);
+    for (size_t k = 0; k < nb; k++) {
+        size_t lo, hi, a, b;
+        dt_reducer_bucket(r, k, &lo, &hi);
+        dt_reducer_owned(r, k, &a, &b);
+        CU_ASSERT(a == lo && b == hi);
+        covered += b - a;
+        queue_busy_work();
+        CU_ASSERT_EQUAL_FATAL(ops->fill(be, g + lo, hi - lo, (float)(k + 1)), DT_OK);
+        CU_ASSERT_EQUAL_FATAL(dt_reducer_ready(r, hi), DT_OK);
+    }
+    CU_ASSERT_EQUAL(covered, (size_t)N);
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_finish(r, NULL), DT_OK);
+    download(h, g, N * sizeof *h);
+    size_t bad = 0;
+    for (size_t k = 0; k < nb; k++) {
+        size_t lo, hi;
+        dt_reducer_bucket(r, k, &lo, &hi);
+        for (size_t i = lo; i < hi; i++)
+            bad += h[i] != (float)(k + 1);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL_FATAL(ops->fill(be, p, N, 2.5f), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(dt_reducer_gather(r, p, "parameters"), DT_OK);
+    download(h, p, N * sizeof *h);
+    bad = 0;
+    for (size_t i = 0; i < N; i++)
+        bad += h[i] != 2.5f;
+    CU_ASSERT_EQUAL(bad, 0);
+    dt_reducer_destroy(r);
+    dt_backend_free(be, g);
+    dt_backend_free(be, p);
+    free(h);
+}
+
 /* The reducer's bf16 wire on the device: the backend's cast ops, queued on
  * the compute stream like the trainer's. */
 static dt_status wire_pack(void *ctx, uint16_t *wire, const float *g, size_t n)
@@ -551,6 +602,7 @@ int main(int argc, char **argv)
     CU_ADD(s, test_unbound_order);
     CU_ADD(s, test_reducer_nccl);
     CU_ADD(s, test_reducer_nccl_bf16);
+    CU_ADD(s, test_reducer_nccl_sharded);
     CU_ADD(s, test_bench_nccl);
     CU_ADD(s, test_short_timeout);
     CU_ADD(s, test_nccl_error);
