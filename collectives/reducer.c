@@ -562,10 +562,11 @@ static dt_status stage_alloc(dt_reducer_t *r, size_t k)
     return DT_OK;
 }
 
-/* The bucket holding element off: start[k] <= off < start[k + 1]. */
-static size_t bucket_of(const dt_reducer_t *r, size_t off)
+/* Whether elements [off, off + n) (n > 0) lie in one bucket, *k: the
+ * bucket holding off (start[k] <= off < start[k + 1]). */
+static int in_one_bucket(const dt_reducer_t *r, size_t off, size_t n, size_t *k)
 {
-    size_t lo = 0, hi = r->nbuckets; /* start[lo] <= off < start[lo + 1] */
+    size_t lo = 0, hi = r->nbuckets;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
         if (r->start[mid] <= off)
@@ -573,7 +574,8 @@ static size_t bucket_of(const dt_reducer_t *r, size_t off)
         else
             hi = mid;
     }
-    return lo;
+    *k = lo;
+    return r->nbuckets > 0 && n > 0 && off + n <= r->start[lo + 1];
 }
 
 dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g)
@@ -582,8 +584,8 @@ dt_status dt_reducer_place(dt_reducer_t *r, size_t off, size_t n, float **g)
     if (!r->shard_grads || !r->in_step)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "dt_reducer_place: only for sharded gradients, within a step");
-    size_t k = bucket_of(r, off);
-    if (r->nbuckets == 0 || off + n > r->start[k + 1] || n == 0)
+    size_t k;
+    if (!in_one_bucket(r, off, n, &k))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "dt_reducer_place: gradients [%zu, %zu) are not within one bucket", off,
                             off + n);
@@ -703,10 +705,17 @@ void dt_reducer_destroy(dt_reducer_t *r)
  * (waiting for its gather if it is still in flight), and does nothing
  * when there is none. Whether a gather has completed never enters these
  * choices: which slot a bucket goes to and when its gather starts depend
- * only on the order of the calls, so every rank
- * starts the same gathers in the same order and waits for them in the
- * same order; in-flight gathers are tested as the reducer progresses.
+ * only on the order of the calls, so every rank starts the same gathers
+ * in the same order and waits for them in the same order; in-flight
+ * gathers are tested as the reducer progresses.
  */
+
+/* Slot s holds no bucket any more. */
+static void slot_empty(dt_reducer_t *r, struct pslot *s)
+{
+    if (s->bucket != NO_SLOT) r->slot_of[s->bucket] = NO_SLOT;
+    s->bucket = NO_SLOT;
+}
 
 static dt_status slot_wait(dt_reducer_t *r, struct pslot *s)
 {
@@ -716,8 +725,7 @@ static dt_status slot_wait(dt_reducer_t *r, struct pslot *s)
     if (st != DT_OK) {
         st = dt_error_context(st, "gathering the parameters of bucket %zu of %zu", s->bucket,
                               r->nbuckets);
-        r->slot_of[s->bucket] = NO_SLOT; /* its contents are not whole */
-        s->bucket = NO_SLOT;
+        slot_empty(r, s); /* its contents are not whole */
     }
     return st;
 }
@@ -732,8 +740,7 @@ static dt_status slots_progress(dt_reducer_t *r)
         dt_status st = dt_comm_test(r->comm, s->req, &done);
         if (st != DT_OK || done) s->req = NULL;
         if (st != DT_OK) {
-            r->slot_of[s->bucket] = NO_SLOT;
-            s->bucket = NO_SLOT;
+            slot_empty(r, s);
             return dt_error_context(st, "gathering the parameters of a bucket");
         }
     }
@@ -757,12 +764,9 @@ static dt_status slot_take(dt_reducer_t *r, size_t k, int forced, size_t *out)
     if (pick == NO_SLOT && !forced) return DT_OK;
     if (pick == NO_SLOT) pick = r->nslots++; /* every slot pinned: at most one per bucket */
     struct pslot *s = &r->slots[pick];
-    if (s->bucket != NO_SLOT) {
-        dt_status st = slot_wait(r, s);
-        if (st != DT_OK) return st;
-        if (s->bucket != NO_SLOT) r->slot_of[s->bucket] = NO_SLOT;
-        s->bucket = NO_SLOT;
-    }
+    dt_status st = slot_wait(r, s);
+    if (st != DT_OK) return st;
+    slot_empty(r, s);
     if (s->cap < len) {
         float *grown = NULL;
         if (posix_memalign((void **)&grown, STAGE_ALIGN * sizeof(float), len * sizeof(float)))
@@ -801,8 +805,7 @@ static dt_status check_fetch(const dt_reducer_t *r, size_t off, size_t n, size_t
     if (!r->shard_params)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "dt_reducer_fetch: only for sharded parameters");
-    *k = bucket_of(r, off);
-    if (r->nbuckets == 0 || n == 0 || off + n > r->start[*k + 1])
+    if (!in_one_bucket(r, off, n, k))
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "dt_reducer_fetch: parameters [%zu, %zu) are not within one bucket",
                             off, off + n);
@@ -855,8 +858,7 @@ dt_status dt_reducer_params_changed(dt_reducer_t *r)
         struct pslot *s = &r->slots[i];
         dt_status st = slot_wait(r, s);
         if (st != DT_OK && first == DT_OK) first = st;
-        if (s->bucket != NO_SLOT) r->slot_of[s->bucket] = NO_SLOT;
-        s->bucket = NO_SLOT;
+        slot_empty(r, s);
         s->pinned = 0;
         s->fresh = 0;
     }

@@ -866,13 +866,12 @@ dt_status dt_model_init_params(dt_model_t *m, uint64_t seed)
     dt_status st = dt_calloc(n ? n : 1, sizeof(float), "initial parameters", (void **)&host);
     if (st != DT_OK)
         return st;
-    double gain = activation_gain(m->activation);
-    for (int i = 0; i < m->nparams && m->param_buf; i++)
-        fill_init(&m->params[i], host + m->params[i].offset, 0, m->params[i].numel, m->init, gain,
-                  seed, (uint32_t)i);
-    if (m->param_buf)
+    if (m->param_buf) {
+        dt_model_init_range(m, seed, 0, m->total, host);
         st = dt_model_set_params(m, host);
+    }
     memset(host, 0, (n ? n : 1) * sizeof(float));
+    double gain = activation_gain(m->activation);
     for (int i = 0; i < m->nbuffers && st == DT_OK; i++)
         fill_init(&m->buffers[i], host + m->buffers[i].offset, 0, m->buffers[i].numel, m->init,
                   gain, seed, 0);

@@ -189,38 +189,30 @@ static const char *const advice =
     "lower train.micro_batch (activations grow with it; train.global_batch can stay), "
     "model.hidden or data.prefetch, or run fewer ranks per node";
 
-/* The advice of a refusal: sharding the optimizer state first when that
- * alone would bring the job within `most` bytes, else sharding the
- * gradients too when both would. */
+/* The advice of a refusal: the first stage of comm.shard whose saving
+ * (with the earlier stages') would bring the job within `most` bytes:
+ * the optimizer state, then the gradients too, then the parameters too. */
 static const char *advise(const struct dt_mem_need *need, uint64_t total, uint64_t most,
                           char *buf, size_t len)
 {
     char save[32];
-    uint64_t both = dt_mem_add(need->shard_saving, need->grads_saving);
-    if (need->shard_saving && total - need->shard_saving <= most) {
-        dt_format_bytes(need->shard_saving, save, sizeof save);
+    static const struct {
+        const char *stage, *keeps;
+    } stages[] = {
+        {"optimizer", "the optimizer state"},
+        {"gradients", "the optimizer state and of the gradients"},
+        {"parameters", "the optimizer state, of the gradients and of the parameters"},
+    };
+    const uint64_t saving[] = {need->shard_saving, need->grads_saving, need->params_saving};
+    uint64_t sum = 0; /* what each stage saves, with the ones before it */
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        sum = dt_mem_add(sum, saving[i]);
+        if (!saving[i] || sum >= total || total - sum > most) continue;
+        dt_format_bytes(sum, save, sizeof save);
         snprintf(buf, len,
-                 "set comm.shard: optimizer (each rank then keeps its 1/N of the optimizer "
-                 "state, %s less, which is enough), or %s",
-                 save, advice);
-        return buf;
-    }
-    if (need->grads_saving && both < total && total - both <= most) {
-        dt_format_bytes(both, save, sizeof save);
-        snprintf(buf, len,
-                 "set comm.shard: gradients (each rank then keeps its 1/N of the optimizer "
-                 "state and of the gradients, %s less, which is enough), or %s",
-                 save, advice);
-        return buf;
-    }
-    uint64_t all = dt_mem_add(both, need->params_saving);
-    if (need->params_saving && all < total && total - all <= most) {
-        dt_format_bytes(all, save, sizeof save);
-        snprintf(buf, len,
-                 "set comm.shard: parameters (each rank then keeps its 1/N of the optimizer "
-                 "state, of the gradients and of the parameters, %s less, which is enough), "
-                 "or %s",
-                 save, advice);
+                 "set comm.shard: %s (each rank then keeps its 1/N of %s, %s less, which is "
+                 "enough), or %s",
+                 stages[i].stage, stages[i].keeps, save, advice);
         return buf;
     }
     return advice;

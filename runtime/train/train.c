@@ -302,6 +302,14 @@ static dt_status reducer_place(void *ctx, size_t off, size_t n, float **g)
     return dt_reducer_place(ctx, off, n, g);
 }
 
+/* What backward tells the reducer: which gradients are final, and with
+ * sharded gradients where each one goes. */
+static struct dt_grad_hook grad_hook(struct run *r)
+{
+    return (struct dt_grad_hook){
+        .ready = reducer_ready, .ctx = r->red, .place = r->shard >= 2 ? reducer_place : NULL};
+}
+
 /* The sharded update's gradients: this rank's chunks, at [lo[k], hi[k])
  * of the flat buffer, or with sharded gradients packed in the reducer's
  * shard. */
@@ -334,8 +342,7 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
                             int reduce, double v[OUT_N], int64_t *correct, dt_status *comm_st)
 {
     dt_status st = DT_OK;
-    struct dt_grad_hook hook = {
-        .ready = reducer_ready, .ctx = r->red, .place = r->shard >= 2 ? reducer_place : NULL};
+    struct dt_grad_hook hook = grad_hook(r);
     /* The loss is summed over the global batch's rows, so this scale makes
      * the gradients the global mean (times the fp16 loss scale). */
     double loss_scale = r->scaling ? r->scaler.scale : 1.0;
@@ -467,7 +474,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
      * part in every reduction, so no peer waits */
     while (reduced < need && r->red && comm_st == DT_OK) {
         double wait = 0;
-        struct dt_grad_hook hook = {.ready = reducer_ready, .ctx = r->red, .place = reducer_place};
+        struct dt_grad_hook hook = grad_hook(r);
         comm_st = dt_reducer_begin(r->red);
         if (comm_st == DT_OK && r->shard == 3) /* the gathers of a forward and backward */
             comm_st = dt_model_replay(r->model, 1, &hook);
@@ -524,15 +531,10 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
     double lr = dt_schedule_lr(r->job, step, r->total_steps);
     st = scale_own(r, unscale);
     if (st == DT_OK) st = scale_own(r, factor);
-    if (st == DT_OK && r->shard == 3) { /* the shard is the parameters: nothing to gather */
+    if (st == DT_OK && r->shard == 3) {
         size_t n;
         st = dt_optim_step_shard(r->opt, dt_reducer_shard_params(r->red, &n),
                                  dt_reducer_shard_grads(r->red, &n), lr);
-        dt_status cst = dt_reducer_params_changed(r->red);
-        if (st == DT_OK && cst != DT_OK) *comm_failed = 1;
-        if (st == DT_OK) st = cst;
-        w->grad_norm = norm;
-        return st;
     } else if (st == DT_OK && r->shard == 2) {
         size_t n;
         st = dt_optim_step_packed(r->opt, p, dt_reducer_shard_grads(r->red, &n), lr);
@@ -542,8 +544,12 @@ static dt_status sharded_step(struct run *r, int64_t step, double loss, double s
     }
     if (st != DT_OK)
         return st;
-    dt_watchdog_phase(r->wd, "gathering the updated parameters", step);
-    st = dt_reducer_gather(r->red, p, "parameters");
+    if (r->shard == 3) { /* the shard is the parameters: the slots' copies are stale */
+        st = dt_reducer_params_changed(r->red);
+    } else {
+        dt_watchdog_phase(r->wd, "gathering the updated parameters", step);
+        st = dt_reducer_gather(r->red, p, "parameters");
+    }
     if (st != DT_OK)
         *comm_failed = 1;
     w->grad_norm = norm;

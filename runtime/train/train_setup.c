@@ -707,21 +707,21 @@ static void shard_need(const struct run *r, struct dt_mem_need *need, uint64_t p
 {
     char why[256];
     int stage = counted_stage(r), advise = r->world > 1;
-    uint64_t before = dt_mem_add(need->optim, need->grads);
+    uint64_t before = dt_mem_add(dt_mem_add(need->optim, need->grads), need->params);
     uint64_t part = need->optim / n + times(1024, (uint64_t)states);
     int can = states && shard_why(r, why, sizeof why) && part < need->optim;
     if (can && stage >= 1)
         need->optim = part;
     else if (can && advise)
         need->shard_saving = need->optim - part;
+    /* gradients and parameters alike: the shard and about three buckets of
+     * room (the staging area, the gather slots) */
     part = dt_mem_add(p4 / n, staging_estimate(r, p4));
     can = shard_grads_why(r, why, sizeof why) && part < need->grads;
     if (can && stage >= 2)
         need->grads = part;
     else if (can && advise)
         need->grads_saving = need->grads - part;
-    before = dt_mem_add(before, need->params);
-    part = dt_mem_add(p4 / n, staging_estimate(r, p4)); /* the shard and the gather slots */
     if (can && stage == 3 && part < need->params)
         need->params = part;
     else if (can && advise && part < need->params)
