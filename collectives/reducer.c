@@ -756,11 +756,13 @@ static dt_status slot_take(dt_reducer_t *r, size_t k, int forced, size_t *out)
     for (size_t i = 0; i < r->nslots && pick == NO_SLOT; i++)
         if (r->slots[i].bucket == NO_SLOT) pick = i;
     if (pick == NO_SLOT && r->nslots < MIN_SLOTS) pick = r->nslots++;
+    size_t oldest = NO_SLOT; /* the least recently fetched slot that may go */
     for (size_t i = 0; i < r->nslots && pick == NO_SLOT; i++) {
         const struct pslot *s = &r->slots[i];
         if (s->pinned || (!forced && s->fresh)) continue;
-        if (pick == NO_SLOT || s->used < r->slots[pick].used) pick = i;
+        if (oldest == NO_SLOT || s->used < r->slots[oldest].used) oldest = i;
     }
+    if (pick == NO_SLOT) pick = oldest;
     if (pick == NO_SLOT && !forced) return DT_OK;
     if (pick == NO_SLOT) pick = r->nslots++; /* every slot pinned: at most one per bucket */
     struct pslot *s = &r->slots[pick];
