@@ -124,6 +124,16 @@ dt_status dt_comm_create(const char *backend, dt_comm_t **out)
                         backend, built_names);
 }
 
+dt_status dt_comm_create_side(dt_comm_t **out)
+{
+    *out = NULL;
+    if (!dt_mpi_usable() || !dt_mpi_thread_multiple())
+        return dt_set_error(DT_ERR_UNSUPPORTED,
+                            "MPI was started without MPI_THREAD_MULTIPLE, so no second thread may "
+                            "run collectives beside the training thread");
+    return dt_mpi_comm_create(out);
+}
+
 void dt_comm_library_version(const char *backend, char *buf, size_t len)
 {
     if (!strcmp(backend, "mpi")) {

@@ -84,6 +84,13 @@ int dt_comm_is(const dt_comm_t *c, const char *backend);
  * initialised. Unknown backend: DT_ERR_UNSUPPORTED naming the ones built. */
 dt_status dt_comm_create(const char *backend, dt_comm_t **out);
 void dt_comm_destroy(dt_comm_t *c);
+/* Creates an mpi communicator over every rank of the job for a second
+ * thread's collectives (a background checkpoint writer), beside the
+ * communicator the training thread uses: its own MPI communicator, so
+ * the two threads' collectives never match each other's. Collective (call
+ * from the training thread on every rank). DT_ERR_UNSUPPORTED unless MPI
+ * was initialised with MPI_THREAD_MULTIPLE. */
+dt_status dt_comm_create_side(dt_comm_t **out);
 /* Tears the whole job down without waiting for peers (MPI_Abort for mpi),
  * exiting with `exit_code`. Does not return. Call it from the thread that
  * uses the communicator, unless dt_comm_abort_from_any_thread says
@@ -91,8 +98,8 @@ void dt_comm_destroy(dt_comm_t *c);
 void dt_comm_abort(dt_comm_t *c, int exit_code) __attribute__((noreturn));
 /* 1 when another thread (a watchdog) may call dt_comm_abort while the
  * owning thread is inside the library: mpi when MPI was initialised with
- * MPI_THREAD_MULTIPLE (dtrain asks for MPI_THREAD_FUNNELED, so normally
- * 0); nccl never. */
+ * MPI_THREAD_MULTIPLE (dtrain asks for it when a job may write checkpoints
+ * in the background, else for MPI_THREAD_FUNNELED); nccl never. */
 int dt_comm_abort_from_any_thread(const dt_comm_t *c);
 
 const char *dt_comm_backend(const dt_comm_t *c);

@@ -80,6 +80,8 @@ dt_status dt_mpi_comm_create(dt_comm_t **out);
  * as pointers to an MPI_Comm, so this header needs no mpi.h). */
 /* 1 when MPI is initialised and not yet finalised. */
 int dt_mpi_usable(void);
+/* 1 when MPI runs with MPI_THREAD_MULTIPLE (threads may call it at once). */
+int dt_mpi_thread_multiple(void);
 /* Duplicates MPI_COMM_WORLD into *(MPI_Comm *)world with MPI_ERRORS_RETURN
  * and fills c's rank, size, local rank and size (from a shared-memory
  * split, freed again) and host. Collective. On failure *world may hold a

@@ -19,8 +19,9 @@ struct fault {
 static struct fault faults[FAULT_MAX];
 static int nfaults;
 
-static const char *const known[] = {"open", "nomem",    "read",      "kill", "ckptkill", "hang",
-                                    "nan",  "overflow", "otherhost", "oom",  "slowdata"};
+static const char *const known[] = {"open",     "nomem", "read",     "kill",      "bgkill",
+                                    "ckptkill", "hang",  "nan",      "overflow",  "otherhost",
+                                    "oom",      "slowdata", "slowckpt"};
 
 static int known_event(const char *e)
 {
@@ -50,14 +51,15 @@ dt_status dt_fault_init(void)
         if (n < 2 || !known_event(ev) || nfaults == FAULT_MAX)
             return dt_set_error(DT_ERR_USAGE,
                                 "DTRAIN_FAULT entry '%s': expected RANK:EVENT[:STEP] with EVENT "
-                                "one of open, nomem, read, kill, ckptkill, hang, nan, overflow, "
-                                "otherhost, oom, slowdata",
+                                "one of open, nomem, read, kill, bgkill, ckptkill, hang, nan, "
+                                "overflow, otherhost, oom, slowdata, slowckpt",
                                 tok);
-        if (strcmp(ev, "slowdata") == 0 && (n < 3 || step <= 0))
+        if ((strcmp(ev, "slowdata") == 0 || strcmp(ev, "slowckpt") == 0) && (n < 3 || step <= 0))
             return dt_set_error(DT_ERR_USAGE,
-                                "DTRAIN_FAULT entry '%s': expected RANK:slowdata:MS with MS the "
-                                "milliseconds (at least 1) to add to every batch read",
-                                tok);
+                                "DTRAIN_FAULT entry '%s': expected RANK:%s:MS with MS the "
+                                "milliseconds (at least 1) to add to every %s",
+                                tok, ev,
+                                ev[4] == 'd' ? "batch read" : "background checkpoint write");
         memcpy(f.event, ev, sizeof f.event);
         f.step = n == 3 ? step : -1;
         faults[nfaults++] = f;

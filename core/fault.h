@@ -9,9 +9,16 @@
  *                  rank (the micro-batch fallback and dtrain find-batch
  *                  can be tried without filling a GPU)
  *   read:STEP      reading a training batch fails at optimizer step STEP
- *   kill:STEP      the rank kills itself (SIGKILL) in the middle of step STEP
+ *   kill:STEP      the rank kills itself (SIGKILL) in the middle of step STEP,
+ *                  once a background checkpoint it was writing is committed
+ *                  (so the checkpoint a restart resumes from does not depend
+ *                  on how fast the background write was)
+ *   bgkill:STEP    the rank kills itself in the middle of step STEP while its
+ *                  background checkpoint write is still in flight (not at
+ *                  all when none is)
  *   ckptkill:STEP  the rank kills itself in the middle of writing the
- *                  checkpoint of step STEP (after the temporary file exists)
+ *                  checkpoint of step STEP (after the temporary file exists;
+ *                  in the writer thread when the write is in the background)
  *   hang:STEP      the rank stops responding in step STEP (its peers' collective
  *                  timeout ends the job; when every rank hangs, the watchdog)
  *   nan:STEP       the rank's loss is NaN at step STEP
@@ -23,6 +30,9 @@
  *                  into a private temporary directory instead
  *   slowdata:MS    every batch the rank's loaders read takes MS ms longer
  *                  (a slow file system: the loader starvation warning)
+ *   slowckpt:MS    every background checkpoint write of the rank starts MS ms
+ *                  late (a slow file system: the next checkpoint waits, a
+ *                  kill or a stop finds a write in flight)
  * STEP counts optimizer steps from 0. Under `dtrain launch` the faults act
  * in the first attempt only (DTRAIN_LAUNCH_ATTEMPT=1), so a restart shows
  * the recovery. Unset (the normal case) it costs one getenv at start-up.

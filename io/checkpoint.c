@@ -836,8 +836,6 @@ static dt_status write_slice(struct save *s, int i, hid_t dxpl)
     return st;
 }
 
-/* Every rank writes every tensor's slice, even after a local failure, so
- * that the collective calls line up; the first failure is returned. */
 /* Rank 0 writes the job YAML; the others join the collective call with
  * nothing selected. */
 static dt_status write_job(struct save *s, hid_t dxpl)
@@ -859,21 +857,31 @@ static dt_status write_job(struct save *s, hid_t dxpl)
     return st;
 }
 
+/* Every rank writes every tensor's slice, even after a local failure, so
+ * that the collective calls line up; the first failure is returned. The
+ * lock is taken for each tensor. */
 static dt_status write_tensors(struct save *s)
 {
     dt_status st = DT_OK;
+    dt_h5_lock();
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     if (dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
-        return dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot set up collective writes", s->tmp);
-    for (int i = 0; i < s->n; i++) {
+        st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot set up collective writes", s->tmp);
+    dt_h5_unlock();
+    /* a failure here is the same on every rank (no I/O yet) */
+    for (int i = 0; i < s->n && dxpl >= 0; i++) {
         if (numel_of(&s->t[i].shape) == 0)
             continue; /* no storage to write (the same on every rank) */
+        dt_h5_lock();
         dt_status w = write_slice(s, i, dxpl);
+        dt_h5_unlock();
         if (st == DT_OK) st = w;
     }
-    dt_status w = write_job(s, dxpl);
+    dt_h5_lock();
+    dt_status w = dxpl >= 0 ? write_job(s, dxpl) : DT_OK;
     if (st == DT_OK) st = w;
-    H5Pclose(dxpl);
+    dt_h5_close(dxpl);
+    dt_h5_unlock();
     return st;
 }
 
@@ -905,26 +913,42 @@ static dt_status reserve_space(const struct save *s)
     return dt_outfile_reserve("checkpoint", s->tmp, file_estimate(s));
 }
 
-/* The HDF5 part, lock held: create, reserve, write, close, each stage
- * agreed. */
+/* Closes the file, the lock taken for it. */
+static dt_status close_locked(struct save *s, int flush)
+{
+    dt_h5_lock();
+    dt_status st = close_file(s, flush);
+    dt_h5_unlock();
+    return st;
+}
+
+/* The HDF5 part: create, reserve, write, close, each stage agreed. The
+ * lock is held for one stage (one tensor's write) at a time and never
+ * across an agreement, so that a checkpoint written by a background
+ * thread lets the loader's reads in between its calls. */
 static dt_status write_file(struct save *s)
 {
-    dt_status st = agree(s, create_file(s));
+    dt_h5_lock();
+    dt_status made = create_file(s);
+    dt_h5_unlock();
+    dt_status st = agree(s, made);
     if (st != DT_OK) return st;
     st = agree(s, s->rank == 0 ? reserve_space(s) : DT_OK);
     if (st != DT_OK) {
-        close_file(s, 0);
+        close_locked(s, 0);
         return st;
     }
-    dt_status made = write_header(s);
+    dt_h5_lock();
+    made = write_header(s);
     if (made == DT_OK) made = create_datasets(s);
+    dt_h5_unlock();
     st = agree(s, made);
     if (st != DT_OK) {
-        close_file(s, 0);
+        close_locked(s, 0);
         return st;
     }
     dt_status w = write_tensors(s);
-    dt_status cl = close_file(s, w == DT_OK);
+    dt_status cl = close_locked(s, w == DT_OK);
     return agree(s, w != DT_OK ? w : cl);
 }
 
@@ -1027,9 +1051,7 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
     DT_CHECK(agree(&s, st));
     DT_CHECK(compute_checksums(&s));
     compute_meta_sum(&s);
-    dt_h5_lock();
     st = write_file(&s);
-    dt_h5_unlock();
     if (st == DT_OK && dt_fault_armed("ckptkill", s.rank, s.meta.step)) {
         /* testing aid: die with the temporary file written, not committed */
         fprintf(stderr, "dtrain: rank %d: killing itself while writing %s (DTRAIN_FAULT)\n", s.rank,

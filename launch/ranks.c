@@ -15,7 +15,10 @@
  *      directory that breaks the user's later runs.
  *   2. MPI_Init_thread and the mpi communicator: the same collectives for
  *      every command, so ranks started on different commands reach them
- *      alike.
+ *      alike. A job that may write checkpoints in the background
+ *      (checkpoint.async not off) asks for MPI_THREAD_MULTIPLE, since its
+ *      writer thread runs parallel HDF5's collectives beside training's;
+ *      anything else asks for MPI_THREAD_FUNNELED.
  *   3. The start-up agreement, before anything else collective: every
  *      rank compares its command (the subcommand and the options that
  *      change what it does) and then its job with rank 0's. A rank started
@@ -158,13 +161,31 @@ int dt_cli_check_env(void)
 
 /* ---- MPI and the agreement ------------------------------------------------- */
 
+/* Under MPI_THREAD_MULTIPLE the writer thread's MPI-IO runs while the
+ * training thread polls its own requests. Open MPI's own MPI-IO (ompio)
+ * hooks a poll of its pending requests into every thread's progress loop
+ * without a lock of its own, and a training thread has been seen to crash
+ * in it; Open MPI's ROMIO runs each call under a lock and adds nothing to
+ * the progress loop. So ROMIO is preferred (its priority raised above
+ * ompio's), unless the user chose the component; an Open MPI without it
+ * keeps ompio, and other MPIs ignore these variables. */
+static void prefer_romio(void)
+{
+    if (getenv("OMPI_MCA_io")) return;
+    setenv("OMPI_MCA_io_romio321_priority", "40", 0);
+    setenv("OMPI_MCA_io_romio341_priority", "40", 0);
+}
+
 int dt_cli_ranks_start(int *argc, char ***argv, const char *command, const struct dt_job *job,
                        dt_comm_t **comm)
 {
     int provided = 0, rc = dt_cli_check_env();
     *comm = NULL;
     if (rc != 0) return rc;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    int level = job && strcmp(job->checkpoint.async, "off") != 0 ? MPI_THREAD_MULTIPLE
+                                                                  : MPI_THREAD_FUNNELED;
+    if (level == MPI_THREAD_MULTIPLE) prefer_romio();
+    if (MPI_Init_thread(argc, argv, level, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "dtrain: MPI could not start\n");
         return EXIT_SOFTWARE;
     }

@@ -769,6 +769,13 @@ int dt_mpi_usable(void)
     return init && !fin;
 }
 
+int dt_mpi_thread_multiple(void)
+{
+    int level = MPI_THREAD_SINGLE;
+    return dt_mpi_usable() && MPI_Query_thread(&level) == MPI_SUCCESS &&
+           level == MPI_THREAD_MULTIPLE;
+}
+
 static void mpi_abort(dt_comm_t *c, int exit_code)
 {
     if (dt_mpi_usable()) MPI_Abort(impl(c)->world, exit_code);
@@ -876,9 +883,7 @@ dt_status dt_mpi_comm_create(dt_comm_t **out)
     m->base.ring_min_bytes = DT_COMM_RING_MIN_BYTES;
     m->base.mpi_handle = &m->world;
     DT_CHECK(dt_mpi_bootstrap(&m->base, &m->world));
-    int level = MPI_THREAD_SINGLE;
-    m->base.abort_any_thread = MPI_Query_thread(&level) == MPI_SUCCESS &&
-                               level == MPI_THREAD_MULTIPLE;
+    m->base.abort_any_thread = dt_mpi_thread_multiple();
     if (MPI_Op_create(bf16_sum, 1, &m->bf16_sum) != MPI_SUCCESS) {
         m->bf16_sum = MPI_OP_NULL;
         st = dt_set_error(DT_ERR_COMM, "MPI_Op_create of the bf16 sum failed");

@@ -152,6 +152,7 @@ struct dt_job {
         int64_t keep_last;           /* newest checkpoints kept */
         int64_t keep_every;          /* also keep steps that are multiples; 0 = off */
         char on_error[DT_JOB_STR];   /* stop | continue */
+        char async[DT_JOB_STR];      /* auto | on | off: periodic checkpoints in the background */
     } checkpoint;
     struct {
         char backend[DT_JOB_STR];    /* auto | mpi | nccl (gradients) */

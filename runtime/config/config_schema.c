@@ -51,6 +51,7 @@ static const char *const wire_types[] = {"fp32", "bf16", NULL};
 static const char *const shard_stages[] = {"auto", "none", "optimizer", "gradients", "parameters",
                                            NULL};
 static const char *const ckpt_errors[] = {"stop", "continue", NULL};
+static const char *const ckpt_async[] = {"auto", "on", "off", NULL};
 static const char *const data_caches[] = {"none", "memory", NULL};
 
 /* Short type names for the rows. */
@@ -308,6 +309,14 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("checkpoint.on_error", E, checkpoint.on_error, "stop",
         "when a checkpoint cannot be written: stop (exit 74) or continue training",
         ONE_OF(ckpt_errors)),
+    ROW("checkpoint.async", E, checkpoint.async, "auto",
+        "write the periodic checkpoints in the background: training waits only while its state "
+        "is copied into host staging memory (as large as the state each rank holds), and a "
+        "writer thread writes, commits and checks the file while the next steps run; auto: in "
+        "the background where MPI offers MPI_THREAD_MULTIPLE, else as off; on: refuse to start "
+        "without it; off: every checkpoint stops training until it is committed. Checkpoints "
+        "at a stop and at the end are always written before the run goes on",
+        ONE_OF(ckpt_async)),
 
     ROW("output.dir", P, output.dir, "runs/fashion-mnist-mlp",
         "run directory: resolved job, log, metrics, checkpoints", ANY),

@@ -215,6 +215,14 @@ static const char *advise(const struct dt_mem_need *need, uint64_t total, uint64
                  stages[i].stage, stages[i].keeps, save, advice);
         return buf;
     }
+    if (need->async_saving && need->async_saving < total && total - need->async_saving <= most) {
+        dt_format_bytes(need->async_saving, save, sizeof save);
+        snprintf(buf, len,
+                 "set checkpoint.async: off (checkpoints are then written while training waits, "
+                 "without the %s snapshot a background write keeps, which is enough), or %s",
+                 save, advice);
+        return buf;
+    }
     return advice;
 }
 

@@ -36,6 +36,9 @@ struct dt_mem_need {
     /* What comm.shard: parameters would save beyond both (the parameters
      * but this rank's shard and the gather slots); 0: nothing */
     uint64_t params_saving;
+    /* What checkpoint.async: off would save (the snapshot a background
+     * checkpoint write keeps, part of staging); 0: nothing */
+    uint64_t async_saving;
 };
 
 /* What one rank can have, in bytes; UINT64_MAX where nothing limits. */

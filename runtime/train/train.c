@@ -104,6 +104,7 @@ enum {
     OUT_SIGINT,
     OUT_CKPT,
     OUT_SUMSQ, /* sharded update: each rank's sum of squares of its own gradients */
+    OUT_WRITING, /* ranks whose background checkpoint writer is still writing */
     OUT_N
 };
 
@@ -324,9 +325,13 @@ static float *own_grads(struct run *r, const size_t **lo, const size_t **hi)
 /* DTRAIN_FAULT events inside a step: die, or stop responding. */
 static void inject_step_faults(struct run *r, int64_t step)
 {
-    if (dt_fault_armed("kill", r->rank, step)) {
-        fprintf(stderr, "dtrain: rank %d: killing itself at step %lld (DTRAIN_FAULT)\n", r->rank,
-                (long long)step + 1);
+    int bg = dt_fault_armed("bgkill", r->rank, step) && dt_train_ckpt_writing(r);
+    if (dt_fault_armed("kill", r->rank, step) || bg) {
+        if (!bg && r->writer)
+            (void)dt_ckpt_writer_wait(r->writer, NULL, 0, NULL);
+        fprintf(stderr, "dtrain: rank %d: killing itself at step %lld%s (DTRAIN_FAULT)\n",
+                r->rank, (long long)step + 1,
+                bg ? " with a background checkpoint in flight" : "");
         raise(SIGKILL);
     }
     if (dt_fault_armed("hang", r->rank, step))
@@ -754,6 +759,7 @@ static void coordinator_flags(struct run *r, double v[OUT_N])
     v[OUT_SIGINT] = sig == SIGINT;
     double every = r->job->checkpoint.every_minutes;
     v[OUT_CKPT] = r->rank == 0 && every > 0 && dt_now() - r->last_ckpt_time >= 60.0 * every;
+    v[OUT_WRITING] = dt_train_ckpt_writing(r);
 }
 
 /* After a skipped step: roll back when there were too many in a row. */
@@ -818,6 +824,7 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     if (*stop)
         describe_stop(r, v);
     *ckpt = v[OUT_CKPT] > 0;
+    r->bg_done = v[OUT_WRITING] == 0; /* every rank's writer has finished */
     int skipped = 0;
     if ((st = optimizer_step(r, step, v[OUT_LOSS], &gate, v[OUT_SUMSQ], w, &skipped,
                              comm_failed)) != DT_OK)
@@ -849,8 +856,11 @@ static dt_status after_step(struct run *r, int stop, int ckpt)
                             "the same command again (--resume auto) to continue",
                             r->stop_why, (long long)r->step, r->ckpt_dir);
     }
-    if (ckpt || (every > 0 && r->step % every == 0))
-        st = dt_train_ckpt_save(r, ckpt ? "checkpoint.every_minutes" : "checkpoint.every_steps");
+    if (r->bg_done) /* a background write every rank has finished: its outcome */
+        st = dt_train_ckpt_collect(r);
+    if (st == DT_OK && (ckpt || (every > 0 && r->step % every == 0)))
+        st = dt_train_ckpt_save_periodic(r, ckpt ? "checkpoint.every_minutes"
+                                                 : "checkpoint.every_steps");
     return st;
 }
 
@@ -1054,7 +1064,9 @@ static dt_status start(struct run *r)
         show_hang_note(r);
     DT_CHECK(dt_train_open_data(r));
     DT_CHECK(dt_train_choose_backend(r));
+    DT_CHECK(dt_train_ckpt_async_open(r));
     DT_CHECK(dt_train_build(r));
+    DT_CHECK(dt_train_ckpt_async_ready(r));
     DT_CHECK(dt_train_ckpt_resume(r));
     DT_CHECK(monitor_open(r));
     DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, r->comm, note, &r->wd));

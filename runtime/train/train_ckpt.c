@@ -36,7 +36,7 @@
  * load reads, whatever the world size or shard the file was saved with
  * (the file holds every tensor whole). */
 #define MAX_BLOCKS 3 /* the parameters and at most two optimizer states */
-struct staging {
+struct ckpt_staging {
     float *host;
     int nbuf;
     size_t off[MAX_BLOCKS]; /* where each block starts in host */
@@ -49,6 +49,10 @@ struct staging {
      * fails ends the run (or the evaluation) anyway, so a state half read
      * is never trained on. */
     int direct;
+    /* A background checkpoint's snapshot: always a copy (training goes on
+     * while it is written), in dt_backend_host_alloc's memory (pinned on a
+     * GPU, so the device's copy into it runs at full speed). */
+    dt_backend_t *pinned;
     float *bufs; /* the model's buffers: after the nbuf blocks */
     struct dt_ckpt_tensor *t; /* MAX_CKPT_TENSORS entries */
     int n;
@@ -87,12 +91,12 @@ static float *buffer(struct run *r, int b)
 }
 
 /* Whether block b holds this rank's shard only, and its floats. */
-static int block_sharded(const struct staging *s, int b)
+static int block_sharded(const struct ckpt_staging *s, int b)
 {
     return b > 0 ? s->shard : s->pshard;
 }
 
-static size_t block_numel(struct run *r, const struct staging *s, int b)
+static size_t block_numel(struct run *r, const struct ckpt_staging *s, int b)
 {
     size_t n = dt_model_num_params(r->model);
     if (b > 0 && s->shard) n = dt_optim_state_numel(r->opt);
@@ -100,7 +104,7 @@ static size_t block_numel(struct run *r, const struct staging *s, int b)
     return n;
 }
 
-static void stage_names(struct run *r, struct staging *s)
+static void stage_names(struct run *r, struct ckpt_staging *s)
 {
     size_t np = 0;
     s->n = 0;
@@ -141,23 +145,29 @@ static void stage_names(struct run *r, struct staging *s)
 }
 
 /* Staging for a save or a load; states: the optimizer's blocks (0 for
- * the parameters alone). */
-static dt_status staging_open(struct run *r, struct staging *s, int states)
+ * the parameters alone); snapshot: a copy of everything in the backend's
+ * host memory, for a background write. */
+static dt_status staging_open(struct run *r, struct ckpt_staging *s, int states, int snapshot)
 {
     const size_t *lo, *hi, *base;
     size_t nshard = states ? dt_optim_shard(r->opt, &lo, &hi, &base) : 0;
     s->nbuf = 1 + states;
     s->shard = nshard > 0;
     s->pshard = r->shard == 3 && nshard > 0;
-    s->direct = !dt_backend_caps(r->be)->device_memory;
+    s->direct = !snapshot && !dt_backend_caps(r->be)->device_memory;
+    s->pinned = snapshot ? r->be : NULL;
     size_t at = 0;
     for (int b = 0; b < s->nbuf && !s->direct; b++) {
         s->off[b] = at;
         at += block_numel(r, s, b);
     }
     /* zeroed: the padding between tensors, which loading does not fill */
-    dt_status st = dt_calloc(at + dt_model_num_buffer_elems(r->model) + 1, sizeof(float),
-                             "checkpoint staging", (void **)&s->host);
+    size_t bytes = (at + dt_model_num_buffer_elems(r->model) + 1) * sizeof(float);
+    dt_status st = snapshot ? dt_backend_host_alloc(r->be, bytes, (void **)&s->host)
+                            : dt_calloc(bytes, 1, "checkpoint staging", (void **)&s->host);
+    if (st != DT_OK && snapshot)
+        st = dt_error_context(st, "the background checkpoint's snapshot (%zu MiB; "
+                                  "checkpoint.async: off writes without one)", bytes >> 20);
     if (st == DT_OK)
         st = dt_calloc(MAX_CKPT_TENSORS, sizeof *s->t, "checkpoint staging", (void **)&s->t);
     if (st == DT_OK && s->shard) /* a piece per tensor and per range at most */
@@ -170,15 +180,18 @@ static dt_status staging_open(struct run *r, struct staging *s, int states)
     return st;
 }
 
-static void staging_close(struct staging *s)
+static void staging_close(struct ckpt_staging *s)
 {
-    free(s->host);
+    if (s->pinned)
+        dt_backend_host_free(s->pinned, s->host);
+    else
+        free(s->host);
     free(s->t);
     free(s->pieces);
 }
 
 /* device -> staging (to_host) or staging -> device */
-static dt_status staging_copy(struct run *r, struct staging *s, int to_host)
+static dt_status staging_copy(struct run *r, struct ckpt_staging *s, int to_host)
 {
     dt_status st = DT_OK;
     for (int b = 0; b < s->nbuf && st == DT_OK && !s->direct; b++) {
@@ -260,14 +273,14 @@ static void fill_meta(const struct run *r, struct dt_ckpt_meta *m)
 
 static dt_status save(struct run *r, char *path, size_t len)
 {
-    struct staging s = {0};
+    struct ckpt_staging s = {0};
     struct dt_ckpt_meta meta;
     char *yaml = job_yaml(r->job);
     dt_status st = yaml ? DT_OK : dt_set_error(DT_ERR_NOMEM, "out of memory writing the job");
     if (st == DT_OK)
         st = dt_train_sync_buffers(r);
     if (st == DT_OK)
-        st = staging_open(r, &s, dt_optim_state_count(r->opt));
+        st = staging_open(r, &s, dt_optim_state_count(r->opt), 0);
     if (st == DT_OK)
         st = staging_copy(r, &s, 1);
     st = dt_dist_agree(r->comm, st);
@@ -280,36 +293,201 @@ static dt_status save(struct run *r, char *path, size_t len)
     return st;
 }
 
-dt_status dt_train_ckpt_save(struct run *r, const char *why)
+/* The checkpoint record of metrics.jsonl (rank 0): how long training was
+ * blocked by the checkpoint at `step` (its snapshot, or the whole write),
+ * of that how long it waited for the write before it, and how long the
+ * write took. */
+static dt_status ckpt_record(struct run *r, int64_t step, const char *path, int background,
+                            double blocked_s, double wait_s, double write_s)
+{
+    if (r->rank != 0 || !r->metrics)
+        return DT_OK;
+    struct dt_metrics_rec rec;
+    dt_metrics_begin(&rec, "checkpoint");
+    dt_metrics_int(&rec, "step", step);
+    const char *slash = strrchr(path, '/');
+    dt_metrics_str(&rec, "file", slash ? slash + 1 : path); /* in the run's checkpoints/ */
+    dt_metrics_str(&rec, "mode", background ? "background" : "synchronous");
+    dt_metrics_num(&rec, "blocked_s", blocked_s, 6);
+    dt_metrics_num(&rec, "checkpoint_wait_s", wait_s, 6);
+    dt_metrics_num(&rec, "write_s", write_s, 6);
+    return dt_metrics_put(r->metrics, &rec);
+}
+
+/* A written checkpoint: the step is on disk; rank 0 prunes. */
+static void written(struct run *r, int64_t step)
+{
+    r->last_ckpt_step = step;
+    dt_status pst = r->rank == 0 ? dt_ckpt_prune(r->ckpt_dir, (int)r->job->checkpoint.keep_last,
+                                                 r->job->checkpoint.keep_every)
+                                 : DT_OK;
+    if (pst != DT_OK)
+        DT_LOG_WARN("ckpt", "retention: %s", dt_last_error());
+}
+
+/* A checkpoint of `step` that could not be written: the run stops, or
+ * with checkpoint.on_error=continue goes on with a warning. */
+static dt_status not_written(struct run *r, dt_status st, int64_t step)
+{
+    if (st == DT_ERR_COMM || st == DT_ERR_TIMEOUT ||
+        strcmp(r->job->checkpoint.on_error, "continue") != 0)
+        return dt_error_context(st, "checkpoint at step %lld", (long long)step);
+    DT_LOG_WARN("ckpt", "step %lld: checkpoint not written, training continues "
+                        "(checkpoint.on_error=continue): %s",
+                (long long)step, dt_last_error());
+    r->last_ckpt_time = dt_now();
+    return DT_OK;
+}
+
+int dt_train_ckpt_writing(struct run *r) { return r->writer && dt_ckpt_writer_busy(r->writer); }
+
+dt_status dt_train_ckpt_collect(struct run *r)
 {
     char path[4096 + 128] = "";
+    double write_s = 0;
+    if (!r->writer || !dt_ckpt_writer_pending(r->writer))
+        return DT_OK;
+    dt_watchdog_phase(r->wd, "waiting for the background checkpoint", r->bg_step);
+    dt_status st = dt_ckpt_writer_wait(r->writer, path, sizeof path, &write_s);
+    dt_watchdog_idle(r->wd);
+    if (st != DT_OK)
+        return not_written(r, st, r->bg_step);
+    DT_LOG_INFO("ckpt",
+                "step %lld: checkpoint %s written (%s) in the background in %.2fs; training "
+                "waited %.3fs for it (%.3fs of that for the write before it)",
+                (long long)r->bg_step, path, r->bg_why, write_s, r->bg_blocked, r->bg_waited);
+    written(r, r->bg_step);
+    return ckpt_record(r, r->bg_step, path, 1, r->bg_blocked, r->bg_waited, write_s);
+}
+
+dt_status dt_train_ckpt_async_ready(struct run *r)
+{
+    dt_status st = DT_OK;
+    if (!r->writer || r->bg)
+        return DT_OK;
+    if (!(r->bg_yaml = job_yaml(r->job)))
+        st = dt_set_error(DT_ERR_NOMEM, "out of memory writing the job");
+    if (st == DT_OK)
+        st = dt_calloc(1, sizeof *r->bg, "checkpoint staging", (void **)&r->bg);
+    if (st == DT_OK && (st = staging_open(r, r->bg, dt_optim_state_count(r->opt), 1)) != DT_OK) {
+        staging_close(r->bg);
+        free(r->bg);
+        r->bg = NULL;
+    }
+    if (st == DT_OK) { /* its pages now, not at the first checkpoint's copy */
+        size_t n = (r->bg->bufs - r->bg->host) + dt_model_num_buffer_elems(r->model);
+        memset(r->bg->host, 0, n * sizeof(float));
+    }
+    return dt_dist_agree(r->comm, st);
+}
+
+/* Copies the state into the snapshot and hands it to the writer. */
+static dt_status snapshot(struct run *r)
+{
+    struct dt_ckpt_meta meta;
+    DT_ASSERT(r->bg); /* dt_train_ckpt_async_ready ran */
+    dt_status st = dt_train_sync_buffers(r);
+    if (st == DT_OK)
+        st = staging_copy(r, r->bg, 1);
+    st = dt_dist_agree(r->comm, st);
+    if (st != DT_OK)
+        return st;
+    fill_meta(r, &meta);
+    return dt_dist_agree(r->comm, dt_ckpt_writer_submit(r->writer, r->ckpt_dir, &meta, r->bg->t,
+                                                        r->bg->n, r->bg_yaml));
+}
+
+dt_status dt_train_ckpt_save_periodic(struct run *r, const char *why)
+{
+    if (!r->writer)
+        return dt_train_ckpt_save(r, why);
     if (r->last_ckpt_step == r->step)
         return DT_OK; /* this state is already on disk */
     double t0 = dt_now();
+    dt_status st = dt_train_ckpt_collect(r); /* one write in flight at a time */
+    double waited = dt_now() - t0;
+    if (st != DT_OK)
+        return st;
+    if (waited > 0.001)
+        DT_LOG_INFO("ckpt", "step %lld: the checkpoint waited %.3fs for the one before it",
+                    (long long)r->step, waited);
+    dt_watchdog_phase(r->wd, "checkpoint snapshot", r->step);
+    st = snapshot(r);
+    dt_watchdog_idle(r->wd);
+    if (st != DT_OK)
+        return not_written(r, st, r->step);
+    r->bg_step = r->step;
+    r->bg_waited = waited;
+    r->bg_blocked = dt_now() - t0;
+    snprintf(r->bg_why, sizeof r->bg_why, "%s", why);
+    r->last_ckpt_time = dt_now();
+    DT_LOG_DEBUG("ckpt", "step %lld: state copied for the checkpoint in %.3fs; written in the "
+                         "background",
+                 (long long)r->step, r->bg_blocked - waited);
+    return DT_OK;
+}
+
+dt_status dt_train_ckpt_save(struct run *r, const char *why)
+{
+    char path[4096 + 128] = "";
+    double t0 = dt_now();
+    dt_status st = dt_train_ckpt_collect(r); /* the write in flight first */
+    double waited = dt_now() - t0;
+    if (st != DT_OK)
+        return st;
+    if (r->last_ckpt_step == r->step)
+        return DT_OK; /* this state is already on disk */
+    double t1 = dt_now();
     dt_watchdog_phase(r->wd, "checkpoint", r->step);
     /* a sharded optimizer's state is written by the ranks holding it */
-    dt_status st = save(r, path, sizeof path);
+    st = save(r, path, sizeof path);
     dt_watchdog_idle(r->wd);
-    if (st == DT_OK) {
-        r->last_ckpt_time = dt_now();
-        r->last_ckpt_step = r->step;
-        DT_LOG_INFO("ckpt", "step %lld: checkpoint %s written (%s) in %.2fs", (long long)r->step,
-                    path, why, dt_now() - t0);
-        dt_status pst = r->rank == 0 ? dt_ckpt_prune(r->ckpt_dir, (int)r->job->checkpoint.keep_last,
-                                                     r->job->checkpoint.keep_every)
-                                     : DT_OK;
-        if (pst != DT_OK)
-            DT_LOG_WARN("ckpt", "retention: %s", dt_last_error());
+    if (st != DT_OK)
+        return not_written(r, st, r->step);
+    r->last_ckpt_time = dt_now();
+    DT_LOG_INFO("ckpt", "step %lld: checkpoint %s written (%s) in %.2fs", (long long)r->step, path,
+                why, dt_now() - t1);
+    written(r, r->step);
+    return ckpt_record(r, r->step, path, 0, dt_now() - t0, waited, dt_now() - t1);
+}
+
+dt_status dt_train_ckpt_async_open(struct run *r)
+{
+    const char *mode = r->job->checkpoint.async;
+    int periodic = r->job->checkpoint.every_steps > 0 || r->job->checkpoint.every_minutes > 0;
+    if (r->eval_only || strcmp(mode, "off") == 0 || !periodic)
+        return DT_OK;
+    dt_status st = dt_comm_create_side(&r->side_comm);
+    if (st == DT_ERR_UNSUPPORTED) { /* before any collective: the same on every rank */
+        if (strcmp(mode, "on") == 0)
+            return dt_set_error(DT_ERR_USAGE,
+                                "checkpoint.async: on, but %s; set checkpoint.async: auto (or "
+                                "off) to write checkpoints synchronously, or use an MPI built "
+                                "with thread support",
+                                dt_last_error());
+        if (r->rank == 0)
+            DT_LOG_INFO("ckpt", "checkpoints are written synchronously (checkpoint.async: auto): "
+                                "%s", dt_last_error());
+        dt_clear_error();
         return DT_OK;
     }
-    if (st == DT_ERR_COMM || st == DT_ERR_TIMEOUT ||
-        strcmp(r->job->checkpoint.on_error, "continue") != 0)
-        return dt_error_context(st, "checkpoint at step %lld", (long long)r->step);
-    DT_LOG_WARN("ckpt", "step %lld: checkpoint not written, training continues "
-                        "(checkpoint.on_error=continue): %s",
-                (long long)r->step, dt_last_error());
-    r->last_ckpt_time = dt_now();
-    return DT_OK;
+    if (st == DT_OK)
+        st = dt_ckpt_writer_create(r->side_comm, &r->writer);
+    return dt_dist_agree(r->comm, st);
+}
+
+void dt_train_ckpt_async_close(struct run *r)
+{
+    dt_ckpt_writer_destroy(r->writer);
+    r->writer = NULL;
+    dt_comm_destroy(r->side_comm);
+    r->side_comm = NULL;
+    if (r->bg)
+        staging_close(r->bg);
+    free(r->bg);
+    r->bg = NULL;
+    free(r->bg_yaml);
+    r->bg_yaml = NULL;
 }
 
 /* ---- loading --------------------------------------------------------------- */
@@ -403,14 +581,14 @@ static dt_status check_position(const struct run *r, const char *path, const str
 
 static dt_status load_local(struct run *r, const char *path)
 {
-    struct staging s = {0};
+    struct ckpt_staging s = {0};
     struct dt_ckpt_info *info = calloc(1, sizeof *info);
     struct dt_ckpt_meta meta;
     dt_status st = info ? DT_OK : dt_set_error(DT_ERR_NOMEM, "out of memory");
     DT_CHECK(st);
     DT_CHECK(dt_ckpt_verify(path, info));
     DT_CHECK(check_compatible(r, path, info->job_yaml ? info->job_yaml : ""));
-    DT_CHECK(staging_open(r, &s, dt_optim_state_count(r->opt)));
+    DT_CHECK(staging_open(r, &s, dt_optim_state_count(r->opt), 0));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(check_position(r, path, &meta));
     DT_CHECK(staging_copy(r, &s, 0));
@@ -444,10 +622,10 @@ out:
 
 static dt_status load_params_local(struct run *r, const char *path)
 {
-    struct staging s = {0};
+    struct ckpt_staging s = {0};
     struct dt_ckpt_meta meta;
     dt_status st;
-    DT_CHECK(staging_open(r, &s, 0));
+    DT_CHECK(staging_open(r, &s, 0, 0));
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(staging_copy(r, &s, 0));
     r->step = meta.step;
@@ -584,7 +762,9 @@ dt_status dt_train_ckpt_rollback(struct run *r)
 {
     int loaded = 0;
     int64_t rollbacks = r->rollbacks + 1;
-    dt_status st = load_agreed(r, 1, NULL, &loaded);
+    dt_status st = dt_train_ckpt_collect(r); /* it may be the newest checkpoint */
+    if (st == DT_OK)
+        st = load_agreed(r, 1, NULL, &loaded);
     if (st != DT_OK)
         return st;
     if (!loaded)

@@ -10,6 +10,7 @@
 
 #include "collectives/comm.h"
 #include "collectives/reducer.h"
+#include "io/ckpt_writer.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "kernels/backend.h"
@@ -89,6 +90,18 @@ struct run {
     int buffers_synced;     /* the model's buffers are the same on every rank (no training
                                forward since dt_train_sync_buffers) */
     struct dt_watchdog *wd;
+    /* Periodic checkpoints in the background (checkpoint.async): the
+     * writer and its communicator (NULL: written synchronously), the host
+     * snapshot it writes from, and the write in flight. */
+    dt_comm_t *side_comm;
+    dt_ckpt_writer_t *writer;
+    struct ckpt_staging *bg;
+    char *bg_yaml;
+    int64_t bg_step;    /* the step of the write in flight */
+    double bg_blocked;  /* seconds the training thread spent on its snapshot */
+    double bg_waited;   /* of which, waiting for the write before it */
+    char bg_why[64];
+    int bg_done;        /* the last step's agreement: no rank's writer is writing */
 
     /* Monitoring (train.c). Time over this segment (one process lifetime,
      * up to a stop and resume), summed from the logged windows. */
@@ -115,6 +128,24 @@ struct run {
 /* Writes a checkpoint of the current state; `why` goes into the log. A
  * failed write stops the run or only warns, as checkpoint.on_error says. */
 dt_status dt_train_ckpt_save(struct run *r, const char *why);
+/* A periodic checkpoint: in the background when the run has a writer
+ * (waiting first for the write before it, which is then collected),
+ * otherwise as dt_train_ckpt_save. */
+dt_status dt_train_ckpt_save_periodic(struct run *r, const char *why);
+/* Collects the background write in flight, waiting for it: logs it,
+ * prunes, and returns its failure as dt_train_ckpt_save would (a failed
+ * write stops the run unless checkpoint.on_error=continue). DT_OK when
+ * none is in flight. Every rank calls it at the same point. */
+dt_status dt_train_ckpt_collect(struct run *r);
+/* 1 while this rank's writer is still writing. */
+int dt_train_ckpt_writing(struct run *r);
+/* Starts the background writer when checkpoint.async allows it (set-up,
+ * collective), and ends it (waiting for any write in flight). */
+dt_status dt_train_ckpt_async_open(struct run *r);
+/* Allocates the snapshot's memory (and touches it) once the model and
+ * the optimizer exist, so the first checkpoint pays only for its copy. */
+dt_status dt_train_ckpt_async_ready(struct run *r);
+void dt_train_ckpt_async_close(struct run *r);
 /* Collective: every rank takes the mean over ranks of the model's buffers
  * (batch norm's running statistics). */
 dt_status dt_train_sync_buffers(struct run *r);

@@ -755,8 +755,19 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
         shard_need(r, &need, p4, states, (uint64_t)ranks);
     need.activations = host ? ms.arena_bytes : 0;
     /* checkpoints: a host backend's are written and read where the state
-     * is; a device's pass through a host copy of it */
-    need.staging = host ? 0 : times(p4, 1 + (uint64_t)states);
+     * is; a device's pass through a host copy of it, and a background
+     * write needs one of what this rank holds */
+    need.staging = !host ? times(p4, 1 + (uint64_t)states) : 0;
+    if (host && r->writer) { /* the snapshot: what this rank holds of both */
+        int pshard = ranks > 1 && !r->eval_only && counted_stage(r) == 3;
+        need.staging = dt_mem_add(pshard ? p4 / (uint64_t)ranks : p4, need.optim);
+        need.async_saving = need.staging;
+        /* a stage that shards the optimizer state or the parameters
+         * shrinks the snapshot by as much again */
+        need.shard_saving = dt_mem_add(need.shard_saving, need.shard_saving);
+        if (need.params_saving)
+            need.params_saving = dt_mem_add(need.params_saving, p4 - p4 / (uint64_t)ranks);
+    }
     uint64_t test = r->gen_only ? 0 : loader_bytes(r, r->test, eval_global_batch(r) / r->world);
     uint64_t train = r->eval_only ? 0 : loader_bytes(r, r->train, r->micro);
     if (!r->eval_only && strcmp(job->data.cache, "memory") == 0) { /* the split, or a shard */
@@ -1310,6 +1321,10 @@ dt_status dt_train_save_model(struct run *r)
 
 void dt_train_close(struct run *r, dt_status st)
 {
+    /* after a communication failure a peer may never finish its part of
+     * a background write: the job is being ended, so nothing is waited for */
+    if (st != DT_ERR_COMM && st != DT_ERR_TIMEOUT)
+        dt_train_ckpt_async_close(r);
     unbuild(r);
     dt_comm_destroy(r->own_comm);
     if (r->be && r->opts && r->opts->mem)

@@ -110,7 +110,13 @@ expect 64 "train.eval_batch: expected an integer from 1 to 1000000000" -- $T --s
 # a model no machine holds is refused before anything is allocated, with the
 # numbers, instead of being killed by the kernel; and so is one past the
 # job's own runtime.memory_limit
-expect 64 "needs about 16.0 TiB of host memory on each rank \(parameters 4.00 TiB.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1
+# (with a periodic checkpoint written in the background, its snapshot of
+# the parameters and the optimizer state counts too)
+expect 64 "needs about 28.0 TiB of host memory on each rank \(parameters 4.00 TiB.*checkpoint staging 12.0 TiB.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1
+expect 64 "needs about 16.0 TiB of host memory on each rank \(parameters 4.00 TiB.*checkpoint staging 0 B.*can have at most" -- $T --set model.hidden=[1048576,1048576] --set output.dir=m1 --set checkpoint.async=off
+# one that fits only without the background write's snapshot is told so
+expect 64 "more than runtime.memory_limit=0.35 GiB: raise the limit, or set checkpoint.async: off \(.*without the 193 MiB snapshot" -- $T --set model.hidden=[4096,4096] --set runtime.memory_limit=0.35 --set output.dir=m4
+expect 0 "" -- $T --set model.hidden=[4096,4096] --set runtime.memory_limit=0.35 --set checkpoint.async=off --set train.steps=2 --set output.dir=m5
 expect 64 "more than runtime.memory_limit=0.01 GiB" -- $T --set runtime.memory_limit=0.01 --set output.dir=m2
 expect 64 "needs about .*more than runtime.memory_limit" -- $MPIRUN 2 $DTRAIN train job.yaml --set runtime.memory_limit=0.01 --set output.dir=m3
 

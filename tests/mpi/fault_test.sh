@@ -12,7 +12,14 @@
 #   - resume on another world size: within 1e-5;
 #   - SIGTERM: a checkpoint and exit 75, then resume: bit-identical;
 #   - a NaN step: skipped and rolled back: bit-identical;
-#   - a checkpoint of another model: refused with what differs.
+#   - a checkpoint of another model: refused with what differs;
+#   - background checkpoint writes (checkpoint.async, on by default): the
+#     same tensors as synchronous ones; a rank killed while a write is in
+#     flight (the previous checkpoint resumed, bit-identical); a write so
+#     slow that the next checkpoint waits (the log and metrics.jsonl say
+#     how long); a stop with a write in flight (it is finished, then the
+#     final state saved); a disk that fills during a background write
+#     (exit 74 in the middle of the run, nothing earlier lost).
 # Prints the count of faults injected and survived.
 #   fault_test.sh DTRAIN COMPARE_MODELS WORKDIR
 set -uo pipefail
@@ -39,6 +46,12 @@ launch() { # NP DIR [args]: through the restart supervisor
   timeout -k 10 600 "$DTRAIN" launch -n "$np" --launcher mpirun --launcher-arg --oversubscribe \
     --launcher-arg --bind-to --launcher-arg none --backoff 0 --max-restarts 3 \
     -- train job.yaml --set output.dir="$dir" "$@"
+}
+term_at() { # LOG STEP DIR: once LOG shows step STEP, SIGTERM the ranks of the run in DIR
+  for _ in $(seq 1 300); do grep -q "step $2/" "$1" 2>/dev/null && break; sleep 0.1; done
+  for p in $(pgrep -x dtrain); do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "output.dir=$3 " && kill -TERM "$p"
+  done
 }
 export OMPI_MCA_btl=self,vader
 
@@ -128,6 +141,18 @@ if mount -t tmpfs -o size=1m dtrain-test small 2>/dev/null; then
   [ "$rc" = 0 ] && grep -q "checkpoint not written, training continues" full3.out \
     && [ "$before" = "$(md5sum small/run/checkpoints/* | sort)" ] && ok \
     || bad "on_error=continue: exit $rc: $(grep -E 'dtrain:|warn' full3.out | head -3)"
+  # the same failure found in the middle of the run: the background write
+  # of step 20 fails, the run ends with it at once (not at the next
+  # checkpoint or the end), exit 74, nothing earlier touched (last:
+  # its log lines take the space the runs above need)
+  fault
+  train 2 small/run --set train.steps=60 --set checkpoint.every_steps=20 > full4.out 2>&1
+  rc=$?
+  if [ "$rc" = 74 ] && [ "$before" = "$(md5sum small/run/checkpoints/* | sort)" ] \
+     && ! ls small/run/checkpoints/.ckpt-* >/dev/null 2>&1 && grep -q "dtrain: .*ckpt-0000000020" full4.out \
+     && ! grep -q "step 40/" full4.out; then
+    survive
+  else bad "disk full in a background write: exit $rc, $(grep -E 'dtrain:|step 40/' full4.out | head -3)"; fi
   umount small
   trap - EXIT
 else
@@ -155,10 +180,7 @@ else bad "resume on another world size: exit $rc: $(grep -E 'resumed|error|dtrai
 fault
 train 2 term --set train.epochs=40 > term1.out 2>&1 &
 pid=$!
-for _ in $(seq 1 200); do grep -q "step 50/" term1.out 2>/dev/null && break; sleep 0.1; done
-for p in $(pgrep -x dtrain); do
-  tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "output.dir=term" && kill -TERM "$p"
-done
+term_at term1.out 50 term
 wait "$pid"
 rc=$?
 if [ "$rc" = 75 ] && grep -qE "stopped by SIGTERM on [12] of 2 ranks after step" term1.out; then ok; else bad "SIGTERM: exit $rc: $(tail -3 term1.out)"; fi
@@ -194,6 +216,53 @@ train 2 again --resume never > again.out 2>&1
 a=$(timeout -k 10 120 $MPIRUN 1 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
 b=$(timeout -k 10 120 $MPIRUN 3 "$DTRAIN" eval job.yaml --checkpoint base/checkpoints/ckpt-0000000060.h5 2>/dev/null | grep "^test loss")
 [ -n "$a" ] && [ "${a%% (*}" = "${b%% (*}" ] && ok || bad "eval on 1 and 3 ranks: '$a' vs '$b'"
+
+# --- background checkpoint writes ---------------------------------------------------------------
+# base wrote its periodic checkpoints in the background; the same job
+# written synchronously holds the same tensors and ends the same
+train 2 syncbase --set checkpoint.async=off > syncbase.out 2>&1
+if grep -q "written (checkpoint.every_steps) in the background" base.out \
+   && ! grep -q "in the background" syncbase.out && same base syncbase \
+   && h5diff base/checkpoints/ckpt-0000000030.h5 syncbase/checkpoints/ckpt-0000000030.h5 /params /params \
+   && h5diff base/checkpoints/ckpt-0000000030.h5 syncbase/checkpoints/ckpt-0000000030.h5 /optim /optim; then ok
+else bad "background and synchronous checkpoints differ: $(grep -E 'ckpt|error' syncbase.out | head -3)"; fi
+# a rank killed while its write of step 20 is held in flight: step 10's is resumed
+fault
+DTRAIN_FAULT=1:slowckpt:3000,1:bgkill:25 launch 2 bgkill > bgkill.out 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -q "killing itself at step 26 with a background checkpoint in flight" bgkill.out \
+   && grep -q "resumed from .*ckpt-0000000010" bgkill.out && same base bgkill \
+   && ! ls bgkill/checkpoints/.ckpt-* >/dev/null 2>&1; then survive
+else bad "killed during a background write: exit $rc: $(grep -E 'killing|resumed|error' bgkill.out | head -4)"; fi
+# each write held 400 ms: the next checkpoint waits for it, and says how long
+DTRAIN_FAULT=0:slowckpt:400 train 2 slow > slow.out 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -q "the checkpoint waited [0-9.]*s for the one before it" slow.out && same base slow \
+   && "$PY" - slow/metrics.jsonl <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"checkpoint"' in l]
+recs = [r for r in recs if r.get("type") == "checkpoint"]
+assert [r["step"] for r in recs] == [10, 20, 30, 40, 50, 60], recs
+assert all(r["mode"] == "background" for r in recs), recs
+assert max(r["checkpoint_wait_s"] for r in recs) > 0.2, recs
+assert all(r["write_s"] > 0.4 for r in recs), recs
+PY
+then ok; else bad "slow background writes: exit $rc: $(grep -E 'waited|error' slow.out | head -3)"; fi
+# SIGTERM while a write is held in flight: it is finished, then the final state saved
+fault
+DTRAIN_FAULT=1:slowckpt:2000 train 2 bgterm --set train.epochs=40 --set checkpoint.every_steps=50 \
+  > bgterm1.out 2>&1 &
+pid=$!
+term_at bgterm1.out 60 bgterm
+wait "$pid"
+rc=$?
+final=$(sed -n 's/.*checkpoint \(.*ckpt-[0-9]*\.h5\) written (stop requested).*/\1/p' bgterm1.out)
+if [ "$rc" = 75 ] && grep -q "ckpt-0000000050.h5 written (checkpoint.every_steps) in the background" bgterm1.out \
+   && [ -n "$final" ] && [ "$(cat bgterm/checkpoints/latest)" = "$(basename "$final")" ]; then ok
+else bad "SIGTERM with a write in flight: exit $rc: $(grep -E 'ckpt|stop|error' bgterm1.out | tail -4)"; fi
+train 2 bgterm --set train.epochs=40 --set checkpoint.every_steps=50 > bgterm2.out 2>&1
+if same termbase bgterm && grep -q "resumed from" bgterm2.out; then survive
+else bad "SIGTERM with a write in flight: the resumed run differs: $(grep -E 'resumed|error' bgterm2.out)"; fi
 
 echo "faults injected: $injected, survived: $survived"
 echo "fault_test: $pass passed, $fail failed"
