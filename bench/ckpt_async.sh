@@ -21,8 +21,13 @@
 #   blocked:  async's median blocked_s over sync's (target at most 0.10)
 #   run time: async's loop time over none's (target at most 1.05), and
 #             sync's over none's
+# The peer, where PyTorch 2 is installed (PEER_PY names its Python): the
+# same GPT under DistributedDataParallel (gloo, 2 processes) with AdamW,
+# saving with torch.distributed.checkpoint's save and async_save
+# (bench/torch_async_ckpt.py), the same three modes in the same rounds.
+#   python3 -m venv peer && peer/bin/pip install torch==2.5.1 h5py
 # Needs: build/ (launch/setup.sh), python3, 2 cores.
-#   [ROUNDS=3] [BUILD_DIR=build] bash bench/ckpt_async.sh [STEPS] [EVERY]
+#   [ROUNDS=3] [BUILD_DIR=build] [PEER_PY=python] bash bench/ckpt_async.sh [STEPS] [EVERY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-160}
@@ -58,18 +63,30 @@ run() { # MODE ROUND
   rm -rf "$work/$name/checkpoints" "$work/$name/model.h5"
 }
 
+PEER_PY=${PEER_PY:-python3}
+peer=0
+"$PEER_PY" -c 'import torch.distributed.checkpoint as d, h5py; d.async_save' 2>/dev/null && peer=1
+peer_run() { # MODE ROUND
+  (cd bench && "$PEER_PY" torch_async_ckpt.py "$work/text.h5" "$work/torch$1$2" "$STEPS" "$EVERY" 4 64 \
+    8 8 512 "$1") >"$work/torch$1$2.out" 2>&1 ||
+    { echo "ckpt_async.sh: the PyTorch peer failed ($1):" >&2; tail -5 "$work/torch$1$2.out" >&2; exit 1; }
+  rm -rf "$work/torch$1$2"
+}
+
 modes=(none sync async)
 for ((k = 0; k < ROUNDS; k++)); do
   for ((j = 0; j < 3; j++)); do
     mode=${modes[$(((j + k) % 3))]}
     echo "round $((k + 1)): $mode" >&2
     run "$mode" "$k"
+    if [ "$peer" = 1 ]; then peer_run "$mode" "$k"; fi
   done
 done
+[ "$peer" = 1 ] || echo "(no PyTorch with torch.distributed.checkpoint.async_save for $PEER_PY: no peer)"
 
-python3 - "$work" "$ROUNDS" "$STEPS" <<'PY'
+python3 - "$work" "$ROUNDS" "$STEPS" "$peer" <<'PY'
 import json, statistics, sys
-work, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, rounds, steps, peer = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 
 def recs(name, kind):
     out = []
@@ -107,4 +124,30 @@ print(f"loop time async / none: median {med(ratio):.3f}, rounds "
       + " ".join(f"{x:.3f}" for x in ratio) + " (target at most 1.05)")
 print(f"loop time sync / none:  median {med(sratio):.3f}, rounds "
       + " ".join(f"{x:.3f}" for x in sratio))
+if peer:
+    def peer_out(name):
+        got = {}
+        for line in open(f"{work}/{name}.out"):
+            k, _, v = line.partition(" ")
+            if k.startswith("torch_"):
+                got[k] = [float(x) for x in v.split()]
+        return got
+    tl = {m: [] for m in loop}
+    tb = {m: [] for m in ("sync", "async")}
+    tw = {m: [] for m in ("sync", "async")}
+    for k in range(rounds):
+        for m in tl:
+            o = peer_out(f"torch{m}{k}")
+            tl[m].append(o["torch_loop_s"][0])
+            if m != "none":
+                tb[m] += o.get("torch_blocked_s", [])
+                tw[m] += o.get("torch_write_s", [])
+    print("PyTorch peer (DDP, torch.distributed.checkpoint):")
+    for m in tl:
+        b = f"{med(tb[m]):.3f} ({min(tb[m]):.3f}-{max(tb[m]):.3f})" if m in tb else "-"
+        w = f"{med(tw[m]):.2f}" if m in tw else "-"
+        print(f"{m:6} {' '.join(f'{x:.1f}' for x in tl[m]):32} {med(tl[m]):8.1f} {b:>36} {w:>17}")
+    print(f"peer blocked per save, async / sync: {med(tb['async']) / med(tb['sync']):.3f}; loop time "
+          f"async / none: {med([a / n for a, n in zip(tl['async'], tl['none'])]):.3f}, sync / none: "
+          f"{med([s / n for s, n in zip(tl['sync'], tl['none'])]):.3f}")
 PY

@@ -265,6 +265,21 @@ dt_status dt_comm_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
     return st != DT_OK ? st : c->ops->broadcast(c, buf, bytes, root);
 }
 
+dt_status dt_comm_sendrecv(dt_comm_t *c, const void *send, size_t sbytes, int to, void *recv,
+                           size_t rbytes, int from)
+{
+    if (to < 0 || to >= c->size || from < 0 || from >= c->size)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "dt_comm_sendrecv: ranks %d and %d: not both ranks of this job (0..%d)",
+                            to, from, c->size - 1);
+    if (!c->ops->sendrecv)
+        return dt_set_error(DT_ERR_UNSUPPORTED, "the %s communicator has no point-to-point sends",
+                            c->ops->name);
+    dt_status st = check_buf("dt_comm_sendrecv", send, sbytes, "the send buffer");
+    if (st == DT_OK) st = check_buf("dt_comm_sendrecv", recv, rbytes, "the receive buffer");
+    return st != DT_OK ? st : c->ops->sendrecv(c, send, sbytes, to, recv, rbytes, from);
+}
+
 dt_status dt_comm_allgather(dt_comm_t *c, const void *send, void *recv, size_t bytes)
 {
     if (bytes > SIZE_MAX / (size_t)c->size)

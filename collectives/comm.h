@@ -148,6 +148,11 @@ dt_status dt_comm_allgather(dt_comm_t *c, const void *send, void *recv, size_t b
 dt_status dt_comm_reduce_scatter(dt_comm_t *c, const void *send, void *recv, size_t count,
                                  enum dt_dtype t, enum dt_comm_op op);
 dt_status dt_comm_barrier(dt_comm_t *c);
+/* Point to point, both at once: sends sbytes to rank `to` while receiving
+ * rbytes from rank `from` (each pair of ranks calls it with matching
+ * sizes). mpi only: DT_ERR_UNSUPPORTED elsewhere. */
+dt_status dt_comm_sendrecv(dt_comm_t *c, const void *send, size_t sbytes, int to, void *recv,
+                           size_t rbytes, int from);
 
 
 /* The library behind backend `backend` ("mpi", "nccl") and its version,

@@ -34,6 +34,9 @@ struct dt_comm_ops {
     dt_status (*reduce_scatter)(dt_comm_t *c, const void *send, void *recv, size_t count,
                                 enum dt_dtype t, enum dt_comm_op op);
     dt_status (*barrier)(dt_comm_t *c);
+    /* Optional (NULL: dt_comm_sendrecv is unsupported). */
+    dt_status (*sendrecv)(dt_comm_t *c, const void *send, size_t sbytes, int to, void *recv,
+                          size_t rbytes, int from);
     /* May return if the library could not abort; comm.c then _exits. */
     void (*abort)(dt_comm_t *c, int exit_code);
     /* Frees the backend's resources and the struct itself. */

@@ -207,6 +207,7 @@ struct save {
     hid_t *dsets;   /* n datasets of the open file */
     hid_t job;      /* the job YAML's dataset */
     hid_t file;
+    int independent; /* data written without collective I/O (dt_ckpt_save_ex) */
 };
 
 struct agree_rec {
@@ -865,7 +866,8 @@ static dt_status write_tensors(struct save *s)
     dt_status st = DT_OK;
     dt_h5_lock();
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
+    if (dxpl < 0 ||
+        H5Pset_dxpl_mpio(dxpl, s->independent ? H5FD_MPIO_INDEPENDENT : H5FD_MPIO_COLLECTIVE) < 0)
         st = dt_h5_error(DT_ERR_IO, "checkpoint %s: cannot set up collective writes", s->tmp);
     dt_h5_unlock();
     /* a failure here is the same on every rank (no I/O yet) */
@@ -1031,8 +1033,20 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
                        const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
                        size_t len)
 {
-    struct save s = {
-        .dir = dir ? dir : "", .t = t, .n = n, .yaml = job_yaml, .file = -1, .job = -1};
+    return dt_ckpt_save_ex(c, dir, meta, t, n, job_yaml, path, len, DT_CKPT_IO_COLLECTIVE);
+}
+
+dt_status dt_ckpt_save_ex(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta *meta,
+                          const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
+                          size_t len, enum dt_ckpt_io io)
+{
+    struct save s = {.dir = dir ? dir : "",
+                     .t = t,
+                     .n = n,
+                     .yaml = job_yaml,
+                     .file = -1,
+                     .job = -1,
+                     .independent = io == DT_CKPT_IO_INDEPENDENT};
     DT_ASSERT(c);
     s.comm = *(const MPI_Comm *)dt_comm_mpi_handle(c);
     MPI_Comm_rank(s.comm, &s.rank);

@@ -120,6 +120,18 @@ dt_status dt_ckpt_save(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta 
                        const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
                        size_t len);
 
+/* How the ranks write their slices: in collective MPI-IO calls (MPI-IO
+ * may gather the data onto aggregator ranks first: the fewest, largest
+ * writes), or each rank its own (no data crosses between ranks: what a
+ * background writer wants, as its collective exchanges compete with the
+ * training beside it; measured in bench/ckpt_async.sh). */
+enum dt_ckpt_io { DT_CKPT_IO_COLLECTIVE, DT_CKPT_IO_INDEPENDENT };
+
+/* dt_ckpt_save with the data written as io says; the file is the same. */
+dt_status dt_ckpt_save_ex(dt_comm_t *c, const char *dir, const struct dt_ckpt_meta *meta,
+                          const struct dt_ckpt_tensor *t, int n, const char *job_yaml, char *path,
+                          size_t len, enum dt_ckpt_io io);
+
 /* What a checkpoint holds, from dt_ckpt_verify. */
 struct dt_ckpt_info {
     struct dt_ckpt_meta meta;

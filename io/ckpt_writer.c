@@ -46,7 +46,62 @@ struct dt_ckpt_writer {
     struct dt_ckpt_tensor *t;
     int n, cap;
     const char *yaml;
+    int snap; /* the job is job_snap, not a checkpoint */
+    struct dt_snap_job job_snap;
 };
+
+/* What one rank tells its peer before the copy itself. */
+struct snap_hello {
+    uint64_t bytes, cap, layout_key;
+    int64_t step;
+    struct dt_ckpt_meta meta;
+};
+
+/* The snapshot job: own file, the exchange, the peer file, pruning. The
+ * exchange runs whatever happened to the own file, so that both sides of
+ * every pair make the same calls. */
+static dt_status run_snap(dt_ckpt_writer_t *w)
+{
+    const struct dt_snap_job *j = &w->job_snap;
+    char dir[DT_SNAP_PATH], msg[2048] = "";
+    dt_snap_dir(j->base, j->id.run_key, j->node, dir, sizeof dir);
+    dt_status st = dt_snap_write(dir, DT_SNAP_OWN, &j->id, j->step, &j->meta, j->data, j->bytes);
+    if (st != DT_OK) snprintf(msg, sizeof msg, "%s", dt_last_error());
+    if (j->to >= 0) {
+        struct snap_hello mine = {j->bytes, j->peer_cap, j->id.layout_key, j->step, j->meta}, theirs;
+        dt_status x = dt_comm_sendrecv(w->side, &mine, sizeof mine, j->to, &theirs, sizeof theirs,
+                                       j->from);
+        if (x != DT_OK) { /* the pair is out of step: nothing more is exchanged */
+            snprintf(msg, sizeof msg, "%s", dt_last_error());
+            return dt_set_error(x, "%s", msg);
+        }
+        /* both sides know both sizes and rooms: a copy that does not fit
+         * is not sent (the same decision on both sides) */
+        uint64_t give = j->bytes <= theirs.cap ? j->bytes : 0;
+        uint64_t take = theirs.bytes <= j->peer_cap ? theirs.bytes : 0;
+        x = dt_comm_sendrecv(w->side, j->data, give, j->to, j->peer_buf, take, j->from);
+        if (x == DT_OK && take < theirs.bytes)
+            x = dt_set_error(DT_ERR_INTERNAL, "rank %d's snapshot (%llu bytes) is larger than the "
+                                              "room for it (%llu)",
+                             j->from, (unsigned long long)theirs.bytes,
+                             (unsigned long long)j->peer_cap);
+        if (x == DT_OK) {
+            struct dt_snap_id pid = {j->id.run_key, theirs.layout_key, j->from, j->id.world};
+            x = dt_snap_write(dir, DT_SNAP_PEER, &pid, theirs.step, &theirs.meta, j->peer_buf,
+                              theirs.bytes);
+            if (x == DT_OK) dt_snap_prune(dir, DT_SNAP_PEER, j->from, theirs.step);
+        }
+        if (x != DT_OK && st == DT_OK) {
+            st = x;
+            snprintf(msg, sizeof msg, "%s", dt_last_error());
+        }
+    }
+    if (st == DT_OK)
+        dt_snap_prune(dir, DT_SNAP_OWN, j->id.owner, j->step);
+    else
+        dt_set_error(st, "%s", msg);
+    return st;
+}
 
 static void run_one(dt_ckpt_writer_t *w)
 {
@@ -56,7 +111,9 @@ static void run_one(dt_ckpt_writer_t *w)
     if (dt_fault_value("slowckpt", dt_comm_rank(w->side), &ms)) /* testing aid */
         nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L},
                   NULL);
-    dt_status st = dt_ckpt_save(w->side, w->dir, &w->meta, w->t, w->n, w->yaml, path, sizeof path);
+    dt_status st = w->snap ? run_snap(w)
+                           : dt_ckpt_save_ex(w->side, w->dir, &w->meta, w->t, w->n, w->yaml, path,
+                                             sizeof path, DT_CKPT_IO_INDEPENDENT);
     pthread_mutex_lock(&w->mu);
     w->st = st;
     snprintf(w->msg, sizeof w->msg, "%s", st == DT_OK ? "" : dt_last_error());
@@ -139,6 +196,7 @@ dt_status dt_ckpt_writer_submit(dt_ckpt_writer_t *w, const char *dir,
     }
     if (n > 0) memcpy(w->t, t, (size_t)n * sizeof *t);
     pthread_mutex_lock(&w->mu);
+    w->snap = 0;
     w->meta = *meta;
     w->n = n;
     w->yaml = job_yaml;
@@ -147,6 +205,29 @@ dt_status dt_ckpt_writer_submit(dt_ckpt_writer_t *w, const char *dir,
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return DT_OK;
+}
+
+dt_status dt_ckpt_writer_submit_snap(dt_ckpt_writer_t *w, const struct dt_snap_job *job)
+{
+    if (dt_ckpt_writer_pending(w))
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "a snapshot was submitted to the writer while a write was pending");
+    pthread_mutex_lock(&w->mu);
+    w->snap = 1;
+    w->job_snap = *job;
+    w->done = 0;
+    w->submitted = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return DT_OK;
+}
+
+int dt_ckpt_writer_is_snap(dt_ckpt_writer_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int s = w->snap;
+    pthread_mutex_unlock(&w->mu);
+    return s;
 }
 
 int dt_ckpt_writer_pending(const dt_ckpt_writer_t *w)

@@ -1,8 +1,9 @@
 /*
  * ckpt_writer.h - a checkpoint written in the background: a thread of each
- * rank runs dt_ckpt_save (the same file, the same commit, the same checks
- * and messages) on a communicator of its own while the rank's training
- * thread goes on.
+ * rank runs dt_ckpt_save_ex (the same file, the same commit, the same
+ * checks and messages; each rank's slices written with independent I/O)
+ * on a communicator of its own while the rank's training thread goes on;
+ * and in-memory snapshots (snapshot.h) the same way.
  *
  * The caller snapshots its state into host memory of its own (the tensors
  * point into it), submits it, and keeps that memory untouched until the
@@ -22,6 +23,7 @@
 
 #include "collectives/comm.h"
 #include "io/checkpoint.h"
+#include "io/snapshot.h"
 
 typedef struct dt_ckpt_writer dt_ckpt_writer_t;
 
@@ -40,6 +42,31 @@ void dt_ckpt_writer_destroy(dt_ckpt_writer_t *w);
 dt_status dt_ckpt_writer_submit(dt_ckpt_writer_t *w, const char *dir,
                                 const struct dt_ckpt_meta *meta, const struct dt_ckpt_tensor *t,
                                 int n, const char *job_yaml);
+
+/* An in-memory snapshot (snapshot.h) for the writer: this rank's own
+ * file in its node's directory, and, when `to` >= 0, its data sent to rank
+ * `to` (on another node) while the copy of rank `from` is received and kept
+ * as a peer file. Every rank submits its snapshot at the same step. */
+struct dt_snap_job {
+    char base[DT_SNAP_PATH];   /* checkpoint.memory_dir */
+    int node;                  /* this rank's node */
+    int to, from;              /* the peer exchange; -1: none */
+    struct dt_snap_id id;      /* this rank's (owner = its rank) */
+    int64_t step;
+    struct dt_ckpt_meta meta;
+    const void *data;          /* the caller's, untouched until collected */
+    uint64_t bytes;
+    void *peer_buf;            /* room for the copy received (the caller's) */
+    uint64_t peer_cap;
+};
+
+/* Hands an in-memory snapshot to the writer, as dt_ckpt_writer_submit
+ * does a checkpoint (job is copied). Its outcome, collected by
+ * dt_ckpt_writer_wait, is the first failure of its files or its exchange. */
+dt_status dt_ckpt_writer_submit_snap(dt_ckpt_writer_t *w, const struct dt_snap_job *job);
+
+/* 1 when the write in flight (or done, uncollected) is a snapshot. */
+int dt_ckpt_writer_is_snap(dt_ckpt_writer_t *w);
 
 /* 1 while a submitted write has not been collected by dt_ckpt_writer_wait. */
 int dt_ckpt_writer_pending(const dt_ckpt_writer_t *w);

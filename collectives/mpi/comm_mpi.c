@@ -322,6 +322,28 @@ static dt_status mpi_broadcast(dt_comm_t *c, void *buf, size_t bytes, int root)
     return st;
 }
 
+/* In pieces of at most piece_limit bytes each way, the same number of
+ * calls on both sides of every pair (each side knows both sizes). */
+static dt_status mpi_sendrecv(dt_comm_t *c, const void *send, size_t sbytes, int to, void *recv,
+                              size_t rbytes, int from)
+{
+    size_t lim = piece_limit(c), most = sbytes > rbytes ? sbytes : rbytes;
+    char what[192];
+    dt_status st = check_broken(c, "MPI_Sendrecv");
+    for (size_t off = 0; (off < most || off == 0) && st == DT_OK; off += lim) {
+        size_t ns = off < sbytes ? (sbytes - off < lim ? sbytes - off : lim) : 0;
+        size_t nr = off < rbytes ? (rbytes - off < lim ? rbytes - off : lim) : 0;
+        snprintf(what, sizeof what, "MPI_Sendrecv of %zu bytes to rank %d and %zu from rank %d", ns,
+                 to, nr, from);
+        st = check_rc(MPI_Sendrecv((const char *)send + (ns ? off : 0), (int)ns, MPI_BYTE, to, 0,
+                                   (char *)recv + (nr ? off : 0), (int)nr, MPI_BYTE, from, 0,
+                                   impl(c)->world, MPI_STATUS_IGNORE),
+                      c->rank, what);
+        if (most == 0) break;
+    }
+    return st;
+}
+
 /* Bytes [off, off+n) of every rank's block: received through a datatype of
  * n bytes whose extent is a whole block, so rank r's piece lands at
  * r * bytes + off. */
@@ -815,6 +837,7 @@ static const struct dt_comm_ops mpi_ops = {
     .allgather = mpi_allgather,
     .reduce_scatter = mpi_reduce_scatter,
     .barrier = mpi_barrier,
+    .sendrecv = mpi_sendrecv,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
     .caps = &dt_mpi_comm_caps,

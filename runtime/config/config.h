@@ -153,6 +153,8 @@ struct dt_job {
         int64_t keep_every;          /* also keep steps that are multiples; 0 = off */
         char on_error[DT_JOB_STR];   /* stop | continue */
         char async[DT_JOB_STR];      /* auto | on | off: periodic checkpoints in the background */
+        int64_t memory_every_steps;  /* in-memory snapshots; 0 = off */
+        char memory_dir[DT_JOB_PATH]; /* where they are kept on each node */
     } checkpoint;
     struct {
         char backend[DT_JOB_STR];    /* auto | mpi | nccl (gradients) */

@@ -317,6 +317,16 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "without it; off: every checkpoint stops training until it is committed. Checkpoints "
         "at a stop and at the end are always written before the run goes on",
         ONE_OF(ckpt_async)),
+    ROW("checkpoint.memory_every_steps", I, checkpoint.memory_every_steps, "0",
+        "keep an in-memory snapshot of the state every this many steps: each rank's in "
+        "checkpoint.memory_dir on its node and a copy on a rank of another node, written in the "
+        "background (needs checkpoint.async); a restart of the same run resumes from the newest "
+        "one every rank has when it is newer than the latest file checkpoint; 0 = off",
+        FROM_TO(0, DT_JOB_MAX_STEPS)),
+    ROW("checkpoint.memory_dir", P, checkpoint.memory_dir, "/dev/shm",
+        "where the in-memory snapshots are kept: a directory on a file system in memory, on "
+        "every node (the run's files go into a dtrain-<key> directory in it, mode 600, removed "
+        "when the run completes or starts over)", ANY),
 
     ROW("output.dir", P, output.dir, "runs/fashion-mnist-mlp",
         "run directory: resolved job, log, metrics, checkpoints", ANY),

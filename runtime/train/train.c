@@ -861,6 +861,8 @@ static dt_status after_step(struct run *r, int stop, int ckpt)
     if (st == DT_OK && (ckpt || (every > 0 && r->step % every == 0)))
         st = dt_train_ckpt_save_periodic(r, ckpt ? "checkpoint.every_minutes"
                                                  : "checkpoint.every_steps");
+    if (st == DT_OK)
+        st = dt_train_snap_save(r);
     return st;
 }
 
@@ -1067,6 +1069,7 @@ static dt_status start(struct run *r)
     DT_CHECK(dt_train_ckpt_async_open(r));
     DT_CHECK(dt_train_build(r));
     DT_CHECK(dt_train_ckpt_async_ready(r));
+    DT_CHECK(dt_train_snap_open(r));
     DT_CHECK(dt_train_ckpt_resume(r));
     DT_CHECK(monitor_open(r));
     DT_CHECK(dt_watchdog_start(r->job->runtime.timeout_s, r->rank, r->comm, note, &r->wd));
@@ -1286,6 +1289,7 @@ dt_status dt_train_run(const struct dt_job *job, dt_comm_t *comm, const struct d
     double t0 = dt_now();
     DT_CHECK(dt_train_ckpt_save(&r, "end of training"));
     DT_CHECK(dt_train_save_model(&r));
+    dt_train_snap_discard(&r); /* the run is complete */
     st = finish(&r, res, dt_now() - t0);
 out:
     /* every failure past start-up that is not a communication failure was

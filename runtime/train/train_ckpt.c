@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "io/checkpoint.h"
+#include "io/snapshot.h"
 #include "dist.h"
 #include "core/log.h"
 #include "train_impl.h"
@@ -347,9 +348,12 @@ dt_status dt_train_ckpt_collect(struct run *r)
     double write_s = 0;
     if (!r->writer || !dt_ckpt_writer_pending(r->writer))
         return DT_OK;
+    int snap = dt_ckpt_writer_is_snap(r->writer);
     dt_watchdog_phase(r->wd, "waiting for the background checkpoint", r->bg_step);
     dt_status st = dt_ckpt_writer_wait(r->writer, path, sizeof path, &write_s);
     dt_watchdog_idle(r->wd);
+    if (snap)
+        return dt_train_snap_collected(r, st, write_s);
     if (st != DT_OK)
         return not_written(r, st, r->bg_step);
     DT_LOG_INFO("ckpt",
@@ -579,6 +583,74 @@ static dt_status check_position(const struct run *r, const char *path, const str
                         (long long)r->bpe, r->train->name);
 }
 
+/* After the state was copied in: the position, counters and scale of meta. */
+static dt_status take_position(struct run *r, const struct dt_ckpt_meta *meta)
+{
+    if (r->shard == 3) { /* the slots hold the parameters before the load */
+        dt_status st = dt_reducer_params_changed(r->red);
+        if (st != DT_OK)
+            return st;
+    }
+    r->step = meta->step;
+    r->epoch = meta->epoch;
+    r->batch = meta->batch;
+    r->samples = meta->samples;
+    r->loaded = 1;
+    r->loaded_has_time = meta->has_time;
+    r->loaded_seconds = meta->train_seconds;
+    r->loaded_segments = meta->segments;
+    r->bad_steps = 0;
+    r->last_ckpt_step = meta->step;
+    dt_optim_set_steps(r->opt, meta->optim_t);
+    /* fp16 resumes at the saved loss scale; a checkpoint from an fp32 run
+     * stores 1, and then the scale starts afresh at 2^16. */
+    if (r->scaling) {
+        dt_scaler_init(&r->scaler);
+        if (meta->loss_scale > 1.0)
+            r->scaler.scale = meta->loss_scale;
+    }
+    return DT_OK;
+}
+
+/* ---- the snapshot buffer, for in-memory snapshots (train_snap.c) ---------- */
+
+void *dt_train_snap_buffer(struct run *r, uint64_t *bytes, uint64_t *layout)
+{
+    const struct ckpt_staging *s = r->bg;
+    *bytes = 0;
+    *layout = 0;
+    if (!s)
+        return NULL;
+    size_t floats = (size_t)(s->bufs - s->host) + dt_model_num_buffer_elems(r->model);
+    *bytes = (uint64_t)floats * sizeof(float);
+    uint64_t v[6 + MAX_BLOCKS] = {(uint64_t)r->world,
+                                  (uint64_t)r->shard,
+                                  (uint64_t)s->nbuf,
+                                  (uint64_t)dt_model_num_buffer_elems(r->model),
+                                  (uint64_t)dt_model_num_params(r->model),
+                                  (uint64_t)dt_model_param_count(r->model)};
+    for (int b = 0; b < s->nbuf && b < MAX_BLOCKS; b++)
+        v[6 + b] = s->off[b];
+    *layout = dt_snap_checksum(v, sizeof v);
+    return s->host;
+}
+
+dt_status dt_train_snap_take(struct run *r, struct dt_ckpt_meta *meta)
+{
+    DT_ASSERT(r->bg);
+    dt_status st = dt_train_sync_buffers(r);
+    if (st == DT_OK)
+        st = staging_copy(r, r->bg, 1);
+    fill_meta(r, meta);
+    return st;
+}
+
+dt_status dt_train_snap_restore(struct run *r, const struct dt_ckpt_meta *meta)
+{
+    dt_status st = staging_copy(r, r->bg, 0);
+    return st == DT_OK ? take_position(r, meta) : st;
+}
+
 static dt_status load_local(struct run *r, const char *path)
 {
     struct ckpt_staging s = {0};
@@ -592,26 +664,7 @@ static dt_status load_local(struct run *r, const char *path)
     DT_CHECK(dt_ckpt_load(path, &meta, s.t, s.n));
     DT_CHECK(check_position(r, path, &meta));
     DT_CHECK(staging_copy(r, &s, 0));
-    if (r->shard == 3) /* the slots hold the parameters before the load */
-        DT_CHECK(dt_reducer_params_changed(r->red));
-    r->step = meta.step;
-    r->epoch = meta.epoch;
-    r->batch = meta.batch;
-    r->samples = meta.samples;
-    r->loaded = 1;
-    r->loaded_has_time = meta.has_time;
-    r->loaded_seconds = meta.train_seconds;
-    r->loaded_segments = meta.segments;
-    r->bad_steps = 0;
-    r->last_ckpt_step = meta.step;
-    dt_optim_set_steps(r->opt, meta.optim_t);
-    /* fp16 resumes at the saved loss scale; a checkpoint from an fp32 run
-     * stores 1, and then the scale starts afresh at 2^16. */
-    if (r->scaling) {
-        dt_scaler_init(&r->scaler);
-        if (meta.loss_scale > 1.0)
-            r->scaler.scale = meta.loss_scale;
-    }
+    DT_CHECK(take_position(r, &meta));
 out:
     staging_close(&s);
     if (info)
@@ -674,6 +727,7 @@ static dt_status load_agreed(struct run *r, int pick, const char *given, int *lo
 {
     char path[4096 + 300] = "";
     dt_status st = DT_OK;
+    double t0 = dt_now();
     *loaded = 0;
     if (pick && r->rank == 0)
         st = pick_latest(r, path, sizeof path);
@@ -688,9 +742,9 @@ static dt_status load_agreed(struct run *r, int pick, const char *given, int *lo
     if (st == DT_OK) {
         *loaded = 1;
         DT_LOG_INFO("ckpt", "resumed from %s: step %lld, epoch %lld, batch %lld, %lld samples "
-                            "seen; %d rank%s now",
+                            "seen; %d rank%s now; verified and read in %.2fs",
                     path, (long long)r->step, (long long)r->epoch + 1, (long long)r->batch,
-                    (long long)r->samples, r->world, r->world == 1 ? "" : "s");
+                    (long long)r->samples, r->world, r->world == 1 ? "" : "s", dt_now() - t0);
     }
     return st;
 }
@@ -748,9 +802,22 @@ dt_status dt_train_ckpt_resume(struct run *r)
 {
     const char *how = r->opts && r->opts->resume ? r->opts->resume : "auto";
     int loaded = 0;
+    if (strcmp(how, "auto") != 0) /* not this run's newest state: its snapshots go */
+        dt_train_snap_discard(r);
     if (strcmp(how, "never") == 0) return set_aside(r, "starting over (--resume never)");
     if (strcmp(how, "auto") != 0) return resume_from(r, how);
-    dt_status st = load_agreed(r, 1, NULL, &loaded);
+    /* an in-memory snapshot newer than every file checkpoint is taken
+     * first; the file checkpoints are read only when none is */
+    int64_t newest = -1;
+    char name[256];
+    if (r->rank == 0 && dt_ckpt_list(r->ckpt_dir, &name, &newest, 1) < 1)
+        newest = -1;
+    dt_status st = r->world > 1 ? dt_comm_broadcast(r->comm, &newest, sizeof newest, 0) : DT_OK;
+    if (st == DT_OK)
+        st = dt_train_snap_resume(r, newest, &loaded);
+    if (st != DT_OK || loaded)
+        return st;
+    st = load_agreed(r, 1, NULL, &loaded);
     if (st == DT_OK && !loaded) {
         DT_LOG_INFO("ckpt", "no checkpoint in %s: starting fresh", r->ckpt_dir);
         st = set_aside(r, "no checkpoint to resume from");

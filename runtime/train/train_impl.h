@@ -102,6 +102,15 @@ struct run {
     double bg_waited;   /* of which, waiting for the write before it */
     char bg_why[64];
     int bg_done;        /* the last step's agreement: no rank's writer is writing */
+    /* In-memory snapshots (checkpoint.memory_every_steps; snap_every 0: off) */
+    int64_t snap_every;
+    int snap_node, snap_to, snap_from; /* this rank's node; the peer exchange (-1: none) */
+    uint64_t snap_run_key, snap_layout;
+    int64_t snap_last;                 /* step of the newest snapshot taken; -1: none */
+    void *snap_peer_buf;
+    uint64_t snap_peer_cap;
+    int *snap_to_of;                   /* every rank's `to` (the holder of its copy) */
+    uint64_t *snap_layout_of;          /* every rank's layout key */
 
     /* Monitoring (train.c). Time over this segment (one process lifetime,
      * up to a stop and resume), summed from the logged windows. */
@@ -139,6 +148,30 @@ dt_status dt_train_ckpt_save_periodic(struct run *r, const char *why);
 dt_status dt_train_ckpt_collect(struct run *r);
 /* 1 while this rank's writer is still writing. */
 int dt_train_ckpt_writing(struct run *r);
+/* In-memory snapshots (train_snap.c). The snapshot buffer's memory and
+ * size, and a key of its layout (NULL before dt_train_ckpt_async_ready);
+ * the state copied into it with meta filled; the state copied back from
+ * it and meta's position taken. */
+void *dt_train_snap_buffer(struct run *r, uint64_t *bytes, uint64_t *layout);
+dt_status dt_train_snap_take(struct run *r, struct dt_ckpt_meta *meta);
+dt_status dt_train_snap_restore(struct run *r, const struct dt_ckpt_meta *meta);
+/* Set-up after the snapshot buffer exists: the nodes, the peer, the free
+ * space (collective). */
+dt_status dt_train_snap_open(struct run *r);
+/* A snapshot of this step for the writer, when one is due (collective). */
+dt_status dt_train_snap_save(struct run *r);
+/* The writer finished a snapshot: its outcome (a failure only warns,
+ * unless the communicator failed). */
+dt_status dt_train_snap_collected(struct run *r, dt_status st, double write_s);
+/* At a resume: the newest snapshot every rank has, when it is newer than
+ * step `after` (the newest file checkpoint's; -1: none): *taken = 1 and
+ * the state is the snapshot's. Otherwise (none, or one that cannot be
+ * used, said in the log) *taken = 0 and nothing changed (collective). */
+dt_status dt_train_snap_resume(struct run *r, int64_t after, int *taken);
+/* Removes this run's snapshots on this node (a run that completes or
+ * starts over; collective). */
+void dt_train_snap_discard(struct run *r);
+
 /* Starts the background writer when checkpoint.async allows it (set-up,
  * collective), and ends it (waiting for any write in flight). */
 dt_status dt_train_ckpt_async_open(struct run *r);

@@ -761,6 +761,10 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     if (host && r->writer) { /* the snapshot: what this rank holds of both */
         int pshard = ranks > 1 && !r->eval_only && counted_stage(r) == 3;
         need.staging = dt_mem_add(pshard ? p4 / (uint64_t)ranks : p4, need.optim);
+        /* in-memory snapshots: room for the copy kept for a rank of
+         * another node, about as large */
+        if (job->checkpoint.memory_every_steps > 0 && ranks > 1)
+            need.staging = dt_mem_add(need.staging, need.staging);
         need.async_saving = need.staging;
         /* a stage that shards the optimizer state or the parameters
          * shrinks the snapshot by as much again */
@@ -1325,6 +1329,9 @@ void dt_train_close(struct run *r, dt_status st)
      * a background write: the job is being ended, so nothing is waited for */
     if (st != DT_ERR_COMM && st != DT_ERR_TIMEOUT)
         dt_train_ckpt_async_close(r);
+    free(r->snap_peer_buf);
+    free(r->snap_to_of);
+    free(r->snap_layout_of);
     unbuild(r);
     dt_comm_destroy(r->own_comm);
     if (r->be && r->opts && r->opts->mem)

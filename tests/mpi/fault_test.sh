@@ -25,59 +25,18 @@
 set -uo pipefail
 DTRAIN=$1 COMPARE=$2 W=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
-MPIRUN="bash $HERE/mpirun.sh"
-PY=$(command -v python3)
-rm -rf "$W" && mkdir -p "$W/idx"
-cd "$W"
-pass=0 fail=0 injected=0 survived=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "$HERE/fault_lib.sh" "  every_steps: 10
+  every_minutes: 0
+  keep_last: 10"
+injected=0 survived=0
 fault() { injected=$((injected + 1)); }
 survive() { survived=$((survived + 1)); ok; }
-same() { "$COMPARE" "$1/model.h5" "$2/model.h5" "${3:-0}" >/dev/null; }
-train() { # NP DIR [args]: one mpirun training run
-  local np=$1 dir=$2
-  shift 2
-  timeout -k 10 300 $MPIRUN "$np" "$DTRAIN" train job.yaml --set output.dir="$dir" "$@"
-}
-launch() { # NP DIR [args]: through the restart supervisor
-  local np=$1 dir=$2
-  shift 2
-  timeout -k 10 600 "$DTRAIN" launch -n "$np" --launcher mpirun --launcher-arg --oversubscribe \
-    --launcher-arg --bind-to --launcher-arg none --backoff 0 --max-restarts 3 \
-    -- train job.yaml --set output.dir="$dir" "$@"
-}
 term_at() { # LOG STEP DIR: once LOG shows step STEP, SIGTERM the ranks of the run in DIR
   for _ in $(seq 1 300); do grep -q "step $2/" "$1" 2>/dev/null && break; sleep 0.1; done
   for p in $(pgrep -x dtrain); do
     tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "output.dir=$3 " && kill -TERM "$p"
   done
 }
-export OMPI_MCA_btl=self,vader
-
-"$PY" "$HERE/../cli/make_idx.py" idx 960 200 4 || exit 1
-"$DTRAIN" data import idx idx -o tiny.h5 >/dev/null || exit 1
-cat > job.yaml <<JOB
-model:
-  hidden: [32]
-  dropout: 0.1
-data:
-  path: tiny.h5
-  workers: 1
-train:
-  epochs: 2
-  global_batch: 32
-  eval_batch: 64
-  log_every: 10
-runtime:
-  threads: 1
-  progress: lines
-  timeout_s: 20
-checkpoint:
-  every_steps: 10
-  every_minutes: 0
-  keep_last: 10
-JOB
 # 60 steps, checkpoints at 10, 20, ..., 60
 
 train 2 base > base.out 2>&1 || { cat base.out; exit 1; }
