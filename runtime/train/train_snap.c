@@ -361,8 +361,10 @@ static dt_status gather_state(struct run *r, const struct offer *all, int64_t s,
         int h = r->snap_to_of[q];
         if (offers(all[q].own, s) || h < 0 || (r->rank != q && r->rank != h)) continue;
         st = hand_over(r, q, h, s, buf, bytes, meta);
-        if (r->rank == h && st != DT_ERR_COMM) st = DT_OK; /* its owner reports it */
-        if (r->rank == q) mine = st, st = st == DT_ERR_COMM ? st : DT_OK;
+        if (r->rank == q) /* the owner reports what went wrong; the holder too */
+            mine = st;
+        if (st != DT_ERR_COMM) /* only a broken exchange ends the loop */
+            st = DT_OK;
     }
     return st != DT_OK ? st : mine;
 }
@@ -407,10 +409,15 @@ dt_status dt_train_snap_resume(struct run *r, int64_t after, int *taken)
     dt_status agreed = dt_dist_agree(r->comm, st);
     if (agreed != DT_OK) {
         if (r->rank == 0)
-            DT_LOG_WARN("ckpt", "the in-memory snapshot of step %lld cannot be used (%s): %s",
+            DT_LOG_WARN("ckpt", "the in-memory snapshot of step %lld cannot be used (%s): %s; "
+                                "the run's snapshots are removed",
                         (long long)s, dt_last_error(),
                         after >= 0 ? "resuming from the file checkpoint" : "starting fresh");
-        return agreed == DT_ERR_COMM ? agreed : DT_OK;
+        if (agreed == DT_ERR_COMM)
+            return agreed;
+        /* none of them is taken for a later restart of the state resumed now */
+        dt_train_snap_discard(r);
+        return DT_OK;
     }
     int32_t peers = peer;
     st = r->world > 1 ? dt_comm_allreduce(r->comm, &peers, 1, DT_I32, DT_COMM_SUM) : DT_OK;

@@ -75,7 +75,8 @@ train 2 damaged --set checkpoint.every_steps=20 --set checkpoint.memory_every_st
 rc=$?
 if [ -n "$snap" ] && [ "$rc" = 0 ] \
    && grep -q "the in-memory snapshot of step $step cannot be used (.*fails its checksum): resuming from the file checkpoint" damaged2.out \
-   && grep -q "resumed from damaged/checkpoints/ckpt-0000000020.h5" damaged2.out && same base damaged; then ok
+   && grep -q "resumed from damaged/checkpoints/ckpt-0000000020.h5" damaged2.out && same base damaged \
+   && [ -z "$(ls shm)" ]; then ok
 else bad "a damaged snapshot ('$snap'): exit $rc: $(grep -E 'snapshot|resumed|error' damaged2.out | head -4)"; fi
 
 # refusals at start
