@@ -133,6 +133,10 @@ static dt_status check_owner(const char *dir, const char *marker, int adopt)
         return dt_set_error(DT_ERR_IO, "output.dir %s: cannot list it: %s", dir, strerror(errno));
     if (!any || adopt || legacy_run(dir))
         return DT_OK;
+    /* a run starting beside this one may have made its marker since the
+     * first look: then the entries are its, and the lock decides */
+    if (lstat(marker, &sb) == 0 || errno != ENOENT)
+        return DT_OK;
     return dt_set_error(DT_ERR_USAGE,
                         "output.dir %s already exists, is not empty and is not a dtrain run "
                         "directory (it has no %s): a run would overwrite files of the same names "
