@@ -163,6 +163,18 @@ static int parse_name(const char *name, enum dt_snap_kind kind, int *owner, int6
     return 1;
 }
 
+/* parse_name of a directory entry that may be a temporary file (the name
+ * and ".tmp"), which *tmp says; kind < 0 takes either kind. */
+static int parse_file(const char *entry, int kind, int *owner, int64_t *step, int *tmp)
+{
+    size_t len = strlen(entry);
+    char name[300];
+    *tmp = len > 4 && strcmp(entry + len - 4, ".tmp") == 0;
+    snprintf(name, sizeof name, "%.*s", (int)(*tmp ? len - 4 : len), entry);
+    if (kind >= 0) return parse_name(name, (enum dt_snap_kind)kind, owner, step);
+    return parse_name(name, DT_SNAP_OWN, owner, step) || parse_name(name, DT_SNAP_PEER, owner, step);
+}
+
 int dt_snap_list(const char *dir, enum dt_snap_kind kind, int owner, int64_t *steps, int max)
 {
     DIR *d = opendir(dir);
@@ -250,13 +262,10 @@ void dt_snap_prune(const char *dir, enum dt_snap_kind kind, int owner, int64_t k
     char p[DT_SNAP_PATH + 300];
     if (!d) return;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        int o;
+        int o, tmp;
         int64_t s;
-        size_t len = strlen(e->d_name);
-        int tmp = len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0;
-        char name[300];
-        snprintf(name, sizeof name, "%.*s", (int)(tmp ? len - 4 : len), e->d_name);
-        if (!parse_name(name, kind, &o, &s) || o != owner || (!tmp && s >= keep_from)) continue;
+        if (!parse_file(e->d_name, (int)kind, &o, &s, &tmp) || o != owner || (!tmp && s >= keep_from))
+            continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         unlink(p);
     }
@@ -280,16 +289,10 @@ static void each_file(const char *base, uint64_t run_key,
         DIR *n = opendir(p);
         if (!n) continue;
         for (struct dirent *f; (f = readdir(n)) != NULL;) {
-            int o;
+            int o, tmp;
             int64_t s;
-            size_t len = strlen(f->d_name);
-            char name[300];
             struct stat sb;
-            snprintf(name, sizeof name, "%.*s",
-                     (int)(len > 4 && !strcmp(f->d_name + len - 4, ".tmp") ? len - 4 : len),
-                     f->d_name);
-            if (!parse_name(name, DT_SNAP_OWN, &o, &s) && !parse_name(name, DT_SNAP_PEER, &o, &s))
-                continue;
+            if (!parse_file(f->d_name, -1, &o, &s, &tmp)) continue;
             snprintf(q, sizeof q, "%s/%s", p, f->d_name);
             if (lstat(q, &sb) == 0 && S_ISREG(sb.st_mode)) fn(q, (int64_t)sb.st_size, ctx);
         }

@@ -379,8 +379,9 @@ dt_status dt_train_ckpt_async_ready(struct run *r)
         r->bg = NULL;
     }
     if (st == DT_OK) { /* its pages now, not at the first checkpoint's copy */
-        size_t n = (r->bg->bufs - r->bg->host) + dt_model_num_buffer_elems(r->model);
-        memset(r->bg->host, 0, n * sizeof(float));
+        uint64_t bytes, layout;
+        void *p = dt_train_snap_buffer(r, &bytes, &layout);
+        memset(p, 0, (size_t)bytes);
     }
     return dt_dist_agree(r->comm, st);
 }
@@ -389,14 +390,9 @@ dt_status dt_train_ckpt_async_ready(struct run *r)
 static dt_status snapshot(struct run *r)
 {
     struct dt_ckpt_meta meta;
-    DT_ASSERT(r->bg); /* dt_train_ckpt_async_ready ran */
-    dt_status st = dt_train_sync_buffers(r);
-    if (st == DT_OK)
-        st = staging_copy(r, r->bg, 1);
-    st = dt_dist_agree(r->comm, st);
+    dt_status st = dt_dist_agree(r->comm, dt_train_snap_take(r, &meta));
     if (st != DT_OK)
         return st;
-    fill_meta(r, &meta);
     return dt_dist_agree(r->comm, dt_ckpt_writer_submit(r->writer, r->ckpt_dir, &meta, r->bg->t,
                                                         r->bg->n, r->bg_yaml));
 }

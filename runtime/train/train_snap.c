@@ -239,8 +239,9 @@ dt_status dt_train_snap_save(struct run *r)
                               .peer_cap = r->snap_peer_cap};
     double t0 = dt_now();
     snprintf(job.base, sizeof job.base, "%s", r->job->checkpoint.memory_dir);
+    uint64_t layout; /* r->snap_layout, from the same buffer */
     job.id = (struct dt_snap_id){r->snap_run_key, r->snap_layout, r->rank, r->world};
-    job.data = dt_train_snap_buffer(r, &job.bytes, &job.id.layout_key);
+    job.data = dt_train_snap_buffer(r, &job.bytes, &layout);
     dt_status st = dt_train_snap_take(r, &job.meta);
     if (st == DT_OK)
         st = dt_ckpt_writer_submit_snap(r->writer, &job);
