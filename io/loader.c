@@ -19,7 +19,10 @@
  *    it into ceil(rows/m) micro-batches whose sizes differ by at most one.
  *    So micro_count may be smaller there, and may differ between ranks; a
  *    rank whose slice is empty still gets one micro-batch with rows = 0,
- *    so every rank takes part in every global batch.
+ *    so every rank takes part in every global batch. With opts.aligned
+ *    (reproducible training) the short batch is cut as a full one is,
+ *    [r*G/W, (r+1)*G/W) clipped to R, in micro-batches of m rows, so each
+ *    micro-batch starts at a multiple of m in the global batch.
  *
  * Augmentation draws each row's crop and flip from (seed, epoch, row) in
  * the worker, after the rows are known, and hands them to the dataset
@@ -124,8 +127,15 @@ struct dt_loader {
 /* ---- arithmetic of batches ---------------------------------------------- */
 
 /* Rows of a global batch of R rows that rank r gets: [lo, hi). */
-static void rank_slice(int64_t R, int r, int w, int64_t *lo, int64_t *hi)
+static void rank_slice(const struct dt_loader_opts *o, int64_t R, int64_t *lo, int64_t *hi)
 {
+    int64_t r = o->rank, w = o->world;
+    if (o->aligned) { /* full slices from the start; later ranks may get none */
+        int64_t each = o->global_batch / w;
+        *lo = r * each < R ? r * each : R;
+        *hi = (r + 1) * each < R ? (r + 1) * each : R;
+        return;
+    }
     *lo = R * r / w;
     *hi = R * (r + 1) / w;
 }
@@ -140,7 +150,7 @@ static int micro_count_of(const struct dt_loader *ld, int64_t g)
     if (g < ld->full_batches)
         return (int)ld->full_micro;
     int64_t lo, hi;
-    rank_slice(batch_rows(ld, g), ld->o.rank, ld->o.world, &lo, &hi);
+    rank_slice(&ld->o, batch_rows(ld, g), &lo, &hi);
     int64_t c = (hi - lo + ld->o.micro_batch - 1) / ld->o.micro_batch;
     return c > 0 ? (int)c : 1;
 }
@@ -170,11 +180,15 @@ static struct item item_at(const struct dt_loader *ld, int64_t first, int64_t k)
         j = k - full_left;
     }
     int64_t R = batch_rows(ld, g), lo, hi;
-    rank_slice(R, ld->o.rank, ld->o.world, &lo, &hi);
+    rank_slice(&ld->o, R, &lo, &hi);
     int mc = micro_count_of(ld, g);
     /* an even split of [lo, hi) into mc parts; for full batches each is m */
     int64_t mine = hi - lo;
     int64_t a = mine * j / mc, b = mine * (j + 1) / mc;
+    if (ld->o.aligned) { /* micro-batches of m rows, the last one shorter */
+        a = j * ld->o.micro_batch;
+        b = a + ld->o.micro_batch < mine ? a + ld->o.micro_batch : mine;
+    }
     it.batch = g;
     it.row0 = lo + a;
     it.rows = b - a;
@@ -192,7 +206,7 @@ static int64_t perm_start(const struct dt_loader *ld, const struct item *it)
     if (ld->cache_mode != DT_LOADER_CACHED_SHARD)
         return it->pos0;
     int64_t lo, hi;
-    rank_slice(it->global_rows, ld->o.rank, ld->o.world, &lo, &hi);
+    rank_slice(&ld->o, it->global_rows, &lo, &hi);
     return it->batch * ld->slice + (it->row0 - lo);
 }
 
@@ -311,7 +325,7 @@ static dt_status check_opts(const struct dt_loader_opts *o, const struct dt_spli
         return dt_set_error(DT_ERR_USAGE, "loader: micro batch %lld must be at least 1",
                             (long long)o->micro_batch);
     int64_t lo, hi;
-    rank_slice(o->global_batch, o->rank, o->world, &lo, &hi);
+    rank_slice(o, o->global_batch, &lo, &hi);
     int64_t mine = hi - lo;
     if (mine % o->micro_batch != 0) {
         char fits[256];
@@ -470,8 +484,8 @@ static dt_status make_cache(struct dt_loader *ld, const struct dt_split_info *si
     int64_t lo, hi, rest_lo, rest_hi;
     uint64_t max = (uint64_t)ld->o.cache_max_mb, whole = dt_loader_split_cache_bytes(si);
     int nranges = 0;
-    rank_slice(G, ld->o.rank, ld->o.world, &lo, &hi);
-    rank_slice(rest, ld->o.rank, ld->o.world, &rest_lo, &rest_hi);
+    rank_slice(&ld->o, G, &lo, &hi);
+    rank_slice(&ld->o, rest, &rest_lo, &rest_hi);
     int shard = mib_up(whole) > max;
     int64_t rows = shard ? full * ld->slice + (rest_hi - rest_lo) : ld->n;
     uint64_t need = (uint64_t)rows * dt_row_cache_row_bytes(si);
@@ -546,7 +560,7 @@ dt_status dt_loader_create(const struct dt_loader_opts *opts, dt_loader_t **out)
     ld->full_batches = si->n / opts->global_batch;
     ld->batches = ld->full_batches + (!opts->drop_last && si->n % opts->global_batch ? 1 : 0);
     int64_t lo, hi;
-    rank_slice(opts->global_batch, opts->rank, opts->world, &lo, &hi);
+    rank_slice(opts, opts->global_batch, &lo, &hi);
     ld->full_micro = (hi - lo) / opts->micro_batch;
     ld->slice = hi - lo;
     ld->nperm = si->n;

@@ -104,6 +104,12 @@ struct dt_loader_opts {
     int cache;         /* data.cache: DT_LOADER_CACHE_NONE or DT_LOADER_CACHE_MEMORY */
     int64_t cache_max_mb; /* data.cache_max_mb: the most MiB the cache of this rank may hold */
     struct dt_loader_buffers buffers; /* all NULL: plain host memory */
+    /* 1: a batch of R rows is split as full ones are: rank r takes
+     * [r*G/W, (r+1)*G/W) of it cut at R (so later ranks of a short batch
+     * may get none), in micro-batches of exactly micro_batch rows, the
+     * last one shorter; every micro-batch then starts at a multiple of
+     * micro_batch within the global batch (train.reproducible's shards) */
+    int aligned;
 };
 
 enum { DT_LOADER_CACHE_NONE = 0, DT_LOADER_CACHE_MEMORY = 1 };

@@ -110,6 +110,8 @@ struct dt_job {
         int64_t steps;               /* optimizer steps; 0 = use epochs */
         int64_t global_batch;
         int64_t micro_batch;         /* 0 = global_batch / world (no accumulation) */
+        int reproducible;            /* the same bits on any world size (shards, fixed sum tree) */
+        int64_t shard_rows;          /* reproducible: rows per shard; 0 = global_batch / 8 */
         int64_t seed;
         int64_t eval_batch;
         int64_t log_every;           /* steps between progress lines / metrics */

@@ -178,6 +178,16 @@ const struct dt_cfg_key dt_cfg_keys[] = {
     ROW("train.micro_batch", I, train.micro_batch, "0",
         "samples per forward/backward pass on one rank; 0 = global_batch / world size "
         "(no accumulation)", FROM_TO(0, DT_JOB_MAX_BATCH)),
+    ROW("train.reproducible", B, train.reproducible, "false",
+        "the same parameters, losses and checkpoints on any number of ranks and any "
+        "accumulation: the global batch is cut into shards of train.shard_rows rows, each "
+        "shard's forward and backward runs on its own, and the shards' gradients, losses and "
+        "batch-norm statistics are summed in a tree fixed by shard index (cpu backend, "
+        "comm.shard none; docs/reproducibility.md)", ANY),
+    ROW("train.shard_rows", I, train.shard_rows, "0",
+        "train.reproducible: rows per shard (the rows every forward and backward pass runs "
+        "on, and batch norm's batch); it divides the micro-batch; 0 = train.global_batch / 8",
+        FROM_TO(0, DT_JOB_MAX_BATCH)),
     ROW("train.seed", I, train.seed, "42", "seed of every random draw (init, shuffle, dropout)",
         AT_LEAST(0)),
     ROW("train.eval_batch", I, train.eval_batch, "1000",
@@ -385,6 +395,33 @@ static int check_micro(const struct dt_job *j, char *msg, size_t len)
     return 1;
 }
 
+static int check_shard_rows(const struct dt_job *j, char *msg, size_t len)
+{
+    int64_t g = j->train.global_batch, s = j->train.shard_rows, m = j->train.micro_batch;
+    if (!j->train.reproducible) return 0;
+    if (s == 0 && g % 8 != 0) {
+        snprintf(msg, len,
+                 "train.reproducible needs train.shard_rows: its default, train.global_batch / 8, "
+                 "is not whole for train.global_batch=%lld",
+                 (long long)g);
+        return 1;
+    }
+    if (s == 0) s = g / 8;
+    if (g % s != 0) {
+        snprintf(msg, len, "train.shard_rows (%lld) must divide train.global_batch (%lld)",
+                 (long long)s, (long long)g);
+        return 1;
+    }
+    if (m > 0 && m % s != 0) {
+        snprintf(msg, len,
+                 "train.micro_batch (%lld) must be a multiple of train.shard_rows (%lld) with "
+                 "train.reproducible",
+                 (long long)m, (long long)s);
+        return 1;
+    }
+    return 0;
+}
+
 static int check_warmup(const struct dt_job *j, char *msg, size_t len)
 {
     if (j->train.steps == 0 || j->train.schedule.warmup_steps <= j->train.steps)
@@ -517,6 +554,9 @@ static int check_cpu_nccl(const struct dt_job *j, char *msg, size_t len)
 const struct dt_cfg_relation dt_cfg_relations[] = {
     {"`train.epochs` >= 1 when `train.steps` is 0.", check_epochs},
     {"`train.micro_batch` <= `train.global_batch`.", check_micro},
+    {"with `train.reproducible`, `train.shard_rows` (0: `train.global_batch` / 8) divides "
+     "`train.global_batch` and `train.micro_batch`.",
+     check_shard_rows},
     {"`train.schedule.warmup_steps` <= `train.steps` when `train.steps` > 0.", check_warmup},
     {"`train.schedule.min_lr` <= `train.optimizer.lr` with the cosine schedule.", check_min_lr},
     {"`train.optimizer.nesterov` needs `train.optimizer.momentum` > 0 with sgd.", check_nesterov},

@@ -48,6 +48,7 @@ struct node {
     int want_din;   /* an input needs a gradient */
     int nconsumers, last_consumer;
     int slot;                           /* gradient slot of its output, -1 none */
+    size_t stat_off;                    /* its batch statistics in a forward's record */
     size_t out_off, sum_off, saved_off; /* arena offsets, floats (out_off: in the recompute
                                            scratch when inner) */
     float *out, *sum, *saved;
@@ -97,6 +98,8 @@ struct dt_model {
     size_t host_len;
     struct dt_model_sync sync;
     int has_sync;
+    size_t stat_len; /* doubles of one training forward's statistics record */
+    double *stat_out; /* where the next training forwards report them; NULL: not reported */
     /* the forward the next backward belongs to */
     int64_t last_rows, last_step, last_row0;
     uint64_t last_seed;
@@ -407,6 +410,11 @@ static dt_status analyse(dt_model_t *m)
                 m->nodes[p].last_consumer = i;
             }
         }
+    m->stat_len = 0;
+    for (int i = 0; i < m->nnodes; i++) {
+        m->nodes[i].stat_off = m->stat_len;
+        m->stat_len += m->nodes[i].l.stat_len;
+    }
     for (int i = 0; i < m->nnodes; i++) {
         const struct node *n = &m->nodes[i];
         if (n->l.loss && i != m->nnodes - 1)
@@ -908,6 +916,8 @@ static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64
     c->step = m->last_step;
     c->row0 = m->last_row0;
     c->sync = m->has_sync ? &m->sync : NULL;
+    c->stat_out = m->stat_out && m->last_training && n->l.stat_len ? m->stat_out + n->stat_off
+                                                                    : NULL;
     c->host = m->host;
     c->host_len = m->host_len;
     c->labels = m->y;
@@ -1009,6 +1019,24 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
         DT_CHECK(forward_node(m, i, rows, 0, m->nnodes, loss_sum, correct));
 out:
     return st;
+}
+
+size_t dt_model_stat_len(const dt_model_t *m) { return m->stat_len; }
+
+void dt_model_set_grads(dt_model_t *m, float *g) { m->grad_buf = g; }
+
+void dt_model_set_stat_out(dt_model_t *m, double *rec) { m->stat_out = rec; }
+
+void dt_model_apply_stats(dt_model_t *m, const double *rec)
+{
+    for (int i = 0; i < m->nnodes; i++) {
+        struct node *n = &m->nodes[i];
+        float *buf[DT_LAYER_MAX_BUFFERS];
+        if (!n->l.stat_len || !n->l.kind->apply_stats) continue;
+        for (int k = 0; k < n->l.nbuffers; k++)
+            buf[k] = m->buf_buf + m->buffers[n->bidx[k]].offset;
+        n->l.kind->apply_stats(&n->l, buf, rec + n->stat_off);
+    }
 }
 
 void dt_model_set_param_hook(dt_model_t *m, const struct dt_param_hook *hook)

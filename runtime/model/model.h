@@ -94,6 +94,21 @@ dt_status dt_model_expand(const struct dt_job *job, struct dt_layer_spec *out, i
  * model its all-reduce. Without it each rank's statistics are its own. */
 void dt_model_set_sync(dt_model_t *m, const struct dt_model_sync *sync);
 
+/* Batch statistics reported instead of applied (train.reproducible): the
+ * doubles of one training forward's record (0: no layer keeps running
+ * statistics); from dt_model_set_stat_out(m, rec) on, each training
+ * forward writes its record to rec (NULL: layers update their running
+ * statistics themselves, the default), and dt_model_apply_stats updates
+ * the running statistics from one record, as that forward would have
+ * (host-memory backends). */
+size_t dt_model_stat_len(const dt_model_t *m);
+/* Points the model's gradients at g (the layout of dt_model_grads, in
+ * the backend's memory; the caller keeps it and restores the model's own
+ * before the model is destroyed). Backward adds into it from then on. */
+void dt_model_set_grads(dt_model_t *m, float *g);
+void dt_model_set_stat_out(dt_model_t *m, double *rec);
+void dt_model_apply_stats(dt_model_t *m, const double *rec);
+
 /* Fills parameters with the job's initialiser from (seed, DT_RNG_INIT,
  * parameter index), biases zero. The same on every rank and every run.
  * Sharded parameters (params_placed): the buffers only (see

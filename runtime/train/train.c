@@ -229,9 +229,10 @@ static dt_status eval_local(struct run *r, int64_t step, double v[OUT_N])
         }
         for (int64_t off = 0; off < b.rows && st == DT_OK; off += chunk) {
             int64_t n = b.rows - off < chunk ? b.rows - off : chunk;
+            double *loss = r->repro ? dt_repro_eval_slot(r, b.batch, b.row0 + off) : NULL;
             st = dt_model_forward(r->model, b.x + off * numel, b.y + off * labels, n, 0,
                                   (uint64_t)r->job->train.seed, step, b.row0 + off,
-                                  &v[OUT_LOSS], &correct);
+                                  loss ? loss : &v[OUT_LOSS], &correct);
         }
         for (int64_t k = pieces; k < most && st == DT_OK; k++)
             st = dt_model_replay(r->model, 0, NULL);
@@ -252,7 +253,9 @@ static dt_status evaluate(struct run *r, int64_t epoch, int64_t step, double *lo
     dt_status st = dt_train_sync_buffers(r);
     if (st != DT_OK)
         return st;
+    dt_repro_eval_begin(r);
     st = agree_outcome(r, eval_local(r, step, v), v);
+    if (st == DT_OK && r->repro) st = dt_repro_eval_loss(r, &v[OUT_LOSS]);
     if (st != DT_OK)
         return st;
     *loss = v[OUT_ROWS] > 0 ? v[OUT_LOSS] / v[OUT_ROWS] : 0;
@@ -360,7 +363,9 @@ static dt_status micro_step(struct run *r, const struct dt_batch *b, int64_t ste
     }
     if (reduce && (*comm_st = dt_reducer_begin(r->red)) != DT_OK)
         return DT_OK;
-    if (b->rows > 0) {
+    if (r->repro) {
+        st = dt_repro_micro(r, b, step, loss_scale, correct);
+    } else if (b->rows > 0) {
         st = dt_model_forward(r->model, b->x, b->y, b->rows, 1, (uint64_t)r->job->train.seed,
                               step, b->row0, &v[OUT_LOSS], correct);
         if (st == DT_OK)
@@ -446,6 +451,7 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
     int reduced = 0, need = reductions_per_step(r);
     *local = dt_model_zero_grads(r->model);
     if (r->shard >= 2) dt_reducer_clear(r->red);
+    dt_repro_begin_step(r);
     while (*local == DT_OK) {
         struct dt_batch b;
         double t0 = dt_now();
@@ -475,6 +481,12 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
     }
     if (*end && *local == DT_OK)
         return DT_OK;
+    if (r->repro) { /* every rank takes part, whatever happened here */
+        double t0 = dt_now();
+        dt_watchdog_phase(r->wd, "gradient sum (reproducible tree)", step);
+        comm_st = dt_repro_reduce(r);
+        w->comm_s += dt_now() - t0;
+    }
     /* failed early, or fewer micro-batches here than elsewhere: still take
      * part in every reduction, so no peer waits */
     while (reduced < need && r->red && comm_st == DT_OK) {
@@ -815,6 +827,7 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     double t0 = dt_now();
     dt_watchdog_phase(r->wd, "step agreement all-reduce", step);
     st = agree_outcome(r, local, v);
+    if (st == DT_OK && r->repro) st = dt_repro_settle(r, &v[OUT_LOSS]);
     w->comm_s += dt_now() - t0;
     if (st == DT_ERR_TIMEOUT)
         return dt_error_context(st, "step %lld: the step agreement", (long long)step + 1);

@@ -10,6 +10,7 @@
 
 #include "collectives/comm.h"
 #include "collectives/reducer.h"
+#include "collectives/tree.h"
 #include "io/ckpt_writer.h"
 #include "io/dataset.h"
 #include "io/loader.h"
@@ -69,6 +70,19 @@ struct run {
     dt_metrics_t *metrics;
     FILE *logf;
     int64_t micro, per_rank, bpe, total_steps, epochs;
+    /* train.reproducible (repro 0: off; train_repro.c): shards of
+     * shard_rows rows, nshards of them per global batch; the tree that
+     * sums this rank's shard gradients; each shard's loss and batch
+     * statistics record in a step (shard_vals, shard_stride doubles each,
+     * by global shard index); each evaluation piece's loss */
+    int repro;
+    int64_t shard_rows, nshards;
+    struct dt_tree *tree;
+    float *grads; /* the model's own gradient buffer (leaves are computed in the tree's) */
+    double *shard_vals;
+    size_t shard_stride;
+    double *eval_loss;
+    int64_t eval_pieces, eval_global;
     int bar;   /* live progress bar instead of lines */
     int quiet; /* no progress on the terminal */
     double flops_per_sample;
@@ -190,6 +204,33 @@ dt_status dt_train_ckpt_resume(struct run *r);
 dt_status dt_train_ckpt_load_params(struct run *r, const char *path);
 /* Reloads the newest good checkpoint after repeated non-finite steps. */
 dt_status dt_train_ckpt_rollback(struct run *r);
+
+/* train.reproducible (train_repro.c). Plans the shards and refuses what
+ * the mode cannot honour (set-up, after the batch plan); allocates its
+ * state once the model exists; frees it. */
+dt_status dt_repro_plan(struct run *r);
+dt_status dt_repro_check_backend(struct run *r);
+dt_status dt_repro_open(struct run *r);
+void dt_repro_close(struct run *r);
+/* A step starts: the shards' records are cleared. */
+void dt_repro_begin_step(struct run *r);
+/* Forward and backward of each shard of micro-batch b, each shard's
+ * gradient a leaf of the tree. */
+dt_status dt_repro_micro(struct run *r, const struct dt_batch *b, int64_t step, double loss_scale,
+                         int64_t *correct);
+/* The step's gradients: this rank's leaves summed, then the ranks' sums,
+ * in the tree, into the model's gradient buffer (collective). */
+dt_status dt_repro_reduce(struct run *r);
+/* After the step's agreement: every shard's record on every rank; the
+ * loss summed in shard order into *loss (unless it is NaN already), the
+ * running statistics updated shard by shard (collective). */
+dt_status dt_repro_settle(struct run *r, double *loss);
+/* Evaluation: the slot of the piece at row `row` of global batch `batch`
+ * for its loss (the pieces are shard_rows rows, aligned), and the sum of
+ * every piece's loss in piece order (collective). */
+double *dt_repro_eval_slot(struct run *r, int64_t batch, int64_t row);
+void dt_repro_eval_begin(struct run *r);
+dt_status dt_repro_eval_loss(struct run *r, double *loss);
 
 /* Each a collective step of start-up; every rank gets the same outcome. */
 dt_status dt_train_open_run_dir(struct run *r);

@@ -442,7 +442,7 @@ static dt_status plan_batches(struct run *r)
         return dt_set_error(DT_ERR_USAGE,
                             "train.global_batch=%lld is larger than split '%s' (%lld samples)",
                             (long long)g, r->train->name, (long long)r->train->n);
-    return DT_OK;
+    return dt_repro_plan(r);
 }
 
 /* ---- model, loaders, reducer ---------------------------------------------- */
@@ -454,6 +454,10 @@ static void log_layer(void *ctx, const char *s) { DT_LOG_INFO("model", "%s", s);
 static int64_t eval_global_batch(const struct run *r)
 {
     int64_t eg = r->job->train.eval_batch < r->test->n ? r->job->train.eval_batch : r->test->n;
+    if (r->repro) { /* reproducible: whole shards on every rank */
+        int64_t unit = r->shard_rows * r->world;
+        return eg < unit ? unit : eg - eg % unit;
+    }
     if (eg < r->world)
         eg = r->world;
     return eg - eg % r->world;
@@ -519,7 +523,8 @@ static dt_status create_loaders(struct run *r)
                                              ? DT_LOADER_CACHE_MEMORY
                                              : DT_LOADER_CACHE_NONE,
                                 .cache_max_mb = job->data.cache_max_mb,
-                                .buffers = {batch_alloc, batch_free, batch_idle, r->be}};
+                                .buffers = {batch_alloc, batch_free, batch_idle, r->be},
+                                .aligned = r->repro};
     if (!r->eval_only && (st = dt_loader_create(&lo, &r->train_ld)) != DT_OK)
         return st;
     /* evaluation: every test sample once, each rank a slice of each batch */
@@ -527,6 +532,7 @@ static dt_status create_loaders(struct run *r)
     lo.split = job->data.test_split;
     lo.global_batch = eg;
     lo.micro_batch = eg / r->world;
+    r->eval_global = eg;
     lo.shuffle = 0;
     lo.drop_last = 0;
     lo.crop_padding = 0; /* the test split is never augmented */
@@ -802,8 +808,8 @@ static int64_t arena_rows(const struct run *r)
     int64_t eval_rows = eval_global_batch(r) / r->world;
     if (r->gen_only)
         return 1;
-    if (!r->eval_only)
-        return r->micro; /* evaluation runs its batches in pieces of this size */
+    if (!r->eval_only) /* evaluation runs its batches in pieces of this size */
+        return r->repro ? r->shard_rows : r->micro;
     return eval_rows > 0 ? eval_rows : 1;
 }
 
@@ -956,7 +962,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     int64_t max_rows = arena_rows(r);
     if (!r->eval_only) {
         DT_CHECK(check_shard_keys(job));
-        DT_CHECK(plan_shard(r));
+        DT_CHECK(dt_repro_check_backend(r));
+        if (!r->repro) DT_CHECK(plan_shard(r)); /* reproducible: the whole state everywhere */
     }
     io.grads_placed = r->shard >= 2;
     io.params_placed = r->shard == 3;
@@ -972,7 +979,7 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         DT_CHECK(dt_backend_set_params(r->be, dt_model_params(r->model),
                                        dt_model_num_params(r->model)));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
-    if (job->model.sync_bn && r->world > 1) {
+    if (job->model.sync_bn && r->world > 1 && !r->repro) {
         struct dt_model_sync sync = {.sum_f64 = sum_ranks_f64, .ctx = r->comm};
         dt_model_set_sync(r->model, &sync);
     }
@@ -988,7 +995,8 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
     r->labels_per_row = (double)dt_model_labels_per_row(r->model);
     if (!r->gen_only)
         DT_CHECK(create_loaders(r));
-    if (r->world > 1 && !r->eval_only) {
+    DT_CHECK(dt_repro_open(r));
+    if (r->world > 1 && !r->eval_only && !r->repro) {
         struct dt_reducer_opts ro = {.bucket_mb = job->comm.bucket_mb,
                                      .first_bucket_mb = FIRST_BUCKET_MB < job->comm.bucket_mb
                                                             ? FIRST_BUCKET_MB
@@ -1067,6 +1075,7 @@ static dt_status check_params(struct run *r)
 static void unbuild(struct run *r)
 {
     dt_reducer_destroy(r->red);
+    dt_repro_close(r);
     free(r->own_lo);
     free(r->own_hi);
     free(r->pk_lo);
@@ -1203,6 +1212,10 @@ dt_status dt_train_build(struct run *r)
                 (long long)job->train.global_batch, (long long)r->micro,
                 (long long)(r->per_rank / r->micro), r->world, r->world == 1 ? "" : "s",
                 (long long)r->bpe, (long long)r->total_steps);
+    if (r->repro && r->world > 1)
+        DT_LOG_INFO("comm", "fp32 gradients summed over %s in the reproducible tree (no overlap "
+                            "with backward)",
+                    dt_comm_backend(r->comm));
     if (r->red)
         DT_LOG_INFO(
             "comm",

@@ -17,6 +17,7 @@
 #include "collectives/comm.h"
 #include "collectives/comm_impl.h"
 #include "collectives/reducer.h"
+#include "collectives/tree.h"
 #include "cu_util.h"
 
 /* Open MPI's libraries have no frame pointers: with the fast unwinder the
@@ -88,6 +89,118 @@ static const struct dt_comm_ops *mark_device(struct dt_comm_ops *ops)
     ops->caps = &device_caps;
     comm->ops = ops;
     return real;
+}
+
+/* ---- dt_tree: sums in a tree fixed by leaf index ------------------------ */
+
+#define TREE_N 5 /* floats per leaf */
+
+/* The padded tree over leaves [lo, lo + span) of which the first n exist,
+ * written out recursively: the definition dt_tree must meet. */
+static int tree_ref(float (*leaf)[TREE_N], int lo, int span, int n, float *out)
+{
+    if (lo >= n) return 0;
+    if (span == 1) {
+        memcpy(out, leaf[lo], sizeof(float) * TREE_N);
+        return 1;
+    }
+    float l[TREE_N], r[TREE_N];
+    int hl = tree_ref(leaf, lo, span / 2, n, l), hr = tree_ref(leaf, lo + span / 2, span / 2, n, r);
+    for (int i = 0; i < TREE_N; i++)
+        out[i] = hl && hr ? l[i] + r[i] : hl ? l[i] : r[i];
+    return hl || hr;
+}
+
+static void tree_leaves(float (*leaf)[TREE_N], int n, unsigned seed)
+{
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < TREE_N; i++) {
+            seed = seed * 1103515245u + 12345u;
+            /* magnitudes 2^-12 .. 2^12, both signs: orders of summing differ */
+            leaf[j][i] = ldexpf((float)((seed >> 8) & 0xffff) / 65536.0f + 0.5f,
+                                (int)((seed >> 24) % 25) - 12) * ((seed & 1) ? -1.0f : 1.0f);
+        }
+}
+
+/* One stream of n leaves, with dt_tree_push and with next/commit, gives
+ * the padded tree's bits; the tree is not a left fold (the data make the
+ * two differ for most n, so the check could fail). */
+static void test_tree_matches_definition(void)
+{
+    float leaf[13][TREE_N], want[TREE_N], got[TREE_N], got2[TREE_N];
+    int folds_differ = 0;
+    for (int n = 1; n <= 13; n++) {
+        dt_tree_t *t = NULL, *t2 = NULL;
+        tree_leaves(leaf, n, 7u + (unsigned)n);
+        int span = 1;
+        while (span < n) span *= 2;
+        CU_ASSERT_FATAL(tree_ref(leaf, 0, span, n, want));
+        CU_ASSERT_FATAL(dt_tree_create(TREE_N, &t) == DT_OK);
+        CU_ASSERT_FATAL(dt_tree_create(TREE_N, &t2) == DT_OK);
+        for (int j = 0; j < n; j++) {
+            float *p;
+            CU_ASSERT_FATAL(dt_tree_push(t, leaf[j]) == DT_OK);
+            CU_ASSERT_FATAL(dt_tree_next(t2, &p) == DT_OK);
+            memcpy(p, leaf[j], sizeof leaf[j]);
+            CU_ASSERT_FATAL(dt_tree_commit(t2) == DT_OK);
+        }
+        CU_ASSERT_EQUAL(dt_tree_count(t), (size_t)n);
+        dt_tree_finish(t, got);
+        dt_tree_finish(t2, got2);
+        CU_ASSERT_EQUAL(dt_tree_count(t), 0);
+        CU_ASSERT(memcmp(got, want, sizeof want) == 0);
+        CU_ASSERT(memcmp(got2, want, sizeof want) == 0);
+        float fold[TREE_N];
+        memcpy(fold, leaf[0], sizeof fold);
+        for (int j = 1; j < n; j++)
+            for (int i = 0; i < TREE_N; i++)
+                fold[i] += leaf[j][i];
+        folds_differ += memcmp(fold, want, sizeof want) != 0;
+        dt_tree_destroy(t);
+        dt_tree_destroy(t2);
+    }
+    CU_ASSERT(folds_differ > 0);
+}
+
+/* Aligned blocks of k = 2^j leaves (the last one short), each summed on
+ * its own, then the blocks' sums as leaves of a second tree: the bits of
+ * one stream, for every k (how ranks split the shards). */
+static void test_tree_blocks(void)
+{
+    float leaf[12][TREE_N], whole[TREE_N], part[TREE_N];
+    const int n = 12;
+    dt_tree_t *t = NULL, *upper = NULL;
+    tree_leaves(leaf, n, 99u);
+    CU_ASSERT_FATAL(dt_tree_create(TREE_N, &t) == DT_OK);
+    CU_ASSERT_FATAL(dt_tree_create(TREE_N, &upper) == DT_OK);
+    for (int j = 0; j < n; j++)
+        CU_ASSERT_FATAL(dt_tree_push(t, leaf[j]) == DT_OK);
+    dt_tree_finish(t, whole);
+    for (int k = 1; k <= 16; k *= 2) {
+        for (int lo = 0; lo < n; lo += k) {
+            for (int j = lo; j < lo + k && j < n; j++)
+                CU_ASSERT_FATAL(dt_tree_push(t, leaf[j]) == DT_OK);
+            dt_tree_finish(t, part);
+            CU_ASSERT_FATAL(dt_tree_push(upper, part) == DT_OK);
+        }
+        float got[TREE_N];
+        dt_tree_finish(upper, got);
+        CU_ASSERT(memcmp(got, whole, sizeof whole) == 0);
+    }
+    dt_tree_destroy(t);
+    dt_tree_destroy(upper);
+}
+
+/* One rank: the sum over ranks leaves the buffer as it is. */
+static void test_tree_allreduce_one_rank(void)
+{
+    float v[3] = {1.5f, -2.0f, 3.25f}, w[3];
+    dt_tree_t *t = NULL;
+    memcpy(w, v, sizeof v);
+    CU_ASSERT_FATAL(dt_tree_create(3, &t) == DT_OK);
+    CU_ASSERT_EQUAL(dt_comm_allreduce_tree(comm, t, v, 3, 1), DT_OK);
+    CU_ASSERT(memcmp(v, w, sizeof v) == 0);
+    dt_tree_destroy(t);
 }
 
 /* ---- dt_bucket_plan ------------------------------------------------------ */
@@ -600,7 +713,11 @@ int main(int argc, char **argv)
     CU_ADD(plan, test_plan_zero_sizes);
     CU_ADD(plan, test_plan_tiles);
     CU_ADD(plan, test_plan_cuts);
+    CU_pSuite tree = CU_add_suite("sum_tree", NULL, NULL);
+    CU_ADD(tree, test_tree_matches_definition);
+    CU_ADD(tree, test_tree_blocks);
     CU_pSuite one = CU_add_suite("comm_one_rank", NULL, NULL);
+    CU_ADD(one, test_tree_allreduce_one_rank);
     CU_ADD(one, test_registry);
     CU_ADD(one, test_nccl_unavailable);
     CU_ADD(one, test_caps);

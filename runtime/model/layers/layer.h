@@ -89,6 +89,8 @@ struct dt_layer {
     int recomputed;    /* set by the model before workspace(): forward runs again before
                           backward (model.recompute), so keeping more is no help */
     int has_eval_mode; /* forward differs between training and evaluation */
+    size_t stat_len;   /* doubles of batch statistics a training forward reports through
+                          stat_out (train.reproducible); 0: none */
     unsigned char cfg[DT_LAYER_CFG_BYTES] __attribute__((aligned(8))); /* the kind's settings */
 };
 
@@ -118,6 +120,10 @@ struct dt_layer_ctx {
     double *loss_sum;
     int64_t *correct;
     float scale; /* backward: gradient of (loss_sum * scale) */
+    /* training forward, not NULL: the layer writes its batch statistics
+     * here (stat_len doubles, host memory) and leaves its running
+     * statistics alone; they are updated later by apply_stats */
+    double *stat_out;
 };
 
 struct dt_layer_kind {
@@ -138,6 +144,9 @@ struct dt_layer_kind {
      * as the CPU backend would when be is NULL (sizing without a backend).
      * NULL: the build's values stand. */
     dt_status (*workspace)(struct dt_layer *l, dt_backend_t *be, int64_t max_rows);
+    /* Updates the running statistics in buf (host memory) from what a
+     * training forward wrote to stat_out (NULL: the kind keeps none). */
+    void (*apply_stats)(const struct dt_layer *l, float *const *buf, const double *stats);
     /* The ops the kind needs on the model's backend (DT_OP_COUNT ends). */
     enum dt_op_id ops[12];
 };

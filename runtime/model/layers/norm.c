@@ -62,6 +62,7 @@ static dt_status bn_build(struct dt_layer *l, const struct dt_layer_spec *spec,
     dt_layer_buffer(l, "running_mean", ch, DT_INIT_ZEROS);
     dt_layer_buffer(l, "running_var", ch, DT_INIT_ONES);
     l->saved_fixed = 2 * c->C; /* mean, 1/std of the last training forward */
+    l->stat_len = 1 + 2 * (size_t)c->C; /* count, then the sums of x and x^2 */
     l->has_eval_mode = 1;
 out:
     return st;
@@ -123,8 +124,14 @@ static dt_status bn_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
         goto out;
     }
     c->count = count;
+    int keep = !x->recompute && !x->stat_out; /* update the running statistics here */
+    if (x->stat_out && !x->recompute) {
+        x->stat_out[0] = count;
+        DT_CHECK(dt_backend_copy(x->be, x->stat_out + 1, stats, 2 * (size_t)C * sizeof(double),
+                                 DT_COPY_D2H));
+    }
     DT_CHECK(x->ops->batchnorm_fwd(x->be, x->out, x->saved, x->saved + C,
-                                   x->recompute ? NULL : x->buf[0], x->recompute ? NULL : x->buf[1],
+                                   keep ? x->buf[0] : NULL, keep ? x->buf[1] : NULL,
                                    x->in, stats, count, x->p[0], x->p[1], (float)c->eps,
                                    (float)c->momentum, N, C, HW));
 out:
@@ -153,6 +160,22 @@ out:
     return st;
 }
 
+/* The running statistics from a reported batch: as batchnorm_fwd updates
+ * them (momentum, the unbiased variance). */
+static void bn_apply_stats(const struct dt_layer *l, float *const *buf, const double *stats)
+{
+    const struct bn_cfg *c = (const struct bn_cfg *)l->cfg;
+    double count = stats[0], m = c->momentum;
+    const double *sum = stats + 1, *sq = sum + c->C;
+    if (count < 2) return;
+    for (int64_t k = 0; k < c->C; k++) {
+        double mean = sum[k] / count, var = sq[k] / count - mean * mean;
+        if (var < 0) var = 0;
+        buf[0][k] = (float)((1.0 - m) * buf[0][k] + m * mean);
+        buf[1][k] = (float)((1.0 - m) * buf[1][k] + m * var * count / (count - 1.0));
+    }
+}
+
 static void bn_describe(const struct dt_layer *l, char *buf, size_t len)
 {
     const struct bn_cfg *c = (const struct bn_cfg *)l->cfg;
@@ -168,6 +191,7 @@ const struct dt_layer_kind dt_layer_batchnorm = {
     .bwd = bn_bwd,
     .describe = bn_describe,
     .workspace = bn_workspace,
+    .apply_stats = bn_apply_stats,
     .ops = {DT_OP_batchnorm_stats, DT_OP_batchnorm_fwd, DT_OP_batchnorm_infer,
             DT_OP_batchnorm_bwd_reduce, DT_OP_batchnorm_bwd, DT_OP_COUNT},
 };
