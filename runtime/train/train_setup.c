@@ -757,7 +757,7 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
     need.grads = host ? p4 : 0;
     need.optim = host ? times(p4, (uint64_t)states) : 0;
     int64_t ranks = r->world > 1 ? r->world : r->opts ? r->opts->plan_world : 1;
-    if (host && ranks > 1 && !r->eval_only)
+    if (host && ranks > 1 && !r->eval_only && !r->repro) /* reproducible: never sharded */
         shard_need(r, &need, p4, states, (uint64_t)ranks);
     need.activations = host ? ms.arena_bytes : 0;
     /* checkpoints: a host backend's are written and read where the state
@@ -793,6 +793,13 @@ static dt_status check_memory(struct run *r, const struct dt_model_io *io, int64
             per_param += sizeof(uint16_t); /* the bf16 wire */
         if (r->stage_grads)
             per_param += sizeof(float); /* host copies of the gradients */
+    }
+    if (!r->eval_only && r->repro) { /* the sum tree: its partial sums, the leaf, the chunks */
+        int64_t k = r->nshards / r->world;
+        uint64_t levels = 1;
+        while (((int64_t)1 << levels) <= k)
+            levels++;
+        per_param += sizeof(float) * (levels + 1 + (r->world > 1 ? 2 : 0));
     }
     need.other = times(ms.params, per_param);
     need.resident = dt_mem_resident();

@@ -539,7 +539,7 @@ static void test_shape_errors(void)
 {
     expect_load_error("train: 5\n",
                       ":1:8: train: expected a mapping (a section with keys epochs, steps, "
-                      "global_batch, micro_batch, seed, eval_batch, log_every, clip_norm, "
+                      "global_batch, micro_batch, reproducible, shard_rows, seed, eval_batch, log_every, clip_norm, "
                       "precision, optimizer, schedule), got '5'");
     expect_load_error("train:\n  optimizer: [1]\n",
                       ":2:14: train.optimizer: expected a mapping (a section with keys name, lr, "
@@ -640,7 +640,7 @@ static void test_set_errors(void)
                      "init, sync_bn, n_layer, n_head, n_embd, vocab_size, "
                      "tie_embeddings, norm, recompute, layers");
     expect_set_error("train=5", "--set train=5: train: is a section with keys epochs, steps, "
-                                "global_batch, micro_batch, seed, eval_batch, log_every, "
+                                "global_batch, micro_batch, reproducible, shard_rows, seed, eval_batch, log_every, "
                                 "clip_norm, precision, optimizer, schedule; set one key in it, e.g. --set "
                                 "train.epochs=...");
     expect_set_error("train.schedule=1",
