@@ -5,8 +5,11 @@
 # (default 32: the same bits on 1, 2 and 4 ranks), ROUNDS rounds
 # (default 3) that alternate the two modes, each round's ratio
 # (reproducible / default) and their median and spread; then the same for
-# configs/fashion-mnist-cnn.yaml (JOBS names others).
-#   [ROUNDS=3] [SHARD=32] [JOBS="a.yaml b.yaml"] bash bench/repro.sh [STEPS]
+# configs/fashion-mnist-cnn.yaml (JOBS names others). BASE=micro makes the
+# baseline the default mode with micro-batches of SHARD rows (the shapes the
+# reproducible mode computes with), so the ratio is the cost of the sum
+# tree alone.
+#   [ROUNDS=3] [SHARD=32] [BASE=micro] [JOBS="a.yaml b.yaml"] bash bench/repro.sh [STEPS]
 # Needs build/ (launch/setup.sh), data/fashion-mnist.h5, 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,7 @@ trap 'rm -rf "$work"' EXIT
 sps() { # JOB NP MODE -> samples/s of the training steps
   local job=$1 np=$2 mode=$3 extra=()
   [ "$mode" = repro ] && extra=(--set train.reproducible=true --set train.shard_rows="$SHARD")
+  [ "$mode" = default ] && [ "${BASE:-}" = micro ] && extra=(--set train.micro_batch="$SHARD")
   rm -rf "$work/run"
   bash tests/mpi/mpirun.sh "$np" "$BUILD"/dtrain train "$job" --set train.steps="$STEPS" \
     --set train.schedule.warmup_steps=10 --set runtime.threads=1 --set runtime.progress=off \
