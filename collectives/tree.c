@@ -154,12 +154,6 @@ void dt_tree_finish(dt_tree_t *t, float *out)
     t->pushed = 0;
 }
 
-size_t dt_tree_bytes(const dt_tree_t *t)
-{
-    return (size_t)(t->depth + t->nfree + (t->next != NULL)) * t->n * sizeof(float) +
-           t->scratch_elems * sizeof(float);
-}
-
 static dt_status scratch(dt_tree_t *t, size_t elems, float **out)
 {
     if (t->scratch_elems < elems) {

@@ -40,8 +40,6 @@ size_t dt_tree_count(const dt_tree_t *t);
 /* The sum of the leaves pushed since the last finish into out (n
  * floats; untouched when there were none), and starts over. */
 void dt_tree_finish(dt_tree_t *t, float *out);
-/* Bytes the accumulator holds now (its partial sums). */
-size_t dt_tree_bytes(const dt_tree_t *t);
 
 /* Every rank's buf (count floats: the sum of its block of leaves, or
  * nothing when present is 0) summed in the tree over rank index, the
