@@ -122,11 +122,19 @@ struct dt_pool2d_shape {
  */
 #define DT_INV_SQRT2 0.70710678118654752440f
 #define DT_INV_SQRT_2PI 0.39894228040143267794f
+#define DT_SQRT_2_OVER_PI 0.79788456080286535588f
 #define DT_UNARY_LIST(U, a)                                                                        \
     U(a, relu, x, x < 0.0f ? 0.0f : x, x > 0.0f ? dy : 0.0f, BLOCKED, "max(x, 0)")                 \
     U(a, gelu, x, 0.5f * x * erfcf(-x * DT_INV_SQRT2),                                             \
       dy * (0.5f * erfcf(-x * DT_INV_SQRT2) + x * (DT_INV_SQRT_2PI * expf(-0.5f * x * x))), OWN,   \
       "exact GELU, x * Phi(x)")                                                                    \
+    U(a, gelu_tanh, x, 0.5f * x * (1.0f + tanhf(DT_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x))),  \
+      dy * (0.5f * (1.0f + tanhf(DT_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x))) +              \
+            0.5f * x *                                                                             \
+                (1.0f - tanhf(DT_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)) *                   \
+                            tanhf(DT_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x))) *              \
+                DT_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x)),                            \
+      BLOCKED, "GELU's tanh approximation (GPT-2's gelu_new, torch's approximate='tanh')")         \
     U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), BLOCKED, "hyperbolic tangent")                   \
     U(a, silu, x, x / (1.0f + expf(-x)),                                                           \
       dy * (1.0f / (1.0f + expf(-x))) * (1.0f + x * (1.0f - 1.0f / (1.0f + expf(-x)))), BLOCKED,   \

@@ -7,9 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DTRAIN_WITH_TORCH=1 DTRAIN_WITH_FUZZ=1 DTRAIN_WITH_DEBOOTSTRAP=1 DTRAIN_WITH_TENSORBOARD=1
-export DTRAIN_WITH_SLURM=1
+export DTRAIN_WITH_SLURM=1 DTRAIN_WITH_HF=1
 # the monitoring test of both builds reads TensorBoard files with this one
 export DTRAIN_TB_PYTHON=$PWD/build/tb-venv/bin/python
+# the tests against transformers, tokenizers and safetensors use this one
+export DTRAIN_HF_PYTHON=$PWD/build/hf-venv/bin/python
 BUILD_DIR=build CMAKE_ARGS="-DDTRAIN_WERROR=ON ${CMAKE_ARGS:-}" bash launch/setup.sh
 
 # A suite that skips is reported by name, and fails the run unless it is

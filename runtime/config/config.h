@@ -82,6 +82,7 @@ struct dt_job {
         int64_t vocab_size;          /* gpt: 0 = the dataset's vocabulary */
         int tie_embeddings;          /* gpt: the output head uses the token embedding */
         char norm[DT_JOB_STR];       /* gpt: layernorm | rmsnorm */
+        char gelu[DT_JOB_STR];       /* gpt: exact | tanh (the MLP's GELU) */
         char recompute[DT_JOB_STR];  /* none | all | comma-separated block names */
         struct dt_layer_spec layers[DT_JOB_MAX_LAYERS]; /* model.type layers */
         int nlayers;

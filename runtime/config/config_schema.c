@@ -39,6 +39,7 @@ static const char *const activations[] = {DT_UNARY_LIST(ACTIVATION_NAME, _) NULL
 #undef ACTIVATION_NAME
 static const char *const inits[] = {"kaiming", "xavier", NULL};
 static const char *const gpt_norms[] = {"layernorm", "rmsnorm", NULL};
+static const char *const gpt_gelus[] = {"exact", "tanh", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"constant", "step", "cosine", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
@@ -119,6 +120,10 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "gpt: the normalisation before each block's attention and MLP and before the head: "
         "layernorm (as GPT-2) or rmsnorm (no mean taken out, no shift; the layers keep the "
         "names ln1, ln2, ln_f)", ONE_OF(gpt_norms)),
+    ROW("model.gelu", E, model.gelu, "exact",
+        "gpt: the MLP's GELU: exact (x * Phi(x)) or tanh (the tanh approximation: GPT-2's "
+        "gelu_new, which the released GPT-2 weights were trained with)",
+        ONE_OF(gpt_gelus)),
     ROW("model.recompute", S, model.recompute, "none",
         "activation recomputation: none, all, or block names separated by commas (a block is "
         "a layer or a group of layers named <block>.<layer>, such as a resnet's stage1.block1); "

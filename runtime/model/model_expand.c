@@ -18,7 +18,8 @@
  *   gpt:    wte (embedding), wpe (pos_embedding), drop; per block i of
  *           model.n_layer: h<i>.ln1, h<i>.qkv (linear 3C), h<i>.attn,
  *           h<i>.proj, [h<i>.drop1], h<i>.res1 (add), h<i>.ln2, h<i>.fc
- *           (linear 4C), h<i>.gelu, h<i>.fc2, [h<i>.drop2], h<i>.res2; ln_f;
+ *           (linear 4C), h<i>.gelu (kind gelu, or gelu_tanh with model.gelu
+ *           tanh), h<i>.fc2, [h<i>.drop2], h<i>.res2; ln_f;
  *           head (linear to the vocabulary, no bias, tied to wte.weight
  *           with model.tie_embeddings); loss. Weights start normal(0,
  *           0.02), the residual projections (proj, fc2) normal(0,
@@ -107,7 +108,7 @@ static void gpt(struct list *s, const struct dt_job *job)
         e = add(s, "linear", "h%lld.fc", i);
         dt_layer_spec_arg(e, "out", "%lld", 4 * C);
         dt_layer_spec_arg(e, "init_std", "0.02");
-        add(s, "gelu", "h%lld.gelu", i);
+        add(s, strcmp(job->model.gelu, "tanh") == 0 ? "gelu_tanh" : "gelu", "h%lld.gelu", i);
         e = add(s, "linear", "h%lld.fc2", i);
         dt_layer_spec_arg(e, "out", "%lld", C);
         dt_layer_spec_arg(e, "init_std", "%.17g", proj_std);

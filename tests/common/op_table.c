@@ -766,6 +766,7 @@ const struct dt_op_case dt_op_cases[] = {
     {"bias 8200x33 (row tiles wider than 128 rows)", DT_OP_bias_fwd, {8200, 33}, 1e-5},
     {"relu 100", DT_OP_relu_fwd, {100}, 1e-6},
     {"gelu 100", DT_OP_gelu_fwd, {100}, 1e-6},
+    {"gelu_tanh 100", DT_OP_gelu_tanh_fwd, {100}, 1e-6},
     {"tanh 100", DT_OP_tanh_fwd, {100}, 1e-6},
     {"silu 100", DT_OP_silu_fwd, {100}, 1e-6},
     {"softmax_xent 7x10", DT_OP_softmax_xent_fwd, {7, 10}, 1e-5},

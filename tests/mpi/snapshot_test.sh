@@ -60,7 +60,8 @@ unset DTRAIN_RANKS_PER_NODE
 # is one of 25, 30, 35, those the file write of step 20 left room for)
 DTRAIN_FAULT=1:kill:39 train 2 damaged --set checkpoint.every_steps=20 --set checkpoint.memory_every_steps=5 \
   > damaged1.out 2>&1
-snap=$(find shm -type f -name 'r1-s00000000[23]5.own' | sort | tail -1)
+snap=$(find shm -type f \( -name 'r1-s0000000025.own' -o -name 'r1-s0000000030.own' \
+  -o -name 'r1-s0000000035.own' \) | sort | tail -1)
 step=$(sed -n 's/.*r1-s0*\([0-9]*\)\.own$/\1/p' <<<"$snap")
 if [ -n "$snap" ]; then
   "$PY" - "$snap" <<'PY'
