@@ -228,6 +228,12 @@ struct dt_pool2d_shape {
  *                the workspace, so memory grows linearly with T.
  * attention_bwd  dqkv(B,T,3,H,Dh) (written) = the gradient through attention_fwd for
  *                dout; takes the forward's qkv, out and lse
+ * attention_decode  causal attention of one sequence, n new positions at a time
+ *                (generation with a key/value cache): qkv(n,3,H,Dh) holds positions
+ *                pos..pos+n-1; their keys and values are written into kcache and vcache
+ *                (T,H,Dh) at rows pos..pos+n-1, then out[i,h,:] (n,H,Dh, written) =
+ *                softmax(q_i k^T / sqrt(Dh)) v over the cached rows 0..pos+i. The same
+ *                function of the same rows as attention_fwd's, to rounding.
  * sgd_update     SGD with momentum, as torch.optim.SGD (dampening 0):
  *                g' = g + wd*p;  buf = first ? g' : momentum*buf + g';
  *                d = nesterov ? g' + momentum*buf : buf  (d = g' when momentum == 0);
@@ -324,6 +330,8 @@ struct dt_pool2d_shape {
     X(attention_bwd,                                                                               \
       (dt_backend_t * be, float *dqkv, const float *dout, const float *qkv, const float *out,      \
        const float *lse, int B, int T, int H, int Dh, int causal, void *ws, size_t ws_bytes))      \
+    X(attention_decode, (dt_backend_t * be, float *out, float *kcache, float *vcache,              \
+                         const float *qkv, int pos, int n, int T, int H, int Dh))                  \
     X(sgd_update, (dt_backend_t * be, float *p, const float *g, float *buf, size_t n,              \
                    const struct dt_sgd_args *a))                                                   \
     X(adamw_update, (dt_backend_t * be, float *p, const float *g, float *m, float *v, size_t n,    \

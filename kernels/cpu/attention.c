@@ -38,6 +38,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_ops.h"
@@ -413,5 +414,66 @@ dt_status dt_cpu_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout,
                             qkv + hd.q + (size_t)i0 * hd.ld, hd.ld, 1.0f, dk, hd.ld);
             }
         }
+    return DT_OK;
+}
+
+/* ---- decoding with a key/value cache ------------------------------------------ */
+
+/* One sequence, n new positions: their keys and values into the caches,
+ * then per new row i and head h the softmax of the scaled scores over the
+ * cached rows 0..pos+i, as attention_fwd's reference takes it (sums in
+ * double), times the cached values. Shared by both CPU tables: one query
+ * row at a time is all generation asks. */
+dt_status dt_cpu_attention_decode(dt_backend_t *be, float *out, float *kcache, float *vcache,
+                                  const float *qkv, int pos, int n, int T, int H, int Dh)
+{
+    (void)be;
+    DT_CPU_REQUIRE(out && kcache && vcache && qkv, "attention_decode",
+                   "out, kcache, vcache and qkv must not be NULL");
+    DT_CPU_REQUIRE(n >= 1 && H >= 1 && Dh >= 1 && pos >= 0 && T >= 1 && pos <= T - n,
+                   "attention_decode",
+                   "positions %d..%d of a cache of %d rows (H=%d, Dh=%d): need n >= 1, H, Dh "
+                   ">= 1 and the positions inside the cache",
+                   pos, pos + n - 1, T, H, Dh);
+    const size_t C = (size_t)H * (size_t)Dh, ld = 3 * C;
+    for (int i = 0; i < n; i++) {
+        memcpy(kcache + (size_t)(pos + i) * C, qkv + (size_t)i * ld + C, C * sizeof(float));
+        memcpy(vcache + (size_t)(pos + i) * C, qkv + (size_t)i * ld + 2 * C, C * sizeof(float));
+    }
+    double *p = malloc((size_t)(pos + n) * sizeof *p), *acc = malloc((size_t)Dh * sizeof *acc);
+    if (!p || !acc) {
+        free(p);
+        free(acc);
+        return dt_set_error(DT_ERR_NOMEM, "cpu attention_decode: no memory for %d scores",
+                            pos + n);
+    }
+    const double scale = 1.0 / sqrt((double)Dh);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)i * ld + (size_t)h * Dh;
+            int kn = pos + i + 1;
+            double top = -INFINITY, sum = 0;
+            for (int j = 0; j < kn; j++) {
+                const float *k = kcache + (size_t)j * C + (size_t)h * Dh;
+                double s = 0;
+                for (int d = 0; d < Dh; d++)
+                    s += (double)q[d] * k[d];
+                p[j] = s * scale;
+                top = p[j] > top ? p[j] : top;
+            }
+            memset(acc, 0, (size_t)Dh * sizeof *acc);
+            for (int j = 0; j < kn; j++) {
+                const float *v = vcache + (size_t)j * C + (size_t)h * Dh;
+                double w = exp(p[j] - top);
+                sum += w;
+                for (int d = 0; d < Dh; d++)
+                    acc[d] += w * v[d];
+            }
+            float *o = out + (size_t)i * C + (size_t)h * Dh;
+            for (int d = 0; d < Dh; d++)
+                o[d] = (float)(acc[d] / sum);
+        }
+    free(p);
+    free(acc);
     return DT_OK;
 }

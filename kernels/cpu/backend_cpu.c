@@ -92,6 +92,7 @@ static const struct dt_ops cpu_ops_ref = {
     .attention_workspace = dt_cpu_attention_workspace,
     .attention_fwd = dt_cpu_attention_fwd_ref,
     .attention_bwd = dt_cpu_attention_bwd_ref,
+    .attention_decode = dt_cpu_attention_decode,
     /* clang-format off */
     DT_UNARY_LIST(CPU_UNARY_REF_OPS, _)
     /* clang-format on */
@@ -145,6 +146,7 @@ static const struct dt_ops cpu_ops_fast = {
     .attention_workspace = dt_cpu_attention_workspace,
     .attention_fwd = dt_cpu_attention_fwd,
     .attention_bwd = dt_cpu_attention_bwd,
+    .attention_decode = dt_cpu_attention_decode,
     /* clang-format off */
     DT_UNARY_LIST(CPU_UNARY_FAST_OPS, _)
     /* clang-format on */

@@ -78,6 +78,7 @@ void dt_cpu_set_gate(dt_backend_t *be, int skip);
 #define DT_CPU_ONE_rmsnorm_fwd ONLY, REF
 #define DT_CPU_ONE_rmsnorm_bwd ONLY, REF
 #define DT_CPU_ONE_attention_workspace ONLY, FAST
+#define DT_CPU_ONE_attention_decode ONLY, FAST
 #define DT_CPU_ONE_to_bf16 ONLY, FAST
 #define DT_CPU_ONE_from_bf16 ONLY, FAST
 

@@ -557,3 +557,111 @@ dt_status dt_cuda_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout
     }
     return DT_CUDA_LAUNCHED(cb, "attention_bwd", ATT_FMT, B, T, H, Dh, causal);
 }
+
+/* ---- decoding with a key/value cache ------------------------------------------- */
+
+#define DEC_THREADS ATT_MAX_DH /* per (new row, head); thread d also keeps out[d] */
+#define DEC_TILE 1024          /* keys scored at a time, in shared memory */
+
+/* The new rows' keys and values into the caches (T, H, Dh). */
+static __global__ void att_dec_store_kernel(float *kc, float *vc, const float *qkv, int pos, int n,
+                                            int C)
+{
+    const size_t total = (size_t)n * C;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        size_t i = e / C, c = e % C;
+        kc[(size_t)(pos + i) * C + c] = qkv[i * 3 * C + C + c];
+        vc[(size_t)(pos + i) * C + c] = qkv[i * 3 * C + 2 * C + c];
+    }
+}
+
+/* The block's value of v by a fixed tree (max or sum) over red[]; every
+ * thread gets it. */
+static __device__ float dec_reduce(float *red, float v, int is_max)
+{
+    const int t = threadIdx.x;
+    red[t] = v;
+    __syncthreads();
+    for (int w = DEC_THREADS / 2; w > 0; w >>= 1) {
+        if (t < w)
+            red[t] = is_max ? fmaxf(red[t], red[t + w]) : red[t] + red[t + w];
+        __syncthreads();
+    }
+    float r = red[0];
+    __syncthreads();
+    return r;
+}
+
+/* One block per (new row i, head h): the scores of the cached keys
+ * 0..pos+i tile by tile, an online softmax (running max and sum, the
+ * output rescaled when the max grows), thread d accumulating out[d]. */
+static __global__ void att_dec_kernel(float *out, const float *kc, const float *vc,
+                                      const float *qkv, int pos, int H, int Dh, float scale)
+{
+    __shared__ float s[DEC_TILE];
+    __shared__ float red[DEC_THREADS];
+    const int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x, C = H * Dh, kn = pos + i + 1;
+    const float *q = qkv + (size_t)i * 3 * C + (size_t)h * Dh;
+    float m = -INFINITY, l = 0.0f, acc = 0.0f;
+    for (int j0 = 0; j0 < kn; j0 += DEC_TILE) {
+        const int tn = kn - j0 < DEC_TILE ? kn - j0 : DEC_TILE;
+        float tm = -INFINITY;
+        for (int jj = t; jj < tn; jj += DEC_THREADS) {
+            const float *k = kc + (size_t)(j0 + jj) * C + (size_t)h * Dh;
+            float a = 0.0f;
+            for (int d = 0; d < Dh; d++)
+                a += q[d] * k[d];
+            s[jj] = a * scale;
+            tm = fmaxf(tm, s[jj]);
+        }
+        const float mnew = fmaxf(m, dec_reduce(red, tm, 1));
+        float ts = 0.0f;
+        for (int jj = t; jj < tn; jj += DEC_THREADS) {
+            s[jj] = expf(s[jj] - mnew);
+            ts += s[jj];
+        }
+        const float rescale = expf(m - mnew); /* 0 on the first tile (m = -inf) */
+        l = l * rescale + dec_reduce(red, ts, 0);
+        if (t < Dh) {
+            float a = acc * rescale;
+            for (int jj = 0; jj < tn; jj++)
+                a += s[jj] * vc[(size_t)(j0 + jj) * C + (size_t)h * Dh + t];
+            acc = a;
+        }
+        m = mnew;
+        __syncthreads(); /* s is rewritten by the next tile */
+    }
+    if (t < Dh)
+        out[(size_t)i * C + (size_t)h * Dh + t] = acc / l;
+}
+
+dt_status dt_cuda_attention_decode(dt_backend_t *be, float *out, float *kcache, float *vcache,
+                                   const float *qkv, int pos, int n, int T, int H, int Dh)
+{
+    DT_CUDA_REQUIRE(out && kcache && vcache && qkv, "attention_decode",
+                    "out, kcache, vcache and qkv must not be NULL");
+    DT_CUDA_REQUIRE(n >= 1 && H >= 1 && Dh >= 1 && pos >= 0 && T >= 1 && pos <= T - n,
+                    "attention_decode",
+                    "positions %d..%d of a cache of %d rows (H=%d, Dh=%d): need n >= 1, H, Dh "
+                    ">= 1 and the positions inside the cache",
+                    pos, pos + n - 1, T, H, Dh);
+    dt_status st = check_shape("attention_decode", 1, T, H, Dh, 1);
+    if (st != DT_OK)
+        return st;
+    DT_CUDA_REQUIRE(H <= ATT_MAX_GRID_Y, "attention_decode", "H=%d is above %d", H,
+                    ATT_MAX_GRID_Y);
+    struct cuda_backend *cb = dt_cuda_of(be);
+    const int C = H * Dh;
+    const size_t total = (size_t)n * C;
+    const unsigned blocks =
+        (unsigned)((total + DT_CUDA_THREADS - 1) / DT_CUDA_THREADS < 4096
+                       ? (total + DT_CUDA_THREADS - 1) / DT_CUDA_THREADS
+                       : 4096);
+    DT_CUDA_LAUNCH(att_dec_store_kernel, dim3(blocks), DT_CUDA_THREADS, 0, cb->stream, kcache,
+                   vcache, qkv, pos, n, C);
+    DT_CUDA_LAUNCH(att_dec_kernel, dim3((unsigned)n, (unsigned)H), DEC_THREADS, 0, cb->stream, out,
+                   kcache, vcache, qkv, pos, H, Dh, 1.0f / sqrtf((float)Dh));
+    return DT_CUDA_LAUNCHED(cb, "attention_decode", "pos=%d n=%d T=%d H=%d Dh=%d", pos, n, T, H,
+                            Dh);
+}

@@ -722,6 +722,7 @@ static const struct dt_ops cuda_ops = {
     .attention_workspace = dt_cuda_attention_workspace,
     .attention_fwd = dt_cuda_attention_fwd,
     .attention_bwd = dt_cuda_attention_bwd,
+    .attention_decode = dt_cuda_attention_decode,
     .sgd_update = dt_cuda_sgd_update,
     .adamw_update = dt_cuda_adamw_update,
     .sumsq = dt_cuda_sumsq,

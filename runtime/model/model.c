@@ -107,6 +107,12 @@ struct dt_model {
     /* sharded parameters: where each layer's are (dt_model_set_param_hook) */
     struct dt_param_hook phook;
     int dry; /* dt_model_replay: the hooks' calls, no compute */
+    /* decoding (dt_model_decode_open): the layers' caches, one allocation */
+    float *dcache;
+    size_t *dcache_off; /* per node, into dcache */
+    int64_t dec_T;      /* positions of the sequence */
+    double dec_loss;    /* the loss layer's totals, unused (a backend may add to them later) */
+    int64_t dec_correct;
 };
 
 static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -802,7 +808,9 @@ void dt_model_destroy(dt_model_t *m)
         dt_backend_free(m->be, m->grad_buf);
         dt_backend_free(m->be, m->buf_buf);
         dt_backend_free(m->be, m->arena);
+        dt_backend_free(m->be, m->dcache);
     }
+    free(m->dcache_off);
     free_parts(m);
     free(m);
 }
@@ -1018,6 +1026,96 @@ dt_status dt_model_forward(dt_model_t *m, const float *x, const int32_t *y, int6
     for (int i = 0; i < m->nnodes; i++)
         DT_CHECK(forward_node(m, i, rows, 0, m->nnodes, loss_sum, correct));
 out:
+    return st;
+}
+
+/* ---- decoding with a key/value cache ------------------------------------------ */
+
+dt_status dt_model_decode_open(dt_model_t *m)
+{
+    dt_status st = DT_OK;
+    size_t total = 0;
+    if (m->dcache_off)
+        return DT_OK;
+    m->dec_T = m->in_shape.ndim == 1 ? m->in_shape.dim[0] : 0;
+    if (!m->dec_T || !m->param_buf || m->labels_per_row != m->dec_T)
+        return dt_set_error(DT_ERR_USAGE,
+                            "the model does not read a sequence of token ids and predict a token "
+                            "at each position: it cannot be decoded position by position");
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct dt_layer *l = &m->nodes[i].l;
+        if (!l->kind->decode || l->in.dim[0] != m->dec_T || l->out.dim[0] != m->dec_T)
+            return dt_set_error(DT_ERR_USAGE,
+                                "layer %s (%s) cannot be decoded position by position (%s)",
+                                l->name, l->kind->name,
+                                l->kind->decode ? "its input or output is not a sequence of the "
+                                                  "model's positions"
+                                                : "its kind has no decoding");
+    }
+    DT_CHECK(dt_calloc((size_t)m->nnodes, sizeof *m->dcache_off, "the decoding caches' places",
+                       (void **)&m->dcache_off));
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct dt_layer *l = &m->nodes[i].l;
+        m->dcache_off[i] = total;
+        total += l->kind->decode_cache ? up(l->kind->decode_cache(l)) : 0;
+    }
+    st = dt_backend_alloc(m->be, (total ? total : 1) * sizeof(float), (void **)&m->dcache);
+    if (st != DT_OK) {
+        free(m->dcache_off);
+        m->dcache_off = NULL;
+        st = dt_error_context(st, "allocating the key/value cache (%zu floats)", total);
+    }
+out:
+    return st;
+}
+
+dt_status dt_model_decode(dt_model_t *m, const float *ids, int64_t n, int64_t pos, float *last)
+{
+    dt_status st = DT_OK;
+    int32_t *zeros = NULL;
+    DT_ASSERT(m->dcache_off);
+    if (n < 1 || pos < 0 || pos + n > m->dec_T)
+        return dt_set_error(DT_ERR_INVALID_ARG,
+                            "decoding positions %lld..%lld of a model of %lld positions",
+                            (long long)pos, (long long)(pos + n - 1), (long long)m->dec_T);
+    m->last_rows = 1;
+    m->last_training = 0;
+    m->x = m->arena + m->x_off[0];
+    m->y = (int32_t *)(m->arena + m->y_off[0]);
+    DT_CHECK(dt_calloc((size_t)n, sizeof *zeros, "the decoding labels", (void **)&zeros));
+    DT_CHECK(dt_backend_copy(m->be, m->x, ids, (size_t)n * sizeof(float), DT_COPY_H2D));
+    DT_CHECK(dt_backend_copy(m->be, m->y, zeros, (size_t)n * sizeof(int32_t), DT_COPY_H2D));
+    for (int i = 0; i < m->nnodes; i++) {
+        struct node *nd = &m->nodes[i];
+        struct dt_layer_ctx c;
+        if (nd->nin > 1) {
+            size_t e = dt_layer_decode_numel(&nd->l.in, n);
+            const float *a = nd->in[0] < 0 ? m->x : m->nodes[nd->in[0]].out;
+            for (int k = 1; k < nd->nin && st == DT_OK; k++) {
+                const float *b = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
+                st = m->ops->add(m->be, nd->sum, a, b, e);
+                a = nd->sum;
+            }
+        }
+        ctx_for(m, nd, &c, 1);
+        c.positions = n;
+        c.pos = pos;
+        c.cache = nd->l.kind->decode_cache ? m->dcache + m->dcache_off[i] : NULL;
+        c.loss_sum = &m->dec_loss;
+        c.correct = &m->dec_correct;
+        if (st == DT_OK)
+            st = nd->l.kind->decode(&nd->l, &c);
+        if (st != DT_OK) {
+            st = dt_error_context(st, "decoding layer %s (%s)", nd->l.name, nd->l.kind->name);
+            goto out;
+        }
+    }
+    const struct node *o = &m->nodes[m->nnodes - 1];
+    size_t per = dt_layer_decode_numel(&o->l.out, 1);
+    st = dt_backend_copy(m->be, last, o->out + per * (size_t)(n - 1), per * sizeof(float),
+                         DT_COPY_D2H);
+out:
+    free(zeros);
     return st;
 }
 

@@ -179,6 +179,18 @@ dt_status dt_model_replay(dt_model_t *m, int backward, const struct dt_grad_hook
  * that layer's output values. */
 dt_status dt_model_get_output(dt_model_t *m, float *host);
 
+/* Incremental decoding of a causal language model (generation with a
+ * key/value cache). Open checks that every layer can run a few positions
+ * of one sequence at a time (DT_ERR_USAGE naming the first that cannot:
+ * the caller then runs whole windows with dt_model_forward) and allocates
+ * the layers' caches (attention's keys and values of every position). Then
+ * dt_model_decode runs positions pos..pos+n-1 of the sequence whose
+ * positions 0..pos-1 earlier calls ran: ids holds their n token ids, and
+ * `last` (host) gets the output of position pos+n-1 (the next token's
+ * probabilities). A call at pos 0 starts a new sequence. */
+dt_status dt_model_decode_open(dt_model_t *m);
+dt_status dt_model_decode(dt_model_t *m, const float *ids, int64_t n, int64_t pos, float *last);
+
 /* Floats in each flat buffer (parameters, gradients, each optimizer
  * state): the parameters and the alignment padding between them. What
  * host copies, optimizer state and the gradient reducer are sized by. */

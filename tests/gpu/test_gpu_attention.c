@@ -387,6 +387,57 @@ static void test_attention_vs_ref(void)
     printf("\n");
 }
 
+/* Decoding with a key/value cache: the first `pre` positions at once,
+ * then one at a time; each new row's output against the reference's
+ * causal attention over the whole sequence. */
+static void decode_case(int T, int H, int Dh, int pre)
+{
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ops->attention_decode);
+    const size_t C = (size_t)H * Dh, nq = (size_t)T * 3 * C, no = (size_t)T * C;
+    float *qkv = hrand(nq, -2.0f, 2.0f), *dout = hrand(no, -1.0f, 1.0f);
+    double *r_out = malloc(no * sizeof *r_out), *r_lse = malloc((size_t)H * T * sizeof *r_lse);
+    double *r_dqkv = malloc(nq * sizeof *r_dqkv);
+    CU_ASSERT_FATAL(r_out && r_lse && r_dqkv);
+    attention_ref(1, T, H, Dh, 1, qkv, dout, r_out, r_lse, r_dqkv);
+    float *d_qkv = dput(qkv, nq), *d_out = dput(dout, no), *d_k = dput(dout, no);
+    float *d_v = dput(dout, no), *out = hnew(no);
+    OK(ops->attention_decode(gpu, d_out, d_k, d_v, d_qkv, 0, pre, T, H, Dh));
+    float *got = hget(d_out, (size_t)pre * C);
+    memcpy(out, got, (size_t)pre * C * sizeof *out);
+    free(got);
+    for (int t = pre; t < T; t++) {
+        OK(ops->attention_decode(gpu, d_out, d_k, d_v, d_qkv + (size_t)t * 3 * C, t, 1, T, H, Dh));
+        got = hget(d_out, C);
+        memcpy(out + (size_t)t * C, got, C * sizeof *out);
+        free(got);
+    }
+    const double e = rel_err(out, r_out, no);
+    printf("\n  decode T=%d H=%d Dh=%d, %d at once: out %.2g", T, H, Dh, pre, e);
+    CU_ASSERT(e <= ATT_TOL);
+    CHECK_FAILS(ops->attention_decode(gpu, d_out, d_k, d_v, d_qkv, T - 1, 2, T, H, Dh),
+                DT_ERR_INVALID_ARG, "inside the cache");
+    dt_backend_free(gpu, d_qkv);
+    dt_backend_free(gpu, d_out);
+    dt_backend_free(gpu, d_k);
+    dt_backend_free(gpu, d_v);
+    free(qkv);
+    free(dout);
+    free(out);
+    free(r_out);
+    free(r_lse);
+    free(r_dqkv);
+}
+
+static void test_attention_decode(void)
+{
+    decode_case(1, 1, 5, 1);
+    decode_case(37, 2, 24, 5);
+    decode_case(20, 1, 128, 20);
+    /* more keys than one tile of scores (1024) */
+    decode_case(1030, 1, 8, 1010);
+    printf("\n");
+}
+
 static void test_attention_refusals(void)
 {
     size_t bytes = 0;
@@ -428,5 +479,6 @@ int main(void)
     CU_ADD(s, test_embedding_bad_ids);
     CU_ADD(s, test_attention_vs_ref);
     CU_ADD(s, test_attention_refusals);
+    CU_ADD(s, test_attention_decode);
     return cu_run_all();
 }

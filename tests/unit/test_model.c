@@ -452,8 +452,8 @@ static dt_status gpt_model(const char *extra, int64_t rows, dt_model_t **m)
 {
     char text[1024];
     snprintf(text, sizeof text,
-             "model:\n  type: gpt\n  n_layer: 2\n  n_head: 2\n  n_embd: 8\n  dropout: 0\n%s",
-             extra ? extra : "");
+             "model:\n  type: gpt\n  n_layer: 2\n  n_head: 2\n  n_embd: 8\n%s%s",
+             extra && strstr(extra, "dropout") ? "" : "  dropout: 0\n", extra ? extra : "");
     dt_status st = dt_job_load_text("gpt.yaml", text, &job);
     if (st == DT_OK)
         st = dt_job_validate(&job);
@@ -542,6 +542,91 @@ static void test_gpt(void)
     CU_ASSERT_EQUAL(dt_model_param_numel(m), (size_t)(88 + 48 + 2 * block + 16 + 88));
     dt_model_destroy(m);
     CU_ASSERT_EQUAL(gpt_model("  n_head: 3\n", GPT_ROWS, &m), DT_ERR_USAGE);
+}
+
+/* Largest difference between the decoded next-token probabilities of
+ * position `at` and row `at` of a whole window's forward. */
+static double decode_gap(const float *whole, const float *last, int at)
+{
+    double worst = 0;
+    for (int v = 0; v < GPT_V; v++) {
+        double d = fabs((double)whole[at * GPT_V + v] - (double)last[v]);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+/* Decoding with a key/value cache (dt_model_decode): a prompt of 3
+ * positions at once and then one position at a time give the
+ * probabilities the whole window's forward gives at those positions; a
+ * new sequence at position 0 starts afresh; for every gpt variant. */
+static void test_gpt_decode(void)
+{
+    static const char *const variants[] = {
+        NULL,
+        "  norm: rmsnorm\n  gelu: tanh\n",
+        "  tie_embeddings: false\n",
+        "  dropout: 0.2\n",
+        "  recompute: all\n",
+    };
+    for (size_t k = 0; k < sizeof variants / sizeof *variants; k++) {
+        dt_model_t *m = NULL;
+        dt_status built = gpt_model(variants[k], 1, &m);
+        if (built != DT_OK)
+            fprintf(stderr, "gpt variant %zu: %s\n", k, dt_last_error());
+        CU_ASSERT_EQUAL_FATAL(built, DT_OK);
+        CU_ASSERT_EQUAL(dt_model_init_params(m, 7 + k), DT_OK);
+
+        /* outputs per position: the padded vocabulary when the head is wte */
+        int64_t V = (int64_t)dt_model_param(m, 0)->shape.dim[0];
+        float x[GPT_ROWS * GPT_T], whole[GPT_T * 16], last[16], x2[GPT_T];
+        int32_t y[GPT_ROWS * GPT_T];
+        double loss = 0;
+        int64_t correct = 0;
+        gpt_batch(x, y);
+        CU_ASSERT_FATAL(V <= 16);
+        CU_ASSERT_EQUAL(dt_model_forward(m, x, y, 1, 0, 1, 0, 0, &loss, &correct), DT_OK);
+        CU_ASSERT_EQUAL(dt_model_get_output(m, whole), DT_OK);
+        CU_ASSERT_EQUAL_FATAL(dt_model_decode_open(m), DT_OK);
+        double worst = 0;
+        /* the rows of `whole` are V wide; decode_gap reads GPT_V of them */
+        float packed[GPT_T * GPT_V];
+        for (int t = 0; t < GPT_T; t++)
+            memcpy(packed + t * GPT_V, whole + t * V, GPT_V * sizeof(float));
+        CU_ASSERT_EQUAL(dt_model_decode(m, x, 3, 0, last), DT_OK);
+        worst = fmax(worst, decode_gap(packed, last, 2));
+
+        for (int t = 3; t < GPT_T; t++) {
+            CU_ASSERT_EQUAL(dt_model_decode(m, x + t, 1, t, last), DT_OK);
+            worst = fmax(worst, decode_gap(packed, last, t));
+        }
+        /* a new sequence: the second window, one position, then two */
+        for (int t = 0; t < GPT_T; t++)
+            x2[t] = x[GPT_T + t];
+        CU_ASSERT_EQUAL(dt_model_forward(m, x2, y, 1, 0, 1, 0, 0, &loss, &correct), DT_OK);
+        CU_ASSERT_EQUAL(dt_model_get_output(m, whole), DT_OK);
+        for (int t = 0; t < GPT_T; t++)
+            memcpy(packed + t * GPT_V, whole + t * V, GPT_V * sizeof(float));
+        CU_ASSERT_EQUAL(dt_model_decode(m, x2, 1, 0, last), DT_OK);
+        worst = fmax(worst, decode_gap(packed, last, 0));
+        CU_ASSERT_EQUAL(dt_model_decode(m, x2 + 1, 2, 1, last), DT_OK);
+        worst = fmax(worst, decode_gap(packed, last, 2));
+        CU_ASSERT(worst < 1e-6);
+        if (worst >= 1e-6)
+            fprintf(stderr, "gpt decoding (variant %zu): worst difference %g\n", k, worst);
+        /* past the window */
+        CU_ASSERT_EQUAL(dt_model_decode(m, x, 2, GPT_T - 1, last), DT_ERR_INVALID_ARG);
+        dt_model_destroy(m);
+    }
+    /* a model that is not a sequence model cannot decode */
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(layers_job("    - {name: f, kind: flatten}\n"
+                                     "    - {name: out, kind: linear, out: classes}\n",
+                                     NULL),
+                          DT_OK);
+    CU_ASSERT_EQUAL_FATAL(try_model(2, &m), DT_OK);
+    CU_ASSERT_EQUAL(dt_model_decode_open(m), DT_ERR_USAGE);
+    dt_model_destroy(m);
 }
 
 /* model.norm rmsnorm: ln1, ln2 and ln_f keep their names and lose their
@@ -858,6 +943,7 @@ int main(void)
     CU_ADD(s, test_tensor_core);
     CU_ADD(s, test_gpt);
     CU_ADD(s, test_gpt_rmsnorm);
+    CU_ADD(s, test_gpt_decode);
     CU_ADD(s, test_tie_errors);
     CU_ADD(s, test_aligned_layout);
     int rc = cu_run_all();

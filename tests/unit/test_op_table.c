@@ -52,6 +52,7 @@ static int tested_elsewhere(enum dt_op_id op)
     case DT_OP_flatten_bwd:
     case DT_OP_sgd_update: /* test_ops: test_sgd_*, test_adamw_* */
     case DT_OP_adamw_update:
+    case DT_OP_attention_decode: /* test_model: test_gpt_decode; test_gpu_attention */
     case DT_OP_sumsq: /* test_ops: test_sumsq, test_scale_fill, */
     case DT_OP_step_gate: /* test_engine: test_clip; test_gpu_ops: test_step_gate */
     case DT_OP_scale:

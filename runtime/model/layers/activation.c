@@ -32,6 +32,10 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
     {                                                                                              \
         return x->ops->NAME##_fwd(x->be, x->out, x->in, n_of(l, x));                               \
     }                                                                                              \
+    static dt_status NAME##_decode(struct dt_layer *l, const struct dt_layer_ctx *x)               \
+    {                                                                                              \
+        return x->ops->NAME##_fwd(x->be, x->out, x->in, dt_layer_decode_numel(&l->in, x->positions)); \
+    }                                                                                              \
     static dt_status NAME##_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
     {                                                                                              \
         return x->din ? x->ops->NAME##_bwd(x->be, x->din, x->dout, x->SAVED_OF(s), n_of(l, x))     \
@@ -44,6 +48,7 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
         .build = build_plain,                                                                      \
         .fwd = NAME##_fwd,                                                                         \
         .bwd = NAME##_bwd,                                                                         \
+        .decode = NAME##_decode,                                                                   \
         .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_COUNT},                              \
     };
 
@@ -101,6 +106,12 @@ static dt_status dropout_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                &k, (uint64_t)x->row0);
 }
 
+/* Generation is evaluation: no dropout, a copy. */
+static dt_status dropout_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    return x->ops->flatten_fwd(x->be, x->out, x->in, dt_layer_decode_numel(&l->in, x->positions));
+}
+
 static void dropout_describe(const struct dt_layer *l, char *buf, size_t len)
 {
     snprintf(buf, len, "p=%.3g", ((const struct dropout_cfg *)l->cfg)->p);
@@ -113,6 +124,7 @@ const struct dt_layer_kind dt_layer_dropout = {
     .build = dropout_build,
     .fwd = dropout_fwd,
     .bwd = dropout_bwd,
+    .decode = dropout_decode,
     .describe = dropout_describe,
     .ops = {DT_OP_dropout_fwd, DT_OP_dropout_bwd, DT_OP_COUNT},
 };

@@ -124,6 +124,12 @@ struct dt_layer_ctx {
      * here (stat_len doubles, host memory) and leaves its running
      * statistics alone; they are updated later by apply_stats */
     double *stat_out;
+    /* decoding (the kind's decode; dt_model_decode): the call covers
+     * `positions` positions of one sequence, starting at position pos
+     * (rows is 1); cache is the layer's decoding cache (decode_cache
+     * floats) or NULL */
+    int64_t positions, pos;
+    float *cache;
 };
 
 struct dt_layer_kind {
@@ -147,6 +153,15 @@ struct dt_layer_kind {
     /* Updates the running statistics in buf (host memory) from what a
      * training forward wrote to stat_out (NULL: the kind keeps none). */
     void (*apply_stats)(const struct dt_layer *l, float *const *buf, const double *stats);
+    /* Incremental decoding of a causal sequence model (generation with a
+     * key/value cache): the forward of c->positions positions of one
+     * sequence from position c->pos, the earlier positions' state in
+     * c->cache. Its input and output are (T, ...) sequences, of which the
+     * call reads and writes the first c->positions rows. NULL: the kind
+     * cannot decode (the model then runs whole windows). */
+    dt_status (*decode)(struct dt_layer *l, const struct dt_layer_ctx *c);
+    /* Floats of its decoding cache; NULL: it keeps none. */
+    size_t (*decode_cache)(const struct dt_layer *l);
     /* The ops the kind needs on the model's backend (DT_OP_COUNT ends). */
     enum dt_op_id ops[12];
 };
@@ -196,6 +211,12 @@ void dt_layer_buffer(struct dt_layer *l, const char *what, struct dt_shape shape
  * deviation; 0 or absent: def) applied to the last declared parameter;
  * def 0 keeps the declared initialiser. */
 dt_status dt_layer_init_std(struct dt_layer *l, const struct dt_layer_spec *spec, double def);
+
+/* Decoding: the elements of `positions` rows of a (T, ...) sequence shape. */
+static inline size_t dt_layer_decode_numel(const struct dt_shape *s, int64_t positions)
+{
+    return (size_t)(dt_shape_numel(s) / s->dim[0] * positions);
+}
 
 /* numel of a per-sample shape as int (every shape the model accepts fits). */
 static inline int64_t dt_layer_numel(const struct dt_shape *s) { return dt_shape_numel(s); }

@@ -45,6 +45,15 @@ static dt_status fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                     x->loss_sum, x->correct);
 }
 
+/* The probabilities of the positions decoded (labels: the model's zeros). */
+static dt_status decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    int C = (int)l->in.dim[l->in.ndim - 1];
+    int n = (int)x->positions;
+    return x->ops->softmax_xent_fwd(x->be, x->out, x->in, x->labels, n, C, n, x->loss_sum,
+                                    x->correct);
+}
+
 static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     int C = (int)l->in.dim[l->in.ndim - 1];
@@ -81,6 +90,7 @@ const struct dt_layer_kind dt_layer_softmax_xent = {
     .build = build,
     .fwd = fwd,
     .bwd = bwd,
+    .decode = decode,
     .workspace = workspace,
     .ops = {DT_OP_softmax_xent_fwd, DT_OP_softmax_xent_bwd, DT_OP_COUNT},
 };

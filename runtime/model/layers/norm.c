@@ -248,6 +248,14 @@ static dt_status ln_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                  (float)c->eps, rows, (int)c->D);
 }
 
+static dt_status ln_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
+    int rows = (int)(dt_layer_decode_numel(&l->in, x->positions) / (size_t)c->D);
+    return x->ops->layernorm_fwd(x->be, x->out, x->saved, x->saved + rows, x->in, x->p[0], x->p[1],
+                                 (float)c->eps, rows, (int)c->D);
+}
+
 static dt_status ln_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
@@ -281,6 +289,7 @@ const struct dt_layer_kind dt_layer_layernorm = {
     .build = ln_build,
     .fwd = ln_fwd,
     .bwd = ln_bwd,
+    .decode = ln_decode,
     .workspace = ln_workspace,
     .ops = {DT_OP_layernorm_fwd, DT_OP_layernorm_bwd, DT_OP_COUNT},
 };
@@ -314,6 +323,14 @@ static dt_status rms_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                (int)c->D);
 }
 
+static dt_status rms_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
+    int rows = (int)(dt_layer_decode_numel(&l->in, x->positions) / (size_t)c->D);
+    return x->ops->rmsnorm_fwd(x->be, x->out, x->saved, x->in, x->p[0], (float)c->eps, rows,
+                               (int)c->D);
+}
+
 static dt_status rms_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct ln_cfg *c = (const struct ln_cfg *)l->cfg;
@@ -331,6 +348,7 @@ const struct dt_layer_kind dt_layer_rmsnorm = {
     .build = rms_build,
     .fwd = rms_fwd,
     .bwd = rms_bwd,
+    .decode = rms_decode,
     .workspace = rms_workspace,
     .ops = {DT_OP_rmsnorm_fwd, DT_OP_rmsnorm_bwd, DT_OP_COUNT},
 };

@@ -33,6 +33,11 @@ static dt_status copy_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     return x->ops->flatten_bwd(x->be, x->din, x->dout, (size_t)(x->rows * dt_shape_numel(&l->in)));
 }
 
+static dt_status copy_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    return x->ops->flatten_fwd(x->be, x->out, x->in, dt_layer_decode_numel(&l->in, x->positions));
+}
+
 const struct dt_layer_kind dt_layer_flatten = {
     .name = "flatten",
     .doc = "reshape each sample to a vector",
@@ -50,5 +55,6 @@ const struct dt_layer_kind dt_layer_add = {
     .build = add_build,
     .fwd = copy_fwd,
     .bwd = copy_bwd,
+    .decode = copy_decode,
     .ops = {DT_OP_flatten_fwd, DT_OP_flatten_bwd, DT_OP_add, DT_OP_accumulate, DT_OP_COUNT},
 };

@@ -78,6 +78,13 @@ static dt_status emb_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                  (int)c->vocab, (int)c->dim);
 }
 
+static dt_status emb_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct emb_cfg *c = (const struct emb_cfg *)l->cfg;
+    return x->ops->embedding_fwd(x->be, x->out, x->in, x->p[0], (int)x->positions, (int)c->vocab,
+                                 (int)c->dim);
+}
+
 static dt_status emb_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct emb_cfg *c = (const struct emb_cfg *)l->cfg;
@@ -99,6 +106,7 @@ const struct dt_layer_kind dt_layer_embedding = {
     .build = emb_build,
     .fwd = emb_fwd,
     .bwd = emb_bwd,
+    .decode = emb_decode,
     .describe = emb_describe,
     .ops = {DT_OP_embedding_fwd, DT_OP_embedding_bwd, DT_OP_COUNT},
 };
@@ -141,6 +149,14 @@ static dt_status pos_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     return st;
 }
 
+/* Positions pos.. get the table's rows pos.. */
+static dt_status pos_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    size_t per = dt_layer_decode_numel(&l->in, 1);
+    return x->ops->add(x->be, x->out, x->in, x->p[0] + (size_t)x->pos * per,
+                       per * (size_t)x->positions);
+}
+
 /* The backend's scratch for the table gradient's column sums. */
 static dt_status pos_workspace(struct dt_layer *l, dt_backend_t *be, int64_t max_rows)
 {
@@ -155,6 +171,7 @@ const struct dt_layer_kind dt_layer_pos_embedding = {
     .build = pos_build,
     .fwd = pos_fwd,
     .bwd = pos_bwd,
+    .decode = pos_decode,
     .workspace = pos_workspace,
     .ops = {DT_OP_bias_fwd, DT_OP_bias_bwd, DT_OP_flatten_fwd, DT_OP_flatten_bwd, DT_OP_COUNT},
 };
@@ -228,6 +245,26 @@ static dt_status attn_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
                                  x->ws_bytes);
 }
 
+/* The keys and values of every position so far: (T, C) each. */
+static size_t attn_decode_cache(const struct dt_layer *l)
+{
+    const struct attn_cfg *c = (const struct attn_cfg *)l->cfg;
+    return (size_t)(2 * c->T * c->C);
+}
+
+static dt_status attn_decode(struct dt_layer *l, const struct dt_layer_ctx *x)
+{
+    const struct attn_cfg *c = (const struct attn_cfg *)l->cfg;
+    if (!c->causal)
+        return dt_set_error(DT_ERR_USAGE,
+                            "%s: attention without the causal mask cannot be decoded position by "
+                            "position",
+                            l->where);
+    return x->ops->attention_decode(x->be, x->out, x->cache, x->cache + c->T * c->C, x->in,
+                                    (int)x->pos, (int)x->positions, (int)c->T, (int)c->heads,
+                                    (int)(c->C / c->heads));
+}
+
 static void attn_describe(const struct dt_layer *l, char *buf, size_t len)
 {
     const struct attn_cfg *c = (const struct attn_cfg *)l->cfg;
@@ -242,7 +279,10 @@ const struct dt_layer_kind dt_layer_attention = {
     .build = attn_build,
     .fwd = attn_fwd,
     .bwd = attn_bwd,
+    .decode = attn_decode,
+    .decode_cache = attn_decode_cache,
     .describe = attn_describe,
     .workspace = attn_workspace,
-    .ops = {DT_OP_attention_workspace, DT_OP_attention_fwd, DT_OP_attention_bwd, DT_OP_COUNT},
+    .ops = {DT_OP_attention_workspace, DT_OP_attention_fwd, DT_OP_attention_bwd,
+            DT_OP_attention_decode, DT_OP_COUNT},
 };
