@@ -25,6 +25,7 @@ int dt_cmd_launch(int argc, char **argv);
 int dt_cmd_doctor(int argc, char **argv);
 int dt_cmd_findbatch(int argc, char **argv);
 int dt_cmd_generate(int argc, char **argv);
+int dt_cmd_export(int argc, char **argv);
 int dt_cmd_version(int argc, char **argv);
 
 /* Reading a job (cli.c). Reads argv[1..argc) of subcommand cmd: one job file, --set key=value

@@ -26,13 +26,16 @@ static const char usage_text[] =
     "  eval JOB.yaml --checkpoint PATH [--set key=value ...]\n"
     "                       evaluate a checkpoint on the job's test split (any number of ranks)\n"
     "  generate JOB.yaml --checkpoint PATH --prompt TEXT [--tokens N] [--temperature T]\n"
-    "                  [--top-k K] [--seed S] [--set key=value ...]\n"
-    "                       write text from a language model the job trained (one rank; a\n"
-    "                       byte-tokenized dataset; PATH a checkpoint or the run's model.h5):\n"
-    "                       the prompt, then N new tokens (200);\n"
+    "                  [--top-k K] [--seed S] [--tokenizer DIR] [--no-cache] [--set key=value ...]\n"
+    "                       write text from a language model the job trained (one rank; PATH\n"
+    "                       a checkpoint or the run's model.h5; a key/value cache unless\n"
+    "                       --no-cache): the prompt, then N new tokens (200);\n"
     "                       temperature 0.8 (0: always the most likely token), top-k 0 (all),\n"
     "                       seed 0 (the same seed, the same text); --prompt '' starts from a\n"
     "                       newline. The text goes to stdout, messages to stderr\n"
+    "  export JOB.yaml --checkpoint PATH -o OUT [--format safetensors|hf] [--force]\n"
+    "                       write the trained model as safetensors (dtrain's names), or for a\n"
+    "                       gpt as a Hugging Face GPT-2 directory (config.json, model.safetensors)\n"
     "  launch [-n N] [--max-restarts K] [--launcher mpirun|srun|none] -- train JOB ...\n"
     "                       run a training job and restart it after a restartable failure\n"
     "  ckpt list DIR | info PATH | verify PATH|DIR\n"
@@ -78,6 +81,7 @@ static const struct {
     int (*run)(int argc, char **argv);
 } commands[] = {
     {"train", dt_cmd_train},          {"eval", dt_cmd_eval},       {"generate", dt_cmd_generate},
+    {"export", dt_cmd_export},
     {"launch", dt_cmd_launch},        {"ckpt", dt_cmd_ckpt},       {"data", dt_cmd_data},
     {"find-batch", dt_cmd_findbatch}, {"bench", dt_cmd_bench},     {"doctor", dt_cmd_doctor},
     {"config", dt_cmd_config},        {"version", dt_cmd_version}, {"--version", dt_cmd_version},
