@@ -24,10 +24,13 @@
  *   /                  attributes: dtrain_format = "dataset", format_version = 1,
  *                      task = "language_model", vocab_size (int, 2 to 2^24),
  *                      tokenizer (string): "byte" (the UTF-8 bytes of text, ids
- *                      0-255), "gpt2" (GPT-2's byte-pair encoding, which dtrain
- *                      neither encodes nor decodes) or "none"
+ *                      0-255), "gpt2" (GPT-2's byte-pair encoding, token files
+ *                      imported without the tokenizer's files), "bpe" (a
+ *                      byte-level BPE whose files the dataset keeps) or "none"
  *   /<split>/tokens    1-D uint16 or int32 token ids, each in [0, vocab_size),
  *                      the split's documents one after another
+ *   /tokenizer/vocab.json, /tokenizer/merges.txt  (tokenizer "bpe") the
+ *                      tokenizer's files, 1-D uint8 arrays of their bytes
  * A sample of such a split is a window of seq_len + 1 consecutive tokens
  * (dt_dataset_set_seq_len): x is its first seq_len tokens (as floats,
  * exact below 2^24), y the seq_len tokens that follow each one.
@@ -92,7 +95,7 @@ struct dt_dataset_info {
      * are unused: 0, none, identity) */
     int lm;
     int64_t vocab_size;
-    char tokenizer[16]; /* byte | gpt2 | none */
+    char tokenizer[16]; /* byte | gpt2 | bpe | none */
     int64_t seq_len;    /* 0 until dt_dataset_set_seq_len */
 };
 

@@ -267,10 +267,10 @@ static dt_status read_lm_attrs(struct dt_ds_file *ds)
     if (yes) {
         DT_CHECK(read_str_attr(in->path, ds->file, "tokenizer", str, 1, &cnt));
         if (strcmp(str[0], "byte") != 0 && strcmp(str[0], "gpt2") != 0 &&
-            strcmp(str[0], "none") != 0)
+            strcmp(str[0], "bpe") != 0 && strcmp(str[0], "none") != 0)
             return dt_set_error(DT_ERR_BAD_DATA,
-                                "dataset %s: tokenizer '%s' is not one dtrain knows (byte, gpt2 "
-                                "or none)",
+                                "dataset %s: tokenizer '%s' is not one dtrain knows (byte, gpt2, "
+                                "bpe or none)",
                                 in->path, str[0]);
         snprintf(in->tokenizer, sizeof in->tokenizer, "%.15s", str[0]);
         if (strcmp(str[0], "byte") == 0 && in->vocab_size < 256)

@@ -35,6 +35,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/files.h"
+#include "bpe.h"
 #include "dataset.h"
 #include "hdf5_lock.h"
 #include "import.h"
@@ -77,6 +78,7 @@ struct lm_segment {
     int64_t count;
     int in_bytes;     /* 1, 2 or 4 */
     int raw;          /* a token file without a header */
+    const int32_t *mem; /* tokens already in memory (the BPE-encoded text), or NULL */
     int64_t head_int; /* a raw file's first 4 bytes as an int32 (for a hint) */
 };
 
@@ -163,6 +165,7 @@ struct lm_writer {
     unsigned char *in; /* LM_CHUNK_TOKENS tokens as read */
     void *out;         /* the same converted */
     FILE *progress;
+    const dt_bpe_t *bpe; /* its files go into /tokenizer, or NULL */
 };
 
 /* Creates /<name>/tokens of n tokens. Caller holds the HDF5 lock. */
@@ -219,7 +222,11 @@ static dt_status write_split(struct lm_writer *w, const struct lm_split *sp)
         const struct lm_segment *s = &sp->seg[k];
         for (int64_t pos = 0; pos < s->count; pos += LM_CHUNK_TOKENS) {
             int64_t n = s->count - pos < LM_CHUNK_TOKENS ? s->count - pos : LM_CHUNK_TOKENS;
-            DT_CHECK(read_at(s, w->in, (size_t)(n * s->in_bytes), s->offset + pos * s->in_bytes));
+            if (s->mem)
+                memcpy(w->in, s->mem + pos, (size_t)n * sizeof *s->mem);
+            else
+                DT_CHECK(read_at(s, w->in, (size_t)(n * s->in_bytes),
+                                 s->offset + pos * s->in_bytes));
             DT_CHECK(convert(s, w->in, n, pos, w->vocab, w->out_u16, w->out));
             dt_h5_lock();
             st = write_tokens(w, sp->name, d, done, n);
@@ -252,6 +259,34 @@ out:
     return st;
 }
 
+/* The tokenizer's files as /tokenizer/vocab.json and /tokenizer/merges.txt
+ * (uint8). Caller holds the HDF5 lock. */
+static dt_status write_tokenizer(const struct lm_writer *w)
+{
+    const char *f[2];
+    size_t len[2];
+    static const char *const names[2] = {"vocab.json", "merges.txt"};
+    dt_status st = DT_OK;
+    dt_bpe_files(w->bpe, &f[0], &len[0], &f[1], &len[1]);
+    hid_t g = H5Gcreate2(w->file, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0)
+        return dt_h5_write_error("dataset", w->out_path, w->tmp, "create /tokenizer");
+    for (int i = 0; i < 2 && st == DT_OK; i++) {
+        hsize_t n = (hsize_t)len[i];
+        hid_t s = H5Screate_simple(1, &n, NULL);
+        hid_t d = s >= 0 ? H5Dcreate2(g, names[i], H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT,
+                                      H5P_DEFAULT)
+                         : -1;
+        if (d < 0 || (n && H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, f[i]) < 0))
+            st = dt_h5_write_error("dataset", w->out_path, w->tmp, "write /tokenizer/%s",
+                                   names[i]);
+        dt_h5_close(d);
+        dt_h5_close(s);
+    }
+    dt_h5_close(g);
+    return st;
+}
+
 static uint64_t estimate(const struct lm_split *sp, int nsplits, int out_u16)
 {
     uint64_t data = 0;
@@ -279,6 +314,8 @@ static dt_status write_file(struct lm_writer *w, const struct lm_split *sp, int 
         DT_CHECK(write_split(w, &sp[i]));
     dt_h5_lock();
     st = dt_import_write_lm_root_attrs(w->file, w->out_path, (int32_t)w->vocab, tokenizer);
+    if (st == DT_OK && w->bpe)
+        st = write_tokenizer(w);
     dt_h5_unlock();
 out:
     dt_h5_lock();
@@ -293,7 +330,8 @@ out:
 /* The one writer of both importers: splits to out_path, through a
  * temporary file that is renamed into place when complete. */
 static dt_status write_lm(const char *out_path, const struct lm_split *sp, int nsplits,
-                          int64_t vocab, const char *tokenizer, FILE *progress)
+                          int64_t vocab, const char *tokenizer, const dt_bpe_t *bpe,
+                          FILE *progress)
 {
     dt_status st = DT_OK;
     char tmp[DT_OUTFILE_TMP_LEN] = "";
@@ -304,7 +342,8 @@ static dt_status write_lm(const char *out_path, const struct lm_split *sp, int n
                           .file = -1,
                           .vocab = vocab,
                           .out_u16 = vocab <= LM_U16_VOCAB,
-                          .progress = progress};
+                          .progress = progress,
+                          .bpe = bpe};
     DT_CHECK(dt_malloc((size_t)LM_CHUNK_TOKENS * 4, "the token read buffer", (void **)&w.in));
     DT_CHECK(dt_malloc((size_t)LM_CHUNK_TOKENS * 4, "the token write buffer", &w.out));
     DT_CHECK(dt_outfile_tmp_begin("dataset", out_path, tmp, sizeof tmp));
@@ -389,6 +428,144 @@ static dt_status short_text(const struct lm_split *sp, const struct dt_text_impo
                         sp->ntokens == 1 ? "" : "s", LM_MIN_SPLIT_TOKENS);
 }
 
+/* ---- text through a byte-pair tokenizer ------------------------------------------- */
+
+#define BPE_READ (16u << 20) /* bytes of text encoded at a time, at least */
+
+/* The end of the text in buf[0..have) that can be encoded without what
+ * follows: just before the last letter that starts a line (a pre-token
+ * always starts there, and no special token holds a newline); all of it at
+ * the end of the file; 0 when there is no such place. */
+static size_t safe_cut(const char *buf, size_t have, int eof)
+{
+    if (eof)
+        return have;
+    for (size_t p = have - 1; p > 0; p--)
+        if (buf[p - 1] == '\n' && (((unsigned char)buf[p] | 0x20) >= 'a' &&
+                                   ((unsigned char)buf[p] | 0x20) <= 'z'))
+            return p;
+    return 0;
+}
+
+/* Appends the tokens of one file (and <|endoftext|>) to ids. */
+static dt_status encode_file(dt_bpe_t *bpe, const char *path, int fd, int32_t **ids, size_t *n,
+                             size_t *cap)
+{
+    dt_status st = DT_OK;
+    size_t bcap = BPE_READ + 1, have = 0;
+    char *buf = NULL;
+    int eof = 0;
+    DT_CHECK(dt_malloc(bcap, "the text read buffer", (void **)&buf));
+    while (!eof || have) {
+        if (!eof && have == bcap) {
+            char *b = realloc(buf, 2 * bcap);
+            if (!b) {
+                st = dt_set_error(DT_ERR_NOMEM, "text file %s: no memory for a line of %zu bytes",
+                                  path, have);
+                goto out;
+            }
+            buf = b;
+            bcap *= 2;
+        }
+        if (!eof) {
+            ssize_t r = read(fd, buf + have, bcap - have);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                st = dt_set_error(DT_ERR_IO, "text file %s: cannot read it: %s", path,
+                                  strerror(errno));
+                goto out;
+            }
+            eof = r == 0;
+            have += (size_t)r;
+            if (!eof && have < bcap)
+                continue;
+        }
+        size_t cut = safe_cut(buf, have, eof);
+        if (!cut)
+            continue; /* no safe place yet: read more */
+        DT_CHECK(dt_bpe_encode(bpe, buf, cut, ids, n, cap));
+        memmove(buf, buf + cut, have - cut);
+        have -= cut;
+    }
+    if (dt_bpe_eot(bpe) >= 0) {
+        if (*n == *cap) {
+            int32_t *p = realloc(*ids, (*cap ? 2 * *cap : 1024) * sizeof *p);
+            if (!p) {
+                st = dt_set_error(DT_ERR_NOMEM, "text import: no memory for the tokens");
+                goto out;
+            }
+            *ids = p;
+            *cap = *cap ? 2 * *cap : 1024;
+        }
+        (*ids)[(*n)++] = dt_bpe_eot(bpe);
+    }
+out:
+    free(buf);
+    return st;
+}
+
+static dt_status text_import_bpe(const struct dt_text_import_opts *o, FILE *progress)
+{
+    dt_status st = DT_OK;
+    dt_bpe_t *bpe = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    int64_t bytes = 0;
+    struct lm_segment seg[2] = {{0}};
+    struct lm_split sp[2] = {{.name = "train", .seg = &seg[0], .nseg = 1},
+                             {.name = "val", .seg = &seg[1], .nseg = 1}};
+    DT_CHECK(dt_import_check_output(o->out_path, o->overwrite, progress));
+    DT_CHECK(dt_bpe_load_dir(o->tokenizer, &bpe));
+    for (int i = 0; i < o->nfiles; i++) {
+        int fd = -1;
+        int64_t size = 0;
+        DT_CHECK(dt_input_open(o->files[i], "text file", &fd, &size));
+        st = refuse_gzip_text(o->files[i], fd, size);
+        if (st == DT_OK)
+            st = encode_file(bpe, o->files[i], fd, &ids, &n, &cap);
+        close(fd);
+        if (st != DT_OK)
+            goto out;
+        bytes += size;
+    }
+    int64_t cut = (int64_t)floor((double)n * (1.0 - o->val_fraction));
+    for (int i = 0; i < 2; i++) {
+        seg[i] = (struct lm_segment){.path = o->files[0],
+                                     .what = "text file",
+                                     .fd = -1,
+                                     .first = i ? cut : 0,
+                                     .count = i ? (int64_t)n - cut : cut,
+                                     .in_bytes = 4,
+                                     .mem = ids + (i ? cut : 0)};
+        sp[i].ntokens = seg[i].count;
+        snprintf(sp[i].source, sizeof sp[i].source,
+                 "%d text file%s, tokens %lld to %lld of %zu (tokenizer %s)", o->nfiles,
+                 o->nfiles > 1 ? "s" : "", (long long)(i ? cut : 0), (long long)(i ? (int64_t)n : cut),
+                 n, o->tokenizer);
+        if (sp[i].ntokens < LM_MIN_SPLIT_TOKENS) {
+            st = dt_set_error(DT_ERR_BAD_DATA,
+                              "text import: the text is %zu tokens in all; with --val-fraction %g "
+                              "split '%s' gets %lld, and a split needs at least %d",
+                              n, o->val_fraction, sp[i].name, (long long)sp[i].ntokens,
+                              LM_MIN_SPLIT_TOKENS);
+            goto out;
+        }
+    }
+    if (progress) {
+        fprintf(progress,
+                "importing text into %s (tokenizer bpe from %s, vocab_size %lld, %lld bytes, "
+                "%zu tokens)\n",
+                o->out_path, o->tokenizer, (long long)dt_bpe_vocab_size(bpe), (long long)bytes, n);
+        fflush(progress);
+    }
+    st = write_lm(o->out_path, sp, 2, dt_bpe_vocab_size(bpe), "bpe", bpe, progress);
+out:
+    dt_bpe_free(bpe);
+    free(ids);
+    return st;
+}
+
 dt_status dt_text_import(const struct dt_text_import_opts *o, FILE *progress)
 {
     dt_status st = DT_OK;
@@ -402,6 +579,8 @@ dt_status dt_text_import(const struct dt_text_import_opts *o, FILE *progress)
                             "text import: --val-fraction %g is outside (0, 1): it is the part of "
                             "the text that becomes split 'val'",
                             o->val_fraction);
+    if (o->tokenizer)
+        return text_import_bpe(o, progress);
     DT_CHECK(dt_import_check_output(o->out_path, o->overwrite, progress));
     DT_CHECK(dt_calloc((size_t)o->nfiles, sizeof *fd, "the text files", (void **)&fd));
     DT_CHECK(dt_calloc((size_t)o->nfiles, sizeof *size, "the text files", (void **)&size));
@@ -447,7 +626,7 @@ dt_status dt_text_import(const struct dt_text_import_opts *o, FILE *progress)
                 o->out_path, LM_BYTE_VOCAB, (long long)total);
         fflush(progress);
     }
-    st = write_lm(o->out_path, sp, 2, LM_BYTE_VOCAB, "byte", progress);
+    st = write_lm(o->out_path, sp, 2, LM_BYTE_VOCAB, "byte", NULL, progress);
 out:
     for (int i = 0; i < nopen; i++)
         close(fd[i]);
@@ -624,7 +803,7 @@ dt_status dt_tokens_import(const struct dt_tokens_import_opts *o, FILE *progress
                 o->out_path, tokenizer, (long long)vocab);
         fflush(progress);
     }
-    st = write_lm(o->out_path, sp, n, vocab, tokenizer, progress);
+    st = write_lm(o->out_path, sp, n, vocab, tokenizer, NULL, progress);
 out:
     for (int i = 0; i < 2; i++)
         if (seg[i].fd >= 0)

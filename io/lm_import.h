@@ -25,6 +25,8 @@ struct dt_text_import_opts {
     const char *out_path; /* the .h5 to create */
     double val_fraction;  /* in (0, 1): the end of the stream that becomes "val" */
     int overwrite;        /* replace an existing out_path */
+    const char *tokenizer; /* NULL: bytes; else a directory with GPT-2's vocab.json and
+                              merges.txt (io/bpe.h) */
 };
 
 /* Imports text files as one stream of byte tokens (tokenizer "byte",
@@ -35,6 +37,12 @@ struct dt_text_import_opts {
  * regular file), DT_ERR_BAD_DATA (no bytes at all, or a split of fewer
  * than 2 tokens), DT_ERR_USAGE (val_fraction outside (0, 1), out_path
  * exists and overwrite is off), DT_ERR_IO (cannot read or write).
+ * With a tokenizer the text is encoded by it instead (tokenizer "bpe",
+ * vocab_size the tokenizer's), file by file, with <|endoftext|> after each
+ * when the vocabulary has it; the token stream is held in memory (4 bytes
+ * a token) and split by tokens; the dataset keeps the tokenizer's files
+ * (io/dataset.h). The tokenizer's own errors (DT_ERR_BAD_DATA,
+ * DT_ERR_NOT_FOUND) name its files.
  * Progress lines go to `progress` when not NULL. */
 dt_status dt_text_import(const struct dt_text_import_opts *opts, FILE *progress);
 

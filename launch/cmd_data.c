@@ -171,7 +171,7 @@ static int import_csv(int argc, char **argv)
     return st == DT_OK ? 0 : dt_cli_fail(st);
 }
 
-/* data import text FILE... -o OUT.h5 [--val-fraction F] [--force] */
+/* data import text FILE... -o OUT.h5 [--val-fraction F] [--tokenizer DIR] [--force] */
 static int import_text(int argc, char **argv)
 {
     struct dt_text_import_opts o = {.val_fraction = DT_LM_DEFAULT_VAL_FRACTION};
@@ -185,7 +185,8 @@ static int import_text(int argc, char **argv)
     for (int i = 0; i < argc && !rc; i++) {
         const char **slot = !strcmp(argv[i], "-o") || !strcmp(argv[i], "--output") ? &o.out_path
                             : !strcmp(argv[i], "--val-fraction")                   ? &frac
-                                                                                   : NULL;
+                            : !strcmp(argv[i], "--tokenizer") ? &o.tokenizer
+                                                              : NULL;
         if (slot && i + 1 >= argc)
             rc = dt_cli_usage("data import text: %s needs a value", argv[i]);
         else if (slot)
@@ -279,9 +280,12 @@ static const char import_help[] =
     "  csv --train F [--test F] [--label-column N|NAME] [--header auto|yes|no]\n"
     "        [--classes a,b,...]\n"
     "        CSV files (a label column and numeric feature columns)\n"
-    "  text FILE... [--val-fraction F]\n"
+    "  text FILE... [--val-fraction F] [--tokenizer DIR]\n"
     "        text as byte tokens (vocab 256) for a language model: the files' bytes in the\n"
-    "        order given; the last F (default 0.1) of them, cut at a byte, is split 'val'\n"
+    "        order given; the last F (default 0.1) of them, cut at a byte, is split 'val';\n"
+    "        with --tokenizer, GPT-2's byte-level BPE of DIR/vocab.json and DIR/merges.txt\n"
+    "        (<|endoftext|> after each file when the vocabulary has it; the last F of the\n"
+    "        tokens is split 'val'), and the dataset keeps a copy of the two files\n"
     "  tokens --train F [--val F] [--vocab-size N] [--tokenizer gpt2|none]\n"
     "        token files for a language model: raw uint16 (nanoGPT's train.bin) or llm.c's\n"
     "        .bin (a 1024-byte header); vocab 50257 and tokenizer gpt2 unless given\n"

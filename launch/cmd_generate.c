@@ -1,6 +1,7 @@
 /*
  * cmd_generate.c - `dtrain generate JOB --checkpoint PATH --prompt TEXT
- * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--set k=v ...]`.
+ * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer DIR]
+ * [--no-cache] [--set k=v ...]`.
  *
  * Text from a language model the job trained: the prompt and the new
  * tokens' bytes go to stdout as they come (nothing else does, so the
@@ -28,12 +29,13 @@
 
 static const char generate_usage[] =
     "usage: dtrain generate JOB.yaml --checkpoint PATH --prompt TEXT [--tokens N]\n"
-    "                       [--temperature T] [--top-k K] [--seed S] [--set key=value ...]\n"
+    "                       [--temperature T] [--top-k K] [--seed S] [--tokenizer DIR]\n"
+    "                       [--no-cache] [--set key=value ...]\n"
     "\n"
     "Writes the prompt and N new tokens from the language model JOB.yaml trained, to stdout\n"
     "(the bytes alone; messages go to stderr, DTRAIN_LOG=info shows the model and the speed).\n"
     "The job gives the model (model.*, data.seq_len) and the dataset whose tokenizer is used\n"
-    "(data.path): only 'byte' (token id = byte) can be encoded and decoded. One rank.\n"
+    "(data.path): bytes, or the byte-pair tokenizer the dataset was imported with. One rank.\n"
     "\n"
     "  --checkpoint PATH   a checkpoint of the run, or the run's model.h5\n"
     "  --prompt TEXT       the text to continue; '' starts from a newline (not printed)\n"
@@ -42,6 +44,9 @@ static const char generate_usage[] =
     "                      0 takes the most likely token (greedy)\n"
     "  --top-k K           draw among the K most likely tokens (default 0: all)\n"
     "  --seed S            the draws' seed (default 0): the same seed, the same text\n"
+    "  --tokenizer DIR     vocab.json and merges.txt of GPT-2's byte-level BPE, for a dataset\n"
+    "                      that keeps no copy of its tokenizer (GPT-2 token files)\n"
+    "  --no-cache          run the whole window for each token (no key/value cache)\n"
     "  --set key=value     override a job setting (as for train)\n";
 
 static int parse_seed(const char *v, uint64_t *out)
@@ -99,6 +104,10 @@ static int parse_opts(int argc, char **argv, struct dt_generate_opts *o, char **
                                  " (0: always the most likely token)", &o->temperature);
         else if ((v = opt_value(argc, argv, &i, "--seed", &missing)))
             rc = parse_seed(v, &o->seed);
+        else if ((v = opt_value(argc, argv, &i, "--tokenizer", &missing)))
+            o->tokenizer = v;
+        else if (!strcmp(argv[i], "--no-cache"))
+            o->no_cache = 1;
         else if (missing)
             rc = dt_cli_usage("generate: %s needs a value", argv[i]);
         else if (dt_cli_is_help(argv[i]))

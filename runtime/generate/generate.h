@@ -2,13 +2,16 @@
  * generate.h - text from a trained language model (`dtrain generate`).
  *
  * The job's model is built for one row and gets the parameters of a
- * checkpoint; the job's dataset names the vocabulary and the tokenizer.
- * Only the byte tokenizer (token id = UTF-8 byte) is encoded and decoded
- * here. Each new token is drawn from the model's next-token probabilities
- * at the last position of the context (the last data.seq_len tokens,
- * right-padded with token 0 while shorter: with causal attention the
- * padding cannot change the probabilities at the real positions), after a
- * temperature and a top-k cut. The draw is keyed by (seed, DT_RNG_SAMPLE,
+ * checkpoint; the job's dataset names the vocabulary and the tokenizer:
+ * bytes (token id = UTF-8 byte), or GPT-2's byte-level BPE from the copy
+ * of vocab.json and merges.txt a dataset imported with --tokenizer keeps
+ * (or from a directory the caller names). Each new token is drawn from the
+ * model's next-token probabilities at the last position of the window,
+ * after a temperature and a top-k cut. The window is the whole context
+ * while it fits in data.seq_len tokens; once a context outgrows it, the
+ * window moves on to the context's last seq_len/2 tokens (the cache is
+ * filled again from them), so with or without the key/value cache the
+ * model sees the same tokens at the same positions. The draw is keyed by (seed, DT_RNG_SAMPLE,
  * token number), so one seed gives one text on any machine that computes
  * the same probabilities.
  */
@@ -31,6 +34,8 @@ struct dt_generate_opts {
     double temperature; /* > 0; 0 takes the most likely token (greedy) */
     int64_t top_k;      /* draw among the k most likely tokens; 0: all */
     uint64_t seed;
+    int no_cache;          /* 1: a full forward of the window per token */
+    const char *tokenizer; /* NULL, or a directory with vocab.json and merges.txt */
     /* Receives the prompt once the model is ready, then each new token's
      * bytes as it is drawn; a non-OK status stops the generation. */
     dt_status (*emit)(void *ctx, const char *bytes, size_t n);
@@ -38,10 +43,11 @@ struct dt_generate_opts {
 };
 
 /* Generates o->tokens tokens after the prompt. comm must have one rank
- * (DT_ERR_USAGE otherwise). Errors: DT_ERR_USAGE for a dataset whose
- * tokenizer is not byte, a model that is not a causal language model or
- * bad options; the checkpoint's own errors (DT_ERR_NOT_FOUND for a missing
- * file, DT_ERR_BAD_DATA for one of another model). */
+ * (DT_ERR_USAGE otherwise). Errors: DT_ERR_USAGE for a model that is not a
+ * causal language model, bad options, or a dataset whose tokenizer has no
+ * files to be found; the tokenizer files' errors (DT_ERR_BAD_DATA,
+ * DT_ERR_NOT_FOUND); the checkpoint's own errors (DT_ERR_NOT_FOUND for a
+ * missing file, DT_ERR_BAD_DATA for one of another model). */
 dt_status dt_generate_run(const struct dt_job *job, dt_comm_t *comm,
                           const struct dt_generate_opts *o);
 

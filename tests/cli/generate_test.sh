@@ -9,7 +9,11 @@
 #     text;
 #     temperature 0 (greedy) gives one text whatever the seed, and top-k 1
 #     gives that same text at any temperature;
-#   - a dataset whose tokenizer is gpt2 is refused (64), as are a model
+#   - with the key/value cache (the default) the text is the one a full
+#     forward of the window per token (--no-cache) gives, sampled and
+#     greedy, past the window (it slides) and from a prompt longer than it;
+#   - a dataset whose tokenizer is gpt2 (no tokenizer files) is refused
+#     (64), as are a model
 #     without the causal mask (64), bad options (64), a missing checkpoint
 #     (66) and several ranks under mpirun;
 #   - dtrain eval reports perplexity for a language model.
@@ -108,9 +112,25 @@ cmp -s g1.txt tiny.txt && ok || bad "temperature 1e-320 differs from greedy: $(c
 gen --prompt "$PROMPT" --tokens 40 --seed 1 --top-k 9223372036854775807 > kmax.txt
 cmp -s s1a.txt kmax.txt && ok || bad "top-k 2^63-1 differs from top-k 0: $(cat gen.err)"
 
+# the key/value cache against a full forward per token: the window is 32
+# tokens, so 100 new tokens slide it; a 60-byte prompt starts beyond it
+DTRAIN_LOG=info gen --prompt "$PROMPT" --tokens 100 --seed 3 > c1.txt
+grep -q "key/value cache" gen.err && ok || bad "the default did not use the cache: $(grep generate gen.err)"
+DTRAIN_LOG=info gen --prompt "$PROMPT" --tokens 100 --seed 3 --no-cache > c2.txt
+grep -q "a full forward per token" gen.err && ok || bad "--no-cache used the cache: $(grep generate gen.err)"
+cmp -s c1.txt c2.txt && ok || bad "sampled: the cache and the full forward wrote different texts"
+gen --prompt "$PROMPT" --tokens 100 --temperature 0 > c3.txt
+gen --prompt "$PROMPT" --tokens 100 --temperature 0 --no-cache > c4.txt
+cmp -s c3.txt c4.txt && ok || bad "greedy: the cache and the full forward wrote different texts"
+LONG="The model of this test reads more bytes of prompt than its window"
+gen --prompt "$LONG" --tokens 50 --seed 4 > c5.txt
+gen --prompt "$LONG" --tokens 50 --seed 4 --no-cache > c6.txt
+cmp -s c5.txt c6.txt && [ "$(wc -c < c5.txt)" = $((${#LONG} + 50)) ] && ok ||
+  bad "a prompt longer than the window: different texts or lengths"
+
 # refusals
-expect 64 "tokenizer 'gpt2'.*byte" -- "$DTRAIN" generate job.yaml --checkpoint "$CKPT" \
-  --prompt x --set data.path=gpt2.h5
+expect 64 "tokenizer 'gpt2' and keeps no copy of its files" -- "$DTRAIN" generate job.yaml \
+  --checkpoint "$CKPT" --prompt x --set data.path=gpt2.h5
 cat > noncausal.yaml <<'YEOF'
 model:
   type: layers
