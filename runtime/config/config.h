@@ -83,6 +83,7 @@ struct dt_job {
         int tie_embeddings;          /* gpt: the output head uses the token embedding */
         char norm[DT_JOB_STR];       /* gpt: layernorm | rmsnorm */
         char gelu[DT_JOB_STR];       /* gpt: exact | tanh (the MLP's GELU) */
+        char init_from[DT_JOB_PATH]; /* "none" or the starting parameters' path */
         char recompute[DT_JOB_STR];  /* none | all | comma-separated block names */
         struct dt_layer_spec layers[DT_JOB_MAX_LAYERS]; /* model.type layers */
         int nlayers;

@@ -120,6 +120,12 @@ const struct dt_cfg_key dt_cfg_keys[] = {
         "gpt: the normalisation before each block's attention and MLP and before the head: "
         "layernorm (as GPT-2) or rmsnorm (no mean taken out, no shift; the layers keep the "
         "names ln1, ln2, ln_f)", ONE_OF(gpt_norms)),
+    ROW("model.init_from", S, model.init_from, "none",
+        "the starting parameters of a new run instead of the random initialisation (none): a "
+        "Hugging Face GPT-2 directory (config.json, model.safetensors), a safetensors file "
+        "(dtrain's tensor names or GPT-2's) or a dtrain model.h5; every tensor is checked "
+        "against the model; a resumed run takes its checkpoint's instead",
+        ANY),
     ROW("model.gelu", E, model.gelu, "exact",
         "gpt: the MLP's GELU: exact (x * Phi(x)) or tanh (the tanh approximation: GPT-2's "
         "gelu_new, which the released GPT-2 weights were trained with)",

@@ -21,6 +21,7 @@
 #include "dist.h"
 #include "core/log.h"
 #include "train_impl.h"
+#include "weights.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/monitor/watchdog.h"
@@ -688,6 +689,8 @@ out:
 
 dt_status dt_train_ckpt_load_params(struct run *r, const char *path)
 {
+    if (dt_weights_is_external(path)) /* a Hugging Face directory or a safetensors file */
+        return dt_dist_agree(r->comm, dt_weights_load(r->model, r->job, path, "checkpoint"));
     return dt_dist_agree(r->comm, load_params_local(r, path));
 }
 
@@ -741,6 +744,10 @@ static dt_status load_agreed(struct run *r, int pick, const char *given, int *lo
                             "seen; %d rank%s now; verified and read in %.2fs",
                     path, (long long)r->step, (long long)r->epoch + 1, (long long)r->batch,
                     (long long)r->samples, r->world, r->world == 1 ? "" : "s", dt_now() - t0);
+        if (strcmp(r->job->model.init_from, "none") != 0)
+            DT_LOG_INFO("ckpt", "model.init_from (%s) is not used: the checkpoint's parameters "
+                                "replace it",
+                        r->job->model.init_from);
     }
     return st;
 }

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "runtime/monitor/memory.h"
 #include "train_impl.h"
+#include "weights.h"
 #include "core/alloc.h"
 #include "core/files.h"
 #include "core/host.h"
@@ -986,6 +987,17 @@ static dt_status build_local(struct run *r, int64_t micro_cap)
         DT_CHECK(dt_backend_set_params(r->be, dt_model_params(r->model),
                                        dt_model_num_params(r->model)));
     DT_CHECK(dt_model_init_params(r->model, (uint64_t)job->train.seed));
+    if (strcmp(job->model.init_from, "none") != 0 && !r->eval_only) {
+        if (r->shard == 3) {
+            st = dt_set_error(DT_ERR_USAGE,
+                              "model.init_from needs the whole parameters on every rank; "
+                              "comm.shard %s keeps a part of them per rank: start from it with "
+                              "comm.shard gradients (or none), then resume with the stage you want",
+                              job->comm.shard);
+            goto out;
+        }
+        DT_CHECK(dt_weights_load(r->model, job, job->model.init_from, "model.init_from"));
+    }
     if (job->model.sync_bn && r->world > 1 && !r->repro) {
         struct dt_model_sync sync = {.sum_f64 = sum_ranks_f64, .ctx = r->comm};
         dt_model_set_sync(r->model, &sync);

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 seconds=${1:-60}
 build=${DTRAIN_FUZZ_BUILD:-build-fuzz}
-targets=${DTRAIN_FUZZ_TARGETS:-config idx dataset ckpt lmimport}
+targets=${DTRAIN_FUZZ_TARGETS:-config idx dataset ckpt lmimport safetensors bpe}
 
 # Limits per target. A well-formed input runs in milliseconds, so 10 s is
 # a hang; 2 GiB covers ASan and HDF5, and a larger allocation is reported
@@ -34,6 +34,7 @@ max_len() {
   case $1 in
     config) echo 4096 ;;
     idx | lmimport) echo 16384 ;;
+    safetensors | bpe) echo 8192 ;;
     *) echo 2048 ;;
   esac
 }

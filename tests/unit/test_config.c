@@ -470,7 +470,7 @@ static void test_unknown_keys(void)
                                                  "model are type, hidden, channels, blocks, "
                                                  "activation, dropout, init, sync_bn, n_layer, "
                                                  "n_head, n_embd, vocab_size, tie_embeddings, "
-                                                 "norm, gelu, recompute, layers");
+                                                 "norm, init_from, gelu, recompute, layers");
     expect_load_error("foo: 1\n", ":1:1: foo: unknown key; the sections are model, data, train, "
                                   "runtime, comm, checkpoint, output");
     expect_load_error("train.epochs: 3\n", ":1:1: train.epochs: dotted names are for --set; in a "
@@ -638,7 +638,7 @@ static void test_set_errors(void)
                      "--set model.name=x: model.name: unknown key; the keys of "
                      "model are type, hidden, channels, blocks, activation, dropout, "
                      "init, sync_bn, n_layer, n_head, n_embd, vocab_size, "
-                     "tie_embeddings, norm, gelu, recompute, layers");
+                     "tie_embeddings, norm, init_from, gelu, recompute, layers");
     expect_set_error("train=5", "--set train=5: train: is a section with keys epochs, steps, "
                                 "global_batch, micro_batch, reproducible, shard_rows, seed, eval_batch, log_every, "
                                 "clip_norm, precision, optimizer, schedule; set one key in it, e.g. --set "
