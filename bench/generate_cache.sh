@@ -28,7 +28,8 @@ for window in 128 512; do
     --set runtime.threads="$THREADS" --set runtime.progress=off)
   rm -rf "$work/run"
   "$BUILD"/dtrain train configs/text-gpt-tiny.yaml "${set_args[@]}" --set train.steps=2 \
-    --set train.global_batch=2 --set train.eval_batch=2 --set output.dir="$work/run" \
+    --set train.global_batch=2 --set train.eval_batch=2 --set train.schedule.warmup_steps=1 \
+    --set output.dir="$work/run" \
     > "$work/train.out" 2>&1 || { cat "$work/train.out"; exit 1; }
   prompt=$(prompt_of $((window - 64)))
   tps() { # MODE -> tokens/s; the text in $work/MODE.txt
