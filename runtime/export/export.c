@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "io/bpe.h"
 #include "io/hf_gpt2.h"
 #include "io/safetensors.h"
 #include "runtime/train/infer.h"
@@ -110,10 +111,50 @@ static dt_status refuse_hf(const struct dt_job *job)
     return DT_OK;
 }
 
-/* Writes dir/config.json and dir/model.safetensors under a temporary
- * directory, then puts it in place (replacing an old one only now). */
+/* Writes n bytes to path (inside the temporary directory). */
+static dt_status write_bytes(const char *path, const char *data, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    int ok = fp && fwrite(data, 1, n, fp) == n;
+    if (fp && fclose(fp) != 0)
+        ok = 0;
+    return ok ? DT_OK : dt_set_error(DT_ERR_IO, "export: cannot write %s: %s", path, strerror(errno));
+}
+
+/* The dataset's tokenizer files beside the model (GPT2TokenizerFast reads
+ * them), and its <|endoftext|> as bos and eos; nothing for a dataset
+ * without them. */
+static dt_status write_tokenizer(const char *dir, const char *dataset, struct dt_hf_gpt2 *c,
+                                 int *written)
+{
+    dt_bpe_t *b = NULL;
+    char path[4300];
+    const char *v, *m;
+    size_t vl, ml;
+    *written = 0;
+    dt_status st = dt_bpe_load_dataset(dataset, &b);
+    if (st == DT_ERR_NOT_FOUND) {
+        dt_clear_error();
+        return DT_OK;
+    }
+    DT_CHECK(st);
+    dt_bpe_files(b, &v, &vl, &m, &ml);
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    DT_CHECK(write_bytes(path, v, vl));
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    DT_CHECK(write_bytes(path, m, ml));
+    c->bos_token_id = c->eos_token_id = dt_bpe_eot(b);
+    *written = 1;
+out:
+    dt_bpe_free(b);
+    return st;
+}
+
+/* Writes dir/config.json and dir/model.safetensors (and the dataset's
+ * tokenizer files) under a temporary directory, then puts it in place
+ * (replacing an old one only now). */
 static dt_status write_hf_dir(const struct dt_job *job, const struct dt_export_opts *o,
-                              const struct tensors *ts, int64_t vocab)
+                              const struct tensors *ts, int64_t vocab, const char *dataset)
 {
     char tmp[4200], old[4200], cfg[4300], st_path[4300];
     dt_status st = DT_OK;
@@ -135,9 +176,14 @@ static dt_status write_hf_dir(const struct dt_job *job, const struct dt_export_o
     if (mkdir(tmp, 0755) != 0)
         return dt_set_error(DT_ERR_IO, "export: cannot create %s: %s", tmp, strerror(errno));
     const char *meta[] = {"format", "pt", "producer", "dtrain"};
-    st = dt_hf_gpt2_write_config(cfg, &c);
+    int tok = 0;
+    st = write_tokenizer(tmp, dataset, &c, &tok);
+    if (st == DT_OK)
+        st = dt_hf_gpt2_write_config(cfg, &c);
     if (st == DT_OK)
         st = dt_safetensors_save(st_path, ts->t, ts->n, meta, 2);
+    if (st == DT_OK && tok)
+        DT_LOG_INFO("export", "with the dataset's tokenizer (vocab.json, merges.txt)");
     int had_old = 0;
     if (st == DT_OK && o->force && access(o->out, F_OK) == 0) {
         if (rename(o->out, old) != 0)
@@ -152,16 +198,21 @@ static dt_status write_hf_dir(const struct dt_job *job, const struct dt_export_o
             rename(old, o->out);
         had_old = 0;
     }
+    static const char *const files[] = {"config.json", "model.safetensors", "vocab.json",
+                                        "merges.txt"};
     if (st != DT_OK) {
-        unlink(cfg);
-        unlink(st_path);
+        for (int i = 0; i < 4; i++) {
+            char f[4400];
+            snprintf(f, sizeof f, "%s/%s", tmp, files[i]);
+            unlink(f);
+        }
         rmdir(tmp);
     } else if (had_old) {
-        char f[4400];
-        snprintf(f, sizeof f, "%s/config.json", old);
-        unlink(f);
-        snprintf(f, sizeof f, "%s/model.safetensors", old);
-        unlink(f);
+        for (int i = 0; i < 4; i++) {
+            char f[4400];
+            snprintf(f, sizeof f, "%s/%s", old, files[i]);
+            unlink(f);
+        }
         if (rmdir(old) != 0)
             DT_LOG_WARN("export", "the old %s was replaced; its other files stay in %s", o->out,
                         old);
@@ -199,7 +250,7 @@ static dt_status export_model(const struct dt_job *job, const dt_infer_t *in,
         DT_CHECK(add(&ts, b->name, &b->shape, bufs + b->offset, 0));
     }
     if (hf)
-        st = write_hf_dir(job, o, &ts, vocab);
+        st = write_hf_dir(job, o, &ts, vocab, dt_infer_dataset(in)->path);
     else {
         const char *meta[] = {"format", "pt", "producer", "dtrain", "dtrain_model_type",
                               job->model.type};

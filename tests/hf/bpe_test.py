@@ -12,7 +12,10 @@
   bytes that are not UTF-8) and its ids equal tokenizers' on the whole
   text.
 - A GPT trained a few steps on the dataset generates from a prompt with
-  the cache and without it the same text, which starts with the prompt.
+  the cache and without it the same text, which starts with the prompt;
+  exported (`dtrain export`, which puts the dataset's tokenizer files in
+  the directory), transformers' AutoTokenizer encodes the prompt as
+  dtrain does and GPT2LMHeadModel's greedy continuation is dtrain's.
 - A malformed merges.txt and a vocab.json without the byte symbols are
   refused (65) with the file named, and leave no dataset.
 
@@ -129,6 +132,28 @@ texts = [subprocess.run([args.dtrain, "generate", "g.yaml", "--checkpoint", "run
                         capture_output=True).stdout for extra in ([], ["--no-cache"])]
 check(texts[0] == texts[1] and texts[0].startswith(prompt.encode()) and len(texts[0]) > len(prompt),
       f"generation with the dataset's tokenizer, cache and no cache: {texts[0][:60]!r}")
+
+# the round trip: the GPT exported with the dataset's tokenizer; transformers
+# encodes the prompt as dtrain does and its greedy continuation is dtrain's
+dtrain("export", "g.yaml", "--checkpoint", "run/model.h5", "-o", "g-hf")
+try:
+    import torch
+    import transformers
+    htok = transformers.AutoTokenizer.from_pretrained("g-hf")
+    hf = transformers.GPT2LMHeadModel.from_pretrained("g-hf").eval()
+    ids = htok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        cont = hf.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    theirs = htok.decode(cont[0]).encode()
+    ours = subprocess.run([args.dtrain, "generate", "g.yaml", "--checkpoint", "g-hf", "--prompt",
+                           prompt, "--tokens", "12", "--temperature", "0"],
+                          capture_output=True).stdout
+    check(ids[0].tolist() == tok.encode(prompt).ids and ours == theirs
+          and hf.config.eos_token_id == eot,
+          f"exported with its tokenizer: transformers' greedy text {theirs[:50]!r}, dtrain's "
+          f"{ours[:50]!r}")
+except ImportError as e:
+    check(False, f"transformers: {e}")
 
 # bad tokenizer files
 os.makedirs("bad")
