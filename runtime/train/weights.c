@@ -107,7 +107,7 @@ static dt_status read_safetensors(const char *file, int gpt2, int tied, struct s
             problem(p, "tensor name %.60s... is longer than dtrain's names", t->name);
             continue;
         } else
-            snprintf(name, sizeof name, "%s", t->name);
+            memcpy(name, t->name, strlen(t->name) + 1);
         if (t->ndim < 1 || t->ndim > DT_MAX_DIMS) {
             problem(p, "tensor %s has %d dimensions", t->name, t->ndim);
             continue;
