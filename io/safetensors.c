@@ -20,19 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/files.h"
 #include "outfile.h"
 
 #define HEADER_MAX (100u << 20) /* the reference implementation's limit */
 #define MAX_TENSORS 1000000
-#define META_MAX 64
-
-struct meta {
-    char *key, *value;
-};
 
 struct dt_safetensors {
     char path[4096];
@@ -40,8 +35,7 @@ struct dt_safetensors {
     uint64_t data_start, data_bytes;
     int n;
     struct dt_st_tensor *t;
-    int nmeta;
-    struct meta meta[META_MAX];
+    json_t *meta; /* "__metadata__" (strings only), or NULL */
 };
 
 static const struct {
@@ -214,24 +208,18 @@ static dt_status check_tiling(dt_safetensors_t *f)
     return DT_OK;
 }
 
-static dt_status parse_meta(dt_safetensors_t *f, const json_t *m)
+static dt_status parse_meta(dt_safetensors_t *f, json_t *m)
 {
     const char *k;
     json_t *v;
     if (!json_is_object(m))
         return bad(f->path, NULL, "__metadata__ is not an object of strings");
-    json_object_foreach((json_t *)m, k, v)
+    json_object_foreach(m, k, v)
     {
         if (!json_is_string(v))
             return bad(f->path, NULL, "a __metadata__ value is not a string");
-        if (f->nmeta == META_MAX)
-            continue;
-        f->meta[f->nmeta].key = strdup(k);
-        f->meta[f->nmeta].value = strdup(json_string_value(v));
-        if (!f->meta[f->nmeta].key || !f->meta[f->nmeta].value)
-            return dt_set_error(DT_ERR_NOMEM, "safetensors file %s: no memory", f->path);
-        f->nmeta++;
     }
+    f->meta = json_incref(m);
     return DT_OK;
 }
 
@@ -281,8 +269,11 @@ static int read_full(int fd, void *buf, size_t n, uint64_t at)
         ssize_t r = pread(fd, p, n, (off_t)at);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r <= 0) {
+            if (r == 0)
+                errno = 0; /* the file ended */
             return -1;
+        }
         p += r;
         n -= (size_t)r;
         at += (uint64_t)r;
@@ -295,23 +286,14 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors_t **out)
     dt_status st = DT_OK;
     dt_safetensors_t *f = NULL;
     char *text = NULL;
-    struct stat sb;
+    int64_t fsize = 0;
     unsigned char len8[8];
     *out = NULL;
     DT_CHECK(dt_calloc(1, sizeof *f, "a safetensors reader", (void **)&f));
     f->fd = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        st = dt_set_error(errno == ENOENT ? DT_ERR_NOT_FOUND : DT_ERR_IO,
-                          "safetensors file %s: cannot open it: %s", path, strerror(errno));
-        goto out;
-    }
-    if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = dt_set_error(DT_ERR_IO, "safetensors file %s: not a regular file", path);
-        goto out;
-    }
-    uint64_t size = (uint64_t)sb.st_size;
+    DT_CHECK(dt_input_open(path, "safetensors file", &f->fd, &fsize));
+    uint64_t size = (uint64_t)fsize;
     if (size < 8 || read_full(f->fd, len8, 8, 0) != 0) {
         st = bad(path, NULL, "shorter than the 8-byte header length");
         goto out;
@@ -331,7 +313,7 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors_t **out)
     DT_CHECK(dt_malloc((size_t)n, "the safetensors header", (void **)&text));
     if (read_full(f->fd, text, (size_t)n, 8) != 0) {
         st = dt_set_error(DT_ERR_IO, "safetensors file %s: cannot read its header: %s", path,
-                          strerror(errno));
+                          errno ? strerror(errno) : "the file ended");
         goto out;
     }
     f->data_start = 8 + n;
@@ -362,10 +344,7 @@ const struct dt_st_tensor *dt_safetensors_find(const dt_safetensors_t *f, const 
 
 const char *dt_safetensors_meta(const dt_safetensors_t *f, const char *key)
 {
-    for (int i = 0; i < f->nmeta; i++)
-        if (!strcmp(f->meta[i].key, key))
-            return f->meta[i].value;
-    return NULL;
+    return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;
 }
 
 static float half_to_float(uint16_t h)
@@ -447,10 +426,7 @@ void dt_safetensors_close(dt_safetensors_t *f)
         return;
     if (f->fd >= 0)
         close(f->fd);
-    for (int i = 0; i < f->nmeta; i++) {
-        free(f->meta[i].key);
-        free(f->meta[i].value);
-    }
+    json_decref(f->meta);
     free(f->t);
     free(f);
 }
@@ -469,13 +445,19 @@ static dt_status build_header(const struct dt_st_out *t, int n, const char *cons
         goto out;
     }
     for (int i = 0; i < m; i++) {
-        json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1]));
+        if (!meta[2 * i] || !meta[2 * i + 1] ||
+            json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1])) != 0) {
+            st = dt_set_error(DT_ERR_INVALID_ARG,
+                              "safetensors: metadata pair %d is not two UTF-8 strings", i);
+            goto out;
+        }
         has_format |= !strcmp(meta[2 * i], "format");
     }
-    if (!has_format)
-        json_object_set_new(md, "format", json_string("pt"));
-    json_object_set_new(root, "__metadata__", md);
-    md = NULL;
+    if (!has_format && json_object_set_new(md, "format", json_string("pt")) != 0)
+        goto nomem;
+    int set_md = json_object_set(root, "__metadata__", md);
+    if (set_md != 0)
+        goto nomem;
     for (int i = 0; i < n; i++) {
         const struct dt_st_out *o = &t[i];
         if (!o->name || !o->name[0] || strlen(o->name) >= DT_ST_NAME ||
@@ -489,14 +471,21 @@ static dt_status build_header(const struct dt_st_out *t, int n, const char *cons
         }
         json_t *shape = json_array();
         uint64_t bytes = 4;
+        if (!shape)
+            goto nomem;
         for (int d = 0; d < o->ndim; d++) {
-            if (o->shape[d] < 0) {
+            if (o->shape[d] < 0 || (o->shape[d] && bytes > (uint64_t)INT64_MAX / 2 /
+                                                                (uint64_t)o->shape[d])) {
                 json_decref(shape);
-                st = dt_set_error(DT_ERR_INVALID_ARG, "safetensors: tensor '%s': a negative dim",
+                st = dt_set_error(DT_ERR_INVALID_ARG,
+                                  "safetensors: tensor '%s': a negative or too large dimension",
                                   o->name);
                 goto out;
             }
-            json_array_append_new(shape, json_integer(o->shape[d]));
+            if (json_array_append_new(shape, json_integer(o->shape[d])) != 0) {
+                json_decref(shape);
+                goto nomem;
+            }
             bytes *= (uint64_t)o->shape[d];
         }
         if (bytes && !o->data) {
@@ -504,12 +493,27 @@ static dt_status build_header(const struct dt_st_out *t, int n, const char *cons
             st = dt_set_error(DT_ERR_INVALID_ARG, "safetensors: tensor '%s' has no data", o->name);
             goto out;
         }
+        if (at > (uint64_t)INT64_MAX / 2 - bytes) {
+            json_decref(shape);
+            st = dt_set_error(DT_ERR_INVALID_ARG, "safetensors: more data than a file can hold");
+            goto out;
+        }
         json_t *e = json_object();
-        json_object_set_new(e, "dtype", json_string("F32"));
-        json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets",
-                            json_pack("[II]", (json_int_t)at, (json_int_t)(at + bytes)));
-        json_object_set_new(root, o->name, e);
+        if (!e || json_object_set_new(e, "dtype", json_string("F32")) != 0) {
+            json_decref(shape);
+            json_decref(e);
+            goto nomem;
+        }
+        if (json_object_set_new(e, "shape", shape) != 0 || /* shape is taken even then */
+            json_object_set_new(e, "data_offsets",
+                                json_pack("[II]", (json_int_t)at, (json_int_t)(at + bytes))) != 0) {
+            json_decref(e);
+            goto nomem;
+        }
+        if (json_object_set_new(root, o->name, e) != 0) {
+            st = dt_set_error(DT_ERR_INVALID_ARG, "safetensors: tensor %d's name is not UTF-8", i);
+            goto out;
+        }
         at += bytes;
     }
     char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -528,6 +532,9 @@ static dt_status build_header(const struct dt_st_out *t, int n, const char *cons
     (*text)[padded] = '\0';
     *len = padded;
     *data_bytes = at;
+    goto out;
+nomem:
+    st = dt_set_error(DT_ERR_NOMEM, "safetensors: no memory for the header");
 out:
     json_decref(md);
     json_decref(root);

@@ -7,12 +7,14 @@
  * negative dimension, offsets that lie about the shape's bytes, overlap,
  * a gap, data past the last tensor, duplicate names, a name too long) as
  * DT_ERR_BAD_DATA naming the file and what was expected; the writer's
- * refusals; a failed write that leaves the earlier file as it was.
+ * refusals (a non-UTF-8 name or metadata, a size past 64 bits); a FIFO
+ * refused without blocking; a hundred metadata pairs kept; a failed write that leaves the earlier file as it was.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "io_common.h"
@@ -169,6 +171,42 @@ static void test_refused(void)
     tpath(p, sizeof p, "absent.safetensors");
     ASSERT_STATUS(dt_safetensors_open(p, &f), DT_ERR_NOT_FOUND);
     ASSERT_MSG(p);
+    /* a FIFO is refused at once (nothing writes to it: a blocking open
+     * would hang here) */
+    tpath(p, sizeof p, "fifo.safetensors");
+    unlink(p);
+    CU_ASSERT_FATAL(mkfifo(p, 0600) == 0);
+    CU_ASSERT(dt_safetensors_open(p, &f) != DT_OK && f == NULL);
+    ASSERT_MSG(p);
+    unlink(p);
+}
+
+/* Every metadata pair is kept, however many there are. */
+static void test_many_metadata(void)
+{
+    char p[512], kv[200][16];
+    const char *meta[200];
+    float x[1] = {3};
+    for (int i = 0; i < 100; i++) {
+        snprintf(kv[2 * i], sizeof kv[0], "key%d", i);
+        snprintf(kv[2 * i + 1], sizeof kv[0], "value%d", i);
+        meta[2 * i] = kv[2 * i];
+        meta[2 * i + 1] = kv[2 * i + 1];
+    }
+    tpath(p, sizeof p, "meta.safetensors");
+    struct dt_st_out one[] = {{.name = "a", .ndim = 1, .shape = {1}, .data = x}};
+    ASSERT_STATUS(dt_safetensors_save(p, one, 1, meta, 100), DT_OK);
+    dt_safetensors_t *f = NULL;
+    ASSERT_STATUS(dt_safetensors_open(p, &f), DT_OK);
+    CU_ASSERT_FATAL(f != NULL);
+    int kept = 0;
+    for (int i = 0; i < 100; i++) {
+        const char *v = dt_safetensors_meta(f, kv[2 * i]);
+        kept += v && !strcmp(v, kv[2 * i + 1]);
+    }
+    CU_ASSERT_EQUAL(kept, 100);
+    CU_ASSERT(dt_safetensors_meta(f, "key100") == NULL);
+    dt_safetensors_close(f);
 }
 
 static void test_writer_refusals(void)
@@ -183,6 +221,16 @@ static void test_writer_refusals(void)
     ASSERT_STATUS(dt_safetensors_save(p, neg, 1, NULL, 0), DT_ERR_INVALID_ARG);
     struct dt_st_out noname[] = {{.name = "", .ndim = 1, .shape = {2}, .data = x}};
     ASSERT_STATUS(dt_safetensors_save(p, noname, 1, NULL, 0), DT_ERR_INVALID_ARG);
+    struct dt_st_out latin1[] = {{.name = "caf\xe9", .ndim = 1, .shape = {2}, .data = x}};
+    ASSERT_STATUS(dt_safetensors_save(p, latin1, 1, NULL, 0), DT_ERR_INVALID_ARG);
+    ASSERT_MSG("not UTF-8");
+    struct dt_st_out ok[] = {{.name = "a", .ndim = 1, .shape = {2}, .data = x}};
+    const char *badmeta[] = {"k", "caf\xe9"};
+    ASSERT_STATUS(dt_safetensors_save(p, ok, 1, badmeta, 1), DT_ERR_INVALID_ARG);
+    ASSERT_MSG("not two UTF-8 strings");
+    struct dt_st_out huge[] = {
+        {.name = "a", .ndim = 3, .shape = {1LL << 40, 1LL << 20, 1LL << 10}, .data = x}};
+    ASSERT_STATUS(dt_safetensors_save(p, huge, 1, NULL, 0), DT_ERR_INVALID_ARG);
     CU_ASSERT(access(p, F_OK) != 0);
     /* a good file, then a write into a directory that is gone: the file stays */
     struct dt_st_out one[] = {{.name = "a", .ndim = 1, .shape = {2}, .data = x}};
@@ -209,5 +257,6 @@ int main(void)
     CU_ADD(s, test_dtypes);
     CU_ADD(s, test_refused);
     CU_ADD(s, test_writer_refusals);
+    CU_ADD(s, test_many_metadata);
     return io_run_all();
 }
