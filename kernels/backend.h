@@ -24,6 +24,8 @@ struct dt_backend_opts {
     int device;            /* cuda: ordinal among the visible devices (>= 0) */
     int allow_tf32;        /* cuda: fp32 GEMMs may use TF32 tensor cores */
     enum dt_dtype precision; /* cpu: DT_F32 only */
+    int tiny_tasks;          /* cpu: cut ops into the smallest tasks, so the small shapes of
+                                tests spread over every thread */
 };
 
 /* "fp32", "bf16" or "fp16"; dt_precision_parse returns -1 for anything else. */

@@ -63,16 +63,23 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
         return st;                                                                                 \
     }
 
+/* One pass over [lo, hi) of the elements (dt_cpu_for's blocks: each
+ * element computed as on one thread). */
+struct unary_job {
+    float *out;
+    const float *in, *saved;
+};
+
 /* The fast version of a BLOCKED row: each block is computed into a local
  * array, then stored, so the loads cannot alias the stores (the compiler
  * vectorises without runtime checks) and out == in stays correct. */
 #define CPU_UNARY_FAST_BLOCKED(name, s, forward, gradient)                                         \
-    dt_status dt_cpu_##name##_fwd(dt_backend_t *be, float *out, const float *in, size_t n)         \
+    static void name##_fwd_range(void *a, size_t lo, size_t n)                                     \
     {                                                                                              \
-        dt_status st = check_unary(#name "_fwd", out, in);                                         \
-        if (st != DT_OK)                                                                           \
-            return st;                                                                             \
-        size_t i = 0;                                                                              \
+        const struct unary_job *j = a;                                                             \
+        float *out = j->out;                                                                       \
+        const float *in = j->in;                                                                   \
+        size_t i = lo;                                                                             \
         for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {                                         \
             float t[DT_CPU_LANES];                                                                 \
             for (int k = 0; k < DT_CPU_LANES; k++) {                                               \
@@ -85,15 +92,13 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
             const float x = in[i];                                                                 \
             out[i] = (forward);                                                                    \
         }                                                                                          \
-        return DT_OK;                                                                              \
     }                                                                                              \
-    dt_status dt_cpu_##name##_bwd(dt_backend_t *be, float *din, const float *dout,                 \
-                                  const float *saved, size_t n)                                    \
+    static void name##_bwd_range(void *a, size_t lo, size_t n)                                     \
     {                                                                                              \
-        dt_status st = check_binary(#name "_bwd", din, dout, saved);                               \
-        if (st != DT_OK)                                                                           \
-            return st;                                                                             \
-        size_t i = 0;                                                                              \
+        const struct unary_job *j = a;                                                             \
+        float *din = j->out;                                                                       \
+        const float *dout = j->in, *saved = j->saved;                                              \
+        size_t i = lo;                                                                             \
         for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {                                         \
             float t[DT_CPU_LANES];                                                                 \
             for (int k = 0; k < DT_CPU_LANES; k++) {                                               \
@@ -106,7 +111,23 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
             const float dy = dout[i], s = saved[i];                                                \
             din[i] = (gradient);                                                                   \
         }                                                                                          \
-        return DT_OK;                                                                              \
+    }                                                                                              \
+    dt_status dt_cpu_##name##_fwd(dt_backend_t *be, float *out, const float *in, size_t n)         \
+    {                                                                                              \
+        dt_status st = check_unary(#name "_fwd", out, in);                                         \
+        struct unary_job j = {.out = out, .in = in};                                               \
+        if (st == DT_OK)                                                                           \
+            dt_cpu_for(be, n, DT_CPU_GRAIN, name##_fwd_range, &j);                                 \
+        return st;                                                                                 \
+    }                                                                                              \
+    dt_status dt_cpu_##name##_bwd(dt_backend_t *be, float *din, const float *dout,                 \
+                                  const float *saved, size_t n)                                    \
+    {                                                                                              \
+        dt_status st = check_binary(#name "_bwd", din, dout, saved);                               \
+        struct unary_job j = {.out = din, .in = dout, .saved = saved};                             \
+        if (st == DT_OK)                                                                           \
+            dt_cpu_for(be, n, DT_CPU_GRAIN, name##_bwd_range, &j);                                 \
+        return st;                                                                                 \
     }
 
 /* An OWN row's fast version is written out below. */
@@ -188,11 +209,24 @@ gelu_bwd_rows(float *din, const float *dout, const float *in, size_t n)
     }
 }
 
+static void gelu_fwd_range(void *a, size_t lo, size_t hi)
+{
+    const struct unary_job *j = a;
+    gelu_fwd_rows(j->out + lo, j->in + lo, hi - lo);
+}
+
+static void gelu_bwd_range(void *a, size_t lo, size_t hi)
+{
+    const struct unary_job *j = a;
+    gelu_bwd_rows(j->out + lo, j->in + lo, j->saved + lo, hi - lo);
+}
+
 dt_status dt_cpu_gelu_fwd(dt_backend_t *be, float *out, const float *in, size_t n)
 {
     dt_status st = check_unary("gelu_fwd", out, in);
+    struct unary_job j = {.out = out, .in = in};
     if (st == DT_OK)
-        gelu_fwd_rows(out, in, n);
+        dt_cpu_for(be, n, DT_CPU_GRAIN, gelu_fwd_range, &j);
     return st;
 }
 
@@ -200,7 +234,8 @@ dt_status dt_cpu_gelu_bwd(dt_backend_t *be, float *din, const float *dout, const
                           size_t n)
 {
     dt_status st = check_binary("gelu_bwd", din, dout, in);
+    struct unary_job j = {.out = din, .in = dout, .saved = in};
     if (st == DT_OK)
-        gelu_bwd_rows(din, dout, in, n);
+        dt_cpu_for(be, n, DT_CPU_GRAIN, gelu_bwd_range, &j);
     return st;
 }

@@ -313,30 +313,64 @@ static void block_scores(float *S, const float *qkv, const struct head *hd, int 
                 qkv + hd->q + (size_t)i0 * hd->ld, hd->ld, qkv + hd->k, hd->ld, 0.0f, S, kn);
 }
 
+/* The heads of all sequences are shared by the pool's threads, each head
+ * computed whole by one thread in its own scratch (the caller's workspace
+ * on one thread), so the results are the one-thread bits. */
+struct att_job {
+    float *out, *lse, *dqkv;
+    const float *qkv, *dout, *cout, *clse;
+    int T, H, Dh, causal;
+    dt_backend_t *be;
+    void *ws;
+};
+
+static void att_fwd_head(void *a, int bh, int thread);
+static void att_bwd_head(void *a, int bh, int thread);
+
+static dt_status att_threads(dt_backend_t *be, struct att_job *j, void *ws, size_t ws_bytes,
+                             int heads)
+{
+    int threads = heads > 1 ? dt_cpu_threads(be) : 1;
+    j->be = be;
+    j->ws = threads == 1 ? ws : NULL;
+    return threads == 1 ? DT_OK : dt_cpu_scratch_reserve(be, ws_bytes);
+}
+
 dt_status dt_cpu_attention_fwd(dt_backend_t *be, float *out, float *lse, const float *qkv, int B,
                                int T, int H, int Dh, int causal, void *ws, size_t ws_bytes)
 {
     dt_status st = check_fwd(out, lse, qkv, B, T, H, Dh, causal, ws, ws_bytes);
     if (st != DT_OK)
         return st;
+    struct att_job j = {.out = out, .lse = lse, .qkv = qkv, .T = T, .H = H, .Dh = Dh,
+                        .causal = causal};
+    if ((st = att_threads(be, &j, ws, ws_bytes, B * H)) != DT_OK)
+        return st;
+    dt_cpu_run(j.ws ? NULL : be, B * H, att_fwd_head, &j);
+    return DT_OK;
+}
+
+/* One (sequence, head) of the forward. */
+static void att_fwd_head(void *a, int bh, int thread)
+{
+    const struct att_job *j = a;
+    const int T = j->T, H = j->H, Dh = j->Dh, causal = j->causal;
+    const float *qkv = j->qkv;
+    float *out = j->out, *lse = j->lse;
     const float scale = (float)(1.0 / sqrt((double)Dh));
     const int QB = qblock(T);
-    float *S = ws; /* (QB, kn) */
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            struct head hd = head_at(b, h, T, H, Dh);
-            for (int i0 = 0; i0 < T; i0 += QB) {
-                int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
-                block_scores(S, qkv, &hd, i0, m, kn, Dh, scale);
-                for (int r = 0; r < m; r++)
-                    lse[hd.l + i0 + r] =
-                        softmax_row(S + (size_t)r * kn, causal ? i0 + r + 1 : T, kn);
-                /* O[i0:i0+m] = P V[0:kn] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, 1.0f, S, kn,
-                            qkv + hd.v, hd.ld, 0.0f, out + hd.o + (size_t)i0 * hd.ldo, hd.ldo);
-            }
-        }
-    return DT_OK;
+    float *S = j->ws ? j->ws : dt_cpu_scratch(j->be, thread); /* (QB, kn) */
+    struct head hd = head_at(bh / H, bh % H, T, H, Dh);
+    for (int i0 = 0; i0 < T; i0 += QB) {
+        int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
+        block_scores(S, qkv, &hd, i0, m, kn, Dh, scale);
+        for (int r = 0; r < m; r++)
+            lse[hd.l + i0 + r] =
+                softmax_row(S + (size_t)r * kn, causal ? i0 + r + 1 : T, kn);
+        /* O[i0:i0+m] = P V[0:kn] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, 1.0f, S, kn,
+                    qkv + hd.v, hd.ld, 0.0f, out + hd.o + (size_t)i0 * hd.ldo, hd.ldo);
+    }
 }
 
 /* P(m, kn) = exp(S - lse) row by row, masked entries 0. */
@@ -384,37 +418,48 @@ dt_status dt_cpu_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout,
     dt_status st = check_bwd(dqkv, dout, qkv, out, lse, B, T, H, Dh, causal, ws, ws_bytes);
     if (st != DT_OK)
         return st;
+    struct att_job j = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .cout = out, .clse = lse, .T = T,
+                        .H = H, .Dh = Dh, .causal = causal};
+    if ((st = att_threads(be, &j, ws, ws_bytes, B * H)) != DT_OK)
+        return st;
+    dt_cpu_run(j.ws ? NULL : be, B * H, att_bwd_head, &j);
+    return DT_OK;
+}
+
+/* One (sequence, head) of the backward. */
+static void att_bwd_head(void *a, int bh, int thread)
+{
+    const struct att_job *j = a;
+    const int T = j->T, H = j->H, Dh = j->Dh, causal = j->causal;
+    const float *qkv = j->qkv, *dout = j->dout, *out = j->cout, *lse = j->clse;
+    float *dqkv = j->dqkv;
     const float scale = (float)(1.0 / sqrt((double)Dh));
     const int QB = qblock(T);
-    float *P = ws, *dP = P + (size_t)QB * T; /* (QB, kn) each */
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            struct head hd = head_at(b, h, T, H, Dh);
-            float *dq = dqkv + hd.q, *dk = dqkv + hd.k, *dv = dqkv + hd.v;
-            const float *k = qkv + hd.k, *v = qkv + hd.v, *dO;
-            zero_rows(dk, T, Dh, hd.ld);
-            zero_rows(dv, T, Dh, hd.ld);
-            for (int i0 = 0; i0 < T; i0 += QB) {
-                int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
-                dO = dout + hd.o + (size_t)i0 * hd.ldo;
-                block_scores(P, qkv, &hd, i0, m, kn, Dh, scale);
-                probs_from_lse(P, lse + hd.l, i0, m, kn, causal, T);
-                /* dV[0:kn] += P^T dO */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, 1.0f, P, kn, dO,
-                            hd.ldo, 1.0f, dv, hd.ld);
-                /* dP = dO V[0:kn]^T, then dS in its place */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, Dh, 1.0f, dO, hd.ldo, v,
-                            hd.ld, 0.0f, dP, kn);
-                score_grads(dP, P, dout, out, &hd, i0, m, kn, Dh);
-                /* dQ[i0:i0+m] = dS K[0:kn] * scale */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, scale, dP, kn, k,
-                            hd.ld, 0.0f, dq + (size_t)i0 * hd.ld, hd.ld);
-                /* dK[0:kn] += dS^T Q[i0:i0+m] * scale */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, scale, dP, kn,
-                            qkv + hd.q + (size_t)i0 * hd.ld, hd.ld, 1.0f, dk, hd.ld);
-            }
-        }
-    return DT_OK;
+    float *P = j->ws ? j->ws : dt_cpu_scratch(j->be, thread), *dP = P + (size_t)QB * T;
+    struct head hd = head_at(bh / H, bh % H, T, H, Dh);
+    float *dq = dqkv + hd.q, *dk = dqkv + hd.k, *dv = dqkv + hd.v;
+    const float *k = qkv + hd.k, *v = qkv + hd.v, *dO;
+    zero_rows(dk, T, Dh, hd.ld);
+    zero_rows(dv, T, Dh, hd.ld);
+    for (int i0 = 0; i0 < T; i0 += QB) {
+        int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
+        dO = dout + hd.o + (size_t)i0 * hd.ldo;
+        block_scores(P, qkv, &hd, i0, m, kn, Dh, scale);
+        probs_from_lse(P, lse + hd.l, i0, m, kn, causal, T);
+        /* dV[0:kn] += P^T dO */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, 1.0f, P, kn, dO,
+                    hd.ldo, 1.0f, dv, hd.ld);
+        /* dP = dO V[0:kn]^T, then dS in its place */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, Dh, 1.0f, dO, hd.ldo, v,
+                    hd.ld, 0.0f, dP, kn);
+        score_grads(dP, P, dout, out, &hd, i0, m, kn, Dh);
+        /* dQ[i0:i0+m] = dS K[0:kn] * scale */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, scale, dP, kn, k,
+                    hd.ld, 0.0f, dq + (size_t)i0 * hd.ld, hd.ld);
+        /* dK[0:kn] += dS^T Q[i0:i0+m] * scale */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, scale, dP, kn,
+                    qkv + hd.q + (size_t)i0 * hd.ld, hd.ld, 1.0f, dk, hd.ld);
+    }
 }
 
 /* ---- decoding with a key/value cache ------------------------------------------ */

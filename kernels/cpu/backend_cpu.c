@@ -11,14 +11,20 @@
  * live in the op-family files beside this one (linear.c, activation.c,
  * ...), with the same stems as the CUDA backend's files.
  *
- * The BLAS thread count is process-wide in OpenBLAS, so creating a backend
- * sets it for every backend in the process; dtrain runs one per process.
+ * Threads: the backend owns the rank's compute pool (core/threads.h,
+ * opts.threads of them) and the fast ops cut their work into its tasks
+ * (dt_cpu_for, dt_cpu_sgemm). BLAS itself runs on one thread, in whichever
+ * pool thread calls it: two pools on the same cores would take turns
+ * spinning. The BLAS thread count is process-wide in OpenBLAS, so creating
+ * a backend sets it to 1 for every backend in the process; dtrain runs one
+ * per process.
  * Op conventions (see kernels/ops.h): gradients of parameters ACCUMULATE
  * (+=), gradients of activations are WRITTEN (=).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/threads.h"
 #include "kernels/backend_impl.h"
 #include "cpu_ops.h"
 
@@ -34,6 +40,10 @@
 struct cpu_backend {
     struct dt_backend base;
     int threads;
+    dt_threads_t *pool;              /* NULL on one thread */
+    void *scratch[DT_CPU_MAX_SCRATCH]; /* per pool thread, grown by dt_cpu_scratch_reserve */
+    size_t scratch_cap;
+    int tiny; /* opts.tiny_tasks */
     enum dt_dtype precision;
     float *operand[DT_CPU_OPERANDS]; /* rounded GEMM operands, grown on demand */
     size_t operand_cap[DT_CPU_OPERANDS];
@@ -198,6 +208,9 @@ static void cpu_destroy(dt_backend_t *be)
     struct cpu_backend *cb = be->impl;
     for (int k = 0; k < DT_CPU_OPERANDS; k++)
         free(cb->operand[k]);
+    for (int k = 0; k < DT_CPU_MAX_SCRATCH; k++)
+        free(cb->scratch[k]);
+    dt_threads_destroy(cb->pool);
     free(cb);
 }
 
@@ -211,6 +224,85 @@ void dt_cpu_set_gate(dt_backend_t *be, int skip)
 {
     struct cpu_backend *cb = be ? be->impl : NULL;
     if (cb) cb->gate_skip = skip;
+}
+
+int dt_cpu_tiny_tasks(const dt_backend_t *be)
+{
+    const struct cpu_backend *cb = be ? be->impl : NULL;
+    return cb && cb->tiny;
+}
+
+int dt_cpu_threads(const dt_backend_t *be)
+{
+    const struct cpu_backend *cb = be ? be->impl : NULL;
+    return cb ? dt_threads_count(cb->pool) : 1;
+}
+
+dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    if (!cb)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu scratch: no backend");
+    if (cb->scratch_cap >= bytes)
+        return DT_OK;
+    bytes = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    int n = dt_threads_count(cb->pool);
+    for (int k = 0; k < n; k++) {
+        void *q = NULL;
+        if (posix_memalign(&q, CPU_ALIGN, bytes) != 0)
+            return dt_set_error(DT_ERR_NOMEM,
+                                "cpu scratch: out of host memory for %zu bytes per thread", bytes);
+        free(cb->scratch[k]);
+        cb->scratch[k] = q;
+    }
+    cb->scratch_cap = bytes;
+    return DT_OK;
+}
+
+void *dt_cpu_scratch(dt_backend_t *be, int thread)
+{
+    struct cpu_backend *cb = be->impl;
+    return cb->scratch[thread];
+}
+
+struct for_job {
+    size_t n, grain;
+    dt_cpu_range_fn fn;
+    void *arg;
+};
+
+static void for_task(void *a, int task, int thread)
+{
+    const struct for_job *j = a;
+    size_t lo = (size_t)task * j->grain, hi = lo + j->grain < j->n ? lo + j->grain : j->n;
+    j->fn(j->arg, lo, hi);
+}
+
+void dt_cpu_for(dt_backend_t *be, size_t n, size_t grain, dt_cpu_range_fn fn, void *arg)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    if (grain < 1)
+        grain = 1;
+    if (cb && cb->tiny) /* element blocks stay whole vectors: multiples of 16 */
+        grain = grain % DT_CPU_LANES == 0 ? DT_CPU_LANES : 1;
+    if (!cb || !cb->pool || n <= grain) {
+        if (n)
+            fn(arg, 0, n);
+        return;
+    }
+    size_t tasks = (n + grain - 1) / grain;
+    if (tasks > (size_t)1 << 30) { /* keeps the count an int: larger blocks */
+        grain = (n + ((size_t)1 << 30) - 1) >> 30;
+        tasks = (n + grain - 1) / grain;
+    }
+    struct for_job j = {.n = n, .grain = grain, .fn = fn, .arg = arg};
+    dt_threads_run(cb->pool, (int)tasks, for_task, &j);
+}
+
+void dt_cpu_run(dt_backend_t *be, int tasks, dt_task_fn fn, void *arg)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    dt_threads_run(cb ? cb->pool : NULL, tasks, fn, arg);
 }
 
 dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, const float **out)
@@ -268,8 +360,16 @@ dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t
     struct cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb)
         return dt_set_error(DT_ERR_NOMEM, "cpu backend: out of memory");
-    cb->threads = o.threads;
+    cb->threads = o.threads < DT_CPU_MAX_SCRATCH ? o.threads : DT_CPU_MAX_SCRATCH;
     cb->precision = o.precision;
+    cb->tiny = o.tiny_tasks;
+    if (cb->threads > 1 && !o.reference_kernels) {
+        dt_status st = dt_threads_create(cb->threads, &cb->pool);
+        if (st != DT_OK) {
+            free(cb);
+            return st;
+        }
+    }
     cb->base = (struct dt_backend){
         .name = "cpu",
         .ops = o.reference_kernels ? &cpu_ops_ref : &cpu_ops_fast,
@@ -283,7 +383,7 @@ dt_status dt_cpu_backend_create(const struct dt_backend_opts *opts, dt_backend_t
         .device = "cpu",
     };
 #ifdef OPENBLAS_VERSION
-    openblas_set_num_threads(o.threads);
+    openblas_set_num_threads(1);
 #endif
     *out = &cb->base;
     return DT_OK;

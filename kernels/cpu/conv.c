@@ -26,15 +26,12 @@
  * the output (y) are WRITTEN (=).
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "kernels/ops_check.h"
 #include "cpu_ops.h"
-
-/* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
- * clashes with ops.h. */
-#include <cblas.h>
-#undef I
 
 /* Scratch slots of the rounded operands (shared with linear.c's use). */
 enum { OPERAND_X, OPERAND_W, OPERAND_DY };
@@ -461,6 +458,114 @@ dt_status dt_cpu_conv2d_workspace(dt_backend_t *be, const struct dt_conv2d_shape
     return st;
 }
 
+/* Images per partial sum of the filter gradient. */
+#define FILTER_CHUNK 8
+
+/* One image's work, for the three passes; samples are shared by the
+ * pool's threads, each with its own column matrix. */
+struct conv_job {
+    const struct dt_conv2d_shape *s;
+    float *out;         /* y, dx, or dw */
+    const float *a, *b; /* x and w, dy and w, dy and x */
+    float **partial;    /* bwd_filter: chunk t's dw (partial[0] is dw itself) */
+    dt_backend_t *be;
+    void *ws;           /* the caller's column matrix, on one thread */
+    dt_backend_t *gemm; /* one image at a time: its products shared by the threads */
+    int chunks;
+};
+
+static void *job_col(const struct conv_job *j, int thread)
+{
+    return j->ws ? j->ws : dt_cpu_scratch(j->be, thread);
+}
+
+static void fwd_image(const struct conv_job *j, int n, float *col_ws)
+{
+    const struct dt_conv2d_shape *s = j->s;
+    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
+    const int HW = s->H * s->W, PQ = s->P * s->Q;
+    for (int g = 0; g < G; g++) {
+        const float *xg = j->a + ((size_t)n * s->C + (size_t)g * Cg) * HW; /* (Cg, H, W) */
+        const float *col = xg;
+        if (!is_pointwise(s)) {
+            im2col(col_ws, xg, Cg, s);
+            col = col_ws;
+        }
+        float *yg = j->out + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+        /* yg(Kg, PQ) = wg(Kg, CRS) . col(CRS, PQ) */
+        dt_cpu_sgemm(j->gemm, 0, 0, Kg, PQ, CRS, 1.0f, j->b + (size_t)g * Kg * CRS, CRS, col, PQ,
+                     0.0f, yg, PQ);
+    }
+}
+
+static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
+{
+    const struct dt_conv2d_shape *s = j->s;
+    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
+    const int HW = s->H * s->W, PQ = s->P * s->Q;
+    const int direct = is_pointwise(s);
+    for (int g = 0; g < G; g++) {
+        float *dxg = j->out + ((size_t)n * s->C + (size_t)g * Cg) * HW;     /* (Cg, H, W) */
+        const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+        float *dcol = direct ? dxg : col_ws;
+        /* dcol(CRS, PQ) = wg(Kg, CRS)^T . dyg(Kg, PQ) */
+        dt_cpu_sgemm(j->gemm, 1, 0, CRS, PQ, Kg, 1.0f, j->b + (size_t)g * Kg * CRS, CRS, dyg, PQ,
+                     0.0f, dcol, PQ);
+        if (!direct)
+            col2im(dxg, dcol, Cg, s);
+    }
+}
+
+/* dw += image n's filter gradient. */
+static void bwd_filter_image(const struct conv_job *j, int n, float *dw, float *col_ws)
+{
+    const struct dt_conv2d_shape *s = j->s;
+    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
+    const int HW = s->H * s->W, PQ = s->P * s->Q;
+    for (int g = 0; g < G; g++) {
+        const float *xg = j->b + ((size_t)n * s->C + (size_t)g * Cg) * HW;  /* (Cg, H, W) */
+        const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+        const float *col = xg;
+        if (!is_pointwise(s)) {
+            im2col(col_ws, xg, Cg, s);
+            col = col_ws;
+        }
+        /* dwg(Kg, CRS) += dyg(Kg, PQ) . col(CRS, PQ)^T */
+        dt_cpu_sgemm(j->gemm, 0, 1, Kg, CRS, PQ, 1.0f, dyg, PQ, col, PQ, 1.0f,
+                     dw + (size_t)g * Kg * CRS, CRS);
+    }
+}
+
+static void fwd_task(void *a, int n, int thread)
+{
+    fwd_image(a, n, job_col(a, thread));
+}
+
+static void bwd_data_task(void *a, int n, int thread)
+{
+    bwd_data_image(a, n, job_col(a, thread));
+}
+
+/* Chunk t of the samples, in order, into partial[t]. */
+static void bwd_filter_task(void *a, int t, int thread)
+{
+    const struct conv_job *j = a;
+    int N = j->s->N, lo = t * FILTER_CHUNK, hi = lo + FILTER_CHUNK < N ? lo + FILTER_CHUNK : N;
+    for (int n = lo; n < hi; n++)
+        bwd_filter_image(j, n, j->partial[t], job_col(j, thread));
+}
+
+/* The caller's workspace on one thread; else every thread's own. */
+static dt_status conv_threads(dt_backend_t *be, const struct dt_conv2d_shape *s,
+                              struct conv_job *j, void *ws)
+{
+    int threads = s->N > 1 ? dt_cpu_threads(be) : 1;
+    j->be = be;
+    j->ws = threads == 1 ? ws : NULL;
+    j->gemm = threads == 1 ? be : NULL;
+    return threads == 1 ? DT_OK : dt_cpu_scratch_reserve(be, fast_ws_bytes(s));
+}
+
 dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const float *w,
                             const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
 {
@@ -473,24 +578,12 @@ dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const fl
         st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
+    struct conv_job j = {.s = s, .out = y, .a = x, .b = w};
+    if (st == DT_OK)
+        st = conv_threads(be, s, &j, ws);
     if (st != DT_OK)
         return st;
-    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
-    const int HW = s->H * s->W, PQ = s->P * s->Q;
-    const int direct = is_pointwise(s);
-    for (int n = 0; n < s->N; n++)
-        for (int g = 0; g < G; g++) {
-            const float *xg = x + ((size_t)n * s->C + (size_t)g * Cg) * HW; /* (Cg, H, W) */
-            const float *col = xg;
-            if (!direct) {
-                im2col(ws, xg, Cg, s);
-                col = ws;
-            }
-            float *yg = y + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
-            /* yg(Kg, PQ) = wg(Kg, CRS) . col(CRS, PQ) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Kg, PQ, CRS, 1.0f,
-                        w + (size_t)g * Kg * CRS, CRS, col, PQ, 0.0f, yg, PQ);
-        }
+    dt_cpu_run(j.ws ? NULL : be, s->N, fwd_task, &j);
     return DT_OK;
 }
 
@@ -506,25 +599,19 @@ dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, c
         st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
+    struct conv_job j = {.s = s, .out = dx, .a = dy, .b = w};
+    if (st == DT_OK)
+        st = conv_threads(be, s, &j, ws);
     if (st != DT_OK)
         return st;
-    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
-    const int HW = s->H * s->W, PQ = s->P * s->Q;
-    const int direct = is_pointwise(s);
-    for (int n = 0; n < s->N; n++)
-        for (int g = 0; g < G; g++) {
-            float *dxg = dx + ((size_t)n * s->C + (size_t)g * Cg) * HW;       /* (Cg, H, W) */
-            const float *dyg = dy + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
-            float *dcol = direct ? dxg : ws;
-            /* dcol(CRS, PQ) = wg(Kg, CRS)^T . dyg(Kg, PQ) */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CRS, PQ, Kg, 1.0f,
-                        w + (size_t)g * Kg * CRS, CRS, dyg, PQ, 0.0f, dcol, PQ);
-            if (!direct)
-                col2im(dxg, dcol, Cg, s);
-        }
+    dt_cpu_run(j.ws ? NULL : be, s->N, bwd_data_task, &j);
     return DT_OK;
 }
 
+/* The filter gradient: chunks of FILTER_CHUNK consecutive images, each
+ * summed in image order into its own sum (the first chunk into dw), then
+ * the other sums added to dw in chunk order. The chunks are the same on
+ * any number of threads, so the sum is too. */
 dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
                                    const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
 {
@@ -537,23 +624,35 @@ dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy,
         st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
+    struct conv_job j = {.s = s, .a = dy, .b = x};
+    if (st == DT_OK)
+        st = conv_threads(be, s, &j, ws);
     if (st != DT_OK)
         return st;
-    const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
-    const int HW = s->H * s->W, PQ = s->P * s->Q;
-    const int direct = is_pointwise(s);
-    for (int n = 0; n < s->N; n++)
-        for (int g = 0; g < G; g++) {
-            const float *xg = x + ((size_t)n * s->C + (size_t)g * Cg) * HW;   /* (Cg, H, W) */
-            const float *dyg = dy + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
-            const float *col = xg;
-            if (!direct) {
-                im2col(ws, xg, Cg, s);
-                col = ws;
-            }
-            /* dwg(Kg, CRS) += dyg(Kg, PQ) . col(CRS, PQ)^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Kg, CRS, PQ, 1.0f, dyg, PQ, col,
-                        PQ, 1.0f, dw + (size_t)g * Kg * CRS, CRS);
+    float *one[1] = {dw}, *sums = NULL;
+    j.chunks = (s->N + FILTER_CHUNK - 1) / FILTER_CHUNK;
+    j.partial = one;
+    const size_t wn = w_size(s);
+    if (j.chunks > 1) {
+        st = dt_calloc((size_t)j.chunks, sizeof *j.partial, "conv2d_bwd_filter's partial sums",
+                       (void **)&j.partial);
+        if (st == DT_OK)
+            st = dt_calloc((size_t)(j.chunks - 1) * wn, sizeof *sums,
+                           "conv2d_bwd_filter's partial sums", (void **)&sums);
+        if (st != DT_OK) {
+            free(j.partial);
+            return st;
         }
+        j.partial[0] = dw;
+        for (int t = 1; t < j.chunks; t++)
+            j.partial[t] = sums + (size_t)(t - 1) * wn;
+    }
+    dt_cpu_run(j.ws ? NULL : be, j.chunks, bwd_filter_task, &j);
+    for (int t = 1; t < j.chunks; t++)
+        for (size_t i = 0; i < wn; i++)
+            dw[i] += j.partial[t][i];
+    if (j.partial != one)
+        free(j.partial);
+    free(sums);
     return DT_OK;
 }

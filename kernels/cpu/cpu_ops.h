@@ -61,6 +61,41 @@ static inline float dt_cpu_round_fp16(float x) { return (float)(_Float16)x; }
 #define DT_CPU_OPERANDS 3
 dt_status dt_cpu_operand(dt_backend_t *be, int slot, const float *x, size_t n, const float **out);
 
+/* Threads. The fast ops cut their work into tasks of the backend's pool
+ * (core/threads.h); the reference ops and a NULL backend run on the
+ * calling thread. A pool has at most DT_CPU_MAX_SCRATCH threads. */
+#define DT_CPU_MAX_SCRATCH 1024
+int dt_cpu_threads(const dt_backend_t *be);
+/* dt_backend_opts.tiny_tasks: every op cut as finely as it can be. */
+int dt_cpu_tiny_tasks(const dt_backend_t *be);
+
+/* fn(arg, lo, hi) over [0, n) in blocks of `grain` elements, the blocks
+ * shared by the pool's threads; inline when n <= grain. Block boundaries
+ * depend on n and grain alone, never on the thread count. */
+typedef void (*dt_cpu_range_fn)(void *arg, size_t lo, size_t hi);
+void dt_cpu_for(dt_backend_t *be, size_t n, size_t grain, dt_cpu_range_fn fn, void *arg);
+
+/* fn(arg, task, thread) for task in [0, tasks) on the backend's pool. */
+void dt_cpu_run(dt_backend_t *be, int tasks, void (*fn)(void *arg, int task, int thread),
+                void *arg);
+
+/* Per-thread scratch: dt_cpu_scratch_reserve (called before a run, on the
+ * submitting thread) makes each thread's block at least `bytes` (256-byte
+ * aligned, contents undefined); a task takes its own with
+ * dt_cpu_scratch(be, thread). Not with a NULL backend. */
+dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes);
+void *dt_cpu_scratch(dt_backend_t *be, int thread);
+
+/* Grains: element-wise passes split into blocks of this many floats
+ * (64 KiB: enough work to pay for a task, small enough to balance). */
+#define DT_CPU_GRAIN 16384
+
+/* C(M,N) = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm, cut into
+ * blocks of rows (or of columns when N is the larger) shared by the pool's
+ * threads, each a one-thread BLAS call; inline when small. */
+void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* The backend's step gate (step_gate sets it; the gated sgd_update and
  * adamw_update read it). A NULL backend has none: it never skips. */
 int dt_cpu_gate_skips(const dt_backend_t *be);

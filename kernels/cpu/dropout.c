@@ -177,17 +177,39 @@ static void dropout_fast(float *out, const float *in, int rows, int cols, float 
     }
 }
 
+/* Blocks of rows on the pool's threads: the mask is a function of each
+ * element's global index, so any cut gives the same bits. */
+struct dropout_job {
+    float *out;
+    const float *in;
+    int cols;
+    float p;
+    const struct dt_rng_key *key;
+    uint64_t row0;
+};
+
+static void dropout_rows(void *a, size_t lo, size_t hi)
+{
+    const struct dropout_job *j = a;
+    size_t off = lo * (size_t)j->cols;
+    dropout_fast(j->out + off, j->in + off, (int)(hi - lo), j->cols, j->p, j->key, j->row0 + lo);
+}
+
 /* Forward and backward are the same masked scaling (of in, or of dout). */
-static dt_status dropout_apply(const char *op, float *out, const float *in, int rows, int cols,
-                               float p, const struct dt_rng_key *key, uint64_t row0, int fast)
+static dt_status dropout_apply(dt_backend_t *be, const char *op, float *out, const float *in,
+                               int rows, int cols, float p, const struct dt_rng_key *key,
+                               uint64_t row0, int fast)
 {
     dt_status st = check_dropout(op, out, in, rows, cols, p, key);
     if (st != DT_OK)
         return st;
     if (p == 0.0f)
         copy_block(out, in, (size_t)rows * cols);
-    else if (fast)
-        dropout_fast(out, in, rows, cols, p, key, row0);
+    else if (fast) {
+        struct dropout_job j = {.out = out, .in = in, .cols = cols, .p = p, .key = key,
+                                .row0 = row0};
+        dt_cpu_for(be, (size_t)rows, 1 + DT_CPU_GRAIN / ((size_t)cols + 1), dropout_rows, &j);
+    }
     else
         dropout_ref(out, in, rows, cols, p, key, row0);
     return DT_OK;
@@ -196,23 +218,23 @@ static dt_status dropout_apply(const char *op, float *out, const float *in, int 
 dt_status dt_cpu_dropout_fwd_ref(dt_backend_t *be, float *out, const float *in, int rows, int cols,
                                  float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply("dropout_fwd", out, in, rows, cols, p, key, row0, 0);
+    return dropout_apply(be, "dropout_fwd", out, in, rows, cols, p, key, row0, 0);
 }
 
 dt_status dt_cpu_dropout_bwd_ref(dt_backend_t *be, float *din, const float *dout, int rows,
                                  int cols, float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply("dropout_bwd", din, dout, rows, cols, p, key, row0, 0);
+    return dropout_apply(be, "dropout_bwd", din, dout, rows, cols, p, key, row0, 0);
 }
 
 dt_status dt_cpu_dropout_fwd(dt_backend_t *be, float *out, const float *in, int rows, int cols,
                              float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply("dropout_fwd", out, in, rows, cols, p, key, row0, 1);
+    return dropout_apply(be, "dropout_fwd", out, in, rows, cols, p, key, row0, 1);
 }
 
 dt_status dt_cpu_dropout_bwd(dt_backend_t *be, float *din, const float *dout, int rows, int cols,
                              float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply("dropout_bwd", din, dout, rows, cols, p, key, row0, 1);
+    return dropout_apply(be, "dropout_bwd", din, dout, rows, cols, p, key, row0, 1);
 }

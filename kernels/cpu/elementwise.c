@@ -48,12 +48,17 @@ dt_status dt_cpu_accumulate_ref(dt_backend_t *be, float *dst, const float *src, 
 
 /* ---- fast ------------------------------------------------------------ */
 
-dt_status dt_cpu_add(dt_backend_t *be, float *out, const float *a, const float *b, size_t n)
+struct ew_job {
+    float *out;
+    const float *a, *b;
+};
+
+static void add_range(void *arg, size_t lo, size_t n)
 {
-    dt_status st = check_add(out, a, b);
-    if (st != DT_OK)
-        return st;
-    size_t i = 0;
+    const struct ew_job *j = arg;
+    float *out = j->out;
+    const float *a = j->a, *b = j->b;
+    size_t i = lo;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
         float t[DT_CPU_LANES];
         for (int k = 0; k < DT_CPU_LANES; k++)
@@ -63,15 +68,23 @@ dt_status dt_cpu_add(dt_backend_t *be, float *out, const float *a, const float *
     }
     for (; i < n; i++)
         out[i] = a[i] + b[i];
-    return DT_OK;
 }
 
-dt_status dt_cpu_accumulate(dt_backend_t *be, float *dst, const float *src, size_t n)
+dt_status dt_cpu_add(dt_backend_t *be, float *out, const float *a, const float *b, size_t n)
 {
-    dt_status st = check_accumulate(dst, src);
-    if (st != DT_OK)
-        return st;
-    size_t i = 0;
+    dt_status st = check_add(out, a, b);
+    struct ew_job j = {.out = out, .a = a, .b = b};
+    if (st == DT_OK)
+        dt_cpu_for(be, n, DT_CPU_GRAIN, add_range, &j);
+    return st;
+}
+
+static void accumulate_range(void *arg, size_t lo, size_t n)
+{
+    const struct ew_job *j = arg;
+    float *dst = j->out;
+    const float *src = j->a;
+    size_t i = lo;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
         float t[DT_CPU_LANES];
         for (int k = 0; k < DT_CPU_LANES; k++)
@@ -81,5 +94,13 @@ dt_status dt_cpu_accumulate(dt_backend_t *be, float *dst, const float *src, size
     }
     for (; i < n; i++)
         dst[i] += src[i];
-    return DT_OK;
+}
+
+dt_status dt_cpu_accumulate(dt_backend_t *be, float *dst, const float *src, size_t n)
+{
+    dt_status st = check_accumulate(dst, src);
+    struct ew_job j = {.out = dst, .a = src};
+    if (st == DT_OK)
+        dt_cpu_for(be, n, DT_CPU_GRAIN, accumulate_range, &j);
+    return st;
 }

@@ -106,14 +106,30 @@ dt_status dt_cpu_embedding_bwd_ref(dt_backend_t *be, float *dw, const float *dou
 
 /* ---- fast ------------------------------------------------------------ */
 
+/* Forward: blocks of rows. Backward: blocks of DT_CPU_LANES columns, each
+ * taking the rows in order, so a row of dw that several ids share sums in
+ * the one-thread order. */
+struct emb_job {
+    float *out, *dw;
+    const float *ids, *w, *dout;
+    int N, D;
+};
+
+static void emb_fwd_rows(void *a, size_t lo, size_t hi)
+{
+    const struct emb_job *j = a;
+    for (size_t n = lo; n < hi; n++)
+        memcpy(j->out + n * j->D, j->w + (size_t)j->ids[n] * j->D, (size_t)j->D * sizeof *j->out);
+}
+
 dt_status dt_cpu_embedding_fwd(dt_backend_t *be, float *out, const float *ids, const float *w,
                                int N, int V, int D)
 {
     dt_status st = check_fwd(out, ids, w, N, V, D);
     if (st != DT_OK)
         return st;
-    for (int n = 0; n < N; n++)
-        memcpy(out + (size_t)n * D, w + (size_t)ids[n] * D, (size_t)D * sizeof *out);
+    struct emb_job j = {.out = out, .ids = ids, .w = w, .N = N, .D = D};
+    dt_cpu_for(be, (size_t)N, 1 + DT_CPU_GRAIN / ((size_t)D + 1), emb_fwd_rows, &j);
     return DT_OK;
 }
 
@@ -133,13 +149,23 @@ static void add_row(float *row, const float *g, int D)
         row[d] += g[d];
 }
 
+static void emb_bwd_strips(void *a, size_t lo, size_t hi)
+{
+    const struct emb_job *j = a;
+    const int D = j->D, d0 = (int)lo * DT_CPU_LANES;
+    const int d1 = (int)hi * DT_CPU_LANES < D ? (int)hi * DT_CPU_LANES : D;
+    for (int n = 0; n < j->N; n++)
+        add_row(j->dw + (size_t)j->ids[n] * D + d0, j->dout + (size_t)n * D + d0, d1 - d0);
+}
+
 dt_status dt_cpu_embedding_bwd(dt_backend_t *be, float *dw, const float *dout, const float *ids,
                                int N, int V, int D)
 {
     dt_status st = check_bwd(dw, dout, ids, N, V, D);
     if (st != DT_OK)
         return st;
-    for (int n = 0; n < N; n++)
-        add_row(dw + (size_t)ids[n] * D, dout + (size_t)n * D, D);
+    struct emb_job j = {.dw = dw, .ids = ids, .dout = dout, .N = N, .D = D};
+    size_t strips = ((size_t)D + DT_CPU_LANES - 1) / DT_CPU_LANES;
+    dt_cpu_for(be, strips, 1 + DT_CPU_GRAIN / ((size_t)N * DT_CPU_LANES + 1), emb_bwd_strips, &j);
     return DT_OK;
 }

@@ -27,10 +27,6 @@
 
 #include "cpu_ops.h"
 
-/* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
- * would rewrite the I (input width) parameters of the op prototypes. */
-#include <cblas.h>
-#undef I
 
 /* bias_bwd sums this many columns at a time in a stack buffer. */
 #define BIAS_BWD_CHUNK 256
@@ -234,7 +230,7 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
         return DT_OK;
     }
     /* out(B,O) = in(B,I) . w(O,I)^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, O, I, 1.0f, in, I, w, I, 0.0f, out, O);
+    dt_cpu_sgemm(be, 0, 1, B, O, I, 1.0f, in, I, w, I, 0.0f, out, O);
     return DT_OK;
 }
 
@@ -252,21 +248,26 @@ dt_status dt_cpu_linear_bwd(dt_backend_t *be, float *din, float *dw, const float
         if (O == 0)
             memset(din, 0, (size_t)B * I * sizeof *din);
         else /* din(B,I) = dout(B,O) . w(O,I) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, I, O, 1.0f, dout, O, w, I,
-                        0.0f, din, I);
+            dt_cpu_sgemm(be, 0, 0, B, I, O, 1.0f, dout, O, w, I, 0.0f, din, I);
     }
     if (B > 0 && I > 0 && O > 0) /* dw(O,I) += dout(B,O)^T . in(B,I) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, B, 1.0f, dout, O, in, I, 1.0f,
-                    dw, I);
+        dt_cpu_sgemm(be, 1, 0, O, I, B, 1.0f, dout, O, in, I, 1.0f, dw, I);
     return DT_OK;
 }
 
-dt_status dt_cpu_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C)
+struct bias_job {
+    float *x, *db;
+    const float *b, *dout;
+    int B, C, HW;
+};
+
+static void bias_fwd_rows(void *a, size_t lo, size_t hi)
 {
-    dt_status st = check_bias("bias_fwd", x, b, B, C);
-    if (st != DT_OK)
-        return st;
-    for (int r = 0; r < B; r++) {
+    const struct bias_job *j = a;
+    float *x = j->x;
+    const float *b = j->b;
+    const int C = j->C;
+    for (size_t r = lo; r < hi; r++) {
         float *xr = x + (size_t)r * C; /* (C) */
         int c = 0;
         for (; c + DT_CPU_LANES <= C; c += DT_CPU_LANES) {
@@ -279,6 +280,15 @@ dt_status dt_cpu_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int
         for (; c < C; c++)
             xr[c] += b[c];
     }
+}
+
+dt_status dt_cpu_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C)
+{
+    dt_status st = check_bias("bias_fwd", x, b, B, C);
+    if (st != DT_OK)
+        return st;
+    struct bias_job j = {.x = x, .b = b, .B = B, .C = C};
+    dt_cpu_for(be, (size_t)B, C ? DT_CPU_GRAIN / (size_t)C + 1 : (size_t)B + 1, bias_fwd_rows, &j);
     return DT_OK;
 }
 
@@ -300,16 +310,39 @@ static void bias_bwd_strip(float *db, const float *dout, int B, int C, int n)
         db[c] += acc[c];
 }
 
+static void bias_bwd_strips(void *a, size_t lo, size_t hi)
+{
+    const struct bias_job *j = a;
+    for (size_t k = lo; k < hi; k++) {
+        int c0 = (int)k * BIAS_BWD_CHUNK;
+        int n = j->C - c0 < BIAS_BWD_CHUNK ? j->C - c0 : BIAS_BWD_CHUNK;
+        bias_bwd_strip(j->db + c0, j->dout + c0, j->B, j->C, n);
+    }
+}
+
 dt_status dt_cpu_bias_bwd(dt_backend_t *be, float *db, const float *dout, int B, int C)
 {
     dt_status st = check_bias("bias_bwd", db, dout, B, C);
     if (st != DT_OK)
         return st;
-    for (int c0 = 0; c0 < C; c0 += BIAS_BWD_CHUNK) {
-        int n = C - c0 < BIAS_BWD_CHUNK ? C - c0 : BIAS_BWD_CHUNK;
-        bias_bwd_strip(db + c0, dout + c0, B, C, n);
-    }
+    struct bias_job j = {.db = db, .dout = dout, .B = B, .C = C};
+    size_t strips = ((size_t)C + BIAS_BWD_CHUNK - 1) / BIAS_BWD_CHUNK;
+    /* a strip is B * 256 floats: share them once there are enough rows */
+    dt_cpu_for(be, strips, B >= 64 ? 1 : strips, bias_bwd_strips, &j);
     return DT_OK;
+}
+
+/* Planes [lo, hi) of the (N*C) planes: x += b[c]. */
+static void channel_bias_planes(void *a, size_t lo, size_t hi)
+{
+    const struct bias_job *j = a;
+    const int HW = j->HW;
+    for (size_t p = lo; p < hi; p++) {
+        float *xp = j->x + p * HW; /* (HW) */
+        const float bc = j->b[p % (size_t)j->C];
+        for (int i = 0; i < HW; i++)
+            xp[i] += bc;
+    }
 }
 
 dt_status dt_cpu_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, int N, int C, int HW)
@@ -317,13 +350,9 @@ dt_status dt_cpu_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, in
     dt_status st = check_channel_bias("channel_bias_fwd", x, b, N, C, HW);
     if (st != DT_OK)
         return st;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            float *xp = x + ((size_t)n * C + c) * HW; /* (HW) */
-            const float bc = b[c];
-            for (int i = 0; i < HW; i++)
-                xp[i] += bc;
-        }
+    struct bias_job j = {.x = x, .b = b, .B = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)N * C, HW ? DT_CPU_GRAIN / (size_t)HW + 1 : (size_t)N * C + 1,
+               channel_bias_planes, &j);
     return DT_OK;
 }
 
@@ -343,17 +372,25 @@ static float plane_sum(const float *v, int n)
     return s;
 }
 
+/* Channels [lo, hi): db[c] += the sum of its N planes, in sample order. */
+static void channel_bias_sums(void *a, size_t lo, size_t hi)
+{
+    const struct bias_job *j = a;
+    for (size_t c = lo; c < hi; c++) {
+        double s = 0.0;
+        for (int n = 0; n < j->B; n++)
+            s += plane_sum(j->dout + ((size_t)n * j->C + c) * j->HW, j->HW);
+        j->db[c] += (float)s;
+    }
+}
+
 dt_status dt_cpu_channel_bias_bwd(dt_backend_t *be, float *db, const float *dout, int N, int C,
                                   int HW)
 {
     dt_status st = check_channel_bias("channel_bias_bwd", db, dout, N, C, HW);
     if (st != DT_OK)
         return st;
-    for (int c = 0; c < C; c++) {
-        double s = 0.0;
-        for (int n = 0; n < N; n++)
-            s += plane_sum(dout + ((size_t)n * C + c) * HW, HW);
-        db[c] += (float)s;
-    }
+    struct bias_job j = {.db = db, .dout = dout, .B = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)C, 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1), channel_bias_sums, &j);
     return DT_OK;
 }

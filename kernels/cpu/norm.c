@@ -21,8 +21,10 @@
  * (dx) and the outputs are WRITTEN (=). Sums (stats, dstats) are written.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "cpu_ops.h"
 
 static dt_status check_nchw(const char *op, int N, int C, int HW)
@@ -494,6 +496,38 @@ static void affine2(float *out, const float *dy, const float *x, float m, float 
         out[i] = dy[i] * a + (x[i] - m) * b + c;
 }
 
+/* The threaded passes. Per-channel sums take a block of channels, each
+ * channel's planes in sample order (the one-thread order); per-plane
+ * passes take blocks of planes; layer norm takes blocks of rows, and its
+ * parameter gradients are summed per block of LN_ROWS rows (a fixed
+ * partition), the blocks then added in order. So each output is computed
+ * as on one thread, whatever the thread count. */
+#define LN_ROWS 64
+
+struct bn_job {
+    float *y, *a_out, *b_out;
+    double *stats;
+    const float *x, *dy, *mean, *invstd, *gamma, *beta;
+    const double *global;
+    double count;
+    float eps;
+    int N, C, HW;
+    float *part; /* layer norm backward: dgamma, dbeta of each block of rows */
+};
+
+/* Channels per task: about DT_CPU_GRAIN floats of input. */
+static size_t channel_grain(int N, int HW) { return 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1); }
+static size_t plane_grain(int HW) { return 1 + DT_CPU_GRAIN / ((size_t)HW + 1); }
+
+static void bn_stats_channels(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    for (size_t c = lo; c < hi; c++)
+        for (int n = 0; n < j->N; n++)
+            sum_sq(j->x + ((size_t)n * j->C + c) * j->HW, (size_t)j->HW, &j->stats[c],
+                   &j->stats[j->C + c]);
+}
+
 dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
                                  int HW)
 {
@@ -501,10 +535,19 @@ dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x
     if (st != DT_OK)
         return st;
     memset(stats, 0, 2 * (size_t)C * sizeof *stats);
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            sum_sq(x + ((size_t)n * C + c) * HW, (size_t)HW, &stats[c], &stats[C + c]);
+    struct bn_job j = {.stats = stats, .x = x, .N = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)C, channel_grain(N, HW), bn_stats_channels, &j);
     return DT_OK;
+}
+
+static void bn_fwd_planes(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    for (size_t p = lo; p < hi; p++) {
+        size_t c = p % (size_t)j->C, e = p * j->HW;
+        affine(j->y + e, j->x + e, j->mean[c], j->gamma[c] * j->invstd[c], j->beta[c],
+               (size_t)j->HW);
+    }
 }
 
 dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
@@ -524,12 +567,21 @@ dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, floa
         if (running_mean)
             bn_running(running_mean, running_var, c, mean, var, count, momentum);
     }
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t e = ((size_t)n * C + c) * HW;
-            affine(y + e, x + e, mean_out[c], gamma[c] * invstd_out[c], beta[c], (size_t)HW);
-        }
+    struct bn_job j = {.y = y, .x = x, .mean = mean_out, .invstd = invstd_out, .gamma = gamma,
+                       .beta = beta, .N = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)N * C, plane_grain(HW), bn_fwd_planes, &j);
     return DT_OK;
+}
+
+/* mean and invstd hold the running mean and variance here */
+static void bn_infer_planes(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    for (size_t p = lo; p < hi; p++) {
+        size_t c = p % (size_t)j->C, e = p * j->HW;
+        float k = (float)(j->gamma[c] / sqrt((double)j->invstd[c] + j->eps));
+        affine(j->y + e, j->x + e, j->mean[c], k, j->beta[c], (size_t)j->HW);
+    }
 }
 
 dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
@@ -540,13 +592,23 @@ dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
     dt_status st = check_infer(y, x, running_mean, running_var, gamma, beta, eps, N, C, HW);
     if (st != DT_OK)
         return st;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            float a = (float)(gamma[c] / sqrt((double)running_var[c] + eps));
-            size_t e = ((size_t)n * C + c) * HW;
-            affine(y + e, x + e, running_mean[c], a, beta[c], (size_t)HW);
-        }
+    struct bn_job j = {.y = y, .x = x, .mean = running_mean, .invstd = running_var,
+                       .gamma = gamma, .beta = beta, .eps = eps, .N = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)N * C, plane_grain(HW), bn_infer_planes, &j);
     return DT_OK;
+}
+
+static void bn_reduce_channels(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    for (size_t c = lo; c < hi; c++) {
+        for (int n = 0; n < j->N; n++) {
+            size_t e = ((size_t)n * j->C + c) * j->HW;
+            sum_dot_centered(j->dy + e, j->x + e, j->mean[c], (size_t)j->HW, &j->stats[c],
+                             &j->stats[j->C + c]);
+        }
+        j->stats[j->C + c] *= j->invstd[c]; /* sum dy * (x - mean) * invstd */
+    }
 }
 
 dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
@@ -557,14 +619,25 @@ dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const fl
     if (st != DT_OK)
         return st;
     memset(dstats, 0, 2 * (size_t)C * sizeof *dstats);
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            size_t e = ((size_t)n * C + c) * HW;
-            sum_dot_centered(dy + e, x + e, mean[c], (size_t)HW, &dstats[c], &dstats[C + c]);
-        }
-    for (int c = 0; c < C; c++) /* sum dy * (x - mean) * invstd */
-        dstats[C + c] *= invstd[c];
+    struct bn_job j = {.stats = dstats, .dy = dy, .x = x, .mean = mean, .invstd = invstd,
+                       .N = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)C, channel_grain(N, HW), bn_reduce_channels, &j);
     return DT_OK;
+}
+
+/* dx = k*dy + kx*(x - mean) + k0 with, per channel, k = gamma*invstd,
+ * kx = -k*invstd*mdyx, k0 = -k*mdy */
+static void bn_bwd_planes(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    const int C = j->C;
+    for (size_t p = lo; p < hi; p++) {
+        size_t c = p % (size_t)C, e = p * j->HW;
+        double k = (double)j->gamma[c] * j->invstd[c], mdy = j->global[c] / j->count,
+               mdyx = j->global[C + c] / j->count;
+        float kd = (float)k, kx = (float)(-k * j->invstd[c] * mdyx), k0 = (float)(-k * mdy);
+        affine2(j->y + e, j->dy + e, j->x + e, j->mean[c], kd, kx, k0, (size_t)j->HW);
+    }
 }
 
 dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
@@ -580,17 +653,33 @@ dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
         dgamma[c] += (float)local[C + c];
         dbeta[c] += (float)local[c];
     }
-    /* dx = k*dy + kx*(x - mean) + k0 with, per channel, k = gamma*invstd,
-     * kx = -k*invstd*mdyx, k0 = -k*mdy */
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            double k = (double)gamma[c] * invstd[c], mdy = global[c] / count,
-                   mdyx = global[C + c] / count;
-            float kd = (float)k, kx = (float)(-k * invstd[c] * mdyx), k0 = (float)(-k * mdy);
-            size_t e = ((size_t)n * C + c) * HW;
-            affine2(dx + e, dy + e, x + e, mean[c], kd, kx, k0, (size_t)HW);
-        }
+    struct bn_job j = {.y = dx, .dy = dy, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
+                       .global = global, .count = count, .N = N, .C = C, .HW = HW};
+    dt_cpu_for(be, (size_t)N * C, plane_grain(HW), bn_bwd_planes, &j);
     return DT_OK;
+}
+
+/* rows [lo, hi) of layer norm's forward; a_out, b_out: mean and rstd */
+static void ln_fwd_rows(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    const float *gamma = j->gamma, *beta = j->beta;
+    const int D = j->HW;
+    for (size_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * D;
+        float *yr = j->y + r * D;
+        double s = 0.0, var = 0.0;
+        for (int d = 0; d < D; d++)
+            s += xr[d];
+        float m = (float)(s / D);
+        sum_sq_centered(xr, m, (size_t)D, &var); /* second pass: no cancellation */
+        var /= D;
+        float rstd = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + j->eps));
+        for (int d = 0; d < D; d++)
+            yr[d] = (xr[d] - m) * rstd * gamma[d] + beta[d];
+        j->a_out[r] = m;
+        j->b_out[r] = rstd;
+    }
 }
 
 dt_status dt_cpu_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *rstd_out,
@@ -600,22 +689,42 @@ dt_status dt_cpu_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, floa
     dt_status st = check_ln_fwd(y, mean_out, rstd_out, x, gamma, beta, eps, rows, D);
     if (st != DT_OK)
         return st;
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * D;
-        float *yr = y + (size_t)r * D;
-        double s = 0.0, var = 0.0;
-        for (int d = 0; d < D; d++)
-            s += xr[d];
-        float m = (float)(s / D);
-        sum_sq_centered(xr, m, (size_t)D, &var); /* second pass: no cancellation */
-        var /= D;
-        float rstd = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
-        for (int d = 0; d < D; d++)
-            yr[d] = (xr[d] - m) * rstd * gamma[d] + beta[d];
-        mean_out[r] = m;
-        rstd_out[r] = rstd;
-    }
+    struct bn_job j = {.y = y, .a_out = mean_out, .b_out = rstd_out, .x = x, .gamma = gamma,
+                       .beta = beta, .eps = eps, .HW = D};
+    dt_cpu_for(be, (size_t)rows, plane_grain(D), ln_fwd_rows, &j);
     return DT_OK;
+}
+
+/* Block b of LN_ROWS rows: dx, and the block's dgamma and dbeta sums
+ * (part + 2 * D * b), the rows in order. */
+static void ln_bwd_block(void *a, size_t lo, size_t hi)
+{
+    const struct bn_job *j = a;
+    const int D = j->HW, rows = j->N;
+    const float *gamma = j->gamma;
+    for (size_t b = lo; b < hi; b++) {
+        float *dgamma = j->part + 2 * (size_t)D * b, *dbeta = dgamma + D;
+        memset(dgamma, 0, 2 * (size_t)D * sizeof *dgamma);
+        int r1 = (int)(b + 1) * LN_ROWS < rows ? (int)(b + 1) * LN_ROWS : rows;
+        for (int r = (int)b * LN_ROWS; r < r1; r++) {
+            const float *xr = j->x + (size_t)r * D, *dyr = j->dy + (size_t)r * D;
+            float *dxr = j->y + (size_t)r * D;
+            const float m = j->mean[r], rs = j->invstd[r];
+            /* dgamma, dbeta and the two row means, in one pass over the row */
+            float mg = 0.0f, mgx = 0.0f;
+            for (int d = 0; d < D; d++) {
+                float xhat = (xr[d] - m) * rs, g = dyr[d] * gamma[d];
+                dgamma[d] += dyr[d] * xhat;
+                dbeta[d] += dyr[d];
+                mg += g;
+                mgx += g * xhat;
+            }
+            mg /= D;
+            mgx /= D;
+            for (int d = 0; d < D; d++)
+                dxr[d] = rs * (dyr[d] * gamma[d] - mg - (xr[d] - m) * rs * mgx);
+        }
+    }
 }
 
 dt_status dt_cpu_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
@@ -625,23 +734,22 @@ dt_status dt_cpu_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
     dt_status st = check_ln_bwd(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, D);
     if (st != DT_OK)
         return st;
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * D, *dyr = dy + (size_t)r * D;
-        float *dxr = dx + (size_t)r * D;
-        const float m = mean[r], rs = rstd[r];
-        /* dgamma, dbeta and the two row means, in one pass over the row */
-        float mg = 0.0f, mgx = 0.0f;
+    size_t blocks = ((size_t)rows + LN_ROWS - 1) / LN_ROWS;
+    struct bn_job j = {.y = dx, .dy = dy, .x = x, .mean = mean, .invstd = rstd, .gamma = gamma,
+                       .N = rows, .HW = D};
+    st = dt_malloc(blocks * 2 * (size_t)D * sizeof *j.part, "layernorm_bwd's sums per block",
+                   (void **)&j.part);
+    if (st != DT_OK)
+        return st;
+    dt_cpu_for(be, blocks, 1 + (size_t)DT_CPU_GRAIN / ((size_t)LN_ROWS * D + 1), ln_bwd_block,
+               &j);
+    for (size_t b = 0; b < blocks; b++) {
+        const float *pg = j.part + 2 * (size_t)D * b, *pb = pg + D;
         for (int d = 0; d < D; d++) {
-            float xhat = (xr[d] - m) * rs, g = dyr[d] * gamma[d];
-            dgamma[d] += dyr[d] * xhat;
-            dbeta[d] += dyr[d];
-            mg += g;
-            mgx += g * xhat;
+            dgamma[d] += pg[d];
+            dbeta[d] += pb[d];
         }
-        mg /= D;
-        mgx /= D;
-        for (int d = 0; d < D; d++)
-            dxr[d] = rs * (dyr[d] * gamma[d] - mg - (xr[d] - m) * rs * mgx);
     }
+    free(j.part);
     return DT_OK;
 }

@@ -176,6 +176,28 @@ static size_t sgd_blocks(float *p, const float *g, float *buf, size_t n,
                        : sgd_momentum_blocks(p, g, buf, n, lr, mu, wd, 0, 0);
 }
 
+/* The threads' share of an update: a range of the parameters (dt_cpu_for's
+ * blocks, multiples of DT_CPU_LANES), the same bits as on one thread. */
+struct optim_job {
+    float *p, *m, *v;
+    const float *g;
+    const struct dt_sgd_args *sgd;
+    const struct dt_adamw_args *adamw;
+    const struct adamw_consts *c;
+    dt_status st; /* the reference on the tails never fails after the checks */
+};
+
+static void sgd_range(void *arg, size_t lo, size_t hi)
+{
+    struct optim_job *j = arg;
+    float *buf = j->m ? j->m + lo : NULL;
+    size_t done = sgd_blocks(j->p + lo, j->g + lo, buf, hi - lo, j->sgd);
+    /* the tail (< DT_CPU_LANES elements) through the reference */
+    if (done < hi - lo)
+        j->st = dt_cpu_sgd_update_ref(NULL, j->p + lo + done, j->g + lo + done,
+                                      buf ? buf + done : NULL, hi - lo - done, j->sgd);
+}
+
 dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *buf, size_t n,
                             const struct dt_sgd_args *a)
 {
@@ -183,9 +205,9 @@ dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *b
     if (st != DT_OK)
         return st;
     if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
-    size_t done = sgd_blocks(p, g, buf, n, a);
-    /* the tail (< DT_CPU_LANES elements) through the reference */
-    return dt_cpu_sgd_update_ref(be, p + done, g + done, buf ? buf + done : NULL, n - done, a);
+    struct optim_job j = {.p = p, .g = g, .m = buf, .sgd = a};
+    dt_cpu_for(be, n, DT_CPU_GRAIN, sgd_range, &j);
+    return j.st;
 }
 
 /* Whole blocks of an AdamW update, in the reference's operation order.
@@ -219,6 +241,16 @@ adamw_blocks(float *restrict p, const float *restrict g, float *restrict m, floa
     return i;
 }
 
+static void adamw_range(void *arg, size_t lo, size_t hi)
+{
+    struct optim_job *j = arg;
+    const struct dt_adamw_args *a = j->adamw;
+    size_t i = lo + adamw_blocks(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->c,
+                                 a->beta1, a->beta2, a->eps);
+    if (i < hi)
+        j->st = dt_cpu_adamw_update_ref(NULL, j->p + i, j->g + i, j->m + i, j->v + i, hi - i, a);
+}
+
 dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float *m, float *v,
                               size_t n, const struct dt_adamw_args *a)
 {
@@ -227,6 +259,7 @@ dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float 
         return st;
     if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
     const struct adamw_consts c = adamw_consts(a);
-    size_t i = adamw_blocks(p, g, m, v, n, &c, a->beta1, a->beta2, a->eps);
-    return dt_cpu_adamw_update_ref(be, p + i, g + i, m + i, v + i, n - i, a);
+    struct optim_job j = {.p = p, .g = g, .m = m, .v = v, .adamw = a, .c = &c};
+    dt_cpu_for(be, n, DT_CPU_GRAIN, adamw_range, &j);
+    return j.st;
 }

@@ -238,20 +238,27 @@ static float plane_sum(const float *v, size_t n)
     return s;
 }
 
+/* A pass over a block of the (n, c) planes, as on one thread. */
+struct pool_job {
+    const struct dt_pool2d_shape *s;
+    float *y; /* y, or dx */
+    const float *x, *dy, *yin;
+};
+
 static int is_2x2_stride2(const struct dt_pool2d_shape *s)
 {
     return s->R == 2 && s->S == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
            s->pad_w == 0;
 }
 
-dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
-                               const struct dt_pool2d_shape *s)
+static void maxpool2d_fwd_planes(void *arg, size_t first, size_t end)
 {
-    dt_status st = check_pool("maxpool2d_fwd", s, y, x);
-    if (st != DT_OK)
-        return st;
+    const struct pool_job *j = arg;
+    const struct dt_pool2d_shape *s = j->s;
+    float *y = j->y;
+    const float *x = j->x;
     const int W = s->W, Q = s->Q, sw = s->stride_w;
-    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+    for (size_t nc = first; nc < end; nc++) {
         const float *xp = x + nc * s->H * W; /* (H, W) */
         if (is_2x2_stride2(s)) {
             for (int p = 0; p < s->P; p++)
@@ -278,20 +285,28 @@ dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
             }
         }
     }
+}
+
+dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                               const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("maxpool2d_fwd", s, y, x);
+    if (st != DT_OK)
+        return st;
+    struct pool_job j = {.s = s, .y = y, .x = x, .dy = NULL, .yin = NULL};
+    dt_cpu_for(be, (size_t)s->N * s->C, 1 + DT_CPU_GRAIN / ((size_t)s->H * s->W + 1), maxpool2d_fwd_planes, &j);
     return DT_OK;
 }
 
-dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, const float *x,
-                               const float *y, const struct dt_pool2d_shape *s)
+static void maxpool2d_bwd_planes(void *arg, size_t first, size_t end)
 {
-    dt_status st = check_pool("maxpool2d_bwd", s, dx, dy);
-    if (st == DT_OK && (!x || !y))
-        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu maxpool2d_bwd: x and y must not be NULL");
-    if (st != DT_OK)
-        return st;
+    const struct pool_job *j = arg;
+    const struct dt_pool2d_shape *s = j->s;
+    float *dx = j->y;
+    const float *x = j->x, *dy = j->dy, *y = j->yin;
     const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q;
     const int W = s->W;
-    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+    for (size_t nc = first; nc < end; nc++) {
         float *dxp = dx + nc * HW;
         const float *xp = x + nc * HW, *yp = y + nc * PQ, *dyp = dy + nc * PQ;
         if (is_2x2_stride2(s)) {
@@ -311,18 +326,30 @@ dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, con
                     dxp[i] += dyp[p * s->Q + q];
             }
     }
+}
+
+dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, const float *x,
+                               const float *y, const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("maxpool2d_bwd", s, dx, dy);
+    if (st == DT_OK && (!x || !y))
+        st = dt_set_error(DT_ERR_INVALID_ARG, "cpu maxpool2d_bwd: x and y must not be NULL");
+    if (st != DT_OK)
+        return st;
+    struct pool_job j = {.s = s, .y = dx, .x = x, .dy = dy, .yin = y};
+    dt_cpu_for(be, (size_t)s->N * s->C, 1 + DT_CPU_GRAIN / ((size_t)s->H * s->W + 1), maxpool2d_bwd_planes, &j);
     return DT_OK;
 }
 
-dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
-                               const struct dt_pool2d_shape *s)
+static void avgpool2d_fwd_planes(void *arg, size_t first, size_t end)
 {
-    dt_status st = check_pool("avgpool2d_fwd", s, y, x);
-    if (st != DT_OK)
-        return st;
+    const struct pool_job *j = arg;
+    const struct dt_pool2d_shape *s = j->s;
+    float *y = j->y;
+    const float *x = j->x;
     const int W = s->W, Q = s->Q, sw = s->stride_w;
     const float inv = 1.0f / ((float)s->R * s->S);
-    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+    for (size_t nc = first; nc < end; nc++) {
         const float *xp = x + nc * s->H * W; /* (H, W) */
         if (is_global(s)) {
             y[nc] = plane_sum(xp, (size_t)s->H * W) * inv;
@@ -347,18 +374,28 @@ dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
                 yr[q] *= inv;
         }
     }
+}
+
+dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
+                               const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("avgpool2d_fwd", s, y, x);
+    if (st != DT_OK)
+        return st;
+    struct pool_job j = {.s = s, .y = y, .x = x, .dy = NULL, .yin = NULL};
+    dt_cpu_for(be, (size_t)s->N * s->C, 1 + DT_CPU_GRAIN / ((size_t)s->H * s->W + 1), avgpool2d_fwd_planes, &j);
     return DT_OK;
 }
 
-dt_status dt_cpu_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
-                               const struct dt_pool2d_shape *s)
+static void avgpool2d_bwd_planes(void *arg, size_t first, size_t end)
 {
-    dt_status st = check_pool("avgpool2d_bwd", s, dx, dy);
-    if (st != DT_OK)
-        return st;
+    const struct pool_job *j = arg;
+    const struct dt_pool2d_shape *s = j->s;
+    float *dx = j->y;
+    const float *dy = j->dy;
     const int W = s->W, Q = s->Q, sw = s->stride_w;
     const float inv = 1.0f / ((float)s->R * s->S);
-    for (size_t nc = 0; nc < (size_t)s->N * s->C; nc++) {
+    for (size_t nc = first; nc < end; nc++) {
         float *dxp = dx + nc * s->H * W; /* (H, W) */
         if (is_global(s)) {
             float g = dy[nc] * inv;
@@ -382,5 +419,15 @@ dt_status dt_cpu_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
             }
         }
     }
+}
+
+dt_status dt_cpu_avgpool2d_bwd(dt_backend_t *be, float *dx, const float *dy,
+                               const struct dt_pool2d_shape *s)
+{
+    dt_status st = check_pool("avgpool2d_bwd", s, dx, dy);
+    if (st != DT_OK)
+        return st;
+    struct pool_job j = {.s = s, .y = dx, .x = NULL, .dy = dy, .yin = NULL};
+    dt_cpu_for(be, (size_t)s->N * s->C, 1 + DT_CPU_GRAIN / ((size_t)s->H * s->W + 1), avgpool2d_bwd_planes, &j);
     return DT_OK;
 }

@@ -25,6 +25,7 @@
  * step_gate work in place.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_ops.h"
@@ -98,13 +99,50 @@ sumsq_blocks(const float *x, size_t n, size_t *done)
     return s;
 }
 
-dt_status dt_cpu_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
+/* The threaded passes: blocks of DT_CPU_GRAIN elements. A sum is taken
+ * per block (each as on one thread) and the blocks' sums added in block
+ * order, so it does not depend on the thread count. */
+struct reduce_job {
+    float *x;
+    const float *cx;
+    float v;
+    size_t n;
+    double *part;
+    uint32_t *bad;
+};
+
+static double sumsq_one(const float *x, size_t n)
 {
-    DT_CPU_REQUIRE(x && out, "sumsq", "pointers must not be NULL");
     size_t i = 0;
     double s = sumsq_blocks(x, n, &i);
     for (; i < n; i++)
         s += (double)x[i] * x[i];
+    return s;
+}
+
+static void sumsq_block(void *a, int t, int thread)
+{
+    const struct reduce_job *j = a;
+    size_t lo = (size_t)t * DT_CPU_GRAIN, hi = lo + DT_CPU_GRAIN < j->n ? lo + DT_CPU_GRAIN : j->n;
+    j->part[t] = sumsq_one(j->cx + lo, hi - lo);
+}
+
+dt_status dt_cpu_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
+{
+    DT_CPU_REQUIRE(x && out, "sumsq", "pointers must not be NULL");
+    if (n <= DT_CPU_GRAIN) { /* else in blocks, on one thread as on many */
+        *out = sumsq_one(x, n);
+        return DT_OK;
+    }
+    size_t blocks = (n + DT_CPU_GRAIN - 1) / DT_CPU_GRAIN;
+    struct reduce_job j = {.cx = x, .n = n};
+    DT_CPU_REQUIRE(blocks <= INT32_MAX && (j.part = malloc(blocks * sizeof *j.part)) != NULL,
+                   "sumsq", "out of host memory for %zu partial sums", blocks);
+    dt_cpu_run(be, (int)blocks, sumsq_block, &j);
+    double s = 0.0;
+    for (size_t b = 0; b < blocks; b++)
+        s += j.part[b];
+    free(j.part);
     *out = s;
     return DT_OK;
 }
@@ -119,11 +157,20 @@ scale_blocks(float *x, size_t n, float s)
     return i;
 }
 
+static void scale_range(void *a, size_t lo, size_t hi)
+{
+    const struct reduce_job *j = a;
+    float *x = j->x + lo;
+    size_t n = hi - lo;
+    for (size_t i = scale_blocks(x, n, j->v); i < n; i++)
+        x[i] *= j->v;
+}
+
 dt_status dt_cpu_scale(dt_backend_t *be, float *x, size_t n, float s)
 {
     DT_CPU_REQUIRE(x, "scale", "x must not be NULL");
-    for (size_t i = scale_blocks(x, n, s); i < n; i++)
-        x[i] *= s;
+    struct reduce_job j = {.x = x, .v = s};
+    dt_cpu_for(be, n, DT_CPU_GRAIN, scale_range, &j);
     return DT_OK;
 }
 
@@ -171,16 +218,47 @@ nonfinite_blocks(const float *x, size_t n, size_t *done)
     return any;
 }
 
-dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out)
+static void finite_block(void *a, int t, int thread)
 {
-    DT_CPU_REQUIRE(x && out, "all_finite", "pointers must not be NULL");
-    size_t i = 0;
+    const struct reduce_job *j = a;
+    size_t lo = (size_t)t * DT_CPU_GRAIN, hi = lo + DT_CPU_GRAIN < j->n ? lo + DT_CPU_GRAIN : j->n;
+    const float *x = j->cx + lo;
+    size_t i = 0, n = hi - lo;
     uint32_t any = nonfinite_blocks(x, n, &i);
     for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
         any |= nonfinite_bits(u);
     }
+    j->bad[t] = any;
+}
+
+dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out)
+{
+    DT_CPU_REQUIRE(x && out, "all_finite", "pointers must not be NULL");
+    uint32_t one = 0;
+    size_t blocks = n > DT_CPU_GRAIN && dt_cpu_threads(be) > 1 && n / DT_CPU_GRAIN < INT32_MAX
+                        ? (n + DT_CPU_GRAIN - 1) / DT_CPU_GRAIN
+                        : 1;
+    struct reduce_job j = {.cx = x, .n = blocks > 1 ? n : 0, .bad = &one};
+    if (blocks > 1) {
+        DT_CPU_REQUIRE((j.bad = calloc(blocks, sizeof *j.bad)) != NULL, "all_finite",
+                       "out of host memory for %zu partial results", blocks);
+        dt_cpu_run(be, (int)blocks, finite_block, &j);
+    } else {
+        size_t i = 0;
+        one = nonfinite_blocks(x, n, &i);
+        for (; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, x + i, sizeof u);
+            one |= nonfinite_bits(u);
+        }
+    }
+    uint32_t any = 0;
+    for (size_t b = 0; b < blocks; b++)
+        any |= j.bad[b];
+    if (j.bad != &one)
+        free(j.bad);
     *out = !any;
     return DT_OK;
 }

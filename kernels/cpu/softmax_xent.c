@@ -17,6 +17,7 @@
  * No parameters; the activation gradient (dlogits) is WRITTEN (=).
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu_ops.h"
 
@@ -82,18 +83,28 @@ dt_status dt_cpu_softmax_xent_fwd_ref(dt_backend_t *be, float *probs, const floa
     return DT_OK;
 }
 
-dt_status dt_cpu_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *logits,
-                                  const int32_t *labels, int B, int C, int per, double *loss_sum,
-                                  int64_t *correct)
+/* Rows [lo, hi): the probabilities, each row's loss and whether its
+ * argmax is the label (row[b], or row[0] when `one`). */
+struct xent_row {
+    double loss;
+    int hit;
+};
+
+struct xent_job {
+    float *probs;
+    const float *logits;
+    const int32_t *labels;
+    int C, one;
+    struct xent_row *row;
+};
+
+static void xent_rows(void *a, size_t lo, size_t hi)
 {
-    dt_status st = check_fwd(probs, logits, labels, B, C, per, loss_sum, correct);
-    if (st != DT_OK)
-        return st;
-    double loss = 0.0;
-    int64_t hits = 0;
-    for (int b = 0; b < B; b++) {
-        const float *x = logits + (size_t)b * C; /* (C) */
-        float *pr = probs + (size_t)b * C;        /* (C) */
+    const struct xent_job *j = a;
+    const int C = j->C;
+    for (size_t b = lo; b < hi; b++) {
+        const float *x = j->logits + b * C; /* (C) */
+        float *pr = j->probs + b * C;        /* (C) */
         int arg = argmax_first(x, C);
         float m = x[arg];
         float s = 0.0f;
@@ -105,9 +116,40 @@ dt_status dt_cpu_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *l
         float inv = 1.0f / s;
         for (int c = 0; c < C; c++)
             pr[c] *= inv;
-        loss += ((double)m - x[labels[b]]) + log((double)s);
-        hits += arg == labels[b];
+        struct xent_row *r = &j->row[j->one ? 0 : b];
+        r->loss = ((double)m - x[j->labels[b]]) + log((double)s);
+        r->hit = arg == j->labels[b];
     }
+}
+
+/* Rows shared by the threads; the losses summed in row order after, so
+ * the sum is the one-thread sum. */
+dt_status dt_cpu_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *logits,
+                                  const int32_t *labels, int B, int C, int per, double *loss_sum,
+                                  int64_t *correct)
+{
+    dt_status st = check_fwd(probs, logits, labels, B, C, per, loss_sum, correct);
+    if (st != DT_OK)
+        return st;
+    double loss = 0.0;
+    int64_t hits = 0;
+    struct xent_row one;
+    struct xent_job j = {.probs = probs, .logits = logits, .labels = labels, .C = C, .one = 1,
+                         .row = &one};
+    if (dt_cpu_threads(be) > 1 && (size_t)B * C > DT_CPU_GRAIN) {
+        DT_CPU_REQUIRE((j.row = malloc((size_t)B * sizeof *j.row)) != NULL, "softmax_xent_fwd",
+                       "out of host memory for %d row losses", B);
+        j.one = 0;
+        dt_cpu_for(be, (size_t)B, 1 + DT_CPU_GRAIN / (size_t)C, xent_rows, &j);
+    }
+    for (int b = 0; b < B; b++) {
+        if (j.one)
+            xent_rows(&j, (size_t)b, (size_t)b + 1);
+        loss += j.row[j.one ? 0 : b].loss;
+        hits += j.row[j.one ? 0 : b].hit;
+    }
+    if (!j.one)
+        free(j.row);
     *loss_sum += loss / per;
     *correct += hits;
     return DT_OK;

@@ -18,6 +18,8 @@
 
 enum { REF = 0, FAST = 1, NBACKENDS = 2 };
 static dt_backend_t *backends[NBACKENDS];
+/* The fast table on three threads, every op cut into its smallest tasks. */
+static dt_backend_t *threaded;
 
 static int suite_init(void)
 {
@@ -26,11 +28,14 @@ static int suite_init(void)
         if (dt_backend_create("cpu", &o, &backends[k]) != DT_OK)
             return -1;
     }
-    return 0;
+    struct dt_backend_opts t = {.threads = 3, .tiny_tasks = 1};
+    return dt_backend_create("cpu", &t, &threaded) == DT_OK ? 0 : -1;
 }
 
 static int suite_cleanup(void)
 {
+    dt_backend_destroy(threaded);
+    threaded = NULL;
     for (int k = 0; k < NBACKENDS; k++) {
         dt_backend_destroy(backends[k]);
         backends[k] = NULL;
@@ -105,6 +110,42 @@ static void test_fast_vs_ref(void)
 {
     for (int i = 0; i < dt_op_ncases; i++)
         CU_ASSERT_EQUAL(dt_op_case_compare(&dt_op_cases[i], backends[FAST], backends[REF]), 0);
+}
+
+/* Three threads give the one-thread bits, for every row whose op does
+ * not hand its sums to BLAS (whose blocking may depend on the shapes it
+ * is given): those agree within the row's tolerance. The gradient check
+ * and the conventions hold on three threads too. */
+static int uses_blas(enum dt_op_id op)
+{
+    switch (op) {
+    case DT_OP_linear_fwd:
+    case DT_OP_linear_bwd:
+    case DT_OP_conv2d_fwd:
+    case DT_OP_conv2d_bwd_data:
+    case DT_OP_conv2d_bwd_filter:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void test_threads_same_bits(void)
+{
+    int exact = 0;
+    for (int i = 0; i < dt_op_ncases; i++) {
+        struct dt_op_case c = dt_op_cases[i];
+        if (!uses_blas(c.op)) {
+            c.tol = 0.0;
+            exact++;
+        }
+        int bad = dt_op_case_compare(&c, threaded, backends[FAST]);
+        if (bad)
+            printf("\n  %s: 3 threads differ from 1\n", c.name);
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT_EQUAL(dt_op_case_conventions(&dt_op_cases[i], threaded), 0);
+    }
+    CU_ASSERT(exact > dt_op_ncases / 2);
 }
 
 static void test_conventions(void)
@@ -498,6 +539,7 @@ int main(void)
     CU_ADD(s, test_gradcheck_fast);
     CU_ADD(s, test_fast_vs_ref);
     CU_ADD(s, test_conventions);
+    CU_ADD(s, test_threads_same_bits);
     CU_ADD(s, test_compare_detects);
     CU_ADD(s, test_conv_workspace);
     CU_ADD(s, test_conv_precision);

@@ -732,6 +732,68 @@ static void test_dropout_matches_spec(void)
         }
 }
 
+/* The ops the op table has no rows for, on three threads cut as finely as
+ * they go, give the one-thread bits: dropout (a mask per element index),
+ * SGD with momentum and AdamW (element-wise), and sumsq over more than one
+ * block (block sums added in order), scale, fill and all_finite. */
+static void test_threads_same_bits(void)
+{
+    enum { ROWS = 301, COLS = 77, N = 3 * 16384 + 123 };
+    dt_backend_t *t3 = NULL;
+    struct dt_backend_opts o = {.threads = 3, .tiny_tasks = 1};
+    OK(dt_backend_create("cpu", &o, &t3));
+    const struct dt_ops *o3 = dt_backend_ops(t3), *o1 = ops[FAST];
+    dt_backend_t *b1 = backends[FAST];
+    static float in[N], a[N], b[N], m1[N], m3[N], v1[N], v3[N], g[N];
+    fill_uniform(in, N, -1, 1);
+    fill_uniform(g, N, -1, 1);
+    OK(o1->dropout_fwd(b1, a, in, ROWS, COLS, 0.3f, &drop_key, 11));
+    OK(o3->dropout_fwd(t3, b, in, ROWS, COLS, 0.3f, &drop_key, 11));
+    CU_ASSERT(memcmp(a, b, sizeof(float) * ROWS * COLS) == 0);
+
+    memcpy(a, in, sizeof a);
+    memcpy(b, in, sizeof b);
+    memset(m1, 0, sizeof m1);
+    memset(m3, 0, sizeof m3);
+    memset(v1, 0, sizeof v1);
+    memset(v3, 0, sizeof v3);
+    struct dt_adamw_args aw = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                               .weight_decay = 0.1f};
+    for (aw.t = 1; aw.t <= 3; aw.t++) {
+        OK(o1->adamw_update(b1, a, g, m1, v1, N, &aw));
+        OK(o3->adamw_update(t3, b, g, m3, v3, N, &aw));
+    }
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0 && memcmp(m1, m3, sizeof m1) == 0 &&
+              memcmp(v1, v3, sizeof v1) == 0);
+    struct dt_sgd_args sg = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = 1,
+                             .first_step = 1};
+    for (int step = 0; step < 2; step++, sg.first_step = 0) {
+        OK(o1->sgd_update(b1, a, g, m1, N, &sg));
+        OK(o3->sgd_update(t3, b, g, m3, N, &sg));
+    }
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0 && memcmp(m1, m3, sizeof m1) == 0);
+
+    double s1 = 0, s3 = 1;
+    OK(o1->sumsq(b1, in, N, &s1));
+    OK(o3->sumsq(t3, in, N, &s3));
+    CU_ASSERT(memcmp(&s1, &s3, sizeof s1) == 0);
+    CU_ASSERT(fabs(s1 - (double)N / 3) < 0.05 * N); /* uniform on [-1, 1]: E x^2 = 1/3 */
+    OK(o1->scale(b1, a, N, 0.75f));
+    OK(o3->scale(t3, b, N, 0.75f));
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+    int f1 = -1, f3 = -1;
+    b[N - 5] = NAN;
+    OK(o3->all_finite(t3, b, N, &f3));
+    OK(o1->all_finite(b1, a, N, &f1));
+    CU_ASSERT(f3 == 0 && f1 == 1);
+    OK(o3->fill(t3, b, N, 2.5f));
+    int twos = 0;
+    for (int i = 0; i < N; i++)
+        twos += b[i] == 2.5f;
+    CU_ASSERT_EQUAL(twos, N);
+    dt_backend_destroy(t3);
+}
+
 static void test_dropout_p0_is_copy(void)
 {
     enum { N = 53 };
@@ -1369,6 +1431,7 @@ int main(void)
 
     s = CU_add_suite("dropout", suite_init, suite_cleanup);
     CU_ADD(s, test_dropout_matches_spec);
+    CU_ADD(s, test_threads_same_bits);
     CU_ADD(s, test_dropout_p0_is_copy);
     CU_ADD(s, test_dropout_fraction);
     CU_ADD(s, test_dropout_backward);

@@ -1,0 +1,70 @@
+/*
+ * gemm.c - matrix products on the rank's threads (dt_cpu_sgemm, see
+ * cpu_ops.h).
+ *
+ * BLAS runs on one thread (backend_cpu.c); a product large enough to
+ * share is cut into as many blocks as there are threads, along the longer
+ * side of C: blocks of rows (A's rows, C's rows) or of columns (B's
+ * columns, C's columns), each a multiple of 16 so BLAS's kernels see whole
+ * tiles. Every element of C is still one BLAS dot product over all of K,
+ * so the sums run as BLAS runs them; whether BLAS sums an element in the
+ * same order whatever the block it sits in is up to BLAS (OpenBLAS does
+ * for the shapes dtrain's tests check, but does not promise it).
+ */
+#include "cpu_ops.h"
+
+#include <cblas.h>
+#undef I
+
+/* M * N * K below which one thread does it all (about 10 us of work). */
+#define GEMM_SPLIT_MIN (64.0 * 64 * 64)
+#define GEMM_TILE 16
+
+struct gemm_job {
+    int transa, transb, M, N, K, rows, block;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int lda, ldb, ldc;
+};
+
+static void one(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+                transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void gemm_task(void *a, int t, int thread)
+{
+    const struct gemm_job *j = a;
+    int dim = j->rows ? j->M : j->N;
+    int lo = t * j->block, hi = lo + j->block < dim ? lo + j->block : dim;
+    if (lo >= hi)
+        return;
+    if (j->rows)
+        one(j->transa, j->transb, hi - lo, j->N, j->K, j->alpha,
+            j->transa ? j->A + lo : j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb, j->beta,
+            j->C + (size_t)lo * j->ldc, j->ldc);
+    else
+        one(j->transa, j->transb, j->M, hi - lo, j->K, j->alpha, j->A, j->lda,
+            j->transb ? j->B + (size_t)lo * j->ldb : j->B + lo, j->ldb, j->beta, j->C + lo, j->ldc);
+}
+
+void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
+    int rows = M >= N, dim = rows ? M : N, tile = tiny ? 1 : GEMM_TILE;
+    int blocks = threads < dim / tile ? threads : dim / tile;
+    if (threads == 1 || blocks < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)) {
+        one(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int block = (dim + blocks - 1) / blocks;
+    block = (block + tile - 1) / tile * tile;
+    struct gemm_job j = {.transa = transa, .transb = transb, .M = M, .N = N, .K = K,
+                         .rows = rows, .block = block, .alpha = alpha, .beta = beta,
+                         .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
+    dt_cpu_run(be, (dim + block - 1) / block, gemm_task, &j);
+}
