@@ -133,11 +133,15 @@ out:
     return st;
 }
 
+/* out = in + the table, one pass over each sample (the sums of a copy
+ * followed by a bias add, without the copy). */
 static dt_status pos_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
-    int n = (int)dt_shape_numel(&l->in);
-    dt_status st = x->ops->flatten_fwd(x->be, x->out, x->in, (size_t)(x->rows * n));
-    return st == DT_OK ? x->ops->bias_fwd(x->be, x->out, x->p[0], (int)x->rows, n) : st;
+    size_t n = (size_t)dt_shape_numel(&l->in);
+    dt_status st = DT_OK;
+    for (int64_t r = 0; r < x->rows && st == DT_OK; r++)
+        st = x->ops->add(x->be, x->out + (size_t)r * n, x->in + (size_t)r * n, x->p[0], n);
+    return st;
 }
 
 static dt_status pos_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
@@ -173,7 +177,7 @@ const struct dt_layer_kind dt_layer_pos_embedding = {
     .bwd = pos_bwd,
     .decode = pos_decode,
     .workspace = pos_workspace,
-    .ops = {DT_OP_bias_fwd, DT_OP_bias_bwd, DT_OP_flatten_fwd, DT_OP_flatten_bwd, DT_OP_COUNT},
+    .ops = {DT_OP_add, DT_OP_bias_bwd, DT_OP_flatten_bwd, DT_OP_COUNT},
 };
 
 /* ---- attention ------------------------------------------------------------------ */
