@@ -43,7 +43,8 @@ done
 printf '%-7s %7s %12s %12s %7s %14s\n' job threads dtrain PyTorch ratio "ratio range"
 awk '
   { k = $1 " " $2; d[k] += $4; p[k] += $5; n[k]++; r = $4 / $5
-    lo[k] = (k in lo && lo[k] < r) ? lo[k] : r; hi[k] = (k in hi && hi[k] > r) ? hi[k] : r
+    if (n[k] == 1 || r < lo[k]) lo[k] = r
+    if (n[k] == 1 || r > hi[k]) hi[k] = r
     if (!(k in seen)) { order[++m] = k; seen[k] = 1 } }
   END {
     for (i = 1; i <= m; i++) { k = order[i]; split(k, a, " ")
