@@ -184,7 +184,7 @@ static void test_refused(void)
 /* Every metadata pair is kept, however many there are. */
 static void test_many_metadata(void)
 {
-    char p[512], kv[200][16];
+    char p[512], kv[200][24];
     const char *meta[200];
     float x[1] = {3};
     for (int i = 0; i < 100; i++) {
