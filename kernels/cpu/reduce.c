@@ -106,7 +106,7 @@ struct reduce_job {
     float *x;
     const float *cx;
     float v;
-    size_t n;
+    size_t n, block; /* all_finite: elements per block */
     double *part;
     uint32_t *bad;
 };
@@ -221,7 +221,7 @@ nonfinite_blocks(const float *x, size_t n, size_t *done)
 static void finite_block(void *a, int t, int thread)
 {
     const struct reduce_job *j = a;
-    size_t lo = (size_t)t * DT_CPU_GRAIN, hi = lo + DT_CPU_GRAIN < j->n ? lo + DT_CPU_GRAIN : j->n;
+    size_t lo = (size_t)t * j->block, hi = lo + j->block < j->n ? lo + j->block : j->n;
     const float *x = j->cx + lo;
     size_t i = 0, n = hi - lo;
     uint32_t any = nonfinite_blocks(x, n, &i);
@@ -240,19 +240,13 @@ dt_status dt_cpu_all_finite(dt_backend_t *be, const float *x, size_t n, int *out
     size_t blocks = n > DT_CPU_GRAIN && dt_cpu_threads(be) > 1 && n / DT_CPU_GRAIN < INT32_MAX
                         ? (n + DT_CPU_GRAIN - 1) / DT_CPU_GRAIN
                         : 1;
-    struct reduce_job j = {.cx = x, .n = blocks > 1 ? n : 0, .bad = &one};
+    struct reduce_job j = {.cx = x, .n = n, .block = blocks > 1 ? DT_CPU_GRAIN : n, .bad = &one};
     if (blocks > 1) {
         DT_CPU_REQUIRE((j.bad = calloc(blocks, sizeof *j.bad)) != NULL, "all_finite",
                        "out of host memory for %zu partial results", blocks);
         dt_cpu_run(be, (int)blocks, finite_block, &j);
     } else {
-        size_t i = 0;
-        one = nonfinite_blocks(x, n, &i);
-        for (; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, x + i, sizeof u);
-            one |= nonfinite_bits(u);
-        }
+        finite_block(&j, 0, 0);
     }
     uint32_t any = 0;
     for (size_t b = 0; b < blocks; b++)
