@@ -13,6 +13,7 @@ THREADS=${3:-1}
 BUILD=${BUILD_DIR:-build}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
+. bench/blas_env.sh
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 

@@ -22,6 +22,7 @@ N=${2:-2}
 BUILD=${BUILD_DIR:-build}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
+. bench/blas_env.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

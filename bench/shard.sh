@@ -38,6 +38,7 @@ cd "$(dirname "$0")/.."
 STEPS=${1:-8}
 ROUNDS=${ROUNDS:-3}
 BUILD=${BUILD_DIR:-build}
+. bench/blas_env.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -231,4 +231,17 @@ int dt_cuda_device_info(int device, struct dt_gpu_info *info, char *why, size_t 
  * OpenBLAS), or what little is known of another CBLAS. */
 void dt_blas_info(char *buf, size_t len);
 
+/* When OpenBLAS did not know this CPU and chose kernels from before AVX2
+ * for it, the kernels it should run (a name for OPENBLAS_CORETYPE), with
+ * the ones it chose in chosen; else NULL (OPENBLAS_CORETYPE is set, the
+ * choice fits the CPU, or the BLAS is not OpenBLAS). main() acts on it
+ * and marks the restart with DT_BLAS_FALLBACK_ENV = the kernels chosen. */
+const char *dt_blas_better_core(char *chosen, size_t len);
+/* The rule it applies: for OpenBLAS kernels named chosen (any case), the
+ * kernels this CPU calls for when chosen is from before AVX2 and the CPU
+ * has AVX2 and FMA ("SkylakeX" with AVX-512 F, BW, DQ, VL and CD, else
+ * "Haswell"); NULL otherwise. */
+const char *dt_blas_core_for(const char *chosen);
+#define DT_BLAS_FALLBACK_ENV "DTRAIN_BLAS_FALLBACK"
+
 #endif

@@ -2,8 +2,9 @@
  * cmd_version.c - `dtrain version`: the version, the compute backends this
  * build has, the GPU found or why none is usable (a probe of the driver, no
  * backend is created), and the cuDNN and NCCL loaded, each with the version
- * this build was compiled against where that differs. The GPU check's
- * preflight (tests/gpu/check.sh) reads the "cudnn:" and "nccl:" lines.
+ * this build was compiled against where that differs, and the CPU BLAS
+ * with the kernels it runs. The GPU check's preflight (tests/gpu/check.sh)
+ * reads the "cudnn:" and "nccl:" lines; bench/ scripts the "blas:" line.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +17,7 @@ static const char version_usage[] =
     "usage: dtrain version\n"
     "Prints dtrain's version, the compute backends built in, the GPU found (or why\n"
     "none is usable), and the cuDNN and NCCL versions loaded (and built against, where\n"
-    "they differ).\n";
+    "they differ), and the CPU BLAS with the kernels it runs.\n";
 
 int dt_cmd_version(int argc, char **argv)
 {
@@ -33,5 +34,8 @@ int dt_cmd_version(int argc, char **argv)
     if (info.cudnn[0]) printf("cudnn: %s\n", info.cudnn);
     dt_comm_library_version("nccl", nccl, sizeof nccl);
     if (!strncmp(nccl, "NCCL ", 5)) printf("nccl: %s\n", nccl + 5);
+    char blas[512];
+    dt_blas_info(blas, sizeof blas);
+    printf("blas: %s\n", blas);
     return 0;
 }

@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
+#include "kernels/backend.h"
 #include "cli.h"
 
 static const char usage_text[] =
@@ -119,8 +121,35 @@ static int run_help(int argc, char **argv)
     return rc;
 }
 
+/* OpenBLAS that did not know this CPU and runs kernels from before its
+ * instruction sets (kernels/cpu/blas_info.c): dtrain starts again, as the
+ * same process (exec keeps the process id, so launchers and MPI see no
+ * change), with OPENBLAS_CORETYPE naming the kernels the CPU calls for.
+ * Nothing has been opened or started yet. A user's OPENBLAS_CORETYPE is
+ * kept; when the restart fails, dtrain goes on with OpenBLAS's choice. */
+static void blas_kernels(char **argv)
+{
+    char chosen[64], self[4096];
+    const char *core = dt_blas_better_core(chosen, sizeof chosen);
+    if (!core || getenv(DT_BLAS_FALLBACK_ENV))
+        return;
+    /* The binary's own path, not /proc/self/exe, so that the process keeps
+     * its name (ps, pgrep, top show "dtrain"). */
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof self - 1)
+        return;
+    self[n] = '\0';
+    if (access(self, X_OK) != 0)
+        return; /* replaced or removed since it started */
+    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0 && setenv(DT_BLAS_FALLBACK_ENV, chosen, 1) == 0)
+        execv(self, argv);
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(DT_BLAS_FALLBACK_ENV);
+}
+
 int main(int argc, char **argv)
 {
+    blas_kernels(argv);
     /* A write past a file-size limit fails with EFBIG and is reported as an
      * I/O error naming the file, instead of killing the process. */
     signal(SIGXFSZ, SIG_IGN);

@@ -275,7 +275,14 @@ static dt_status backend_local(struct run *r, const char **name)
     const struct dt_backend_caps *caps = dt_backend_caps_named(*name);
     if (caps && caps->per_device) o.device = rank_device(r);
     st = dt_backend_create(*name, &o, &r->be);
-    return st == DT_OK ? st : dt_error_context(st, "runtime.device=%s", *name);
+    if (st != DT_OK)
+        return dt_error_context(st, "runtime.device=%s", *name);
+    if (r->rank == 0 && !dt_backend_caps(r->be)->device_memory && getenv(DT_BLAS_FALLBACK_ENV)) {
+        char blas[512];
+        dt_blas_info(blas, sizeof blas);
+        DT_LOG_INFO("runtime", "BLAS: %s", blas);
+    }
+    return DT_OK;
 }
 
 /* Ranks of one node on one GPU: an error unless runtime.share_gpus. */

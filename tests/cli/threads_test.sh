@@ -3,7 +3,8 @@
 # and flips, and a GPT with dropout train on 1 and on 3 threads (the pool
 # then shares every op that has enough work: these shapes are above the
 # sizes where ops start to split) and end with identical parameters
-# (compare_models at tolerance 0) and identical logged losses.
+# (compare_models at tolerance 0) and identical logged losses. Then the
+# BLAS kernels: never older than the CPU's AVX2/AVX-512.
 #   threads_test.sh DTRAIN COMPARE_MODELS WORKDIR
 set -uo pipefail
 DTRAIN=$1
@@ -77,6 +78,29 @@ for job in mlp cnn gpt; do
   [ -n "$(losses $job"1")" ] && [ "$(losses $job"1")" = "$(losses $job"3")" ] && ok ||
     bad "$job: logged losses differ: $(losses $job"1" | head -2) / $(losses $job"3" | head -2)"
 done
+
+# OpenBLAS's kernels fit the CPU: on a CPU whose /proc/cpuinfo flags have
+# AVX2 and FMA, the OpenBLAS dtrain runs never has kernels from before AVX2
+# (OpenBLAS picks those for a CPU model it does not know; dtrain then
+# starts again with OPENBLAS_CORETYPE set and says so), and a user's
+# OPENBLAS_CORETYPE is kept as it is.
+blas=$(env -u OPENBLAS_CORETYPE -u DTRAIN_BLAS_FALLBACK "$DTRAIN" version | sed -n 's/^blas: //p')
+core=$(sed -n 's/.*DYNAMIC_ARCH.* \([A-Za-z0-9_]*\) MAX_THREADS=.*/\1/p' <<<"$blas")
+if [ -z "$core" ]; then
+  echo "skip: the BLAS is not an OpenBLAS built for many CPUs ($blas)"
+elif ! grep -m1 '^flags' /proc/cpuinfo | grep -qw avx2 || ! grep -m1 '^flags' /proc/cpuinfo | grep -qw fma; then
+  echo "skip: this CPU has no AVX2 and FMA (OpenBLAS runs $core)"
+else
+  case $core in
+  Prescott|Core2|Penryn|Dunnington|Nehalem|Sandybridge|Atom|Nano|Katmai|Coppermine|Northwood|Banias|Athlon|Opteron|Opteron_SSE3|Barcelona|Bobcat)
+    bad "OpenBLAS runs its $core kernels on a CPU with AVX2 and FMA: $blas" ;;
+  *) ok ;;
+  esac
+  echo "OpenBLAS kernels here: $core${blas##*MAX_THREADS=[0-9]*)}"
+  kept=$(OPENBLAS_CORETYPE=Prescott "$DTRAIN" version | sed -n 's/^blas: //p')
+  grep -q ' Prescott MAX_THREADS=' <<<"$kept" && ! grep -q 'set by dtrain' <<<"$kept" && ok ||
+    bad "OPENBLAS_CORETYPE=Prescott was not kept: $kept"
+fi
 
 echo "threads: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -8,9 +8,11 @@
  * written (buffers are pre-filled with NaN or with old values). The fast
  * table is compared with the reference on odd shapes, dropout with the
  * documented mask formula, the optimizers with the torch formulas written
- * out in double, and every op with its invalid-argument checks.
+ * out in double, and every op with its invalid-argument checks; last, the
+ * rule that picks OpenBLAS's kernels when it did not know the CPU.
  */
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -1378,6 +1380,49 @@ static void test_scale_fill(void)
 
 /* ---- invalid arguments ------------------------------------------------ */
 
+/* The BLAS kernels' rule (kernels/cpu/blas_info.c), against the CPU's
+ * flags as /proc/cpuinfo lists them: kernels from before AVX2 are replaced
+ * on a CPU with AVX2 and FMA, by the AVX-512 ones when it has the five
+ * extensions they use; newer kernels and unknown names are left alone. */
+static int cpu_flag(const char *flags, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = flags; (p = strstr(p, name)); p += n)
+        if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || !p[n]))
+            return 1;
+    return 0;
+}
+
+static void test_blas_core_rule(void)
+{
+    char line[8192] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return; /* not Linux: no flags to check the rule against */
+    while (fgets(line, sizeof line, f) && strncmp(line, "flags", 5)) {
+    }
+    fclose(f);
+    const char *want = NULL;
+#if defined(__x86_64__)
+    if (cpu_flag(line, "avx2") && cpu_flag(line, "fma"))
+        want = cpu_flag(line, "avx512f") && cpu_flag(line, "avx512bw") && cpu_flag(line, "avx512dq") &&
+                       cpu_flag(line, "avx512vl") && cpu_flag(line, "avx512cd")
+                   ? "SkylakeX"
+                   : "Haswell";
+#endif
+    const char *old[] = {"Prescott", "prescott", "Core2", "Nehalem", "Sandybridge", "Barcelona"};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        const char *got = dt_blas_core_for(old[i]);
+        CU_ASSERT((want == NULL) == (got == NULL));
+        if (want && got)
+            CU_ASSERT_STRING_EQUAL(got, want);
+    }
+    const char *fit[] = {"Haswell", "SkylakeX", "Cooperlake", "Zen", "SapphireRapids", "", "unknown"};
+    for (size_t i = 0; i < sizeof fit / sizeof fit[0]; i++)
+        CU_ASSERT_PTR_NULL(dt_blas_core_for(fit[i]));
+    CU_ASSERT_PTR_NULL(dt_blas_core_for(NULL));
+}
+
 static void test_invalid_args(void)
 {
     float x[16] = {0}, y[16] = {0}, z[16] = {0};
@@ -1462,5 +1507,8 @@ int main(void)
 
     s = CU_add_suite("invalid_args", suite_init, suite_cleanup);
     CU_ADD(s, test_invalid_args);
+
+    s = CU_add_suite("blas", NULL, NULL);
+    CU_ADD(s, test_blas_core_rule);
     return cu_run_all();
 }
