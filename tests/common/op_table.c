@@ -791,6 +791,12 @@ const struct dt_op_case dt_op_cases[] = {
     {"conv depthwise", DT_OP_conv2d_fwd, CONV(2, 3, 7, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3), 1e-5},
     {"conv depthwise x2 stride 2", DT_OP_conv2d_fwd, CONV(1, 3, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3),
      1e-5},
+    /* more images than a chunk of the filter gradient (8), the last chunk
+     * short */
+    {"conv 11 images of 5x5", DT_OP_conv2d_fwd, CONV(11, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+     1e-5},
+    {"conv 11 images of 10x10 groups 2", DT_OP_conv2d_fwd,
+     CONV(11, 4, 10, 10, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2), 1e-5},
     {"conv 1x1", DT_OP_conv2d_fwd, CONV(2, 5, 4, 6, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1), 1e-5},
     {"conv 1x1 stride 2", DT_OP_conv2d_fwd, CONV(2, 3, 7, 5, 4, 1, 1, 2, 2, 0, 0, 1, 1, 1), 1e-5},
     {"conv stride 3 pad 1 (uneven)", DT_OP_conv2d_fwd,
