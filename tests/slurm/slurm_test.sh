@@ -168,7 +168,10 @@ T0=$(date +%s)
 
 # ---- helpers ----------------------------------------------------------------------
 export OMPI_MCA_btl=self,vader # one node: shared memory, no interface probing
-JOBARGS=(--set data.path="$DATA" --set train.epochs=2 --set data.workers=1)
+# Six epochs (2808 steps): the interrupted jobs are stopped once step 200
+# is in their output, and Slurm writes that file a little behind the
+# ranks; at 30,000 samples/s two epochs (4 s) could end before the signal.
+JOBARGS=(--set data.path="$DATA" --set train.epochs=6 --set data.workers=1)
 # submit NAME [sbatch options...]: the CPU template, 2 tasks, run dir W/NAME
 submit() {
   local name=$1
@@ -244,7 +247,7 @@ has "$W/plain.out" "dtrain-step: step ended with exit 0"
 
 # ---- b) the time-limit warning, as Slurm delivers B:USR1 --------------------------------
 J=$(submit warn) || bad "sbatch failed"
-wait_until "training steps in warn.out" logged "$W/warn.out" 'step [2-9][0-9]{2}/936' &&
+wait_until "training steps in warn.out" logged "$W/warn.out" 'step [2-9][0-9]{2}/2808' &&
   scancel --batch --signal=USR1 "$J"
 resumed warn "$J"
 has "$W/warn.out" "dtrain-step: got SIGUSR1: asking the step to checkpoint"
@@ -253,7 +256,7 @@ has "$W/warn/train.log" "stop requested by SIGUSR1"
 
 # ---- c) scontrol requeue from outside ---------------------------------------------------
 J=$(submit requeue) || bad "sbatch failed"
-wait_until "training steps in requeue.out" logged "$W/requeue.out" 'step [2-9][0-9]{2}/936' &&
+wait_until "training steps in requeue.out" logged "$W/requeue.out" 'step [2-9][0-9]{2}/2808' &&
   scontrol requeue "$J"
 resumed requeue "$J"
 has "$W/requeue.out" "dtrain-step: got SIGTERM"
@@ -272,7 +275,7 @@ if grep -q '^dtrain_step "$DTRAIN" launch -- train' "$W/launch.sbatch"; then ok;
 J=$(sbatch --parsable -p debug -J launch --ntasks=2 --cpus-per-task=1 -o "$W/launch.out" \
   --export="ALL,DTRAIN=$DTRAIN,DTRAIN_HOME=$SRC,RUN_DIR=$W/launch" "$W/launch.sbatch" \
   "${JOBARGS[@]}") || bad "sbatch failed"
-wait_until "training steps in launch.out" logged "$W/launch.out" 'step [2-9][0-9]{2}/936' &&
+wait_until "training steps in launch.out" logged "$W/launch.out" 'step [2-9][0-9]{2}/2808' &&
   scancel --signal=USR1 "$J"
 resumed launch "$J"
 has "$W/launch.out" "launch: attempt 1/4: srun --mpi=pmix -n 2 $DTRAIN train"
