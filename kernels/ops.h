@@ -134,10 +134,10 @@ struct dt_pool2d_shape {
                 (1.0f - tanhf(DT_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)) *                   \
                             tanhf(DT_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x))) *              \
                 DT_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x)),                            \
-      BLOCKED, "GELU's tanh approximation (GPT-2's gelu_new, torch's approximate='tanh')")         \
-    U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), BLOCKED, "hyperbolic tangent")                   \
+      OWN, "GELU's tanh approximation (GPT-2's gelu_new, torch's approximate='tanh')")             \
+    U(a, tanh, y, tanhf(x), dy * (1.0f - y * y), OWN, "hyperbolic tangent")                       \
     U(a, silu, x, x / (1.0f + expf(-x)),                                                           \
-      dy * (1.0f / (1.0f + expf(-x))) * (1.0f + x * (1.0f - 1.0f / (1.0f + expf(-x)))), BLOCKED,   \
+      dy * (1.0f / (1.0f + expf(-x))) * (1.0f + x * (1.0f - 1.0f / (1.0f + expf(-x)))), OWN,       \
       "x * sigmoid(x) (SiLU)")
 
 /* The two ops of a row of DT_UNARY_LIST, as rows of DT_OP_LIST. */

@@ -238,7 +238,7 @@ dt_status dt_cpu_attention_bwd_ref(dt_backend_t *be, float *dqkv, const float *d
 /* y(n) = e^(x(n) - sub); y may be x. Built for AVX-512, AVX2 and the
  * baseline and picked at load time, as dropout.c and optim.c do; the file
  * is compiled without FMA contraction, so every clone gives the same bits. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+DT_CPU_CLONES static void
 exp_sub_row(float *y, const float *x, int n, float sub)
 {
     int j = 0;
@@ -289,7 +289,7 @@ static inline __attribute__((always_inline)) float row_sum(const float *x, int n
 
 /* Row of kn scores, the first n allowed: softmax in place (the rest set
  * to 0); returns the row's logsumexp. Cloned like exp_sub_row. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static float softmax_row(float *s,
+DT_CPU_CLONES static float softmax_row(float *s,
                                                                                       int n, int kn)
 {
     float mx = row_max(s, n);
@@ -386,7 +386,7 @@ static void probs_from_lse(float *S, const float *lse, int i0, int m, int kn, in
 
 /* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). Cloned like
  * exp_sub_row. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+DT_CPU_CLONES static void
 score_grads(float *dP, const float *P, const float *dout, const float *out, const struct head *hd,
             int i0, int m, int kn, int Dh)
 {

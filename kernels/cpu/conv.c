@@ -209,7 +209,7 @@ dt_status dt_cpu_conv2d_bwd_filter_ref(dt_backend_t *be, float *dw, const float 
 
 /* The output columns [*lo, *hi) whose tap at input offset `off`
  * (= tap * dil - pad) lands inside [0, W), for outputs 0..Q-1 at `stride`. */
-static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
+static inline __attribute__((always_inline)) void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
 {
     int a = off >= 0 ? 0 : (-off + stride - 1) / stride;
     int b = W - off <= 0 ? 0 : (W - off + stride - 1) / stride;
@@ -228,7 +228,7 @@ static void tap_range(int off, int stride, int W, int Q, int *lo, int *hi)
  * call to memcpy: blocks of DT_CPU_LANES, then of SHORT_BLOCK, and the
  * last SHORT_BLOCK again (overlapping) instead of a scalar tail. d and a
  * do not overlap. */
-static void copy_row(float *d, const float *a, int n)
+static inline __attribute__((always_inline)) void copy_row(float *d, const float *a, int n)
 {
     int i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
@@ -271,7 +271,7 @@ static int flat_ok(const struct dt_conv2d_shape *s)
  * *qhi); the flat range [*i0, *i1) of the tap's column row that maps
  * inside the image; *delta the flat offset from column row to image.
  * Returns 0 when the tap never meets the image. */
-static int flat_tap(const struct dt_conv2d_shape *s, int r, int t, int *plo, int *phi, int *qlo,
+static inline __attribute__((always_inline)) int flat_tap(const struct dt_conv2d_shape *s, int r, int t, int *plo, int *phi, int *qlo,
                     int *qhi, long *i0, long *i1, long *delta)
 {
     const int H = s->H, W = s->W, P = s->P, Q = s->Q;
@@ -293,7 +293,7 @@ static int flat_tap(const struct dt_conv2d_shape *s, int r, int t, int *plo, int
 /* Zeroes the columns outside [qlo, qhi) of rows [plo, phi) of a tap's
  * column row (P, Q): a column or two, so column by column (a loop along a
  * row would become a call to memset per row). */
-static void zero_edges(float *row, int Q, int plo, int phi, int qlo, int qhi)
+static inline __attribute__((always_inline)) void zero_edges(float *row, int Q, int plo, int phi, int qlo, int qhi)
 {
     for (int q = 0; q < qlo; q++)
         for (int p = plo; p < phi; p++)
@@ -303,13 +303,13 @@ static void zero_edges(float *row, int Q, int plo, int phi, int qlo, int qhi)
             row[(size_t)p * Q + q] = 0.0f;
 }
 
-static void im2col_flat(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
+static inline __attribute__((always_inline)) void im2col_flat(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
     const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
     for (int r = 0; r < s->R; r++)
         for (int t = 0; t < s->S; t++) {
             int plo, phi, qlo, qhi;
-            long i0, i1, delta;
+            long i0 = 0, i1 = 0, delta = 0;
             int meets = flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta);
             for (int c = 0; c < Cg; c++) {
                 float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
@@ -326,7 +326,7 @@ static void im2col_flat(float *col, const float *xg, int Cg, const struct dt_con
 }
 
 /* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W). */
-static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
+DT_CPU_CLONES static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
     if (flat_ok(s)) {
         im2col_flat(col, xg, Cg, s);
@@ -363,7 +363,7 @@ static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_s
 /* d(n) += a(n), in blocks of DT_CPU_LANES and then of SHORT_BLOCK through
  * a stack block, so the compiler vectorises it without proving that d and
  * a do not overlap. */
-static void add_row(float *d, const float *a, int n)
+static inline __attribute__((always_inline)) void add_row(float *d, const float *a, int n)
 {
     int i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
@@ -386,14 +386,14 @@ static void add_row(float *d, const float *a, int n)
 
 /* dcol's wrapped columns are zeroed in place (it is scratch), so that
  * one flat add per tap carries only real gradients. */
-static void col2im_flat(float *dxg, float *dcol, int Cg, const struct dt_conv2d_shape *s)
+static inline __attribute__((always_inline)) void col2im_flat(float *dxg, float *dcol, int Cg, const struct dt_conv2d_shape *s)
 {
     const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
     memset(dxg, 0, (size_t)Cg * HW * sizeof *dxg);
     for (int r = 0; r < s->R; r++)
         for (int t = 0; t < s->S; t++) {
             int plo, phi, qlo, qhi;
-            long i0, i1, delta;
+            long i0 = 0, i1 = 0, delta = 0;
             if (!flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta))
                 continue;
             for (int c = 0; c < Cg; c++) {
@@ -406,7 +406,7 @@ static void col2im_flat(float *dxg, float *dcol, int Cg, const struct dt_conv2d_
 
 /* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
  * im2col read it (dxg is zeroed first; col may be changed). */
-static void col2im(float *dxg, float *col, int Cg, const struct dt_conv2d_shape *s)
+DT_CPU_CLONES static void col2im(float *dxg, float *col, int Cg, const struct dt_conv2d_shape *s)
 {
     if (flat_ok(s)) {
         col2im_flat(dxg, col, Cg, s);

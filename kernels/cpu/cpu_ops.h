@@ -35,6 +35,17 @@
  * model), so the blocked loops need no -O3 and no intrinsics. */
 #define DT_CPU_LANES 16
 
+/* A function built three times, for AVX-512, AVX2 and the x86-64 baseline
+ * (SSE2), the one the CPU has picked when the program loads; the blocked
+ * loops then run 16, 8 or 4 floats to an instruction. Files that use it
+ * are compiled without FMA contraction (CMakeLists.txt), so every build
+ * gives the baseline's bits. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DT_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DT_CPU_CLONES
+#endif
+
 /* Returns DT_ERR_INVALID_ARG with "cpu <op>: <why>" when cond is false.
  * op and the format are string literals. */
 #define DT_CPU_REQUIRE(cond, op, ...)                                                              \

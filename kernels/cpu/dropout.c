@@ -135,7 +135,7 @@ static inline __attribute__((always_inline)) void interleave(const u32v m[4], u3
 /* dst[j] = src[j] * scale where kept, +0 where dropped, for elements
  * [off, off + count) of the group of GROUP_ELEMS elements starting at
  * block `first`; src and dst point at element off. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+DT_CPU_CLONES static void
 dropout_group(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, float scale,
               const float *src, float *dst, int off, int count)
 {

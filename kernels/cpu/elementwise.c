@@ -53,7 +53,7 @@ struct ew_job {
     const float *a, *b;
 };
 
-static void add_range(void *arg, size_t lo, size_t n)
+DT_CPU_CLONES static void add_range(void *arg, size_t lo, size_t n)
 {
     const struct ew_job *j = arg;
     float *out = j->out;
@@ -79,7 +79,7 @@ dt_status dt_cpu_add(dt_backend_t *be, float *out, const float *a, const float *
     return st;
 }
 
-static void accumulate_range(void *arg, size_t lo, size_t n)
+DT_CPU_CLONES static void accumulate_range(void *arg, size_t lo, size_t n)
 {
     const struct ew_job *j = arg;
     float *dst = j->out;

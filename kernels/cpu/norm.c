@@ -396,8 +396,25 @@ dt_status dt_cpu_rmsnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, con
 
 /* ---- fast ------------------------------------------------------------ */
 
+/* Sum of n floats, one double accumulator per lane (the lanes vectorise;
+ * one running sum would wait on each add). */
+static inline __attribute__((always_inline)) double sum_lanes(const float *v, size_t n)
+{
+    double a[DT_CPU_LANES] = {0};
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            a[k] += v[i + k];
+    double s = 0.0;
+    for (; i < n; i++)
+        s += v[i];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += a[k];
+    return s;
+}
+
 /* Sums of v and v*v over n floats, one double accumulator per lane. */
-static void sum_sq(const float *v, size_t n, double *sum, double *sumsq)
+static inline __attribute__((always_inline)) void sum_sq(const float *v, size_t n, double *sum, double *sumsq)
 {
     double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
     size_t i = 0;
@@ -421,7 +438,7 @@ static void sum_sq(const float *v, size_t n, double *sum, double *sumsq)
 }
 
 /* Sums of g and g*(v - m) over n floats, one double accumulator per lane. */
-static void sum_dot_centered(const float *g, const float *v, float m, size_t n, double *sum,
+static inline __attribute__((always_inline)) void sum_dot_centered(const float *g, const float *v, float m, size_t n, double *sum,
                              double *dot)
 {
     double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
@@ -446,7 +463,7 @@ static void sum_dot_centered(const float *g, const float *v, float m, size_t n, 
 }
 
 /* Sum of (v - m)^2 over n floats, one double accumulator per lane. */
-static void sum_sq_centered(const float *v, float m, size_t n, double *out)
+static inline __attribute__((always_inline)) void sum_sq_centered(const float *v, float m, size_t n, double *out)
 {
     double a[DT_CPU_LANES] = {0};
     size_t i = 0;
@@ -466,7 +483,7 @@ static void sum_sq_centered(const float *v, float m, size_t n, double *out)
 /* out(n) = (in - m) * a + b, in blocks of DT_CPU_LANES (a stack block
  * lets the compiler vectorise without proving that out and in do not
  * overlap). Centring first keeps a large mean from cancelling. */
-static void affine(float *out, const float *in, float m, float a, float b, size_t n)
+static inline __attribute__((always_inline)) void affine(float *out, const float *in, float m, float a, float b, size_t n)
 {
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
@@ -481,7 +498,7 @@ static void affine(float *out, const float *in, float m, float a, float b, size_
 }
 
 /* out(n) = dy * a + (x - m) * b + c, in blocks as affine */
-static void affine2(float *out, const float *dy, const float *x, float m, float a, float b, float c,
+static inline __attribute__((always_inline)) void affine2(float *out, const float *dy, const float *x, float m, float a, float b, float c,
                     size_t n)
 {
     size_t i = 0;
@@ -519,7 +536,7 @@ struct bn_job {
 static size_t channel_grain(int N, int HW) { return 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1); }
 static size_t plane_grain(int HW) { return 1 + DT_CPU_GRAIN / ((size_t)HW + 1); }
 
-static void bn_stats_channels(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void bn_stats_channels(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     for (size_t c = lo; c < hi; c++)
@@ -540,7 +557,7 @@ dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x
     return DT_OK;
 }
 
-static void bn_fwd_planes(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void bn_fwd_planes(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     for (size_t p = lo; p < hi; p++) {
@@ -574,7 +591,7 @@ dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, floa
 }
 
 /* mean and invstd hold the running mean and variance here */
-static void bn_infer_planes(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void bn_infer_planes(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     for (size_t p = lo; p < hi; p++) {
@@ -598,7 +615,7 @@ dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
     return DT_OK;
 }
 
-static void bn_reduce_channels(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void bn_reduce_channels(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     for (size_t c = lo; c < hi; c++) {
@@ -627,7 +644,7 @@ dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const fl
 
 /* dx = k*dy + kx*(x - mean) + k0 with, per channel, k = gamma*invstd,
  * kx = -k*invstd*mdyx, k0 = -k*mdy */
-static void bn_bwd_planes(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void bn_bwd_planes(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     const int C = j->C;
@@ -660,7 +677,7 @@ dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
 }
 
 /* rows [lo, hi) of layer norm's forward; a_out, b_out: mean and rstd */
-static void ln_fwd_rows(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void ln_fwd_rows(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     const float *gamma = j->gamma, *beta = j->beta;
@@ -668,10 +685,8 @@ static void ln_fwd_rows(void *a, size_t lo, size_t hi)
     for (size_t r = lo; r < hi; r++) {
         const float *xr = j->x + r * D;
         float *yr = j->y + r * D;
-        double s = 0.0, var = 0.0;
-        for (int d = 0; d < D; d++)
-            s += xr[d];
-        float m = (float)(s / D);
+        double var = 0.0;
+        float m = (float)(sum_lanes(xr, (size_t)D) / D);
         sum_sq_centered(xr, m, (size_t)D, &var); /* second pass: no cancellation */
         var /= D;
         float rstd = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + j->eps));
@@ -697,7 +712,7 @@ dt_status dt_cpu_layernorm_fwd(dt_backend_t *be, float *y, float *mean_out, floa
 
 /* Block b of LN_ROWS rows: dx, and the block's dgamma and dbeta sums
  * (part + 2 * D * b), the rows in order. */
-static void ln_bwd_block(void *a, size_t lo, size_t hi)
+DT_CPU_CLONES static void ln_bwd_block(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
     const int D = j->HW, rows = j->N;
@@ -710,18 +725,33 @@ static void ln_bwd_block(void *a, size_t lo, size_t hi)
             const float *xr = j->x + (size_t)r * D, *dyr = j->dy + (size_t)r * D;
             float *dxr = j->y + (size_t)r * D;
             const float m = j->mean[r], rs = j->invstd[r];
-            /* dgamma, dbeta and the two row means, in one pass over the row */
+            /* dgamma, dbeta and the two row means, in one pass over the
+             * row; the means' sums one per lane, then in lane order */
+            float pg[DT_CPU_LANES] = {0}, pgx[DT_CPU_LANES] = {0};
+            int d = 0;
+            for (; d + DT_CPU_LANES <= D; d += DT_CPU_LANES)
+                for (int k = 0; k < DT_CPU_LANES; k++) {
+                    float xhat = (xr[d + k] - m) * rs, g = dyr[d + k] * gamma[d + k];
+                    dgamma[d + k] += dyr[d + k] * xhat;
+                    dbeta[d + k] += dyr[d + k];
+                    pg[k] += g;
+                    pgx[k] += g * xhat;
+                }
             float mg = 0.0f, mgx = 0.0f;
-            for (int d = 0; d < D; d++) {
+            for (; d < D; d++) {
                 float xhat = (xr[d] - m) * rs, g = dyr[d] * gamma[d];
                 dgamma[d] += dyr[d] * xhat;
                 dbeta[d] += dyr[d];
                 mg += g;
                 mgx += g * xhat;
             }
+            for (int k = 0; k < DT_CPU_LANES; k++) {
+                mg += pg[k];
+                mgx += pgx[k];
+            }
             mg /= D;
             mgx /= D;
-            for (int d = 0; d < D; d++)
+            for (d = 0; d < D; d++)
                 dxr[d] = rs * (dyr[d] * gamma[d] - mg - (xr[d] - m) * rs * mgx);
         }
     }

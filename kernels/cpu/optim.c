@@ -215,7 +215,7 @@ dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *b
  * file is compiled without errno from sqrtf (v >= 0, so it never sets it)
  * and without FMA contraction, so the square roots vectorise and every
  * clone gives the reference's bits. Returns the elements done. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static size_t
+DT_CPU_CLONES static size_t
 adamw_blocks(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
              size_t n, const struct adamw_consts *c, float b1, float b2, float eps)
 {

@@ -183,7 +183,7 @@ static void row_taps(const struct dt_pool2d_shape *s, int p, int *r0, int *r1)
 
 /* 2x2 windows at stride 2 without padding, one output row (input rows
  * x0, x1): each input is in one window, so the backward needs no sums. */
-static void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int Q)
+static inline __attribute__((always_inline)) void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int Q)
 {
     for (int q = 0; q < Q; q++) {
         float a = x0[2 * q], b = x0[2 * q + 1], c = x1[2 * q], d = x1[2 * q + 1];
@@ -194,7 +194,7 @@ static void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int 
     }
 }
 
-static void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
+static inline __attribute__((always_inline)) void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
                                const float *yr, const float *dyr, int Q)
 {
     /* zero both rows (vectorised), then one store per window at the first
@@ -223,7 +223,7 @@ static int is_global(const struct dt_pool2d_shape *s)
 }
 
 /* Sum of n floats, one float accumulator per lane. */
-static float plane_sum(const float *v, size_t n)
+static inline __attribute__((always_inline)) float plane_sum(const float *v, size_t n)
 {
     float acc[DT_CPU_LANES] = {0};
     size_t i = 0;
@@ -251,7 +251,7 @@ static int is_2x2_stride2(const struct dt_pool2d_shape *s)
            s->pad_w == 0;
 }
 
-static void maxpool2d_fwd_planes(void *arg, size_t first, size_t end)
+DT_CPU_CLONES static void maxpool2d_fwd_planes(void *arg, size_t first, size_t end)
 {
     const struct pool_job *j = arg;
     const struct dt_pool2d_shape *s = j->s;
@@ -298,7 +298,7 @@ dt_status dt_cpu_maxpool2d_fwd(dt_backend_t *be, float *y, const float *x,
     return DT_OK;
 }
 
-static void maxpool2d_bwd_planes(void *arg, size_t first, size_t end)
+DT_CPU_CLONES static void maxpool2d_bwd_planes(void *arg, size_t first, size_t end)
 {
     const struct pool_job *j = arg;
     const struct dt_pool2d_shape *s = j->s;
@@ -341,7 +341,7 @@ dt_status dt_cpu_maxpool2d_bwd(dt_backend_t *be, float *dx, const float *dy, con
     return DT_OK;
 }
 
-static void avgpool2d_fwd_planes(void *arg, size_t first, size_t end)
+DT_CPU_CLONES static void avgpool2d_fwd_planes(void *arg, size_t first, size_t end)
 {
     const struct pool_job *j = arg;
     const struct dt_pool2d_shape *s = j->s;
@@ -387,7 +387,7 @@ dt_status dt_cpu_avgpool2d_fwd(dt_backend_t *be, float *y, const float *x,
     return DT_OK;
 }
 
-static void avgpool2d_bwd_planes(void *arg, size_t first, size_t end)
+DT_CPU_CLONES static void avgpool2d_bwd_planes(void *arg, size_t first, size_t end)
 {
     const struct pool_job *j = arg;
     const struct dt_pool2d_shape *s = j->s;

@@ -84,7 +84,7 @@ dt_status dt_cpu_all_finite_ref(dt_backend_t *be, const float *x, size_t n, int 
 
 /* Sum of squares of the first multiple of SUMSQ_LANES elements; *done
  * gets how many that is. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static double
+DT_CPU_CLONES static double
 sumsq_blocks(const float *x, size_t n, size_t *done)
 {
     double acc[SUMSQ_LANES] = {0};
@@ -147,7 +147,7 @@ dt_status dt_cpu_sumsq(dt_backend_t *be, const float *x, size_t n, double *out)
     return DT_OK;
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) static size_t
+DT_CPU_CLONES static size_t
 scale_blocks(float *x, size_t n, float s)
 {
     size_t i = 0;
@@ -174,7 +174,7 @@ dt_status dt_cpu_scale(dt_backend_t *be, float *x, size_t n, float s)
     return DT_OK;
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) static size_t
+DT_CPU_CLONES static size_t
 fill_blocks(float *x, size_t n, float v)
 {
     size_t i = 0;
@@ -200,7 +200,7 @@ dt_status dt_cpu_fill(dt_backend_t *be, float *x, size_t n, float v)
 
 /* Nonzero when one of the first multiple of DT_CPU_LANES elements is not
  * finite; *done gets how many that is. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static uint32_t
+DT_CPU_CLONES static uint32_t
 nonfinite_blocks(const float *x, size_t n, size_t *done)
 {
     uint32_t bad[DT_CPU_LANES] = {0};
