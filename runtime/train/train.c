@@ -499,7 +499,11 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
             comm_st = dt_reducer_finish(r->red, &wait);
         reduced++;
     }
-    if (comm_st == DT_OK && *local == DT_OK) *local = queue_gate(r, gate);
+    if (comm_st == DT_OK && *local == DT_OK) { /* the optimizer's first stage */
+        double t0 = dt_now();
+        *local = queue_gate(r, gate);
+        w->optim_s += dt_now() - t0;
+    }
     return comm_st;
 }
 
@@ -807,7 +811,11 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     dt_status local = DT_OK;
     int64_t step = r->step;
     dt_status st = run_batch(r, step, w, end, v, &correct, &gate, &local);
-    if (st == DT_OK && local == DT_OK && !*end && !r->nown) local = queue_update(r, step);
+    if (st == DT_OK && local == DT_OK && !*end && !r->nown) {
+        double t0 = dt_now(); /* on the CPU the update itself; on a device its launch */
+        local = queue_update(r, step);
+        w->optim_s += dt_now() - t0;
+    }
     /* the step's one wait: the loss totals and the gate reach the host
      * (on a device, the update queued after them may still run) */
     local = settle_with(r, local, dt_backend_settle);

@@ -99,6 +99,18 @@ assert not any(k.startswith("peak_gpu") for k in s), s
 "$PY" "$HERE/tb_read.py" normal 1
 check "TensorBoard holds what metrics.jsonl holds (normal run)" $?
 
+# --- one rank: the replicated update (AdamW over the whole model, on the
+# host) is optimizer time, not "other" (it is a tenth of the step here;
+# the check asks for a hundredth)
+"$DTRAIN" train "$JOB" "${common[@]}" --set train.steps=30 --set train.log_every=10 \
+  --set output.dir=one >one.out 2>&1
+check "one-rank run exits 0 ($(tail -n 3 one.out))" $?
+pycheck "summary: one rank's update is counted as optimizer time" one '
+s = summary
+assert s["time_optimizer_s"] > 0.01 * s["time_compute_s"], s
+'
+
+
 # --- a slow loader: one warning with the numbers and the keys to raise.
 # One worker reads each batch MS ms late, MS at least 3 times a step's
 # compute as a first quick run measures it, so the device waits most of
