@@ -121,8 +121,6 @@ void dt_cpu_set_gate(dt_backend_t *be, int skip);
  *                    ONLY, FAST  dt_cpu_<op> alone
  * so nothing is declared that is not defined. */
 #define DT_CPU_ONE_softmax_xent_bwd ONLY, REF
-#define DT_CPU_ONE_rmsnorm_fwd ONLY, REF
-#define DT_CPU_ONE_rmsnorm_bwd ONLY, REF
 #define DT_CPU_ONE_attention_workspace ONLY, FAST
 #define DT_CPU_ONE_attention_decode ONLY, FAST
 #define DT_CPU_ONE_to_bf16 ONLY, FAST

@@ -783,3 +783,114 @@ dt_status dt_cpu_layernorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
     free(j.part);
     return DT_OK;
 }
+
+/* ---- RMS norm, fast ----------------------------------------------------
+ * Rows on the pool's threads; each row's sum of squares in double lanes;
+ * the element-wise parts in double, as the reference computes them; the
+ * gamma gradient summed in double per block of LN_ROWS rows, the blocks
+ * added in order (fixed blocks, as layer norm's). */
+struct rms_job {
+    float *y, *rstd_out, *dx;
+    const float *x, *dy, *rstd, *gamma;
+    double *part; /* backward: each block's dgamma sums */
+    float eps;
+    int rows, D;
+};
+
+DT_CPU_CLONES static void rms_fwd_rows(void *a, size_t lo, size_t hi)
+{
+    const struct rms_job *j = a;
+    const int D = j->D;
+    for (size_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * D;
+        float *yr = j->y + r * D;
+        double s = 0.0, ss = 0.0;
+        sum_sq(xr, (size_t)D, &s, &ss);
+        double rstd = 1.0 / sqrt(ss / D + j->eps);
+        for (int d = 0; d < D; d++)
+            yr[d] = (float)(xr[d] * rstd * j->gamma[d]);
+        j->rstd_out[r] = (float)rstd;
+    }
+}
+
+dt_status dt_cpu_rmsnorm_fwd(dt_backend_t *be, float *y, float *rstd_out, const float *x,
+                             const float *gamma, float eps, int rows, int D)
+{
+    DT_CPU_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd",
+                   "y, rstd_out, x and gamma must not be NULL");
+    DT_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    dt_status st = check_rms("rmsnorm_fwd", rows, D);
+    if (st != DT_OK) return st;
+    struct rms_job j = {.y = y, .rstd_out = rstd_out, .x = x, .gamma = gamma, .eps = eps,
+                        .rows = rows, .D = D};
+    dt_cpu_for(be, (size_t)rows, plane_grain(D), rms_fwd_rows, &j);
+    return DT_OK;
+}
+
+/* Block b of LN_ROWS rows: dx, and the block's dgamma sums (part + D * b),
+ * the rows in order. */
+DT_CPU_CLONES static void rms_bwd_block(void *a, size_t lo, size_t hi)
+{
+    const struct rms_job *j = a;
+    const int D = j->D;
+    const float *gamma = j->gamma;
+    for (size_t b = lo; b < hi; b++) {
+        double *dg = j->part + (size_t)D * b;
+        memset(dg, 0, (size_t)D * sizeof *dg);
+        int r1 = (int)(b + 1) * LN_ROWS < j->rows ? (int)(b + 1) * LN_ROWS : j->rows;
+        for (int r = (int)b * LN_ROWS; r < r1; r++) {
+            const float *xr = j->x + (size_t)r * D, *dyr = j->dy + (size_t)r * D;
+            float *dxr = j->dx + (size_t)r * D;
+            const double rs = j->rstd[r];
+            /* dgamma and mean(g * xhat) in one pass; the mean's sum in lanes */
+            double lane[DT_CPU_LANES] = {0};
+            int d = 0;
+            for (; d + DT_CPU_LANES <= D; d += DT_CPU_LANES)
+                for (int k = 0; k < DT_CPU_LANES; k++) {
+                    double xhat = (double)xr[d + k] * rs;
+                    dg[d + k] += (double)dyr[d + k] * xhat;
+                    lane[k] += (double)dyr[d + k] * gamma[d + k] * xhat;
+                }
+            double mgx = 0.0;
+            for (; d < D; d++) {
+                double xhat = (double)xr[d] * rs;
+                dg[d] += (double)dyr[d] * xhat;
+                mgx += (double)dyr[d] * gamma[d] * xhat;
+            }
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                mgx += lane[k];
+            mgx /= D;
+            for (d = 0; d < D; d++) {
+                double xhat = (double)xr[d] * rs;
+                dxr[d] = (float)(rs * ((double)dyr[d] * gamma[d] - xhat * mgx));
+            }
+        }
+    }
+}
+
+dt_status dt_cpu_rmsnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, const float *dy,
+                             const float *x, const float *rstd, const float *gamma, int rows,
+                             int D)
+{
+    DT_CPU_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
+                   "tensors must not be NULL");
+    dt_status st = check_rms("rmsnorm_bwd", rows, D);
+    if (st != DT_OK) return st;
+    size_t blocks = ((size_t)rows + LN_ROWS - 1) / LN_ROWS;
+    struct rms_job j = {.dx = dx, .x = x, .dy = dy, .rstd = rstd, .gamma = gamma, .rows = rows,
+                        .D = D};
+    st = dt_malloc(blocks * (size_t)D * sizeof *j.part, "rmsnorm_bwd's sums per block",
+                   (void **)&j.part);
+    if (st != DT_OK)
+        return st;
+    dt_cpu_for(be, blocks, 1 + (size_t)DT_CPU_GRAIN / ((size_t)LN_ROWS * D + 1), rms_bwd_block,
+               &j);
+    for (int d = 0; d < D; d++) {
+        double s = 0.0;
+        for (size_t b = 0; b < blocks; b++)
+            s += j.part[(size_t)D * b + d];
+        dgamma[d] += (float)s;
+    }
+    free(j.part);
+    return DT_OK;
+}
