@@ -120,7 +120,6 @@ void dt_cpu_set_gate(dt_backend_t *be, int skip);
  *   DT_CPU_ONE_<op>  ONLY, REF   dt_cpu_<op>_ref alone
  *                    ONLY, FAST  dt_cpu_<op> alone
  * so nothing is declared that is not defined. */
-#define DT_CPU_ONE_softmax_xent_bwd ONLY, REF
 #define DT_CPU_ONE_attention_workspace ONLY, FAST
 #define DT_CPU_ONE_attention_decode ONLY, FAST
 #define DT_CPU_ONE_to_bf16 ONLY, FAST
