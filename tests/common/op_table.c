@@ -791,6 +791,11 @@ const struct dt_op_case dt_op_cases[] = {
     {"conv depthwise", DT_OP_conv2d_fwd, CONV(2, 3, 7, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3), 1e-5},
     {"conv depthwise x2 stride 2", DT_OP_conv2d_fwd, CONV(1, 3, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3),
      1e-5},
+    /* "same" convolutions with no more output channels than input ones */
+    {"conv 3x3 same, 5 -> 4 channels", DT_OP_conv2d_fwd,
+     CONV(3, 5, 6, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 5x5 same, 4 -> 4 channels", DT_OP_conv2d_fwd,
+     CONV(2, 4, 8, 6, 4, 5, 5, 1, 1, 2, 2, 1, 1, 1), 1e-5},
     /* more images than a chunk of the filter gradient (8), the last chunk
      * short */
     {"conv 11 images of 5x5", DT_OP_conv2d_fwd, CONV(11, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1),
