@@ -334,15 +334,29 @@ static dt_status check_rms(const char *op, int rows, int D)
                : DT_OK;
 }
 
+static dt_status check_rms_fwd(float *y, float *rstd_out, const float *x, const float *gamma,
+                               float eps, int rows, int D)
+{
+    DT_CPU_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd",
+                   "y, rstd_out, x and gamma must not be NULL");
+    DT_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
+    return check_rms("rmsnorm_fwd", rows, D);
+}
+
+static dt_status check_rms_bwd(float *dx, float *dgamma, const float *dy, const float *x,
+                               const float *rstd, const float *gamma, int rows, int D)
+{
+    DT_CPU_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
+                   "tensors must not be NULL");
+    return check_rms("rmsnorm_bwd", rows, D);
+}
+
 /* Per row r of x(rows, D): rstd_r = 1/sqrt(sum_d x[r,d]^2 / D + eps);
  * y(rows, D) = x * rstd_r * gamma(D); rstd_out(rows) kept for backward. */
 dt_status dt_cpu_rmsnorm_fwd_ref(dt_backend_t *be, float *y, float *rstd_out, const float *x,
                                  const float *gamma, float eps, int rows, int D)
 {
-    DT_CPU_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd",
-                   "y, rstd_out, x and gamma must not be NULL");
-    DT_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
-    dt_status st = check_rms("rmsnorm_fwd", rows, D);
+    dt_status st = check_rms_fwd(y, rstd_out, x, gamma, eps, rows, D);
     if (st != DT_OK) return st;
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * D;
@@ -366,9 +380,7 @@ dt_status dt_cpu_rmsnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, con
                                  const float *x, const float *rstd, const float *gamma, int rows,
                                  int D)
 {
-    DT_CPU_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
-                   "tensors must not be NULL");
-    dt_status st = check_rms("rmsnorm_bwd", rows, D);
+    dt_status st = check_rms_bwd(dx, dgamma, dy, x, rstd, gamma, rows, D);
     if (st != DT_OK) return st;
     for (int d = 0; d < D; d++) {
         double sg = 0.0;
@@ -804,8 +816,8 @@ DT_CPU_CLONES static void rms_fwd_rows(void *a, size_t lo, size_t hi)
     for (size_t r = lo; r < hi; r++) {
         const float *xr = j->x + r * D;
         float *yr = j->y + r * D;
-        double s = 0.0, ss = 0.0;
-        sum_sq(xr, (size_t)D, &s, &ss);
+        double ss = 0.0;
+        sum_sq_centered(xr, 0.0f, (size_t)D, &ss); /* the squares alone */
         double rstd = 1.0 / sqrt(ss / D + j->eps);
         for (int d = 0; d < D; d++)
             yr[d] = (float)(xr[d] * rstd * j->gamma[d]);
@@ -816,10 +828,7 @@ DT_CPU_CLONES static void rms_fwd_rows(void *a, size_t lo, size_t hi)
 dt_status dt_cpu_rmsnorm_fwd(dt_backend_t *be, float *y, float *rstd_out, const float *x,
                              const float *gamma, float eps, int rows, int D)
 {
-    DT_CPU_REQUIRE(y && rstd_out && x && gamma, "rmsnorm_fwd",
-                   "y, rstd_out, x and gamma must not be NULL");
-    DT_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd", "eps must be >= 0 (got %g)", (double)eps);
-    dt_status st = check_rms("rmsnorm_fwd", rows, D);
+    dt_status st = check_rms_fwd(y, rstd_out, x, gamma, eps, rows, D);
     if (st != DT_OK) return st;
     struct rms_job j = {.y = y, .rstd_out = rstd_out, .x = x, .gamma = gamma, .eps = eps,
                         .rows = rows, .D = D};
@@ -872,9 +881,7 @@ dt_status dt_cpu_rmsnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, const f
                              const float *x, const float *rstd, const float *gamma, int rows,
                              int D)
 {
-    DT_CPU_REQUIRE(dx && dgamma && dy && x && rstd && gamma, "rmsnorm_bwd",
-                   "tensors must not be NULL");
-    dt_status st = check_rms("rmsnorm_bwd", rows, D);
+    dt_status st = check_rms_bwd(dx, dgamma, dy, x, rstd, gamma, rows, D);
     if (st != DT_OK) return st;
     size_t blocks = ((size_t)rows + LN_ROWS - 1) / LN_ROWS;
     struct rms_job j = {.dx = dx, .x = x, .dy = dy, .rstd = rstd, .gamma = gamma, .rows = rows,

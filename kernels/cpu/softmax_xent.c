@@ -43,6 +43,15 @@ static dt_status check_fwd(const float *probs, const float *logits, const int32_
     return check_labels("softmax_xent_fwd", labels, B, C);
 }
 
+static dt_status check_bwd(const float *dlogits, const float *probs, const int32_t *labels, int B,
+                           int C)
+{
+    DT_CPU_REQUIRE(dlogits && probs && labels, "softmax_xent_bwd", "pointers must not be NULL");
+    DT_CPU_REQUIRE(B >= 0 && C >= 1, "softmax_xent_bwd", "need B >= 0 and C >= 1 (B=%d, C=%d)",
+                   B, C);
+    return check_labels("softmax_xent_bwd", labels, B, C);
+}
+
 /* Index of the first maximum of x(C). */
 static int argmax_first(const float *x, int C)
 {
@@ -159,10 +168,7 @@ dt_status dt_cpu_softmax_xent_fwd(dt_backend_t *be, float *probs, const float *l
 dt_status dt_cpu_softmax_xent_bwd_ref(dt_backend_t *be, float *dlogits, const float *probs,
                                       const int32_t *labels, int B, int C, float scale)
 {
-    DT_CPU_REQUIRE(dlogits && probs && labels, "softmax_xent_bwd", "pointers must not be NULL");
-    DT_CPU_REQUIRE(B >= 0 && C >= 1, "softmax_xent_bwd", "need B >= 0 and C >= 1 (B=%d, C=%d)",
-                   B, C);
-    dt_status st = check_labels("softmax_xent_bwd", labels, B, C);
+    dt_status st = check_bwd(dlogits, probs, labels, B, C);
     if (st != DT_OK)
         return st;
     for (int b = 0; b < B; b++) {
@@ -203,10 +209,7 @@ DT_CPU_CLONES static void xent_bwd_rows(void *a, size_t lo, size_t hi)
 dt_status dt_cpu_softmax_xent_bwd(dt_backend_t *be, float *dlogits, const float *probs,
                                   const int32_t *labels, int B, int C, float scale)
 {
-    DT_CPU_REQUIRE(dlogits && probs && labels, "softmax_xent_bwd", "pointers must not be NULL");
-    DT_CPU_REQUIRE(B >= 0 && C >= 1, "softmax_xent_bwd", "need B >= 0 and C >= 1 (B=%d, C=%d)",
-                   B, C);
-    dt_status st = check_labels("softmax_xent_bwd", labels, B, C);
+    dt_status st = check_bwd(dlogits, probs, labels, B, C);
     if (st != DT_OK)
         return st;
     struct xent_bwd_job j = {.dlogits = dlogits, .probs = probs, .labels = labels, .C = C,
