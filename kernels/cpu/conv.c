@@ -5,16 +5,24 @@
  * The reference versions are the seven nested loops of the definition,
  * one output (or one input/filter gradient) element at a time.
  *
- * The fast versions lower each (image, group) to one GEMM through im2col:
+ * The fast versions lower each (image, group) to GEMMs through im2col:
  * the column matrix col(Cg*R*S, P*Q) holds, for each filter tap (c, r, s),
  * the input pixels that tap meets at every output position (zero where the
  * tap falls in the padding). Then
  *   forward      y_g(Kg, PQ)      = w_g(Kg, CgRS) . col
  *   backward-data  dcol(CgRS, PQ) = w_g^T . dy_g, scattered back by col2im
- *   backward-filter dw_g(Kg, CgRS) += dy_g . col^T   (sgemm with beta = 1)
+ *   backward-filter dw_g^T(CgRS, Kg) += col . dy_g^T  (sgemm with beta = 1),
+ *                  summed per chunk of images and added to dw transposed
+ * At vertical stride 1 with a filter taller than one row, forward and the
+ * filter gradient lower by rows instead (rows() below): a matrix of the
+ * input's padded rows for each (c, s), in which filter row r's part of
+ * col is a window read in place, so the copy is 1/R of im2col's and the
+ * product becomes R products over Cg*S terms.
  * The column matrix of one image lives in the caller's workspace
- * (conv2d_workspace says how big), so no call allocates. A 1x1 filter with
- * stride 1 and no padding needs no columns: the image itself is col.
+ * (conv2d_workspace says how big); forward by rows also regroups the
+ * filter and the filter gradient keeps one partial sum per chunk of
+ * images, both allocated per call. A 1x1 filter with stride 1 and no
+ * padding needs no columns: the image itself is col.
  * im2col and col2im copy whole output rows, with the padded ends filled
  * or skipped once per row rather than tested per element.
  *
@@ -70,12 +78,30 @@ static int is_pointwise(const struct dt_conv2d_shape *s)
            s->pad_w == 0;
 }
 
-/* Bytes of one image's column matrix, 0 for the pointwise case. */
+/* Forward and the filter gradient lower by rows (see rows() below) when
+ * the filter is taller than one row at vertical stride 1 and each row
+ * product has at least ROWS_MIN_INNER terms: fewer and the three thin
+ * products lose to one over the whole column matrix (one input channel,
+ * 3x3: 0.8 of im2col's speed). */
+#define ROWS_MIN_INNER 16
+
+static int by_rows(const struct dt_conv2d_shape *s)
+{
+    return s->stride_h == 1 && s->R > 1 && (s->C / s->groups) * s->S >= ROWS_MIN_INNER;
+}
+
+/* Padded rows of the row matrix: output row p meets padded row p + r*dil_h. */
+static int rows_tall(const struct dt_conv2d_shape *s) { return s->P + s->dil_h * (s->R - 1); }
+
+/* Bytes of one image's column matrix (the larger of im2col's and the row
+ * matrix where both are used), 0 for the pointwise case. */
 static size_t fast_ws_bytes(const struct dt_conv2d_shape *s)
 {
     if (is_pointwise(s))
         return 0;
-    return (size_t)(s->C / s->groups) * s->R * s->S * s->P * s->Q * sizeof(float);
+    size_t cols = (size_t)(s->C / s->groups) * s->R * s->S * s->P * s->Q;
+    size_t rows = by_rows(s) ? (size_t)(s->C / s->groups) * s->S * rows_tall(s) * s->Q : 0;
+    return (cols > rows ? cols : rows) * sizeof(float);
 }
 
 /* ---- reference ------------------------------------------------------- */
@@ -257,6 +283,59 @@ static inline __attribute__((always_inline)) void copy_row(float *d, const float
         d[i] = a[i];
 }
 
+/* d(n) = every second float of a: d[i] = a[2i], eight at a time from two
+ * loads and one shuffle. The vector loop stops one block early, so it
+ * never reads a[2n - 1] (which may lie past the image). */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int i32x8 __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) void copy_row_stride2(float *d, const float *a, int n)
+{
+    const i32x8 even = {0, 2, 4, 6, 8, 10, 12, 14};
+    int i = 0;
+    for (; i + 9 <= n; i += 8) {
+        f32x8 lo, hi;
+        memcpy(&lo, a + 2 * i, sizeof lo);
+        memcpy(&hi, a + 2 * i + 8, sizeof hi);
+        f32x8 v = __builtin_shuffle(lo, hi, even);
+        memcpy(d + i, &v, sizeof v);
+    }
+    for (; i < n; i++)
+        d[i] = a[2 * i];
+}
+
+/* A strided output row: d[q] = a[q * stride]. */
+static inline __attribute__((always_inline)) void copy_row_strided(float *d, const float *a, int n, int stride)
+{
+    if (stride == 1)
+        copy_row(d, a, n);
+    else if (stride == 2)
+        copy_row_stride2(d, a, n);
+    else
+        for (int q = 0; q < n; q++)
+            d[q] = a[q * stride];
+}
+
+/* dst(Q) = row h of the plane xc(H, W) at the output columns, tap offset
+ * ow: columns [qlo, qhi) from the image, the rest (all of it when h is
+ * outside the image) zero. */
+static inline __attribute__((always_inline)) void gather_row(float *dst, const float *xc, int h,
+                                                             const struct dt_conv2d_shape *s,
+                                                             int qlo, int qhi, int ow)
+{
+    const int Q = s->Q, sw = s->stride_w;
+    if (h < 0 || h >= s->H || qlo == qhi) {
+        memset(dst, 0, (size_t)Q * sizeof *dst);
+        return;
+    }
+    const float *src = xc + (size_t)h * s->W; /* (W) */
+    for (int q = 0; q < qlo; q++)
+        dst[q] = 0.0f;
+    copy_row_strided(dst + qlo, src + qlo * sw + ow, qhi - qlo, sw);
+    for (int q = qhi; q < Q; q++)
+        dst[q] = 0.0f;
+}
+
 /* The flat path of im2col and col2im: stride 1 and an output as wide as
  * the input (Q == W, a "same" convolution). Then a tap's whole column row
  * is the image shifted by one flat offset, so it is one long copy (or
@@ -339,25 +418,56 @@ DT_CPU_CLONES static void im2col(float *col, const float *xg, int Cg, const stru
                 int ow = t * s->dil_w - s->pad_w, qlo, qhi;
                 tap_range(ow, sw, W, Q, &qlo, &qhi);
                 float *row = col + ((size_t)(c * s->R + r) * s->S + t) * P * Q;
-                for (int p = 0; p < P; p++) {
-                    float *dst = row + (size_t)p * Q; /* (Q) */
-                    int h = p * sh - s->pad_h + r * s->dil_h;
-                    if (h < 0 || h >= H || qlo == qhi) {
-                        memset(dst, 0, (size_t)Q * sizeof *dst);
-                        continue;
-                    }
-                    const float *src = xg + ((size_t)c * H + h) * W; /* (W) */
-                    for (int q = 0; q < qlo; q++)
-                        dst[q] = 0.0f;
-                    if (sw == 1)
-                        copy_row(dst + qlo, src + qlo + ow, qhi - qlo);
-                    else
-                        for (int q = qlo; q < qhi; q++)
-                            dst[q] = src[q * sw + ow];
-                    for (int q = qhi; q < Q; q++)
-                        dst[q] = 0.0f;
-                }
+                for (int p = 0; p < P; p++)
+                    gather_row(row + (size_t)p * Q, xg + (size_t)c * H * W,
+                               p * sh - s->pad_h + r * s->dil_h, s, qlo, qhi, ow);
             }
+}
+
+/* The row matrix rows(Cg*S, T*Q), T = rows_tall(s), of one image's group
+ * xg(Cg, H, W): row (c, t) holds, for padded row u = h + pad_h and output
+ * column q, x(c, u - pad_h, q*stride_w + t*dil_w - pad_w), zero outside
+ * the image. Filter row r's part of the column matrix is then the same
+ * rows read from padded row r*dil_h on: rows + r*dil_h*Q as a (Cg*S,
+ * P*Q) matrix with leading dimension T*Q, so a product over it needs
+ * no copy of its own. It is 1/R of im2col's copying. */
+DT_CPU_CLONES static void rows(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
+{
+    const int H = s->H, W = s->W, Q = s->Q, sw = s->stride_w, T = rows_tall(s);
+    if (flat_ok(s)) {
+        /* T = H + 2*pad_h: the padding rows, then the plane shifted by one
+         * flat offset (one copy), its wrapped columns zeroed */
+        const long HW = (long)H * W, top = (long)s->pad_h * Q, bottom = (long)(T - s->pad_h - H) * Q;
+        for (int t = 0; t < s->S; t++) {
+            int ow = t * s->dil_w - s->pad_w, qlo, qhi;
+            tap_range(ow, 1, W, Q, &qlo, &qhi);
+            long i0 = ow < 0 ? -ow : 0, i1 = ow > 0 ? HW - ow : HW;
+            if (i0 > HW)
+                i0 = HW;
+            if (i1 < i0)
+                i1 = i0;
+            for (int c = 0; c < Cg; c++) {
+                float *row = col + ((size_t)c * s->S + t) * T * Q; /* (T, Q) */
+                float *img = row + top;                            /* (H, Q) */
+                memset(row, 0, (size_t)top * sizeof *row);
+                memset(img, 0, (size_t)i0 * sizeof *img);
+                memcpy(img + i0, xg + c * HW + i0 + ow, (size_t)(i1 - i0) * sizeof *img);
+                memset(img + i1, 0, (size_t)(HW - i1) * sizeof *img);
+                zero_edges(img, Q, 0, H, qlo, qhi);
+                memset(img + HW, 0, (size_t)bottom * sizeof *img);
+            }
+        }
+        return;
+    }
+    for (int c = 0; c < Cg; c++)
+        for (int t = 0; t < s->S; t++) {
+            int ow = t * s->dil_w - s->pad_w, qlo, qhi;
+            tap_range(ow, sw, W, Q, &qlo, &qhi);
+            float *row = col + ((size_t)c * s->S + t) * T * Q; /* (T, Q) */
+            for (int u = 0; u < T; u++)
+                gather_row(row + (size_t)u * Q, xg + (size_t)c * H * W, u - s->pad_h, s, qlo,
+                           qhi, ow);
+        }
 }
 
 /* d(n) += a(n), in blocks of DT_CPU_LANES and then of SHORT_BLOCK through
@@ -471,8 +581,23 @@ struct conv_job {
     dt_backend_t *be;
     void *ws;           /* the caller's column matrix, on one thread */
     dt_backend_t *gemm; /* one image at a time: its products shared by the threads */
+    const float *wr;    /* forward by rows: the filter as (G, R, Kg, Cg*S) */
+    int by_rows;        /* forward and filter gradient lower by rows */
     int chunks;
 };
+
+/* wr(G, R, Kg, Cg*S) = w(K, Cg, R, S) regrouped by filter row. */
+static void filter_by_rows(float *wr, const float *w, const struct dt_conv2d_shape *s)
+{
+    const int G = s->groups, Kg = s->K / G, Cg = s->C / G, R = s->R, S = s->S;
+    for (int g = 0; g < G; g++)
+        for (int k = 0; k < Kg; k++)
+            for (int c = 0; c < Cg; c++)
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < S; t++)
+                        wr[(((size_t)g * R + r) * Kg + k) * Cg * S + (size_t)c * S + t] =
+                            w[(((size_t)g * Kg + k) * Cg + c) * R * S + (size_t)r * S + t];
+}
 
 static void *job_col(const struct conv_job *j, int thread)
 {
@@ -484,14 +609,24 @@ static void fwd_image(const struct conv_job *j, int n, float *col_ws)
     const struct dt_conv2d_shape *s = j->s;
     const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
     const int HW = s->H * s->W, PQ = s->P * s->Q;
+    const int CS = Cg * s->S, TQ = rows_tall(s) * s->Q, step = s->dil_h * s->Q;
     for (int g = 0; g < G; g++) {
         const float *xg = j->a + ((size_t)n * s->C + (size_t)g * Cg) * HW; /* (Cg, H, W) */
+        float *yg = j->out + ((size_t)n * s->K + (size_t)g * Kg) * PQ;     /* (Kg, PQ) */
+        if (j->by_rows) {
+            rows(col_ws, xg, Cg, s);
+            /* yg(Kg, PQ) = sum over r of wr(g, r)(Kg, CS) . the rows from r*dil_h */
+            for (int r = 0; r < s->R; r++)
+                dt_cpu_sgemm(j->gemm, 0, 0, Kg, PQ, CS, 1.0f,
+                             j->wr + ((size_t)g * s->R + r) * Kg * CS, CS,
+                             col_ws + (size_t)r * step, TQ, r ? 1.0f : 0.0f, yg, PQ);
+            continue;
+        }
         const float *col = xg;
         if (!is_pointwise(s)) {
             im2col(col_ws, xg, Cg, s);
             col = col_ws;
         }
-        float *yg = j->out + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
         /* yg(Kg, PQ) = wg(Kg, CRS) . col(CRS, PQ) */
         dt_cpu_sgemm(j->gemm, 0, 0, Kg, PQ, CRS, 1.0f, j->b + (size_t)g * Kg * CRS, CRS, col, PQ,
                      0.0f, yg, PQ);
@@ -516,23 +651,36 @@ static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
     }
 }
 
-/* dw += image n's filter gradient. */
-static void bwd_filter_image(const struct conv_job *j, int n, float *dw, float *col_ws)
+/* dwt += image n's filter gradient, transposed: group g's block of dwt
+ * (at g * Kg * CRS) is (CRS, Kg), its rows in im2col's order (c, r, s),
+ * or (r, c, s) by rows. With few filters (Kg of 16 to 64) and many taps,
+ * OpenBLAS runs this product 1.04-1.5 times as fast as
+ * dwg(Kg, CRS) += dyg . col^T (benchmarks.md). */
+static void bwd_filter_image(const struct conv_job *j, int n, float *dwt, float *col_ws)
 {
     const struct dt_conv2d_shape *s = j->s;
     const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
     const int HW = s->H * s->W, PQ = s->P * s->Q;
+    const int CS = Cg * s->S, TQ = rows_tall(s) * s->Q, step = s->dil_h * s->Q;
     for (int g = 0; g < G; g++) {
         const float *xg = j->b + ((size_t)n * s->C + (size_t)g * Cg) * HW;  /* (Cg, H, W) */
         const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+        float *dwtg = dwt + (size_t)g * Kg * CRS;
+        if (j->by_rows) {
+            rows(col_ws, xg, Cg, s);
+            /* dwtg's rows (r, .)(CS, Kg) += the rows from r*dil_h . dyg^T */
+            for (int r = 0; r < s->R; r++)
+                dt_cpu_sgemm(j->gemm, 0, 1, CS, Kg, PQ, 1.0f, col_ws + (size_t)r * step, TQ, dyg,
+                             PQ, 1.0f, dwtg + (size_t)r * CS * Kg, Kg);
+            continue;
+        }
         const float *col = xg;
         if (!is_pointwise(s)) {
             im2col(col_ws, xg, Cg, s);
             col = col_ws;
         }
-        /* dwg(Kg, CRS) += dyg(Kg, PQ) . col(CRS, PQ)^T */
-        dt_cpu_sgemm(j->gemm, 0, 1, Kg, CRS, PQ, 1.0f, dyg, PQ, col, PQ, 1.0f,
-                     dw + (size_t)g * Kg * CRS, CRS);
+        /* dwtg(CRS, Kg) += col(CRS, PQ) . dyg(Kg, PQ)^T */
+        dt_cpu_sgemm(j->gemm, 0, 1, CRS, Kg, PQ, 1.0f, col, PQ, dyg, PQ, 1.0f, dwtg, Kg);
     }
 }
 
@@ -546,7 +694,7 @@ static void bwd_data_task(void *a, int n, int thread)
     bwd_data_image(a, n, job_col(a, thread));
 }
 
-/* Chunk t of the samples, in order, into partial[t]. */
+/* Chunk t of the samples, in order, into partial[t] (transposed, zeroed). */
 static void bwd_filter_task(void *a, int t, int thread)
 {
     const struct conv_job *j = a;
@@ -578,12 +726,20 @@ dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const fl
         st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
-    struct conv_job j = {.s = s, .out = y, .a = x, .b = w};
+    struct conv_job j = {.s = s, .out = y, .a = x, .b = w, .by_rows = st == DT_OK && by_rows(s)};
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
+    float *wr = NULL;
+    if (st == DT_OK && j.by_rows && s->N > 0) {
+        st = dt_malloc(w_size(s) * sizeof *wr, "conv2d_fwd's filter by rows", (void **)&wr);
+        if (st == DT_OK)
+            filter_by_rows(wr, w, s);
+        j.wr = wr;
+    }
     if (st != DT_OK)
         return st;
     dt_cpu_run(j.ws ? NULL : be, s->N, fwd_task, &j);
+    free(wr);
     return DT_OK;
 }
 
@@ -608,10 +764,30 @@ dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, c
     return DT_OK;
 }
 
+/* dw(K, CRS) += the transposed sum dwt (group g's block (CRS, Kg), its
+ * rows in the order bwd_filter_image says). */
+static void add_transposed(float *dw, const float *dwt, const struct dt_conv2d_shape *s,
+                           int by_rows)
+{
+    const int G = s->groups, Kg = s->K / G, Cg = s->C / G, R = s->R, S = s->S;
+    const size_t CRS = (size_t)Cg * R * S;
+    for (int g = 0; g < G; g++) {
+        const float *src = dwt + (size_t)g * Kg * CRS;
+        float *d = dw + (size_t)g * Kg * CRS;
+        for (int k = 0; k < Kg; k++)
+            for (int c = 0; c < Cg; c++)
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < S; t++) {
+                        size_t i = by_rows ? ((size_t)r * Cg + c) * S + t : ((size_t)c * R + r) * S + t;
+                        d[(size_t)k * CRS + ((size_t)c * R + r) * S + t] += src[i * Kg + k];
+                    }
+    }
+}
+
 /* The filter gradient: chunks of FILTER_CHUNK consecutive images, each
- * summed in image order into its own sum (the first chunk into dw), then
- * the other sums added to dw in chunk order. The chunks are the same on
- * any number of threads, so the sum is too. */
+ * summed in image order into its own zeroed sum (transposed), then the
+ * sums added to dw in chunk order. The chunks are the same on any number
+ * of threads, so the sum is too. */
 dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
                                    const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
 {
@@ -624,35 +800,31 @@ dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy,
         st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
-    struct conv_job j = {.s = s, .a = dy, .b = x};
+    struct conv_job j = {.s = s, .a = dy, .b = x, .by_rows = st == DT_OK && by_rows(s)};
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
     if (st != DT_OK)
         return st;
-    float *one[1] = {dw}, *sums = NULL;
+    if (s->N == 0)
+        return DT_OK;
+    float *sums = NULL;
     j.chunks = (s->N + FILTER_CHUNK - 1) / FILTER_CHUNK;
-    j.partial = one;
     const size_t wn = w_size(s);
-    if (j.chunks > 1) {
-        st = dt_calloc((size_t)j.chunks, sizeof *j.partial, "conv2d_bwd_filter's partial sums",
-                       (void **)&j.partial);
-        if (st == DT_OK)
-            st = dt_calloc((size_t)(j.chunks - 1) * wn, sizeof *sums,
-                           "conv2d_bwd_filter's partial sums", (void **)&sums);
-        if (st != DT_OK) {
-            free(j.partial);
-            return st;
-        }
-        j.partial[0] = dw;
-        for (int t = 1; t < j.chunks; t++)
-            j.partial[t] = sums + (size_t)(t - 1) * wn;
-    }
-    dt_cpu_run(j.ws ? NULL : be, j.chunks, bwd_filter_task, &j);
-    for (int t = 1; t < j.chunks; t++)
-        for (size_t i = 0; i < wn; i++)
-            dw[i] += j.partial[t][i];
-    if (j.partial != one)
+    st = dt_calloc((size_t)j.chunks, sizeof *j.partial, "conv2d_bwd_filter's partial sums",
+                   (void **)&j.partial);
+    if (st == DT_OK)
+        st = dt_calloc((size_t)j.chunks * wn, sizeof *sums, "conv2d_bwd_filter's partial sums",
+                       (void **)&sums);
+    if (st != DT_OK) {
         free(j.partial);
+        return st;
+    }
+    for (int t = 0; t < j.chunks; t++)
+        j.partial[t] = sums + (size_t)t * wn;
+    dt_cpu_run(j.ws ? NULL : be, j.chunks, bwd_filter_task, &j);
+    for (int t = 0; t < j.chunks; t++)
+        add_transposed(dw, j.partial[t], s, j.by_rows);
+    free(j.partial);
     free(sums);
     return DT_OK;
 }
