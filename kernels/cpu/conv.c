@@ -13,14 +13,15 @@
  *   backward-data  dcol(CgRS, PQ) = w_g^T . dy_g, scattered back by col2im
  *   backward-filter dw_g^T(CgRS, Kg) += col . dy_g^T  (sgemm with beta = 1),
  *                  summed per chunk of images and added to dw transposed
- * At vertical stride 1 with a filter taller than one row, forward and the
- * filter gradient lower by rows instead (rows() below): a matrix of the
- * input's padded rows for each (c, s), in which filter row r's part of
- * col is a window read in place, so the copy is 1/R of im2col's and the
- * product becomes R products over Cg*S terms.
+ * At vertical stride 1 with a filter taller than one row, all three
+ * passes lower by rows instead (rows() below): a matrix of the input's
+ * padded rows for each (c, s), in which filter row r's part of col is a
+ * window read in place, so the copy (and rows_back's scatter) is 1/R of
+ * im2col's, and each product becomes R products over Cg*S terms (or, for
+ * the input gradient, R products added into overlapping windows).
  * The column matrix of one image lives in the caller's workspace
- * (conv2d_workspace says how big); forward by rows also regroups the
- * filter and the filter gradient keeps one partial sum per chunk of
+ * (conv2d_workspace says how big); forward and the input gradient by
+ * rows also regroup the filter, and the filter gradient keeps one partial sum per chunk of
  * images, both allocated per call. A 1x1 filter with stride 1 and no
  * padding needs no columns: the image itself is col.
  * im2col and col2im copy whole output rows, with the padded ends filled
@@ -514,6 +515,40 @@ static inline __attribute__((always_inline)) void col2im_flat(float *dxg, float 
         }
 }
 
+/* dxg(Cg, H, W) = the sum of the row matrix (Cg*S, T*Q) scattered back
+ * where rows() read it (dxg is zeroed first; the row matrix may be
+ * changed). */
+DT_CPU_CLONES static void rows_back(float *dxg, float *col, int Cg, const struct dt_conv2d_shape *s)
+{
+    const int H = s->H, W = s->W, Q = s->Q, sw = s->stride_w, T = rows_tall(s);
+    const long HW = (long)H * W;
+    memset(dxg, 0, (size_t)Cg * HW * sizeof *dxg);
+    for (int c = 0; c < Cg; c++)
+        for (int t = 0; t < s->S; t++) {
+            int ow = t * s->dil_w - s->pad_w, qlo, qhi;
+            tap_range(ow, sw, W, Q, &qlo, &qhi);
+            float *img = col + ((size_t)c * s->S + t) * T * Q + (size_t)s->pad_h * Q; /* (H, Q) */
+            float *dxc = dxg + c * HW;
+            if (flat_ok(s)) {
+                long i0 = ow < 0 ? -ow : 0, i1 = ow > 0 ? HW - ow : HW;
+                if (i0 < i1) {
+                    zero_edges(img, Q, 0, H, qlo, qhi);
+                    add_row(dxc + i0 + ow, img + i0, (int)(i1 - i0));
+                }
+                continue;
+            }
+            for (int h = 0; h < H; h++) {
+                const float *src = img + (size_t)h * Q; /* (Q) */
+                float *dst = dxc + (size_t)h * W;       /* (W) */
+                if (sw == 1)
+                    add_row(dst + qlo + ow, src + qlo, qhi - qlo);
+                else
+                    for (int q = qlo; q < qhi; q++)
+                        dst[q * sw + ow] += src[q];
+            }
+        }
+}
+
 /* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
  * im2col read it (dxg is zeroed first; col may be changed). */
 DT_CPU_CLONES static void col2im(float *dxg, float *col, int Cg, const struct dt_conv2d_shape *s)
@@ -599,6 +634,20 @@ static void filter_by_rows(float *wr, const float *w, const struct dt_conv2d_sha
                             w[(((size_t)g * Kg + k) * Cg + c) * R * S + (size_t)r * S + t];
 }
 
+/* By rows (and with images): *wr = j->wr = the filter regrouped, which the
+ * caller frees; else nothing. */
+static dt_status regroup_filter(struct conv_job *j, float **wr, const char *what)
+{
+    *wr = NULL;
+    if (!j->by_rows || j->s->N == 0)
+        return DT_OK;
+    dt_status st = dt_malloc(w_size(j->s) * sizeof **wr, what, (void **)wr);
+    if (st == DT_OK)
+        filter_by_rows(*wr, j->b, j->s);
+    j->wr = *wr;
+    return st;
+}
+
 static void *job_col(const struct conv_job *j, int thread)
 {
     return j->ws ? j->ws : dt_cpu_scratch(j->be, thread);
@@ -639,9 +688,23 @@ static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
     const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
     const int HW = s->H * s->W, PQ = s->P * s->Q;
     const int direct = is_pointwise(s);
+    const int CS = Cg * s->S, T = rows_tall(s), step = s->dil_h * s->Q;
     for (int g = 0; g < G; g++) {
         float *dxg = j->out + ((size_t)n * s->C + (size_t)g * Cg) * HW;     /* (Cg, H, W) */
         const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+        if (j->by_rows) {
+            /* the row matrix's gradient: rows from r*dil_h (CS, PQ) +=
+             * wr(g, r)(Kg, CS)^T . dyg; the rows below P are only added to */
+            for (int c = 0; c < CS; c++)
+                memset(col_ws + ((size_t)c * T + s->P) * s->Q, 0,
+                       (size_t)(T - s->P) * s->Q * sizeof *col_ws);
+            for (int r = 0; r < s->R; r++)
+                dt_cpu_sgemm(j->gemm, 1, 0, CS, PQ, Kg, 1.0f,
+                             j->wr + ((size_t)g * s->R + r) * Kg * CS, CS, dyg, PQ,
+                             r ? 1.0f : 0.0f, col_ws + (size_t)r * step, T * s->Q);
+            rows_back(dxg, col_ws, Cg, s);
+            continue;
+        }
         float *dcol = direct ? dxg : col_ws;
         /* dcol(CRS, PQ) = wg(Kg, CRS)^T . dyg(Kg, PQ) */
         dt_cpu_sgemm(j->gemm, 1, 0, CRS, PQ, Kg, 1.0f, j->b + (size_t)g * Kg * CRS, CRS, dyg, PQ,
@@ -730,12 +793,8 @@ dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const fl
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
     float *wr = NULL;
-    if (st == DT_OK && j.by_rows && s->N > 0) {
-        st = dt_malloc(w_size(s) * sizeof *wr, "conv2d_fwd's filter by rows", (void **)&wr);
-        if (st == DT_OK)
-            filter_by_rows(wr, w, s);
-        j.wr = wr;
-    }
+    if (st == DT_OK)
+        st = regroup_filter(&j, &wr, "conv2d_fwd's filter by rows");
     if (st != DT_OK)
         return st;
     dt_cpu_run(j.ws ? NULL : be, s->N, fwd_task, &j);
@@ -755,12 +814,16 @@ dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, c
         st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
-    struct conv_job j = {.s = s, .out = dx, .a = dy, .b = w};
+    struct conv_job j = {.s = s, .out = dx, .a = dy, .b = w, .by_rows = st == DT_OK && by_rows(s)};
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
+    float *wr = NULL;
+    if (st == DT_OK)
+        st = regroup_filter(&j, &wr, "conv2d_bwd_data's filter by rows");
     if (st != DT_OK)
         return st;
     dt_cpu_run(j.ws ? NULL : be, s->N, bwd_data_task, &j);
+    free(wr);
     return DT_OK;
 }
 
