@@ -285,8 +285,8 @@ static inline __attribute__((always_inline)) void copy_row(float *d, const float
 }
 
 /* d(n) = every second float of a: d[i] = a[2i], eight at a time from two
- * loads and one shuffle. The vector loop stops one block early, so it
- * never reads a[2n - 1] (which may lie past the image). */
+ * loads and one shuffle, the tail as the last eight again. No load reads
+ * a[2n - 1] (which may lie past the image). */
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int i32x8 __attribute__((vector_size(32)));
 
@@ -300,6 +300,16 @@ static inline __attribute__((always_inline)) void copy_row_stride2(float *d, con
         memcpy(&hi, a + 2 * i + 8, sizeof hi);
         f32x8 v = __builtin_shuffle(lo, hi, even);
         memcpy(d + i, &v, sizeof v);
+    }
+    if (i < n && n >= 9) {
+        /* the last eight again, from a[2n - 17] to a[2n - 2]: odd lanes */
+        const i32x8 odd = {1, 3, 5, 7, 9, 11, 13, 15};
+        f32x8 lo, hi;
+        memcpy(&lo, a + 2 * n - 17, sizeof lo);
+        memcpy(&hi, a + 2 * n - 9, sizeof hi);
+        f32x8 v = __builtin_shuffle(lo, hi, odd);
+        memcpy(d + n - 8, &v, sizeof v);
+        return;
     }
     for (; i < n; i++)
         d[i] = a[2 * i];
@@ -612,7 +622,7 @@ struct conv_job {
     const struct dt_conv2d_shape *s;
     float *out;         /* y, dx, or dw */
     const float *a, *b; /* x and w, dy and w, dy and x */
-    float **partial;    /* bwd_filter: chunk t's dw (partial[0] is dw itself) */
+    float **partial;    /* bwd_filter: chunk t's sum, transposed */
     dt_backend_t *be;
     void *ws;           /* the caller's column matrix, on one thread */
     dt_backend_t *gemm; /* one image at a time: its products shared by the threads */
@@ -827,6 +837,13 @@ dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, c
     return DT_OK;
 }
 
+/* d(n) += a(n), contiguous: vectorised (the partial sums do not overlap). */
+DT_CPU_CLONES static void sum_into(float *restrict d, const float *restrict a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] += a[i];
+}
+
 /* dw(K, CRS) += the transposed sum dwt (group g's block (CRS, Kg), its
  * rows in the order bwd_filter_image says). */
 static void add_transposed(float *dw, const float *dwt, const struct dt_conv2d_shape *s,
@@ -848,8 +865,8 @@ static void add_transposed(float *dw, const float *dwt, const struct dt_conv2d_s
 }
 
 /* The filter gradient: chunks of FILTER_CHUNK consecutive images, each
- * summed in image order into its own zeroed sum (transposed), then the
- * sums added to dw in chunk order. The chunks are the same on any number
+ * summed in image order into its own zeroed sum (transposed), the sums
+ * added in chunk order, and their total added to dw. The chunks are the same on any number
  * of threads, so the sum is too. */
 dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
                                    const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
@@ -885,8 +902,9 @@ dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy,
     for (int t = 0; t < j.chunks; t++)
         j.partial[t] = sums + (size_t)t * wn;
     dt_cpu_run(j.ws ? NULL : be, j.chunks, bwd_filter_task, &j);
-    for (int t = 0; t < j.chunks; t++)
-        add_transposed(dw, j.partial[t], s, j.by_rows);
+    for (int t = 1; t < j.chunks; t++)
+        sum_into(sums, j.partial[t], wn);
+    add_transposed(dw, sums, s, j.by_rows);
     free(j.partial);
     free(sums);
     return DT_OK;

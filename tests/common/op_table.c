@@ -818,6 +818,12 @@ const struct dt_op_case dt_op_cases[] = {
      CONV(11, 12, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2), 1e-5},
     {"conv 3x3 by rows, stride 1x2, 20 outputs a row", DT_OP_conv2d_fwd,
      CONV(2, 6, 5, 40, 3, 3, 3, 1, 2, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 3x3 stride 2, 6 channels", DT_OP_conv2d_fwd,
+     CONV(2, 6, 9, 23, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 5x5 stride 3x2 pad 2", DT_OP_conv2d_fwd,
+     CONV(1, 4, 11, 10, 3, 5, 5, 3, 2, 2, 2, 1, 1, 1), 1e-5},
+    {"conv 3x3 stride 2x1, dilation 2x1", DT_OP_conv2d_fwd,
+     CONV(2, 8, 10, 9, 3, 3, 3, 2, 1, 2, 1, 2, 1, 1), 1e-5},
     /* stride 2 with output rows of more than one vector */
     {"conv 3x3 stride 2, 12 outputs a row", DT_OP_conv2d_fwd,
      CONV(2, 3, 9, 23, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1), 1e-5},
