@@ -164,7 +164,9 @@ struct dt_pool2d_shape {
  *                `row0` of the global batch. Element e = (row0 + r) * cols + c is
  *                kept when u >= p, u = dt_rng_u32_to_unit(word e % 4 of
  *                dt_rng_block(key, e / 4, 0)); kept values are scaled by 1/(1-p).
- *                Backward recomputes the same mask. p == 0 is a copy. 0 <= p < 1.
+ *                Backward applies the same mask (drawn again, or kept from the
+ *                forward with the same arguments where a backend keeps it: the
+ *                same bits). p == 0 is a copy. 0 <= p < 1.
  * flatten_*      (B, d1, d2, ...) -> (B, d1*d2*...): a copy forward and backward
  * add            out(n) = a + b (out may be a or b)
  * accumulate     dst(n) += src

@@ -37,6 +37,17 @@
  * tensor's address is as aligned as its offset. */
 #define CPU_ALIGN 256
 
+/* One kept dropout mask (dt_cpu_mask_store). */
+struct cpu_mask {
+    uint8_t *bytes;
+    size_t cap;
+    struct dt_rng_key key;
+    uint64_t row0;
+    int rows, cols;
+    float p;
+    uint64_t used; /* the backend's mask_clock when last stored or found; 0: empty */
+};
+
 struct cpu_backend {
     struct dt_backend base;
     int threads;
@@ -48,6 +59,8 @@ struct cpu_backend {
     float *operand[DT_CPU_OPERANDS]; /* rounded GEMM operands, grown on demand */
     size_t operand_cap[DT_CPU_OPERANDS];
     int gate_skip; /* the step gate (step_gate): the gated updates change nothing */
+    struct cpu_mask masks[DT_CPU_MASKS];
+    uint64_t mask_clock;
 };
 
 /* The element-wise ops, one pair per row of DT_UNARY_LIST (activation.c). */
@@ -210,6 +223,8 @@ static void cpu_destroy(dt_backend_t *be)
         free(cb->operand[k]);
     for (int k = 0; k < DT_CPU_MAX_SCRATCH; k++)
         free(cb->scratch[k]);
+    for (int k = 0; k < DT_CPU_MASKS; k++)
+        free(cb->masks[k].bytes);
     dt_threads_destroy(cb->pool);
     free(cb);
 }
@@ -257,6 +272,64 @@ dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes)
     }
     cb->scratch_cap = bytes;
     return DT_OK;
+}
+
+static int mask_is(const struct cpu_mask *m, const struct dt_rng_key *key, uint64_t row0,
+                   int rows, int cols, float p)
+{
+    return m->used && m->key.seed == key->seed && m->key.purpose == key->purpose &&
+           m->key.stream == key->stream && m->key.step == key->step && m->row0 == row0 &&
+           m->rows == rows && m->cols == cols && m->p == p;
+}
+
+uint8_t *dt_cpu_mask_store(dt_backend_t *be, const struct dt_rng_key *key, uint64_t row0, int rows,
+                           int cols, float p)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    size_t bytes = (size_t)rows * (size_t)cols;
+    if (!cb || !key || rows <= 0 || cols <= 0 || bytes > DT_CPU_MASK_MAX)
+        return NULL;
+    struct cpu_mask *m = &cb->masks[0];
+    for (int k = 0; k < DT_CPU_MASKS; k++) {
+        struct cpu_mask *c = &cb->masks[k];
+        if (mask_is(c, key, row0, rows, cols, p)) {
+            m = c;
+            break;
+        }
+        if (c->used < m->used)
+            m = c;
+    }
+    m->used = 0;
+    if (m->cap < bytes) {
+        uint8_t *q = realloc(m->bytes, bytes);
+        if (!q)
+            return NULL;
+        m->bytes = q;
+        m->cap = bytes;
+    }
+    m->key = *key;
+    m->row0 = row0;
+    m->rows = rows;
+    m->cols = cols;
+    m->p = p;
+    m->used = ++cb->mask_clock;
+    return m->bytes;
+}
+
+const uint8_t *dt_cpu_mask_find(dt_backend_t *be, const struct dt_rng_key *key, uint64_t row0,
+                                int rows, int cols, float p)
+{
+    struct cpu_backend *cb = be ? be->impl : NULL;
+    if (!cb || !key)
+        return NULL;
+    for (int k = 0; k < DT_CPU_MASKS; k++) {
+        struct cpu_mask *m = &cb->masks[k];
+        if (mask_is(m, key, row0, rows, cols, p)) {
+            m->used = ++cb->mask_clock;
+            return m->bytes;
+        }
+    }
+    return NULL;
 }
 
 void *dt_cpu_scratch(dt_backend_t *be, int thread)

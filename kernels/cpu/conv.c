@@ -727,8 +727,7 @@ static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
 /* dwt += image n's filter gradient, transposed: group g's block of dwt
  * (at g * Kg * CRS) is (CRS, Kg), its rows in im2col's order (c, r, s),
  * or (r, c, s) by rows. With few filters (Kg of 16 to 64) and many taps,
- * OpenBLAS runs this product 1.04-1.5 times as fast as
- * dwg(Kg, CRS) += dyg . col^T (benchmarks.md). */
+ * OpenBLAS runs this product faster than dwg(Kg, CRS) += dyg . col^T. */
 static void bwd_filter_image(const struct conv_job *j, int n, float *dwt, float *col_ws)
 {
     const struct dt_conv2d_shape *s = j->s;

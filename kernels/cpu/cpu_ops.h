@@ -97,6 +97,21 @@ void dt_cpu_run(dt_backend_t *be, int tasks, void (*fn)(void *arg, int task, int
 dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes);
 void *dt_cpu_scratch(dt_backend_t *be, int thread);
 
+/* Dropout's masks, kept from forward for backward (one byte per element,
+ * 1 kept, 0 dropped). A mask is a pure function of (key, row0, rows, cols,
+ * p), so one found under the same five is the mask backward would draw
+ * again. dt_cpu_mask_store gives forward a block to fill for them (the
+ * least recently used of DT_CPU_MASKS slots; NULL when the block would be
+ * larger than DT_CPU_MASK_MAX bytes, memory runs out, or be is NULL: then
+ * nothing is kept); dt_cpu_mask_find gives the block stored under the
+ * same five, or NULL. */
+#define DT_CPU_MASKS 8
+#define DT_CPU_MASK_MAX ((size_t)64 << 20)
+uint8_t *dt_cpu_mask_store(dt_backend_t *be, const struct dt_rng_key *key, uint64_t row0, int rows,
+                           int cols, float p);
+const uint8_t *dt_cpu_mask_find(dt_backend_t *be, const struct dt_rng_key *key, uint64_t row0,
+                                int rows, int cols, float p);
+
 /* Grains: element-wise passes split into blocks of this many floats
  * (64 KiB: enough work to pay for a task, small enough to balance). */
 #define DT_CPU_GRAIN 16384

@@ -1,10 +1,13 @@
 /*
  * dropout.c - inverted dropout on the CPU.
  *
- * The mask is not stored: it is a pure function of (key, global element
- * index), so backward recomputes it, a CUDA kernel reproduces it bit for
- * bit, and a batch split across calls, micro-batches or ranks gets the
- * same mask as one call over the whole batch. For a (rows, cols) block
+ * The mask is a pure function of (key, global element index), so
+ * backward can draw it again, a CUDA kernel reproduces it bit for bit, and
+ * a batch split across calls, micro-batches or ranks gets the same mask as
+ * one call over the whole batch. The fast forward also keeps it, a byte
+ * per element, in the backend (dt_cpu_mask_store, the last DT_CPU_MASKS
+ * of them), and the fast backward with the same arguments applies the
+ * kept one instead of drawing it again. For a (rows, cols) block
  * whose first row is global row row0, element e = (row0 + r) * cols + c is
  * kept when
  *     u = dt_rng_u32_to_unit(word e % 4 of dt_rng_block(key, e / 4, 0)) >= p
@@ -134,10 +137,11 @@ static inline __attribute__((always_inline)) void interleave(const u32v m[4], u3
 
 /* dst[j] = src[j] * scale where kept, +0 where dropped, for elements
  * [off, off + count) of the group of GROUP_ELEMS elements starting at
- * block `first`; src and dst point at element off. */
+ * block `first`; src and dst (and mask, when not NULL: 1 kept, 0 dropped)
+ * point at element off. */
 DT_CPU_CLONES static void
 dropout_group(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, float scale,
-              const float *src, float *dst, int off, int count)
+              const float *src, float *dst, uint8_t *mask, int off, int count)
 {
     u32v m[4], keep[4];
     philox_masks(s, first, thr, m);
@@ -148,20 +152,50 @@ dropout_group(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, float
             memcpy(&x, src + LANES * v, sizeof x);
             u32v y = (u32v)(x * scale) & keep[v];
             memcpy(dst + LANES * v, &y, sizeof y);
+            if (mask) {
+                uint8_t m8[LANES];
+                for (int l = 0; l < LANES; l++)
+                    m8[l] = (uint8_t)(keep[v][l] & 1u);
+                memcpy(mask + LANES * v, m8, sizeof m8);
+            }
         }
         return;
     }
     uint32_t flat[GROUP_ELEMS];
     memcpy(flat, keep, sizeof flat);
-    for (int j = 0; j < count; j++)
+    for (int j = 0; j < count; j++) {
         dst[j] = flat[off + j] ? src[j] * scale : 0.0f;
+        if (mask)
+            mask[j] = (uint8_t)(flat[off + j] & 1u);
+    }
+}
+
+/* out(n) = in * scale where mask is 1, +0 where it is 0: the same bits as
+ * dropout_group's. */
+DT_CPU_CLONES static void masked_scale(float *out, const float *in, const uint8_t *mask, size_t n,
+                                       float scale)
+{
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        uint8_t m8[LANES];
+        f32v x;
+        memcpy(m8, mask + i, sizeof m8);
+        memcpy(&x, in + i, sizeof x);
+        u32v keep;
+        for (int l = 0; l < LANES; l++)
+            keep[l] = 0u - (uint32_t)m8[l];
+        u32v y = (u32v)(x * scale) & keep;
+        memcpy(out + i, &y, sizeof y);
+    }
+    for (; i < n; i++)
+        out[i] = mask[i] ? in[i] * scale : 0.0f;
 }
 
 /* Same mask as the reference. The block is contiguous in the global index
  * e, so walk it in groups of GROUP_ELEMS elements starting at a multiple
  * of 4: one vectorised generator call per group. */
 static void dropout_fast(float *out, const float *in, int rows, int cols, float p,
-                         const struct dt_rng_key *key, uint64_t row0)
+                         const struct dt_rng_key *key, uint64_t row0, uint8_t *mask)
 {
     const float scale = 1.0f / (1.0f - p);
     const uint64_t e0 = row0 * (uint64_t)cols;
@@ -173,7 +207,7 @@ static void dropout_fast(float *out, const float *in, int rows, int cols, float 
         uint64_t lo = g < e0 ? e0 : g;
         uint64_t hi = g + GROUP_ELEMS < e_end ? g + GROUP_ELEMS : e_end;
         dropout_group(&rs, g / WORDS_PER_BLOCK, thr, scale, in + (lo - e0), out + (lo - e0),
-                      (int)(lo - g), (int)(hi - lo));
+                      mask ? mask + (lo - e0) : NULL, (int)(lo - g), (int)(hi - lo));
     }
 }
 
@@ -186,19 +220,29 @@ struct dropout_job {
     float p;
     const struct dt_rng_key *key;
     uint64_t row0;
+    uint8_t *store;     /* forward: the mask to keep, or NULL */
+    const uint8_t *kept; /* backward: the mask forward kept, or NULL (draw it again) */
 };
 
 static void dropout_rows(void *a, size_t lo, size_t hi)
 {
     const struct dropout_job *j = a;
     size_t off = lo * (size_t)j->cols;
-    dropout_fast(j->out + off, j->in + off, (int)(hi - lo), j->cols, j->p, j->key, j->row0 + lo);
+    if (j->kept)
+        masked_scale(j->out + off, j->in + off, j->kept + off, (hi - lo) * (size_t)j->cols,
+                     1.0f / (1.0f - j->p));
+    else
+        dropout_fast(j->out + off, j->in + off, (int)(hi - lo), j->cols, j->p, j->key,
+                     j->row0 + lo, j->store ? j->store + off : NULL);
 }
 
-/* Forward and backward are the same masked scaling (of in, or of dout). */
+/* Forward and backward are the same masked scaling (of in, or of dout);
+ * the fast forward keeps its mask in the backend (dt_cpu_mask_store) and
+ * the fast backward uses it when it is there, instead of drawing it
+ * again. */
 static dt_status dropout_apply(dt_backend_t *be, const char *op, float *out, const float *in,
                                int rows, int cols, float p, const struct dt_rng_key *key,
-                               uint64_t row0, int fast)
+                               uint64_t row0, int fast, int backward)
 {
     dt_status st = check_dropout(op, out, in, rows, cols, p, key);
     if (st != DT_OK)
@@ -208,6 +252,10 @@ static dt_status dropout_apply(dt_backend_t *be, const char *op, float *out, con
     else if (fast) {
         struct dropout_job j = {.out = out, .in = in, .cols = cols, .p = p, .key = key,
                                 .row0 = row0};
+        if (backward)
+            j.kept = dt_cpu_mask_find(be, key, row0, rows, cols, p);
+        else
+            j.store = dt_cpu_mask_store(be, key, row0, rows, cols, p);
         dt_cpu_for(be, (size_t)rows, 1 + DT_CPU_GRAIN / ((size_t)cols + 1), dropout_rows, &j);
     }
     else
@@ -218,23 +266,23 @@ static dt_status dropout_apply(dt_backend_t *be, const char *op, float *out, con
 dt_status dt_cpu_dropout_fwd_ref(dt_backend_t *be, float *out, const float *in, int rows, int cols,
                                  float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply(be, "dropout_fwd", out, in, rows, cols, p, key, row0, 0);
+    return dropout_apply(be, "dropout_fwd", out, in, rows, cols, p, key, row0, 0, 0);
 }
 
 dt_status dt_cpu_dropout_bwd_ref(dt_backend_t *be, float *din, const float *dout, int rows,
                                  int cols, float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply(be, "dropout_bwd", din, dout, rows, cols, p, key, row0, 0);
+    return dropout_apply(be, "dropout_bwd", din, dout, rows, cols, p, key, row0, 0, 1);
 }
 
 dt_status dt_cpu_dropout_fwd(dt_backend_t *be, float *out, const float *in, int rows, int cols,
                              float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply(be, "dropout_fwd", out, in, rows, cols, p, key, row0, 1);
+    return dropout_apply(be, "dropout_fwd", out, in, rows, cols, p, key, row0, 1, 0);
 }
 
 dt_status dt_cpu_dropout_bwd(dt_backend_t *be, float *din, const float *dout, int rows, int cols,
                              float p, const struct dt_rng_key *key, uint64_t row0)
 {
-    return dropout_apply(be, "dropout_bwd", din, dout, rows, cols, p, key, row0, 1);
+    return dropout_apply(be, "dropout_bwd", din, dout, rows, cols, p, key, row0, 1, 1);
 }

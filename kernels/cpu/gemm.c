@@ -20,6 +20,16 @@
 #define GEMM_SPLIT_MIN (64.0 * 64 * 64)
 #define GEMM_TILE 16
 
+/* OpenBLAS (0.3.21, its AVX-512 kernels) hands products of at most 100^3
+ * multiply-adds to its small-matrix kernels, whose sums for an element of
+ * C depend on the product's shape: a 128x10 output over 512 terms cut into
+ * two 64-row blocks differs from the uncut product in most elements. A
+ * product is cut only when every block stays above that size, where the
+ * blocks' elements come out as the uncut product's (on every shape
+ * tried). This holds also with tiny tasks: it is about the bits, not the
+ * cost. */
+#define GEMM_BLAS_SMALL (100.0 * 100 * 100)
+
 struct gemm_job {
     int transa, transb, M, N, K, rows, block;
     float alpha, beta;
@@ -63,6 +73,11 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
     }
     int block = (dim + blocks - 1) / blocks;
     block = (block + tile - 1) / tile * tile;
+    int last = dim - (dim - 1) / block * block; /* the smallest block */
+    if ((double)last * (rows ? N : M) * K <= GEMM_BLAS_SMALL) {
+        one(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     struct gemm_job j = {.transa = transa, .transb = transb, .M = M, .N = N, .K = K,
                          .rows = rows, .block = block, .alpha = alpha, .beta = beta,
                          .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};

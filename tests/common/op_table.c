@@ -761,6 +761,9 @@ static const struct runner *runner_of(const struct dt_op_case *c)
 const struct dt_op_case dt_op_cases[] = {
     {"linear 5x7->3", DT_OP_linear_fwd, {5, 7, 3}, 1e-5},
     {"linear 17x33->9", DT_OP_linear_fwd, {17, 33, 9}, 1e-5},
+    /* the quick-start MLP's last layer: a product OpenBLAS gives to its
+     * small-matrix kernels, whose sums change when it is cut into blocks */
+    {"linear 128x512->10", DT_OP_linear_fwd, {128, 512, 10}, 1e-5},
     {"bias 6x19", DT_OP_bias_fwd, {6, 19}, 1e-6},
     {"bias 300x777 (row tiles, the last ones partial)", DT_OP_bias_fwd, {300, 777}, 1e-5},
     {"bias 8200x33 (row tiles wider than 128 rows)", DT_OP_bias_fwd, {8200, 33}, 1e-5},

@@ -112,40 +112,23 @@ static void test_fast_vs_ref(void)
         CU_ASSERT_EQUAL(dt_op_case_compare(&dt_op_cases[i], backends[FAST], backends[REF]), 0);
 }
 
-/* Three threads give the one-thread bits, for every row whose op does
- * not hand its sums to BLAS (whose blocking may depend on the shapes it
- * is given): those agree within the row's tolerance. The gradient check
- * and the conventions hold on three threads too. */
-static int uses_blas(enum dt_op_id op)
-{
-    switch (op) {
-    case DT_OP_linear_fwd:
-    case DT_OP_linear_bwd:
-    case DT_OP_conv2d_fwd:
-    case DT_OP_conv2d_bwd_data:
-    case DT_OP_conv2d_bwd_filter:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
+/* Three threads give the one-thread bits, for every row: the ops' own
+ * sums use fixed partitions, and the matrix products are cut into blocks
+ * only where OpenBLAS (the BLAS dtrain is built and tested with) gives
+ * each block's elements the uncut product's bits (kernels/cpu/gemm.c;
+ * "linear 128x512->10" is a product it would not). The gradient check and
+ * the conventions hold on three threads too. */
 static void test_threads_same_bits(void)
 {
-    int exact = 0;
     for (int i = 0; i < dt_op_ncases; i++) {
         struct dt_op_case c = dt_op_cases[i];
-        if (!uses_blas(c.op)) {
-            c.tol = 0.0;
-            exact++;
-        }
+        c.tol = 0.0;
         int bad = dt_op_case_compare(&c, threaded, backends[FAST]);
         if (bad)
             printf("\n  %s: 3 threads differ from 1\n", c.name);
         CU_ASSERT_EQUAL(bad, 0);
         CU_ASSERT_EQUAL(dt_op_case_conventions(&dt_op_cases[i], threaded), 0);
     }
-    CU_ASSERT(exact > dt_op_ncases / 2);
 }
 
 static void test_conventions(void)

@@ -916,6 +916,49 @@ static void test_dropout_backward(void)
     }
 }
 
+/* The fast backward uses the mask its forward kept only for the same key,
+ * rows, columns, row0 and p, and draws it again otherwise (another key's
+ * step, stream, seed or purpose, another row0, p or shape, or a mask
+ * pushed out by more than DT_CPU_MASKS forwards): the reference's bits in
+ * every case. */
+static void test_dropout_kept_mask(void)
+{
+    enum { ROWS = 6, COLS = 70, N = ROWS * COLS };
+    float in[N], dout[N], want[N], got[N], out[N];
+    fill_uniform(in, N, 1.0f, 2.0f);
+    fill_uniform(dout, N, 1.0f, 2.0f);
+    const float p = 0.3f;
+    struct dt_rng_key other[4] = {drop_key, drop_key, drop_key, drop_key};
+    other[0].step++;
+    other[1].stream++;
+    other[2].seed++;
+    other[3].purpose++;
+    for (int t = 0; t < 8; t++) {
+        const struct dt_rng_key *bk = t < 4 ? &other[t] : &drop_key;
+        uint64_t brow0 = t == 4 ? 4 : 3;
+        float bp = t == 5 ? 0.25f : p;
+        int brows = t == 6 ? ROWS - 1 : ROWS, bcols = t == 6 ? COLS + 2 : COLS;
+        if (t == 6)
+            brows = N / bcols;
+        OK(ops[FAST]->dropout_fwd(backends[FAST], out, in, ROWS, COLS, p, &drop_key, 3));
+        if (t == 7) /* push the mask out */
+            for (int k = 0; k <= DT_CPU_MASKS; k++)
+                OK(ops[FAST]->dropout_fwd(backends[FAST], out, in, ROWS, COLS, p, &drop_key,
+                                          100 + (uint64_t)k));
+        OK(ops[REF]->dropout_bwd(backends[REF], want, dout, brows, bcols, bp, bk, brow0));
+        OK(ops[FAST]->dropout_bwd(backends[FAST], got, dout, brows, bcols, bp, bk, brow0));
+        if (memcmp(want, got, (size_t)brows * bcols * sizeof *got) != 0) {
+            printf("\n  dropout backward after another forward (case %d): differs\n", t);
+            CU_FAIL("dropout backward used a mask kept for other arguments");
+        }
+    }
+    /* and with the same arguments: the kept mask, the same bits */
+    OK(ops[FAST]->dropout_fwd(backends[FAST], out, in, ROWS, COLS, p, &drop_key, 3));
+    OK(ops[REF]->dropout_bwd(backends[REF], want, dout, ROWS, COLS, p, &drop_key, 3));
+    OK(ops[FAST]->dropout_bwd(backends[FAST], got, dout, ROWS, COLS, p, &drop_key, 3));
+    CU_ASSERT_EQUAL(memcmp(want, got, sizeof got), 0);
+}
+
 static void test_dropout_deterministic(void)
 {
     enum { ROWS = 8, COLS = 13, N = ROWS * COLS, HALF = N / 2 };
@@ -1521,6 +1564,7 @@ int main(void)
     CU_ADD(s, test_dropout_fraction);
     CU_ADD(s, test_dropout_backward);
     CU_ADD(s, test_dropout_deterministic);
+    CU_ADD(s, test_dropout_kept_mask);
     CU_ADD(s, test_dropout_fast_vs_ref);
 
     s = CU_add_suite("flatten", suite_init, suite_cleanup);
