@@ -21,9 +21,9 @@
  * the input gradient, R products added into overlapping windows).
  * The column matrix of one image lives in the caller's workspace
  * (conv2d_workspace says how big); forward and the input gradient by
- * rows also regroup the filter, and the filter gradient keeps one partial sum per chunk of
- * images, both allocated per call. A 1x1 filter with stride 1 and no
- * padding needs no columns: the image itself is col.
+ * rows also regroup the filter, and the filter gradient keeps one partial
+ * sum per chunk of images, both allocated per call. A 1x1 filter with
+ * stride 1 and no padding needs no columns: the image itself is col.
  * im2col and col2im copy whole output rows, with the padded ends filled
  * or skipped once per row rather than tested per element.
  *
@@ -79,11 +79,11 @@ static int is_pointwise(const struct dt_conv2d_shape *s)
            s->pad_w == 0;
 }
 
-/* Forward and the filter gradient lower by rows (see rows() below) when
- * the filter is taller than one row at vertical stride 1 and each row
- * product has at least ROWS_MIN_INNER terms: fewer and the three thin
- * products lose to one over the whole column matrix (one input channel,
- * 3x3: 0.8 of im2col's speed). */
+/* The three passes lower by rows (see rows() below) when the filter is
+ * taller than one row at vertical stride 1 and each row product has at
+ * least ROWS_MIN_INNER terms: fewer and the thin products lose to one
+ * over the whole column matrix (one input channel, 3x3: 0.8 of im2col's
+ * speed). */
 #define ROWS_MIN_INNER 16
 
 static int by_rows(const struct dt_conv2d_shape *s)
@@ -316,7 +316,8 @@ static inline __attribute__((always_inline)) void copy_row_stride2(float *d, con
 }
 
 /* A strided output row: d[q] = a[q * stride]. */
-static inline __attribute__((always_inline)) void copy_row_strided(float *d, const float *a, int n, int stride)
+static inline __attribute__((always_inline)) void copy_row_strided(float *d, const float *a, int n,
+                                                                   int stride)
 {
     if (stride == 1)
         copy_row(d, a, n);
@@ -448,7 +449,8 @@ DT_CPU_CLONES static void rows(float *col, const float *xg, int Cg, const struct
     if (flat_ok(s)) {
         /* T = H + 2*pad_h: the padding rows, then the plane shifted by one
          * flat offset (one copy), its wrapped columns zeroed */
-        const long HW = (long)H * W, top = (long)s->pad_h * Q, bottom = (long)(T - s->pad_h - H) * Q;
+        const long HW = (long)H * W, top = (long)s->pad_h * Q;
+        const long bottom = (long)(T - s->pad_h - H) * Q;
         for (int t = 0; t < s->S; t++) {
             int ow = t * s->dil_w - s->pad_w, qlo, qhi;
             tap_range(ow, 1, W, Q, &qlo, &qhi);
@@ -626,8 +628,8 @@ struct conv_job {
     dt_backend_t *be;
     void *ws;           /* the caller's column matrix, on one thread */
     dt_backend_t *gemm; /* one image at a time: its products shared by the threads */
-    const float *wr;    /* forward by rows: the filter as (G, R, Kg, Cg*S) */
-    int by_rows;        /* forward and filter gradient lower by rows */
+    const float *wr;    /* forward and input gradient by rows: the filter as (G, R, Kg, Cg*S) */
+    int by_rows;        /* the passes lower by rows */
     int chunks;
 };
 
@@ -857,16 +859,17 @@ static void add_transposed(float *dw, const float *dwt, const struct dt_conv2d_s
             for (int c = 0; c < Cg; c++)
                 for (int r = 0; r < R; r++)
                     for (int t = 0; t < S; t++) {
-                        size_t i = by_rows ? ((size_t)r * Cg + c) * S + t : ((size_t)c * R + r) * S + t;
-                        d[(size_t)k * CRS + ((size_t)c * R + r) * S + t] += src[i * Kg + k];
+                        size_t at = ((size_t)c * R + r) * S + t;
+                        size_t i = by_rows ? ((size_t)r * Cg + c) * S + t : at;
+                        d[(size_t)k * CRS + at] += src[i * Kg + k];
                     }
     }
 }
 
 /* The filter gradient: chunks of FILTER_CHUNK consecutive images, each
  * summed in image order into its own zeroed sum (transposed), the sums
- * added in chunk order, and their total added to dw. The chunks are the same on any number
- * of threads, so the sum is too. */
+ * added in chunk order, and their total added to dw. The chunks are the
+ * same on any number of threads, so the sum is too. */
 dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy, const float *x,
                                    const struct dt_conv2d_shape *s, void *ws, size_t ws_bytes)
 {
