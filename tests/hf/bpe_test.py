@@ -144,7 +144,9 @@ try:
     ids = htok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         cont = hf.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0)
-    theirs = htok.decode(cont[0]).encode()
+    # the bytes the tokens stand for: transformers' default clean-up would
+    # drop the space of a token such as " ," ("x ," decodes as "x,")
+    theirs = htok.decode(cont[0], clean_up_tokenization_spaces=False).encode()
     ours = subprocess.run([args.dtrain, "generate", "g.yaml", "--checkpoint", "g-hf", "--prompt",
                            prompt, "--tokens", "12", "--temperature", "0"],
                           capture_output=True).stdout
