@@ -25,7 +25,10 @@
  * sum per chunk of images, both allocated per call. A 1x1 filter with
  * stride 1 and no padding needs no columns: the image itself is col.
  * im2col and col2im copy whole output rows, with the padded ends filled
- * or skipped once per row rather than tested per element.
+ * or skipped once per row rather than tested per element; at stride 1 with
+ * an output as wide as the input, and at stride 2 with an output half the
+ * input each way (through the input's four phases), each tap is one long
+ * copy.
  *
  * With train.precision bf16 or fp16 the GEMM operands (x or dy, and w)
  * are rounded to that type first (dt_cpu_operand), as linear.c does; the
@@ -94,13 +97,27 @@ static int by_rows(const struct dt_conv2d_shape *s)
 /* Padded rows of the row matrix: output row p meets padded row p + r*dil_h. */
 static int rows_tall(const struct dt_conv2d_shape *s) { return s->P + s->dil_h * (s->R - 1); }
 
+/* Stride 2 with an output half the input's size each way (H and W even)
+ * and a filter of at least 3x3: im2col and col2im go through the input's
+ * four phases (even and odd rows and columns), in which each tap's column
+ * row is one phase shifted by whole rows and columns (phases() below). */
+static int phase_ok(const struct dt_conv2d_shape *s)
+{
+    return s->stride_h == 2 && s->stride_w == 2 && s->dil_h == 1 && s->dil_w == 1 &&
+           s->H % 2 == 0 && s->W % 2 == 0 && s->P * 2 == s->H && s->Q * 2 == s->W && s->R >= 3 &&
+           s->S >= 3;
+}
+
 /* Bytes of one image's column matrix (the larger of im2col's and the row
- * matrix where both are used), 0 for the pointwise case. */
+ * matrix where both are used; with the phases after the columns where
+ * phase_ok), 0 for the pointwise case. */
 static size_t fast_ws_bytes(const struct dt_conv2d_shape *s)
 {
     if (is_pointwise(s))
         return 0;
     size_t cols = (size_t)(s->C / s->groups) * s->R * s->S * s->P * s->Q;
+    if (phase_ok(s))
+        cols += (size_t)(s->C / s->groups) * s->H * s->W;
     size_t rows = by_rows(s) ? (size_t)(s->C / s->groups) * s->S * rows_tall(s) * s->Q : 0;
     return (cols > rows ? cols : rows) * sizeof(float);
 }
@@ -416,11 +433,96 @@ static inline __attribute__((always_inline)) void im2col_flat(float *col, const 
         }
 }
 
-/* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W). */
+/* Where a plane (P, Q) shifted by (di, dj) lands in another (P, Q):
+ * rows [*plo, *phi) and columns [*qlo, *qhi) of the destination, flat
+ * range [*i0, *i1) of it, *delta the flat offset from destination to
+ * source. Returns 0 when nothing lands. */
+static inline __attribute__((always_inline)) int shift_tap(int P, int Q, int di, int dj, int *plo,
+                                                           int *phi, int *qlo, int *qhi, long *i0,
+                                                           long *i1, long *delta)
+{
+    *plo = di < 0 ? -di : 0;
+    *phi = di > 0 ? P - di : P;
+    *qlo = dj < 0 ? -dj : 0;
+    *qhi = dj > 0 ? Q - dj : Q;
+    if (*plo >= *phi || *qlo >= *qhi)
+        return 0;
+    *delta = (long)di * Q + dj;
+    *i0 = (long)*plo * Q;
+    *i1 = (long)*phi * Q;
+    if (*i0 + *delta < 0)
+        *i0 = -*delta;
+    if (*i1 + *delta > (long)P * Q)
+        *i1 = (long)P * Q - *delta;
+    return *i0 < *i1;
+}
+
+/* Tap offset o (= tap - pad) at stride 2: phase o mod 2, shift o div 2
+ * (both rounded down). */
+static inline __attribute__((always_inline)) int phase_of(int o) { return o & 1; }
+static inline __attribute__((always_inline)) int shift_of(int o) { return (o - (o & 1)) / 2; }
+
+/* ph(Cg, 4, P, Q) = xg(Cg, H, W)'s phases: phase 2a + b holds
+ * x(c, 2i + a, 2j + b). */
+static inline __attribute__((always_inline)) void phases(float *ph, const float *xg, int Cg,
+                                                         const struct dt_conv2d_shape *s)
+{
+    const int P = s->P, Q = s->Q, W = s->W;
+    const size_t PQ = (size_t)P * Q;
+    for (int c = 0; c < Cg; c++) {
+        float *pc = ph + (size_t)c * 4 * PQ;
+        const float *xc = xg + (size_t)c * s->H * W;
+        for (int i = 0; i < P; i++)
+            for (int a = 0; a < 2; a++) {
+                const float *row = xc + (size_t)(2 * i + a) * W; /* (W) */
+                copy_row_stride2(pc + (2 * a) * PQ + (size_t)i * Q, row, Q);
+                copy_row_stride2(pc + (2 * a + 1) * PQ + (size_t)i * Q, row + 1, Q);
+            }
+    }
+}
+
+/* im2col through the phases (phase_ok): each tap's column row is a phase
+ * shifted by one flat offset, its wrapped columns and the rows outside
+ * zeroed, as the flat path does. ph: scratch of Cg*H*W floats. */
+static inline __attribute__((always_inline)) void im2col_phases(float *col, float *ph,
+                                                                const float *xg, int Cg,
+                                                                const struct dt_conv2d_shape *s)
+{
+    const int P = s->P, Q = s->Q;
+    const size_t PQ = (size_t)P * Q, RS = (size_t)s->R * s->S;
+    phases(ph, xg, Cg, s);
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            int oh = r - s->pad_h, ow = t - s->pad_w, plo, phi, qlo, qhi;
+            long i0 = 0, i1 = 0, delta = 0;
+            int meets = shift_tap(P, Q, shift_of(oh), shift_of(ow), &plo, &phi, &qlo, &qhi, &i0,
+                                  &i1, &delta);
+            int phase = 2 * phase_of(oh) + phase_of(ow);
+            for (int c = 0; c < Cg; c++) {
+                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
+                if (!meets) {
+                    memset(row, 0, PQ * sizeof *row);
+                    continue;
+                }
+                const float *src = ph + ((size_t)c * 4 + phase) * PQ; /* (P, Q) */
+                memset(row, 0, (size_t)i0 * sizeof *row);
+                memcpy(row + i0, src + i0 + delta, (size_t)(i1 - i0) * sizeof *row);
+                memset(row + i1, 0, (PQ - (size_t)i1) * sizeof *row);
+                zero_edges(row, Q, plo, phi, qlo, qhi);
+            }
+        }
+}
+
+/* col(Cg*R*S, P*Q) from one image's group xg(Cg, H, W); where phase_ok,
+ * the phases go in the Cg*H*W floats after col. */
 DT_CPU_CLONES static void im2col(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
     if (flat_ok(s)) {
         im2col_flat(col, xg, Cg, s);
+        return;
+    }
+    if (phase_ok(s)) {
+        im2col_phases(col, col + (size_t)Cg * s->R * s->S * s->P * s->Q, xg, Cg, s);
         return;
     }
     const int H = s->H, W = s->W, P = s->P, Q = s->Q, sh = s->stride_h, sw = s->stride_w;
@@ -561,12 +663,58 @@ DT_CPU_CLONES static void rows_back(float *dxg, float *col, int Cg, const struct
         }
 }
 
+/* col2im through the phases (phase_ok): each tap's column row added to
+ * its phase at one flat offset (wrapped columns zeroed first), then the
+ * phases interleaved into dxg, which they cover. ph: scratch of Cg*H*W
+ * floats. */
+static inline __attribute__((always_inline)) void col2im_phases(float *dxg, float *col, float *ph,
+                                                                int Cg,
+                                                                const struct dt_conv2d_shape *s)
+{
+    const int P = s->P, Q = s->Q, W = s->W;
+    const size_t PQ = (size_t)P * Q, RS = (size_t)s->R * s->S;
+    memset(ph, 0, (size_t)Cg * 4 * PQ * sizeof *ph);
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++) {
+            int oh = r - s->pad_h, ow = t - s->pad_w, plo, phi, qlo, qhi;
+            long i0 = 0, i1 = 0, delta = 0;
+            if (!shift_tap(P, Q, shift_of(oh), shift_of(ow), &plo, &phi, &qlo, &qhi, &i0, &i1,
+                           &delta))
+                continue;
+            int phase = 2 * phase_of(oh) + phase_of(ow);
+            for (int c = 0; c < Cg; c++) {
+                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
+                zero_edges(row, Q, plo, phi, qlo, qhi);
+                add_row(ph + ((size_t)c * 4 + phase) * PQ + i0 + delta, row + i0, (int)(i1 - i0));
+            }
+        }
+    for (int c = 0; c < Cg; c++) {
+        const float *pc = ph + (size_t)c * 4 * PQ;
+        float *dc = dxg + (size_t)c * s->H * W;
+        for (int i = 0; i < P; i++)
+            for (int a = 0; a < 2; a++) {
+                const float *even = pc + (2 * a) * PQ + (size_t)i * Q;
+                const float *odd = pc + (2 * a + 1) * PQ + (size_t)i * Q;
+                float *row = dc + (size_t)(2 * i + a) * W; /* (W) */
+                for (int j = 0; j < Q; j++) {
+                    row[2 * j] = even[j];
+                    row[2 * j + 1] = odd[j];
+                }
+            }
+    }
+}
+
 /* dxg(Cg, H, W) = the sum of col(Cg*R*S, P*Q) scattered back where
- * im2col read it (dxg is zeroed first; col may be changed). */
+ * im2col read it (dxg is zeroed first; col may be changed; where
+ * phase_ok, the Cg*H*W floats after col are scratch). */
 DT_CPU_CLONES static void col2im(float *dxg, float *col, int Cg, const struct dt_conv2d_shape *s)
 {
     if (flat_ok(s)) {
         col2im_flat(dxg, col, Cg, s);
+        return;
+    }
+    if (phase_ok(s)) {
+        col2im_phases(dxg, col, col + (size_t)Cg * s->R * s->S * s->P * s->Q, Cg, s);
         return;
     }
     const int H = s->H, W = s->W, P = s->P, Q = s->Q, sh = s->stride_h, sw = s->stride_w;

@@ -827,6 +827,17 @@ const struct dt_op_case dt_op_cases[] = {
      CONV(1, 4, 11, 10, 3, 5, 5, 3, 2, 2, 2, 1, 1, 1), 1e-5},
     {"conv 3x3 stride 2x1, dilation 2x1", DT_OP_conv2d_fwd,
      CONV(2, 8, 10, 9, 3, 3, 3, 2, 1, 2, 1, 2, 1, 1), 1e-5},
+    /* stride 2, output half the input each way: im2col through the phases */
+    {"conv 3x3 stride 2 pad 1, phases", DT_OP_conv2d_fwd,
+     CONV(2, 3, 8, 10, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 5x5 stride 2 pad 2, phases", DT_OP_conv2d_fwd,
+     CONV(1, 2, 12, 6, 3, 5, 5, 2, 2, 2, 2, 1, 1, 1), 1e-5},
+    {"conv 4x4 stride 2 pad 1, phases", DT_OP_conv2d_fwd,
+     CONV(2, 2, 8, 8, 3, 4, 4, 2, 2, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 3x3 stride 2 pad 1, phases, 28 wide", DT_OP_conv2d_fwd,
+     CONV(2, 3, 6, 28, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 3x3 stride 2 pad 1, phases, groups 2", DT_OP_conv2d_fwd,
+     CONV(2, 4, 8, 8, 4, 3, 3, 2, 2, 1, 1, 1, 1, 2), 1e-5},
     /* stride 2 with output rows of more than one vector */
     {"conv 3x3 stride 2, 12 outputs a row", DT_OP_conv2d_fwd,
      CONV(2, 3, 9, 23, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1), 1e-5},
