@@ -375,27 +375,51 @@ static int flat_ok(const struct dt_conv2d_shape *s)
     return s->stride_h == 1 && s->stride_w == 1 && s->Q == s->W;
 }
 
-/* Where tap (r, t) is valid: output rows [*plo, *phi), columns [*qlo,
- * *qhi); the flat range [*i0, *i1) of the tap's column row that maps
- * inside the image; *delta the flat offset from column row to image.
- * Returns 0 when the tap never meets the image. */
-static inline __attribute__((always_inline)) int flat_tap(const struct dt_conv2d_shape *s, int r, int t, int *plo, int *phi, int *qlo,
-                    int *qhi, long *i0, long *i1, long *delta)
+/* A tap whose column row is its source plane shifted by one flat offset:
+ * valid in rows [plo, phi) and columns [qlo, qhi) of the (P, Q) row; the
+ * flat range [i0, i1) of the row that maps inside the source, at row
+ * index + delta; meets 0 when nothing does. */
+struct shift {
+    int plo, phi, qlo, qhi, meets;
+    long i0, i1, delta;
+};
+
+/* Completes t from its valid rows and columns, its flat offset, the row's
+ * width Q and the source plane's size. */
+static inline __attribute__((always_inline)) struct shift shift_done(struct shift t, long delta, int Q,
+                                                                     long source)
 {
-    const int H = s->H, W = s->W, P = s->P, Q = s->Q;
+    t.meets = 0;
+    if (t.plo >= t.phi || t.qlo >= t.qhi)
+        return t;
+    t.delta = delta;
+    t.i0 = (long)t.plo * Q;
+    t.i1 = (long)t.phi * Q;
+    if (t.i0 + delta < 0)
+        t.i0 = -delta;
+    if (t.i1 + delta > source)
+        t.i1 = source - delta;
+    t.meets = t.i0 < t.i1;
+    return t;
+}
+
+/* Tap (r, t) of the flat path: its column row is the image shifted. */
+static inline __attribute__((always_inline)) struct shift flat_tap(const struct dt_conv2d_shape *s,
+                                                                   int r, int t)
+{
     int oh = r * s->dil_h - s->pad_h, ow = t * s->dil_w - s->pad_w;
-    tap_range(ow, 1, W, Q, qlo, qhi);
-    tap_range(oh, 1, H, P, plo, phi);
-    if (*plo >= *phi || *qlo >= *qhi)
-        return 0;
-    *delta = (long)oh * W + ow;
-    *i0 = (long)*plo * Q;
-    *i1 = (long)*phi * Q;
-    if (*i0 + *delta < 0)
-        *i0 = -*delta;
-    if (*i1 + *delta > (long)H * W)
-        *i1 = (long)H * W - *delta;
-    return *i0 < *i1;
+    struct shift sh = {0};
+    tap_range(ow, 1, s->W, s->Q, &sh.qlo, &sh.qhi);
+    tap_range(oh, 1, s->H, s->P, &sh.plo, &sh.phi);
+    return shift_done(sh, (long)oh * s->W + ow, s->Q, (long)s->H * s->W);
+}
+
+/* A plane (P, Q) shifted by (di, dj) into another (P, Q). */
+static inline __attribute__((always_inline)) struct shift shift_tap(int P, int Q, int di, int dj)
+{
+    struct shift sh = {.plo = di < 0 ? -di : 0, .phi = di > 0 ? P - di : P,
+                       .qlo = dj < 0 ? -dj : 0, .qhi = dj > 0 ? Q - dj : Q};
+    return shift_done(sh, (long)di * Q + dj, Q, (long)P * Q);
 }
 
 /* Zeroes the columns outside [qlo, qhi) of rows [plo, phi) of a tap's
@@ -411,50 +435,31 @@ static inline __attribute__((always_inline)) void zero_edges(float *row, int Q, 
             row[(size_t)p * Q + q] = 0.0f;
 }
 
+/* row(n floats, Q wide) = src shifted by t: one copy, then zeros where
+ * nothing lands and in the wrapped columns. */
+static inline __attribute__((always_inline)) void shift_copy(float *row, const float *src, size_t n,
+                                                             int Q, const struct shift *t)
+{
+    if (!t->meets) {
+        memset(row, 0, n * sizeof *row);
+        return;
+    }
+    memset(row, 0, (size_t)t->i0 * sizeof *row);
+    memcpy(row + t->i0, src + t->i0 + t->delta, (size_t)(t->i1 - t->i0) * sizeof *row);
+    memset(row + t->i1, 0, (n - (size_t)t->i1) * sizeof *row);
+    zero_edges(row, Q, t->plo, t->phi, t->qlo, t->qhi);
+}
+
 static inline __attribute__((always_inline)) void im2col_flat(float *col, const float *xg, int Cg, const struct dt_conv2d_shape *s)
 {
     const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
     for (int r = 0; r < s->R; r++)
         for (int t = 0; t < s->S; t++) {
-            int plo, phi, qlo, qhi;
-            long i0 = 0, i1 = 0, delta = 0;
-            int meets = flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta);
-            for (int c = 0; c < Cg; c++) {
-                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
-                if (!meets) {
-                    memset(row, 0, PQ * sizeof *row);
-                    continue;
-                }
-                memset(row, 0, (size_t)i0 * sizeof *row);
-                memcpy(row + i0, xg + c * HW + i0 + delta, (size_t)(i1 - i0) * sizeof *row);
-                memset(row + i1, 0, (PQ - (size_t)i1) * sizeof *row);
-                zero_edges(row, s->Q, plo, phi, qlo, qhi);
-            }
+            struct shift sh = flat_tap(s, r, t);
+            for (int c = 0; c < Cg; c++)
+                shift_copy(col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ, xg + c * HW, PQ,
+                           s->Q, &sh);
         }
-}
-
-/* Where a plane (P, Q) shifted by (di, dj) lands in another (P, Q):
- * rows [*plo, *phi) and columns [*qlo, *qhi) of the destination, flat
- * range [*i0, *i1) of it, *delta the flat offset from destination to
- * source. Returns 0 when nothing lands. */
-static inline __attribute__((always_inline)) int shift_tap(int P, int Q, int di, int dj, int *plo,
-                                                           int *phi, int *qlo, int *qhi, long *i0,
-                                                           long *i1, long *delta)
-{
-    *plo = di < 0 ? -di : 0;
-    *phi = di > 0 ? P - di : P;
-    *qlo = dj < 0 ? -dj : 0;
-    *qhi = dj > 0 ? Q - dj : Q;
-    if (*plo >= *phi || *qlo >= *qhi)
-        return 0;
-    *delta = (long)di * Q + dj;
-    *i0 = (long)*plo * Q;
-    *i1 = (long)*phi * Q;
-    if (*i0 + *delta < 0)
-        *i0 = -*delta;
-    if (*i1 + *delta > (long)P * Q)
-        *i1 = (long)P * Q - *delta;
-    return *i0 < *i1;
 }
 
 /* Tap offset o (= tap - pad) at stride 2: phase o mod 2, shift o div 2
@@ -493,23 +498,12 @@ static inline __attribute__((always_inline)) void im2col_phases(float *col, floa
     phases(ph, xg, Cg, s);
     for (int r = 0; r < s->R; r++)
         for (int t = 0; t < s->S; t++) {
-            int oh = r - s->pad_h, ow = t - s->pad_w, plo, phi, qlo, qhi;
-            long i0 = 0, i1 = 0, delta = 0;
-            int meets = shift_tap(P, Q, shift_of(oh), shift_of(ow), &plo, &phi, &qlo, &qhi, &i0,
-                                  &i1, &delta);
+            int oh = r - s->pad_h, ow = t - s->pad_w;
+            struct shift sh = shift_tap(P, Q, shift_of(oh), shift_of(ow));
             int phase = 2 * phase_of(oh) + phase_of(ow);
-            for (int c = 0; c < Cg; c++) {
-                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
-                if (!meets) {
-                    memset(row, 0, PQ * sizeof *row);
-                    continue;
-                }
-                const float *src = ph + ((size_t)c * 4 + phase) * PQ; /* (P, Q) */
-                memset(row, 0, (size_t)i0 * sizeof *row);
-                memcpy(row + i0, src + i0 + delta, (size_t)(i1 - i0) * sizeof *row);
-                memset(row + i1, 0, (PQ - (size_t)i1) * sizeof *row);
-                zero_edges(row, Q, plo, phi, qlo, qhi);
-            }
+            for (int c = 0; c < Cg; c++)
+                shift_copy(col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ,
+                           ph + ((size_t)c * 4 + phase) * PQ, PQ, Q, &sh);
         }
 }
 
@@ -551,25 +545,16 @@ DT_CPU_CLONES static void rows(float *col, const float *xg, int Cg, const struct
     if (flat_ok(s)) {
         /* T = H + 2*pad_h: the padding rows, then the plane shifted by one
          * flat offset (one copy), its wrapped columns zeroed */
-        const long HW = (long)H * W, top = (long)s->pad_h * Q;
-        const long bottom = (long)(T - s->pad_h - H) * Q;
+        const size_t HW = (size_t)H * W, top = (size_t)s->pad_h * Q;
+        const size_t bottom = (size_t)(T - s->pad_h - H) * Q;
         for (int t = 0; t < s->S; t++) {
-            int ow = t * s->dil_w - s->pad_w, qlo, qhi;
-            tap_range(ow, 1, W, Q, &qlo, &qhi);
-            long i0 = ow < 0 ? -ow : 0, i1 = ow > 0 ? HW - ow : HW;
-            if (i0 > HW)
-                i0 = HW;
-            if (i1 < i0)
-                i1 = i0;
+            struct shift sh = shift_tap(H, W, 0, t * s->dil_w - s->pad_w);
             for (int c = 0; c < Cg; c++) {
                 float *row = col + ((size_t)c * s->S + t) * T * Q; /* (T, Q) */
                 float *img = row + top;                            /* (H, Q) */
-                memset(row, 0, (size_t)top * sizeof *row);
-                memset(img, 0, (size_t)i0 * sizeof *img);
-                memcpy(img + i0, xg + c * HW + i0 + ow, (size_t)(i1 - i0) * sizeof *img);
-                memset(img + i1, 0, (size_t)(HW - i1) * sizeof *img);
-                zero_edges(img, Q, 0, H, qlo, qhi);
-                memset(img + HW, 0, (size_t)bottom * sizeof *img);
+                memset(row, 0, top * sizeof *row);
+                shift_copy(img, xg + c * HW, HW, Q, &sh);
+                memset(img + HW, 0, bottom * sizeof *img);
             }
         }
         return;
@@ -609,23 +594,28 @@ static inline __attribute__((always_inline)) void add_row(float *d, const float 
         d[i] += a[i];
 }
 
-/* dcol's wrapped columns are zeroed in place (it is scratch), so that
- * one flat add per tap carries only real gradients. */
+/* dst += row (Q wide) shifted back by t: the row's wrapped columns are
+ * zeroed in place (it is scratch), so that one flat add carries only real
+ * gradients. */
+static inline __attribute__((always_inline)) void shift_add(float *dst, float *row, int Q,
+                                                            const struct shift *t)
+{
+    if (!t->meets)
+        return;
+    zero_edges(row, Q, t->plo, t->phi, t->qlo, t->qhi);
+    add_row(dst + t->i0 + t->delta, row + t->i0, (int)(t->i1 - t->i0));
+}
+
 static inline __attribute__((always_inline)) void col2im_flat(float *dxg, float *dcol, int Cg, const struct dt_conv2d_shape *s)
 {
     const size_t HW = (size_t)s->H * s->W, PQ = (size_t)s->P * s->Q, RS = (size_t)s->R * s->S;
     memset(dxg, 0, (size_t)Cg * HW * sizeof *dxg);
     for (int r = 0; r < s->R; r++)
         for (int t = 0; t < s->S; t++) {
-            int plo, phi, qlo, qhi;
-            long i0 = 0, i1 = 0, delta = 0;
-            if (!flat_tap(s, r, t, &plo, &phi, &qlo, &qhi, &i0, &i1, &delta))
-                continue;
-            for (int c = 0; c < Cg; c++) {
-                float *row = dcol + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
-                zero_edges(row, s->Q, plo, phi, qlo, qhi);
-                add_row(dxg + c * HW + i0 + delta, row + i0, (int)(i1 - i0));
-            }
+            struct shift sh = flat_tap(s, r, t);
+            for (int c = 0; c < Cg; c++)
+                shift_add(dxg + c * HW, dcol + ((size_t)c * RS + (size_t)r * s->S + t) * PQ, s->Q,
+                          &sh);
         }
 }
 
@@ -644,11 +634,8 @@ DT_CPU_CLONES static void rows_back(float *dxg, float *col, int Cg, const struct
             float *img = col + ((size_t)c * s->S + t) * T * Q + (size_t)s->pad_h * Q; /* (H, Q) */
             float *dxc = dxg + c * HW;
             if (flat_ok(s)) {
-                long i0 = ow < 0 ? -ow : 0, i1 = ow > 0 ? HW - ow : HW;
-                if (i0 < i1) {
-                    zero_edges(img, Q, 0, H, qlo, qhi);
-                    add_row(dxc + i0 + ow, img + i0, (int)(i1 - i0));
-                }
+                struct shift sh = shift_tap(H, W, 0, ow);
+                shift_add(dxc, img, Q, &sh);
                 continue;
             }
             for (int h = 0; h < H; h++) {
@@ -676,17 +663,12 @@ static inline __attribute__((always_inline)) void col2im_phases(float *dxg, floa
     memset(ph, 0, (size_t)Cg * 4 * PQ * sizeof *ph);
     for (int r = 0; r < s->R; r++)
         for (int t = 0; t < s->S; t++) {
-            int oh = r - s->pad_h, ow = t - s->pad_w, plo, phi, qlo, qhi;
-            long i0 = 0, i1 = 0, delta = 0;
-            if (!shift_tap(P, Q, shift_of(oh), shift_of(ow), &plo, &phi, &qlo, &qhi, &i0, &i1,
-                           &delta))
-                continue;
+            int oh = r - s->pad_h, ow = t - s->pad_w;
+            struct shift sh = shift_tap(P, Q, shift_of(oh), shift_of(ow));
             int phase = 2 * phase_of(oh) + phase_of(ow);
-            for (int c = 0; c < Cg; c++) {
-                float *row = col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ; /* (P, Q) */
-                zero_edges(row, Q, plo, phi, qlo, qhi);
-                add_row(ph + ((size_t)c * 4 + phase) * PQ + i0 + delta, row + i0, (int)(i1 - i0));
-            }
+            for (int c = 0; c < Cg; c++)
+                shift_add(ph + ((size_t)c * 4 + phase) * PQ,
+                          col + ((size_t)c * RS + (size_t)r * s->S + t) * PQ, Q, &sh);
         }
     for (int c = 0; c < Cg; c++) {
         const float *pc = ph + (size_t)c * 4 * PQ;
