@@ -67,14 +67,10 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
     int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
     int rows = M >= N, dim = rows ? M : N, tile = tiny ? 1 : GEMM_TILE;
     int blocks = threads < dim / tile ? threads : dim / tile;
-    if (threads == 1 || blocks < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)) {
-        one(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    int block = (dim + blocks - 1) / blocks;
-    block = (block + tile - 1) / tile * tile;
-    int last = dim - (dim - 1) / block * block; /* the smallest block */
-    if ((double)last * (rows ? N : M) * K <= GEMM_BLAS_SMALL) {
+    int block = blocks > 0 ? ((dim + blocks - 1) / blocks + tile - 1) / tile * tile : dim;
+    int last = dim > 0 ? dim - (dim - 1) / block * block : 0; /* the smallest block */
+    if (threads == 1 || blocks < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN) ||
+        (double)last * (rows ? N : M) * K <= GEMM_BLAS_SMALL) {
         one(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
