@@ -148,7 +148,8 @@ struct dt_pool2d_shape {
 /*
  * The op list: X(name, (parameters)). Per op:
  *
- * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T; when in_kept is not NULL it
+ * linear_fwd     out(B,Out) = in(B,In) @ w(Out,In)^T (+ bias(Out) on every row when
+ *                bias is not NULL); when in_kept is not NULL it
  *                also gets in as the GEMM reads it, rounded to the backend's
  *                operand type (dt_backend_kept_operand_bytes per element; only
  *                on backends where that is not 0), for linear_bwd
@@ -260,8 +261,8 @@ struct dt_pool2d_shape {
  * from_bf16      dst = src widened back, exactly
  */
 #define DT_OP_LIST(X)                                                                              \
-    X(linear_fwd, (dt_backend_t * be, float *out, const float *in, const float *w, int B, int In,  \
-                   int Out, void *in_kept))                                                        \
+    X(linear_fwd, (dt_backend_t * be, float *out, const float *in, const float *w,                \
+                   const float *bias, int B, int In, int Out, void *in_kept))                      \
     X(linear_bwd, (dt_backend_t * be, float *din, float *dw, const float *dout, const float *in,   \
                    const float *w, int B, int In, int Out, const void *in_kept))                   \
     X(bias_fwd, (dt_backend_t * be, float *x, const float *b, int B, int C))                       \

@@ -1,11 +1,13 @@
 /*
- * linear.c - fully connected layer on the CPU: out = in @ w^T, and the
- * bias add that follows it, with their backward passes.
+ * linear.c - fully connected layer on the CPU: out = in @ w^T (+ bias), and
+ * the bias add on its own, with their backward passes.
  *
  * The reference versions are the textbook triple loops. The fast versions
  * hand the three matrix products to BLAS (OpenBLAS here) with no copies or
  * transposes: row-major in(B,I) and w(O,I) are already the operands sgemm
- * wants, and the weight gradient accumulates through beta = 1. The bias
+ * wants, and the weight gradient accumulates through beta = 1. The fast
+ * forward starts the product from the bias on every row (beta = 1), which
+ * saves the pass over the output that adding it afterwards takes. The bias
  * loops work on fixed blocks of DT_CPU_LANES columns so they vectorise at
  * -O2, and add in the same order as the reference (same bits).
  *
@@ -99,9 +101,10 @@ static dt_status rounded_bwd_operands(dt_backend_t *be, const float **dout, cons
 
 /* ---- reference ------------------------------------------------------- */
 
-/* out(B,O) = in(B,I) @ w(O,I)^T */
+/* out(B,O) = in(B,I) @ w(O,I)^T (+ bias(O)): the sum, then the bias added
+ * to it, as a separate bias_fwd would */
 dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, const float *w,
-                                int B, int I, int O, void *in_kept)
+                                const float *bias, int B, int I, int O, void *in_kept)
 {
     (void)in_kept; /* operands are rounded as they are read: nothing to keep */
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
@@ -116,7 +119,7 @@ dt_status dt_cpu_linear_fwd_ref(dt_backend_t *be, float *out, const float *in, c
             float s = 0.0f;
             for (int i = 0; i < I; i++)
                 s += x[i] * wo[i];
-            out[(size_t)b * O + o] = s;
+            out[(size_t)b * O + o] = bias ? s + bias[o] : s;
         }
     }
     return DT_OK;
@@ -214,8 +217,10 @@ dt_status dt_cpu_channel_bias_bwd_ref(dt_backend_t *be, float *db, const float *
 
 /* ---- fast ------------------------------------------------------------ */
 
-dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                            int I, int O, void *in_kept)
+static void fill_rows(dt_backend_t *be, float *x, const float *b, int B, int C);
+
+dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w,
+                            const float *bias, int B, int I, int O, void *in_kept)
 {
     (void)in_kept;
     dt_status st = check_linear_fwd(out, in, w, B, I, O);
@@ -225,12 +230,17 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
         return st;
     if (B == 0 || O == 0)
         return DT_OK;
+    /* The bias is the product's starting value (beta = 1), so no pass
+     * over out adds it afterwards. */
+    if (bias)
+        fill_rows(be, out, bias, B, O);
     if (I == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */
-        memset(out, 0, (size_t)B * O * sizeof *out);
+        if (!bias)
+            memset(out, 0, (size_t)B * O * sizeof *out);
         return DT_OK;
     }
-    /* out(B,O) = in(B,I) . w(O,I)^T */
-    dt_cpu_sgemm(be, 0, 1, B, O, I, 1.0f, in, I, w, I, 0.0f, out, O);
+    /* out(B,O) (+)= in(B,I) . w(O,I)^T */
+    dt_cpu_sgemm(be, 0, 1, B, O, I, 1.0f, in, I, w, I, bias ? 1.0f : 0.0f, out, O);
     return DT_OK;
 }
 
@@ -280,6 +290,22 @@ DT_CPU_CLONES static void bias_fwd_rows(void *a, size_t lo, size_t hi)
         for (; c < C; c++)
             xr[c] += b[c];
     }
+}
+
+static void fill_rows_range(void *a, size_t lo, size_t hi)
+{
+    const struct bias_job *j = a;
+    const size_t C = (size_t)j->C;
+    for (size_t r = lo; r < hi; r++)
+        memcpy(j->x + r * C, j->b, C * sizeof *j->x);
+}
+
+/* x(B,C) = b(C) on every row (linear_fwd's starting value). */
+static void fill_rows(dt_backend_t *be, float *x, const float *b, int B, int C)
+{
+    struct bias_job j = {.x = x, .b = b, .B = B, .C = C};
+    dt_cpu_for(be, (size_t)B, C ? DT_CPU_GRAIN / (size_t)C + 1 : (size_t)B + 1, fill_rows_range,
+               &j);
 }
 
 dt_status dt_cpu_bias_fwd(dt_backend_t *be, float *x, const float *b, int B, int C)

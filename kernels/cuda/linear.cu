@@ -234,9 +234,10 @@ static dt_status zero(struct cuda_backend *cb, const struct shape *s, float *x, 
     return dt_cuda_status(cb, err, 0, s->op, SHAPE_FMT, SHAPE_ARGS(s));
 }
 
-/* out(B,Out) = in(B,In) @ w(Out,In)^T */
-dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w, int B,
-                             int In, int Out, void *in_kept)
+/* out(B,Out) = in(B,In) @ w(Out,In)^T (+ bias(Out) on every row, added by
+ * bias_fwd after the product) */
+dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, const float *w,
+                             const float *bias, int B, int In, int Out, void *in_kept)
 {
     DT_CUDA_REQUIRE(out && in && w, "linear_fwd", "out, in and w must not be NULL");
     DT_CUDA_REQUIRE(B >= 0 && In >= 0 && Out >= 0, "linear_fwd",
@@ -245,17 +246,22 @@ dt_status dt_cuda_linear_fwd(dt_backend_t *be, float *out, const float *in, cons
     const struct shape s = {"linear_fwd", B, In, Out};
     if (B == 0 || Out == 0)
         return DT_OK;
-    if (In == 0)
-        return zero(cb, &s, out, B, Out);
-    const float *src[2] = {w, in};
-    const size_t n[2] = {(size_t)Out * In, (size_t)B * In};
-    const void *op[2];
-    dt_status st = operands(cb, &s, src, n, 2, 0, 1, in_kept, 1, op);
-    if (st != DT_OK)
-        return st;
-    /* out^T(Out,B) = w(Out,In) @ in^T(In,B) */
-    return gemm(cb, &s, CUBLAS_OP_T, CUBLAS_OP_N, Out, B, In, op[0], In, op[1], In, 0.0f, out,
-                Out);
+    dt_status st = DT_OK;
+    if (In == 0) {
+        st = zero(cb, &s, out, B, Out);
+    } else {
+        const float *src[2] = {w, in};
+        const size_t n[2] = {(size_t)Out * In, (size_t)B * In};
+        const void *op[2];
+        st = operands(cb, &s, src, n, 2, 0, 1, in_kept, 1, op);
+        /* out^T(Out,B) = w(Out,In) @ in^T(In,B) */
+        if (st == DT_OK)
+            st = gemm(cb, &s, CUBLAS_OP_T, CUBLAS_OP_N, Out, B, In, op[0], In, op[1], In, 0.0f,
+                      out, Out);
+    }
+    if (st == DT_OK && bias)
+        st = dt_cuda_bias_fwd(be, out, bias, B, Out);
+    return st;
 }
 
 /* din(B,In) = dout(B,Out) @ w(Out,In)  (written; skipped when din is NULL)

@@ -156,8 +156,8 @@ static dt_status gemm_reference(struct gemm_data *g)
     fill_pattern(g->w, GEMM_OUT * GEMM_IN, 2);
     dt_status st = dt_backend_create("cpu", &ro, &ref);
     if (st == DT_OK)
-        st = dt_backend_ops(ref)->linear_fwd(ref, g->want, g->in, g->w, GEMM_B, GEMM_IN, GEMM_OUT,
-                                             NULL);
+        st = dt_backend_ops(ref)->linear_fwd(ref, g->want, g->in, g->w, NULL, GEMM_B, GEMM_IN,
+                                             GEMM_OUT, NULL);
     dt_backend_destroy(ref);
     return st;
 }
@@ -168,8 +168,8 @@ static void check_cpu_gemm(struct facts *f, struct gemm_data *g)
     dt_backend_t *fast = NULL;
     dt_status st = dt_backend_create("cpu", &fo, &fast);
     if (st == DT_OK)
-        st = dt_backend_ops(fast)->linear_fwd(fast, g->got, g->in, g->w, GEMM_B, GEMM_IN, GEMM_OUT,
-                                              NULL);
+        st = dt_backend_ops(fast)->linear_fwd(fast, g->got, g->in, g->w, NULL, GEMM_B, GEMM_IN,
+                                              GEMM_OUT, NULL);
     dt_backend_destroy(fast);
     if (st != DT_OK) {
         snprintf(f->cpu_gemm_msg, sizeof f->cpu_gemm_msg, "%s", dt_last_error());
@@ -215,7 +215,8 @@ static dt_status gpu_gemm(dt_backend_t *be, struct facts *f, struct gemm_data *g
     DT_CHECK(dt_backend_alloc(be, sizeof g->got, (void **)&dout));
     DT_CHECK(dt_backend_copy(be, din, g->in, sizeof g->in, DT_COPY_H2D));
     DT_CHECK(dt_backend_copy(be, dw, g->w, sizeof g->w, DT_COPY_H2D));
-    DT_CHECK(dt_backend_ops(be)->linear_fwd(be, dout, din, dw, GEMM_B, GEMM_IN, GEMM_OUT, NULL));
+    DT_CHECK(
+        dt_backend_ops(be)->linear_fwd(be, dout, din, dw, NULL, GEMM_B, GEMM_IN, GEMM_OUT, NULL));
     DT_CHECK(dt_backend_copy(be, g->got, dout, sizeof g->got, DT_COPY_D2H));
     DT_CHECK(dt_backend_sync(be));
     f->gpu_gemm_err = gemm_error(g->got, g->want, g->in, g->w);

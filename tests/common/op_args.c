@@ -117,8 +117,8 @@ int dt_test_invalid_args(const struct dt_ops *o, dt_backend_t *be, float *x, flo
     double loss = 0.0;
     int64_t hits = 0;
     int fin = 0;
-    REFUSED(&t, "linear_fwd", o->linear_fwd(be, NULL, x, y, 2, 2, 2, NULL));
-    REFUSED(&t, "linear_fwd", o->linear_fwd(be, z, x, y, -1, 2, 2, NULL));
+    REFUSED(&t, "linear_fwd", o->linear_fwd(be, NULL, x, y, NULL, 2, 2, 2, NULL));
+    REFUSED(&t, "linear_fwd", o->linear_fwd(be, z, x, y, NULL, -1, 2, 2, NULL));
     REFUSED(&t, "linear_bwd", o->linear_bwd(be, z, NULL, x, x, y, 2, 2, 2, NULL));
     REFUSED(&t, "linear_bwd", o->linear_bwd(be, z, y, x, x, NULL, 2, 2, 2, NULL));
     REFUSED(&t, "linear_bwd", o->linear_bwd(be, z, y, x, x, y, 2, -2, 2, NULL));

@@ -265,7 +265,8 @@ static void free_all(struct run *r)
 /* slot indices of a run's buffers, in declaration order per runner */
 enum { X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X13, X14, X15, X16, X17 };
 
-/* linear: 0 x, 1 w, 2 dy, 3 y, 4 dx, 5 dw */
+/* linear: 0 x, 1 w, 2 dy, 3 y, 4 dx, 5 dw, and with a bias (dims[3] 1) 6 b
+ * (its gradient is bias_bwd's, a row of its own) */
 static void linear_setup(struct run *r)
 {
     const int *d = r->c->dims;
@@ -276,11 +277,14 @@ static void linear_setup(struct run *r)
     out_r(r, "y", B * O, R);
     grad(r, "dx", GRAD_W, X0);
     grad(r, "dw", GRAD_P, X1);
+    if (d[3])
+        buf(r, "b", CONST, F32, O, UNIFORM);
 }
 static void linear_fwd(struct run *r)
 {
     const int *d = r->c->dims;
-    CALL(r, linear_fwd, F(r, X3), F(r, X0), F(r, X1), d[0], d[1], d[2], NULL);
+    CALL(r, linear_fwd, F(r, X3), F(r, X0), F(r, X1), d[3] ? F(r, X6) : NULL, d[0], d[1], d[2],
+         NULL);
 }
 static void linear_bwd(struct run *r)
 {
@@ -764,6 +768,10 @@ const struct dt_op_case dt_op_cases[] = {
     /* the quick-start MLP's last layer: a product OpenBLAS gives to its
      * small-matrix kernels, whose sums change when it is cut into blocks */
     {"linear 128x512->10", DT_OP_linear_fwd, {128, 512, 10}, 1e-5},
+    {"linear 5x7->3 with bias", DT_OP_linear_fwd, {5, 7, 3, 1}, 1e-5},
+    {"linear 128x512->10 with bias", DT_OP_linear_fwd, {128, 512, 10, 1}, 1e-5},
+    /* big enough to be cut across threads, each block starting from the bias */
+    {"linear 300x130->260 with bias", DT_OP_linear_fwd, {300, 130, 260, 1}, 1e-5},
     {"bias 6x19", DT_OP_bias_fwd, {6, 19}, 1e-6},
     {"bias 300x777 (row tiles, the last ones partial)", DT_OP_bias_fwd, {300, 777}, 1e-5},
     {"bias 8200x33 (row tiles wider than 128 rows)", DT_OP_bias_fwd, {8200, 33}, 1e-5},

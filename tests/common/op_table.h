@@ -10,7 +10,7 @@
  * conv2d_workspace, conv2d_fwd, conv2d_bwd_data and conv2d_bwd_filter;
  * batchnorm_fwd for stats, fwd, bwd_reduce and bwd; ...). The meaning of
  * dims depends on that op:
- *   linear_fwd            B, In, Out
+ *   linear_fwd            B, In, Out, bias (1: with one)
  *   bias_fwd              B, C
  *   channel_bias_fwd      N, C, HW
  *   <unary>_fwd (each row of DT_UNARY_LIST), add, accumulate   n

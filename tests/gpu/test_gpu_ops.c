@@ -342,7 +342,7 @@ static void linear_ref(int B, int I, int O, const float *in, const float *w, con
     const struct dt_ops *rops = dt_backend_ops(ref);
     memcpy(res[2], old, (size_t)O * I * sizeof *old);
     memset(res[3], 0, (size_t)O * I * sizeof *old);
-    OK(rops->linear_fwd(ref, res[0], in, w, B, I, O, NULL));
+    OK(rops->linear_fwd(ref, res[0], in, w, NULL, B, I, O, NULL));
     OK(rops->linear_bwd(ref, res[1], res[2], dout, in, w, B, I, O, NULL));
     OK(rops->linear_bwd(ref, NULL, res[3], dout, in, w, B, I, O, NULL));
     OK(rops->linear_bwd(ref, res[1], res[3], dout, in, w, B, I, O, NULL));
@@ -408,7 +408,7 @@ static void linear_case(int c, int B, int I, int O)
     dt_backend_t *ref = cpu_ref[c];
     const struct dt_ops *rops = dt_backend_ops(ref);
     memcpy(dw_c, old, nw * sizeof *old);
-    OK(rops->linear_fwd(ref, out_c, in, w, B, I, O, NULL));
+    OK(rops->linear_fwd(ref, out_c, in, w, NULL, B, I, O, NULL));
     OK(rops->linear_bwd(ref, din_c, dw_c, dout, in, w, B, I, O, NULL));
     OK(rops->linear_bwd(ref, NULL, dw2_c, dout, in, w, B, I, O, NULL));
     OK(rops->linear_bwd(ref, din_c, dw2_c, dout, in, w, B, I, O, NULL));
@@ -416,7 +416,7 @@ static void linear_case(int c, int B, int I, int O)
     float *d_in = dput(g, in, nin), *d_w = dput(g, w, nw), *d_dout = dput(g, dout, nout);
     float *d_out = dnew(g, nout * sizeof(float)), *d_din = dput(g, nan_in, nin);
     float *d_dw = dput(g, old, nw), *d_dw2 = dnew(g, nw * sizeof(float));
-    OK(go->linear_fwd(g, d_out, d_in, d_w, B, I, O, NULL));
+    OK(go->linear_fwd(g, d_out, d_in, d_w, NULL, B, I, O, NULL));
     OK(go->linear_bwd(g, d_din, d_dw, d_dout, d_in, d_w, B, I, O, NULL));
     OK(go->linear_bwd(g, NULL, d_dw2, d_dout, d_in, d_w, B, I, O, NULL));
     OK(go->linear_bwd(g, d_din, d_dw2, d_dout, d_in, d_w, B, I, O, NULL));
@@ -440,7 +440,7 @@ static void linear_case(int c, int B, int I, int O)
     CHECK_CLOSE(what, cfgs[c].name, dw2, dw2_c, nw, TINY, tol);
     if (cfgs[c].precision != DT_F32) { /* it rounded: not the fp32 result */
         float *out32 = hnew(nout);
-        OK(cops->linear_fwd(cpu, out32, in, w, B, I, O, NULL));
+        OK(cops->linear_fwd(cpu, out32, in, w, NULL, B, I, O, NULL));
         double e32 = norm_err(out, out32, nout, TINY);
         if (!(e32 >= ROUNDED_MIN_DIFF))
             printf("\n  linear %dx%dx%d (%s) is within %.3g of fp32: operands not rounded\n", B,
@@ -477,7 +477,7 @@ static void test_linear_empty(void)
         fill_value(nan6, 6, NAN);
         fill_value(seven, 6, 7.0f);
         float *dx = dput(g, x, 6), *dout = dput(g, nan6, 6);
-        OK(go->linear_fwd(g, dout, dx, dx, 2, 0, 3, NULL));
+        OK(go->linear_fwd(g, dout, dx, dx, NULL, 2, 0, 3, NULL));
         down(g, h, dout, sizeof h);
         int bad = 0;
         for (int i = 0; i < 6; i++)
@@ -1241,8 +1241,8 @@ static int same_linear(dt_backend_t *g, const struct dt_ops *go, const float *w,
     float *d1 = dnew(g, nx * sizeof(float)), *d2 = dnew(g, nx * sizeof(float));
     float *dw = dnew(g, nw * sizeof(float));
     OK(dt_backend_copy(g, w2, w, nw * sizeof(float), DT_COPY_D2D));
-    OK(go->linear_fwd(g, y1, x, w, B, In, Out, NULL));
-    OK(go->linear_fwd(g, y2, x, w2, B, In, Out, NULL));
+    OK(go->linear_fwd(g, y1, x, w, NULL, B, In, Out, NULL));
+    OK(go->linear_fwd(g, y2, x, w2, NULL, B, In, Out, NULL));
     OK(go->linear_bwd(g, d1, dw, y1, x, w, B, In, Out, NULL));
     OK(go->linear_bwd(g, d2, dw, y1, x, w2, B, In, Out, NULL));
     float *h1 = hget(g, y1, ny), *h2 = hget(g, y2, ny), *e1 = hget(g, d1, nx),
@@ -1349,9 +1349,9 @@ static void test_linear_kept_input(void)
             dx[k] = dnew(g, nx * sizeof(float));
             dw[k] = dnew(g, nw * sizeof(float));
         }
-        OK(go->linear_fwd(g, y[0], x, w, B, In, Out, NULL));
+        OK(go->linear_fwd(g, y[0], x, w, NULL, B, In, Out, NULL));
         OK(go->linear_bwd(g, dx[0], dw[0], dy, x, w, B, In, Out, NULL));
-        OK(go->linear_fwd(g, y[1], x, w, B, In, Out, kept));
+        OK(go->linear_fwd(g, y[1], x, w, NULL, B, In, Out, kept));
         OK(go->fill(g, x, nx, NAN));
         OK(go->linear_bwd(g, dx[1], dw[1], dy, x, w, B, In, Out, kept));
         float *h[2][3];

@@ -303,7 +303,8 @@ struct lin_ctx {
 static double lin_loss(void *p)
 {
     struct lin_ctx *c = p;
-    CU_ASSERT_EQUAL(c->o->linear_fwd(c->be, c->out, c->in, c->w, c->B, c->I, c->O, NULL), DT_OK);
+    CU_ASSERT_EQUAL(c->o->linear_fwd(c->be, c->out, c->in, c->w, NULL, c->B, c->I, c->O, NULL),
+                    DT_OK);
     return dot(c->out, c->R, (size_t)c->B * c->O);
 }
 
@@ -380,7 +381,7 @@ static void test_linear_fast_vs_ref(void)
                 }
         for (int k = 0; k < NBACKENDS; k++) {
             fill_value(dw, (size_t)O * I, 0.0f);
-            OK(ops[k]->linear_fwd(backends[k], out, in, w, B, I, O, NULL));
+            OK(ops[k]->linear_fwd(backends[k], out, in, w, NULL, B, I, O, NULL));
             OK(ops[k]->linear_bwd(backends[k], din, dw, dout, in, w, B, I, O, NULL));
             double e1 = norm_err(out, rout, (size_t)B * O), e2 = norm_err(din, rdin, (size_t)B * I),
                    e3 = norm_err(dw, rdw, (size_t)O * I);
@@ -478,18 +479,18 @@ static void test_linear_precision(void)
             int k = ref ? REF : FAST;
             fill_value(dw, (size_t)O * I, 0.0f);
             fill_value(xdw, (size_t)O * I, 0.0f);
-            OK(lops->linear_fwd(lo, out, in, w, B, I, O, NULL));
+            OK(lops->linear_fwd(lo, out, in, w, NULL, B, I, O, NULL));
             OK(lops->linear_bwd(lo, din, dw, dout, in, w, B, I, O, NULL));
-            OK(ops[k]->linear_fwd(backends[k], xout, rin, rw, B, I, O, NULL));
+            OK(ops[k]->linear_fwd(backends[k], xout, rin, rw, NULL, B, I, O, NULL));
             OK(ops[k]->linear_bwd(backends[k], xdin, xdw, rdout, rin, rw, B, I, O, NULL));
             CU_ASSERT(memcmp(out, xout, sizeof(float) * B * O) == 0);
             CU_ASSERT(memcmp(din, xdin, sizeof(float) * B * I) == 0);
             CU_ASSERT(memcmp(dw, xdw, sizeof(float) * O * I) == 0);
-            OK(ops[k]->linear_fwd(backends[k], xout, in, w, B, I, O, NULL));
+            OK(ops[k]->linear_fwd(backends[k], xout, in, w, NULL, B, I, O, NULL));
             CU_ASSERT(memcmp(out, xout, sizeof(float) * B * O) != 0);
             float big = in[0];
             in[0] = 70000.0f; /* beyond fp16, within bf16 */
-            OK(lops->linear_fwd(lo, out, in, w, B, I, O, NULL));
+            OK(lops->linear_fwd(lo, out, in, w, NULL, B, I, O, NULL));
             CU_ASSERT_EQUAL(!isfinite(out[0]), precs[p] == DT_F16);
             in[0] = big;
             dt_backend_destroy(lo);
@@ -499,15 +500,20 @@ static void test_linear_precision(void)
     free(out), free(din), free(dw), free(xout), free(xdin), free(xdw);
 }
 
-/* Empty sums: I == 0 gives out = 0, O == 0 gives din = 0; B == 0 is a no-op. */
+/* Empty sums: I == 0 gives out = 0 (the bias with one), O == 0 gives din =
+ * 0; B == 0 is a no-op. */
 static void test_linear_empty(void)
 {
     for (int k = 0; k < NBACKENDS; k++) {
         float out[6], din[6], dw[6], x[6] = {1, 2, 3, 4, 5, 6};
         fill_value(out, 6, NAN);
-        OK(ops[k]->linear_fwd(backends[k], out, x, x, 2, 0, 3, NULL));
+        OK(ops[k]->linear_fwd(backends[k], out, x, x, NULL, 2, 0, 3, NULL));
         for (int i = 0; i < 6; i++)
             CU_ASSERT_EQUAL(out[i], 0.0f);
+        fill_value(out, 6, NAN);
+        OK(ops[k]->linear_fwd(backends[k], out, x, x, x + 3, 2, 0, 3, NULL));
+        for (int i = 0; i < 6; i++)
+            CU_ASSERT_EQUAL(out[i], x[3 + i % 3]);
         fill_value(din, 6, NAN);
         fill_value(dw, 6, 7.0f);
         OK(ops[k]->linear_bwd(backends[k], din, dw, x, x, x, 2, 3, 0, NULL));

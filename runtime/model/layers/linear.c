@@ -83,11 +83,8 @@ static dt_status fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct linear_cfg *c = (const struct linear_cfg *)l->cfg;
     int B = (int)(x->rows * c->rows_per_sample);
-    dt_status st = x->ops->linear_fwd(x->be, x->out, x->in, x->p[0], B, (int)c->in, (int)c->out,
-                                      kept(l, x));
-    if (st == DT_OK && c->bias)
-        st = x->ops->bias_fwd(x->be, x->out, x->p[1], B, (int)c->out);
-    return st;
+    return x->ops->linear_fwd(x->be, x->out, x->in, x->p[0], c->bias ? x->p[1] : NULL, B,
+                              (int)c->in, (int)c->out, kept(l, x));
 }
 
 /* A (T, in) sequence's first positions; the rounded input is not kept. */
@@ -95,11 +92,8 @@ static dt_status decode(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     const struct linear_cfg *c = (const struct linear_cfg *)l->cfg;
     int B = (int)(dt_layer_decode_numel(&l->in, x->positions) / (size_t)c->in);
-    dt_status st =
-        x->ops->linear_fwd(x->be, x->out, x->in, x->p[0], B, (int)c->in, (int)c->out, kept(l, x));
-    if (st == DT_OK && c->bias)
-        st = x->ops->bias_fwd(x->be, x->out, x->p[1], B, (int)c->out);
-    return st;
+    return x->ops->linear_fwd(x->be, x->out, x->in, x->p[0], c->bias ? x->p[1] : NULL, B,
+                              (int)c->in, (int)c->out, kept(l, x));
 }
 
 static dt_status bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
@@ -140,5 +134,5 @@ const struct dt_layer_kind dt_layer_linear = {
     .bwd = bwd,
     .decode = decode,
     .workspace = workspace,
-    .ops = {DT_OP_linear_fwd, DT_OP_linear_bwd, DT_OP_bias_fwd, DT_OP_bias_bwd, DT_OP_COUNT},
+    .ops = {DT_OP_linear_fwd, DT_OP_linear_bwd, DT_OP_bias_bwd, DT_OP_COUNT},
 };
