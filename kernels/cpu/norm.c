@@ -702,7 +702,14 @@ DT_CPU_CLONES static void ln_fwd_rows(void *a, size_t lo, size_t hi)
         sum_sq_centered(xr, m, (size_t)D, &var); /* second pass: no cancellation */
         var /= D;
         float rstd = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + j->eps));
-        for (int d = 0; d < D; d++)
+        int d = 0;
+        for (; d + DT_CPU_LANES <= D; d += DT_CPU_LANES) {
+            float t[DT_CPU_LANES]; /* a local block: no store can alias a load */
+            for (int k = 0; k < DT_CPU_LANES; k++)
+                t[k] = (xr[d + k] - m) * rstd * gamma[d + k] + beta[d + k];
+            memcpy(yr + d, t, sizeof t);
+        }
+        for (; d < D; d++)
             yr[d] = (xr[d] - m) * rstd * gamma[d] + beta[d];
         j->a_out[r] = m;
         j->b_out[r] = rstd;
@@ -738,17 +745,23 @@ DT_CPU_CLONES static void ln_bwd_block(void *a, size_t lo, size_t hi)
             float *dxr = j->y + (size_t)r * D;
             const float m = j->mean[r], rs = j->invstd[r];
             /* dgamma, dbeta and the two row means, in one pass over the
-             * row; the means' sums one per lane, then in lane order */
+             * row; the means' sums one per lane, then in lane order. The
+             * new sums go to local blocks first, so that no store can
+             * alias a later load and the lanes vectorise. */
             float pg[DT_CPU_LANES] = {0}, pgx[DT_CPU_LANES] = {0};
             int d = 0;
-            for (; d + DT_CPU_LANES <= D; d += DT_CPU_LANES)
+            for (; d + DT_CPU_LANES <= D; d += DT_CPU_LANES) {
+                float sg[DT_CPU_LANES], sb[DT_CPU_LANES];
                 for (int k = 0; k < DT_CPU_LANES; k++) {
                     float xhat = (xr[d + k] - m) * rs, g = dyr[d + k] * gamma[d + k];
-                    dgamma[d + k] += dyr[d + k] * xhat;
-                    dbeta[d + k] += dyr[d + k];
+                    sg[k] = dgamma[d + k] + dyr[d + k] * xhat;
+                    sb[k] = dbeta[d + k] + dyr[d + k];
                     pg[k] += g;
                     pgx[k] += g * xhat;
                 }
+                memcpy(dgamma + d, sg, sizeof sg);
+                memcpy(dbeta + d, sb, sizeof sb);
+            }
             float mg = 0.0f, mgx = 0.0f;
             for (; d < D; d++) {
                 float xhat = (xr[d] - m) * rs, g = dyr[d] * gamma[d];
@@ -763,7 +776,13 @@ DT_CPU_CLONES static void ln_bwd_block(void *a, size_t lo, size_t hi)
             }
             mg /= D;
             mgx /= D;
-            for (d = 0; d < D; d++)
+            for (d = 0; d + DT_CPU_LANES <= D; d += DT_CPU_LANES) {
+                float t[DT_CPU_LANES];
+                for (int k = 0; k < DT_CPU_LANES; k++)
+                    t[k] = rs * (dyr[d + k] * gamma[d + k] - mg - (xr[d + k] - m) * rs * mgx);
+                memcpy(dxr + d, t, sizeof t);
+            }
+            for (; d < D; d++)
                 dxr[d] = rs * (dyr[d] * gamma[d] - mg - (xr[d] - m) * rs * mgx);
         }
     }
