@@ -15,6 +15,12 @@
  * (through a scratch buffer, as ops write input gradients), so a shared
  * input's gradient is the sum of its consumers'.
  *
+ * Views: a node of a kind whose output is its input's values in the same
+ * order (flatten, add) has no buffer of its own; its output is its input's
+ * (the sum, for several inputs), and backward hands its output gradient to
+ * its producers. Not where the input lives in a recomputed block's scratch
+ * or the node is recomputed itself: those copy.
+ *
  * Recomputation (model.recompute): the nodes of a block named there,
  * except its last, write their outputs into one scratch region instead of
  * their own buffers; backward, on reaching the block's last node, runs
@@ -44,6 +50,7 @@ struct node {
     int owns[DT_LAYER_MAX_PARAMS]; /* 0: a tied parameter an earlier node owns */
     int block;      /* recompute block (index into the block table), -1 none */
     int inner;      /* output dropped after forward and recomputed */
+    int view;       /* output is its input's buffer (a view kind, see plan_views) */
     int needs_grad; /* its output gradient is needed (a parameter at or before it) */
     int want_din;   /* an input needs a gradient */
     int nconsumers, last_consumer;
@@ -536,6 +543,23 @@ static void layout_params(dt_model_t *m)
 }
 
 /* Gradient slots, sized per row: see the file comment. */
+/* Whether node i is a view (see the top of this file): a kind marked so,
+ * whose input buffer outlives the forward (not recompute scratch) and
+ * which is not recomputed itself; full: as if nothing were recomputed. */
+static int view_of(const dt_model_t *m, int i, int full)
+{
+    const struct node *n = &m->nodes[i];
+    int p = n->in[0];
+    return n->l.kind->view &&
+           (full || (!n->inner && (n->nin > 1 || p < 0 || !m->nodes[p].inner)));
+}
+
+static void plan_views(dt_model_t *m)
+{
+    for (int i = 0; i < m->nnodes; i++)
+        m->nodes[i].view = view_of(m, i, 0);
+}
+
 static dt_status plan_slots(dt_model_t *m)
 {
     int *busy = NULL;
@@ -588,7 +612,7 @@ static dt_status plan_arena(dt_model_t *m, int full, size_t *total)
     }
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
-        size_t o = up(rows * numel(&n->l.out));
+        size_t o = view_of(m, i, full) ? 0 : up(rows * numel(&n->l.out));
         if (n->inner && !full) {
             struct block *b = &m->blocks[n->block];
             if (i == b->first)
@@ -598,7 +622,7 @@ static dt_status plan_arena(dt_model_t *m, int full, size_t *total)
             if (b->scratch > rc_per_row)
                 rc_per_row = b->scratch;
         } else {
-            n->out_off = off, off += o;
+            n->out_off = off, off += o; /* o = 0 for a view: ctx_for points out at the input */
         }
         if (n->nin > 1)
             n->sum_off = off, off += up(rows * numel(&n->l.in));
@@ -697,6 +721,7 @@ static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_
     if (m->labels_per_row < 1)
         m->labels_per_row = 1;
     DT_CHECK(plan_recompute(m, job->model.recompute));
+    plan_views(m);
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
         n->l.input_grad = n->want_din;
@@ -774,7 +799,7 @@ static dt_status alloc_buffers(dt_model_t *m)
     m->ws = a + m->ws_off;
     for (int i = 0; i < m->nnodes; i++) {
         struct node *n = &m->nodes[i];
-        n->out = (n->inner ? m->rc : a) + n->out_off;
+        n->out = n->view ? NULL : (n->inner ? m->rc : a) + n->out_off;
         n->sum = n->nin > 1 ? a + n->sum_off : NULL;
         n->saved = a + n->saved_off;
     }
@@ -909,6 +934,8 @@ static void ctx_for(dt_model_t *m, struct node *n, struct dt_layer_ctx *c, int64
         c->in = n->sum;
     else
         c->in = n->in[0] < 0 ? m->x : m->nodes[n->in[0]].out;
+    if (n->view) /* the input's buffer, which the layer never writes */
+        n->out = (float *)c->in;
     c->out = n->out;
     for (int k = 0; k < n->l.nparams; k++) {
         c->p[k] = m->param_buf ? m->param_buf + m->params[n->pidx[k]].offset : NULL;
@@ -989,7 +1016,7 @@ static dt_status forward_node(dt_model_t *m, int i, int64_t rows, int recompute,
     c.correct = correct;
     if (st == DT_OK) st = fetch_node(m, n, &c);
     if (st == DT_OK) st = fetch_ahead(m, i, 1, stop);
-    if (st == DT_OK && !m->dry) st = n->l.kind->fwd(&n->l, &c);
+    if (st == DT_OK && !m->dry && !n->view) st = n->l.kind->fwd(&n->l, &c);
     if (st == DT_OK) st = release_node(m, n);
     if (st != DT_OK)
         return dt_error_context(st, "forward of layer %s (%s)", n->l.name, n->l.kind->name);
@@ -1103,7 +1130,7 @@ dt_status dt_model_decode(dt_model_t *m, const float *ids, int64_t n, int64_t po
         c.cache = nd->l.kind->decode_cache ? m->dcache + m->dcache_off[i] : NULL;
         c.loss_sum = &m->dec_loss;
         c.correct = &m->dec_correct;
-        if (st == DT_OK)
+        if (st == DT_OK && !nd->view)
             st = nd->l.kind->decode(&nd->l, &c);
         if (st != DT_OK) {
             st = dt_error_context(st, "decoding layer %s (%s)", nd->l.name, nd->l.kind->name);
@@ -1162,7 +1189,7 @@ static float *grad_of(dt_model_t *m, int node)
 }
 
 /* Hands a computed input gradient (in `d`) to the node's producers. */
-static dt_status route_din(dt_model_t *m, const struct node *n, float *d, int64_t rows)
+static dt_status route_din(dt_model_t *m, const struct node *n, const float *d, int64_t rows)
 {
     dt_status st = DT_OK;
     size_t e = (size_t)rows * numel(&n->l.in);
@@ -1209,6 +1236,13 @@ static dt_status run_backward(dt_model_t *m, int64_t rows, float scale,
                 DT_CHECK(hook->place(hook->ctx, p->offset, p->numel, &c.g[k]));
             }
         c.dout = n->l.loss ? NULL : grad_of(m, i);
+        if (n->view) { /* the input gradient is the output gradient */
+            st = n->want_din ? route_din(m, n, c.dout, rows) : DT_OK;
+            if (st != DT_OK)
+                return dt_error_context(st, "backward of layer %s (%s)", n->l.name,
+                                        n->l.kind->name);
+            continue;
+        }
         float *direct = NULL;
         if (n->want_din) {
             int p = n->in[0];

@@ -183,11 +183,12 @@ static const char *const CNN =
 #define CNN_MAX_FLOATS 4096
 #define CNN_MAX_BUFFER_FLOATS 256
 
-static void cnn_grads(const char *recompute, float *g, size_t *n, uint64_t *arena, float *bufs)
+static void layers_grads(const char *layers, const char *recompute, float *g, size_t *n,
+                         uint64_t *arena, float *bufs)
 {
     char extra[128];
     snprintf(extra, sizeof extra, "  recompute: %s\n", recompute);
-    CU_ASSERT_EQUAL_FATAL(layers_job(CNN, extra), DT_OK);
+    CU_ASSERT_EQUAL_FATAL(layers_job(layers, extra), DT_OK);
     dt_model_t *m = NULL;
     CU_ASSERT_EQUAL_FATAL(try_model(8, &m), DT_OK);
     float x[8 * IN_H * IN_W];
@@ -215,9 +216,9 @@ static void test_recompute(void)
     static float b0[CNN_MAX_BUFFER_FLOATS], b1[CNN_MAX_BUFFER_FLOATS], b2[CNN_MAX_BUFFER_FLOATS];
     size_t n0, n1, n2;
     uint64_t a0, a1, a2;
-    cnn_grads("none", g0, &n0, &a0, b0);
-    cnn_grads("blk", g1, &n1, &a1, b1);
-    cnn_grads("all", g2, &n2, &a2, b2);
+    layers_grads(CNN, "none", g0, &n0, &a0, b0);
+    layers_grads(CNN, "blk", g1, &n1, &a1, b1);
+    layers_grads(CNN, "all", g2, &n2, &a2, b2);
     CU_ASSERT_EQUAL(n0, n1);
     CU_ASSERT_EQUAL(n0, n2);
     CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
@@ -233,6 +234,28 @@ static void test_recompute(void)
     for (int i = 0; i < 4; i++)
         moved += b0[i] != 0.0f;
     CU_ASSERT(moved > 0);
+}
+
+/* A block that ends in a flatten of a recomputed output, then a block
+ * whose recomputed output takes the same shared region: the flatten must
+ * keep a copy (a view of the region would be overwritten before fc1's
+ * backward reads it), so the gradients are those without recomputation. */
+static void test_recompute_flatten(void)
+{
+    static const char *const layers = "    - {name: a.conv, kind: conv2d, out: 2, kernel: 3}\n"
+                                      "    - {name: a.act, kind: tanh}\n"
+                                      "    - {name: a.flat, kind: flatten}\n"
+                                      "    - {name: b.fc1, kind: linear, out: 96}\n"
+                                      "    - {name: b.act, kind: tanh}\n"
+                                      "    - {name: out, kind: linear, out: classes}\n";
+    static float g0[CNN_MAX_FLOATS], g1[CNN_MAX_FLOATS];
+    static float b0[CNN_MAX_BUFFER_FLOATS], b1[CNN_MAX_BUFFER_FLOATS];
+    size_t n0, n1;
+    uint64_t a0, a1;
+    layers_grads(layers, "none", g0, &n0, &a0, b0);
+    layers_grads(layers, "all", g1, &n1, &a1, b1);
+    CU_ASSERT_EQUAL_FATAL(n0, n1);
+    CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
 }
 
 /* The same network without kinks (max pooling and ReLU switch under a
@@ -932,6 +955,7 @@ int main(void)
     CU_ADD(s, test_residual_gradient);
     CU_ADD(s, test_rmsnorm_silu_gradient);
     CU_ADD(s, test_recompute);
+    CU_ADD(s, test_recompute_flatten);
     CU_ADD(s, test_cnn_gradient);
     CU_ADD(s, test_groups);
     CU_ADD(s, test_families);

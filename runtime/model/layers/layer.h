@@ -164,6 +164,11 @@ struct dt_layer_kind {
     size_t (*decode_cache)(const struct dt_layer *l);
     /* The ops the kind needs on the model's backend (DT_OP_COUNT ends). */
     enum dt_op_id ops[12];
+    /* 1: its output is its input's values in the same order (flatten, add),
+     * so the model may hand the input's buffer on as the output and the
+     * output gradient to the producers, running neither fwd, decode nor
+     * bwd (where the buffers allow: model.c). */
+    int view;
 };
 
 /* The kind of that name, or NULL. */

@@ -46,6 +46,7 @@ const struct dt_layer_kind dt_layer_flatten = {
     .fwd = copy_fwd,
     .bwd = copy_bwd,
     .ops = {DT_OP_flatten_fwd, DT_OP_flatten_bwd, DT_OP_COUNT},
+    .view = 1,
 };
 
 const struct dt_layer_kind dt_layer_add = {
@@ -57,4 +58,5 @@ const struct dt_layer_kind dt_layer_add = {
     .bwd = copy_bwd,
     .decode = copy_decode,
     .ops = {DT_OP_flatten_fwd, DT_OP_flatten_bwd, DT_OP_add, DT_OP_accumulate, DT_OP_COUNT},
+    .view = 1,
 };
