@@ -4,7 +4,9 @@
  * 2x2 max pool -> conv 3x3 K2 -> BN -> 2x2 max pool), fast table against
  * the reference table in the same run.
  *
- *   bench_conv [BATCH [THREADS [SECONDS [K1 [K2]]]]]   (defaults 128 1 1 32 64)
+ *   bench_conv [BATCH [THREADS [SECONDS [K1 [K2 [GROUPS]]]]]]   (defaults 128 1 1 32 64 1)
+ * (GROUPS: of the second convolution; K1 K2 and GROUPS equal make it
+ * depthwise)
  * prints one line per op and table: milliseconds per call and, for the
  * convolutions, GFLOP/s (2*N*K*P*Q*C/g*R*S per pass); then the fast
  * table's speed-up over the reference. Each op runs for about SECONDS
@@ -163,8 +165,11 @@ int main(int argc, char **argv)
     int threads = argc > 2 ? atoi(argv[2]) : 1;
     double seconds = argc > 3 ? atof(argv[3]) : DEFAULT_SECONDS;
     int k1 = argc > 4 ? atoi(argv[4]) : 32, k2 = argc > 5 ? atoi(argv[5]) : 64;
-    if (argc > 6 || batch < 1 || threads < 1 || !(seconds > 0) || k1 < 1 || k2 < 1) {
-        fprintf(stderr, "usage: bench_conv [BATCH [THREADS [SECONDS [K1 [K2]]]]]\n");
+    int groups = argc > 6 ? atoi(argv[6]) : 1;
+    if (argc > 7 || batch < 1 || threads < 1 || !(seconds > 0) || k1 < 1 || k2 < 1 ||
+        groups < 1 || k1 % groups || k2 % groups) {
+        fprintf(stderr, "usage: bench_conv [BATCH [THREADS [SECONDS [K1 [K2 [GROUPS]]]]]] "
+                        "(GROUPS dividing K1 and K2)\n");
         return 64;
     }
     dt_backend_t *be[2] = {NULL, NULL};
@@ -179,7 +184,7 @@ int main(int argc, char **argv)
            threads);
     double tf = 0, tr = 0;
     struct dt_conv2d_shape c1 = {batch, 1, 28, 28, k1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
-    struct dt_conv2d_shape c2 = {batch, k1, 14, 14, k2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+    struct dt_conv2d_shape c2 = {batch, k1, 14, 14, k2, 3, 3, 1, 1, 1, 1, 1, 1, groups, 0, 0};
     bench_conv_layer(be[0], be[1], c1, 1, seconds, &tf, &tr);
     bench_pool_bn(be, batch, k1, 28, 28, seconds, &tf, &tr);
     bench_conv_layer(be[0], be[1], c2, 0, seconds, &tf, &tr);
