@@ -542,7 +542,6 @@ static void layout_params(dt_model_t *m)
     m->param_numel = count;
 }
 
-/* Gradient slots, sized per row: see the file comment. */
 /* Whether node i is a view (see the top of this file): a kind marked so,
  * whose input buffer outlives the forward (not recompute scratch) and
  * which is not recomputed itself; full: as if nothing were recomputed. */
@@ -560,6 +559,7 @@ static void plan_views(dt_model_t *m)
         m->nodes[i].view = view_of(m, i, 0);
 }
 
+/* Gradient slots, sized per row: see the file comment. */
 static dt_status plan_slots(dt_model_t *m)
 {
     int *busy = NULL;
