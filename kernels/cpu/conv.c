@@ -19,6 +19,10 @@
  * window read in place, so the copy (and rows_back's scatter) is 1/R of
  * im2col's, and each product becomes R products over Cg*S terms (or, for
  * the input gradient, R products added into overlapping windows).
+ * Depthwise convolutions there (one input channel and at most TAPS_MAX_KG
+ * filters per group) lower by rows too, however narrow the filter, and
+ * their products, R*S terms per output, run as vectorised weighted sums
+ * of the row matrix's windows instead of BLAS calls (taps_* below).
  * The column matrix of one image lives in the caller's workspace
  * (conv2d_workspace says how big); forward and the input gradient by
  * rows also regroup the filter, and the filter gradient keeps one partial
@@ -89,9 +93,23 @@ static int is_pointwise(const struct dt_conv2d_shape *s)
  * speed). */
 #define ROWS_MIN_INNER 16
 
+/* Depthwise convolutions (one input channel per group, a few filters per
+ * group, at most TAPS_MAX taps) lower by rows too, but their products run
+ * here instead of in BLAS (taps_* below): a product per (image, channel)
+ * with 9 terms costs BLAS more in calls than in arithmetic. */
+#define TAPS_MAX_KG 8
+#define TAPS_MAX 64
+
+static int by_taps(const struct dt_conv2d_shape *s)
+{
+    return s->stride_h == 1 && s->R > 1 && s->C == s->groups && s->K / s->groups <= TAPS_MAX_KG &&
+           s->R * s->S <= TAPS_MAX;
+}
+
 static int by_rows(const struct dt_conv2d_shape *s)
 {
-    return s->stride_h == 1 && s->R > 1 && (s->C / s->groups) * s->S >= ROWS_MIN_INNER;
+    return (s->stride_h == 1 && s->R > 1 && (s->C / s->groups) * s->S >= ROWS_MIN_INNER) ||
+           by_taps(s);
 }
 
 /* Padded rows of the row matrix: output row p meets padded row p + r*dil_h. */
@@ -795,6 +813,105 @@ static void *job_col(const struct conv_job *j, int thread)
     return j->ws ? j->ws : dt_cpu_scratch(j->be, thread);
 }
 
+/* out(n) (+)= a[0] * v[0] + a[1] * v[1] + ... + a[m-1] * v[m-1] (added to
+ * out's values when add, else written), summed in that order; in blocks of
+ * DT_CPU_LANES, which GCC vectorises at -O2, the tail one at a time. */
+DT_CPU_CLONES static void weighted_sum(float *out, const float *const *v, const float *a, int m,
+                                       int n, int add)
+{
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float acc[DT_CPU_LANES];
+        if (add)
+            memcpy(acc, out + i, sizeof acc);
+        else
+            memset(acc, 0, sizeof acc);
+        for (int t = 0; t < m; t++) {
+            const float at = a[t], *vt = v[t] + i;
+            for (int l = 0; l < DT_CPU_LANES; l++)
+                acc[l] += at * vt[l];
+        }
+        memcpy(out + i, acc, sizeof acc);
+    }
+    for (; i < n; i++) {
+        float acc = add ? out[i] : 0.0f;
+        for (int t = 0; t < m; t++)
+            acc += a[t] * v[t][i];
+        out[i] = acc;
+    }
+}
+
+/* dot(a, b) over n in DT_CPU_LANES lanes, the tail and then the lanes
+ * added in order */
+DT_CPU_CLONES static float dot_lanes(const float *a, const float *b, int n)
+{
+    float lane[DT_CPU_LANES] = {0};
+    int i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
+        for (int l = 0; l < DT_CPU_LANES; l++)
+            lane[l] += a[i + l] * b[i + l];
+    float sum = 0.0f;
+    for (; i < n; i++)
+        sum += a[i] * b[i];
+    for (int l = 0; l < DT_CPU_LANES; l++)
+        sum += lane[l];
+    return sum;
+}
+
+/* by_taps: the row matrix rows(S, T*Q) of one channel holds, for filter
+ * tap (r, s), the window of its row s from r*dil_h*Q on (PQ values). */
+
+/* yg(Kg, PQ) = sum over taps (r, s) of wr(g, r)(k, s) . window (r, s) */
+static void taps_fwd(float *yg, const float *rowm, const float *wrg, const struct dt_conv2d_shape *s)
+{
+    const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
+    const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
+    const float *v[TAPS_MAX];
+    float a[TAPS_MAX];
+    for (int k = 0; k < Kg; k++) {
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < S; c++) {
+                v[r * S + c] = rowm + c * TQ + r * step;
+                a[r * S + c] = wrg[((size_t)r * Kg + k) * S + c];
+            }
+        weighted_sum(yg + (size_t)k * PQ, v, a, R * S, PQ, 0);
+    }
+}
+
+/* The row matrix's gradient: window (r, s) += sum over k of wr(g, r)(k, s)
+ * . dyg(k); its rows below P are only added to (zeroed first) */
+static void taps_bwd_data(float *rowm, const float *dyg, const float *wrg,
+                          const struct dt_conv2d_shape *s)
+{
+    const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
+    const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
+    const float *v[TAPS_MAX_KG];
+    float a[TAPS_MAX_KG];
+    for (int k = 0; k < Kg; k++)
+        v[k] = dyg + (size_t)k * PQ;
+    for (int c = 0; c < S; c++) {
+        memset(rowm + c * TQ + PQ, 0, (TQ - PQ) * sizeof *rowm);
+        for (int r = 0; r < R; r++) {
+            for (int k = 0; k < Kg; k++)
+                a[k] = wrg[((size_t)r * Kg + k) * S + c];
+            weighted_sum(rowm + c * TQ + r * step, v, a, Kg, PQ, r > 0);
+        }
+    }
+}
+
+/* dwtg's rows (r, s)(Kg) += window (r, s) . dyg(k) for each k */
+static void taps_bwd_filter(float *dwtg, const float *rowm, const float *dyg,
+                            const struct dt_conv2d_shape *s)
+{
+    const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
+    const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++)
+            for (int k = 0; k < Kg; k++)
+                dwtg[((size_t)r * S + c) * Kg + k] +=
+                    dot_lanes(rowm + c * TQ + r * step, dyg + (size_t)k * PQ, PQ);
+}
+
 static void fwd_image(const struct conv_job *j, int n, float *col_ws)
 {
     const struct dt_conv2d_shape *s = j->s;
@@ -806,6 +923,10 @@ static void fwd_image(const struct conv_job *j, int n, float *col_ws)
         float *yg = j->out + ((size_t)n * s->K + (size_t)g * Kg) * PQ;     /* (Kg, PQ) */
         if (j->by_rows) {
             rows(col_ws, xg, Cg, s);
+            if (by_taps(s)) {
+                taps_fwd(yg, col_ws, j->wr + (size_t)g * s->R * Kg * CS, s);
+                continue;
+            }
             /* yg(Kg, PQ) = sum over r of wr(g, r)(Kg, CS) . the rows from r*dil_h */
             for (int r = 0; r < s->R; r++)
                 dt_cpu_sgemm(j->gemm, 0, 0, Kg, PQ, CS, 1.0f,
@@ -834,6 +955,11 @@ static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
     for (int g = 0; g < G; g++) {
         float *dxg = j->out + ((size_t)n * s->C + (size_t)g * Cg) * HW;     /* (Cg, H, W) */
         const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
+        if (j->by_rows && by_taps(s)) {
+            taps_bwd_data(col_ws, dyg, j->wr + (size_t)g * s->R * Kg * CS, s);
+            rows_back(dxg, col_ws, Cg, s);
+            continue;
+        }
         if (j->by_rows) {
             /* the row matrix's gradient: rows from r*dil_h (CS, PQ) +=
              * wr(g, r)(Kg, CS)^T . dyg; the rows below P are only added to */
@@ -872,6 +998,10 @@ static void bwd_filter_image(const struct conv_job *j, int n, float *dwt, float 
         float *dwtg = dwt + (size_t)g * Kg * CRS;
         if (j->by_rows) {
             rows(col_ws, xg, Cg, s);
+            if (by_taps(s)) {
+                taps_bwd_filter(dwtg, col_ws, dyg, s);
+                continue;
+            }
             /* dwtg's rows (r, .)(CS, Kg) += the rows from r*dil_h . dyg^T */
             for (int r = 0; r < s->R; r++)
                 dt_cpu_sgemm(j->gemm, 0, 1, CS, Kg, PQ, 1.0f, col_ws + (size_t)r * step, TQ, dyg,

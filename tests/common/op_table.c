@@ -800,6 +800,15 @@ const struct dt_op_case dt_op_cases[] = {
      1e-5},
     {"conv groups 2", DT_OP_conv2d_fwd, CONV(2, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2), 1e-5},
     {"conv depthwise", DT_OP_conv2d_fwd, CONV(2, 3, 7, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3), 1e-5},
+    /* depthwise at vertical stride 1: by rows, the products by hand */
+    {"conv depthwise x2 by taps", DT_OP_conv2d_fwd, CONV(3, 4, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 4),
+     1e-5},
+    {"conv depthwise 5x5 dilation 2 by taps", DT_OP_conv2d_fwd,
+     CONV(2, 3, 12, 13, 3, 5, 5, 1, 1, 0, 0, 2, 2, 3), 1e-5},
+    {"conv depthwise horizontal stride 2 pad 2 by taps", DT_OP_conv2d_fwd,
+     CONV(2, 2, 8, 21, 2, 3, 3, 1, 2, 2, 2, 1, 1, 2), 1e-5},
+    {"conv depthwise 11 images by taps", DT_OP_conv2d_fwd,
+     CONV(11, 2, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2), 1e-5},
     {"conv depthwise x2 stride 2", DT_OP_conv2d_fwd, CONV(1, 3, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3),
      1e-5},
     /* "same" convolutions with no more output channels than input ones */
