@@ -862,7 +862,8 @@ DT_CPU_CLONES static float dot_lanes(const float *a, const float *b, int n)
  * tap (r, s), the window of its row s from r*dil_h*Q on (PQ values). */
 
 /* yg(Kg, PQ) = sum over taps (r, s) of wr(g, r)(k, s) . window (r, s) */
-static void taps_fwd(float *yg, const float *rowm, const float *wrg, const struct dt_conv2d_shape *s)
+static void taps_fwd(float *yg, const float *rowm, const float *wrg,
+                     const struct dt_conv2d_shape *s)
 {
     const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
     const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
