@@ -858,59 +858,67 @@ DT_CPU_CLONES static float dot_lanes(const float *a, const float *b, int n)
     return sum;
 }
 
-/* by_taps: the row matrix rows(S, T*Q) of one channel holds, for filter
- * tap (r, s), the window of its row s from r*dil_h*Q on (PQ values). */
+/* by_taps: where the row matrix rows(S, T*Q) of one channel holds the
+ * window of filter tap (r, c): its row c from r*dil_h*Q on (PQ values). */
+static size_t tap_at(const struct dt_conv2d_shape *s, int r, int c)
+{
+    return ((size_t)c * rows_tall(s) + (size_t)r * s->dil_h) * s->Q;
+}
 
-/* yg(Kg, PQ) = sum over taps (r, s) of wr(g, r)(k, s) . window (r, s) */
+/* Tap (r, c) of filter k in a group's filter regrouped by rows, (R, Kg, S). */
+static float tap_weight(const float *wrg, const struct dt_conv2d_shape *s, int r, int k, int c)
+{
+    return wrg[((size_t)r * (s->K / s->groups) + k) * s->S + c];
+}
+
+/* yg(Kg, PQ) = sum over taps (r, c) of the weight . window (r, c) */
 static void taps_fwd(float *yg, const float *rowm, const float *wrg,
                      const struct dt_conv2d_shape *s)
 {
     const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
-    const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
     const float *v[TAPS_MAX];
     float a[TAPS_MAX];
     for (int k = 0; k < Kg; k++) {
         for (int r = 0; r < R; r++)
             for (int c = 0; c < S; c++) {
-                v[r * S + c] = rowm + c * TQ + r * step;
-                a[r * S + c] = wrg[((size_t)r * Kg + k) * S + c];
+                v[r * S + c] = rowm + tap_at(s, r, c);
+                a[r * S + c] = tap_weight(wrg, s, r, k, c);
             }
         weighted_sum(yg + (size_t)k * PQ, v, a, R * S, PQ, 0);
     }
 }
 
-/* The row matrix's gradient: window (r, s) += sum over k of wr(g, r)(k, s)
- * . dyg(k); its rows below P are only added to (zeroed first) */
+/* The row matrix's gradient: window (r, c) += sum over k of the weight .
+ * dyg(k); its rows below P are only added to (zeroed first) */
 static void taps_bwd_data(float *rowm, const float *dyg, const float *wrg,
                           const struct dt_conv2d_shape *s)
 {
     const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
-    const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
+    const size_t TQ = (size_t)rows_tall(s) * s->Q;
     const float *v[TAPS_MAX_KG];
     float a[TAPS_MAX_KG];
     for (int k = 0; k < Kg; k++)
         v[k] = dyg + (size_t)k * PQ;
     for (int c = 0; c < S; c++) {
-        memset(rowm + c * TQ + PQ, 0, (TQ - PQ) * sizeof *rowm);
+        memset(rowm + tap_at(s, 0, c) + PQ, 0, (TQ - PQ) * sizeof *rowm);
         for (int r = 0; r < R; r++) {
             for (int k = 0; k < Kg; k++)
-                a[k] = wrg[((size_t)r * Kg + k) * S + c];
-            weighted_sum(rowm + c * TQ + r * step, v, a, Kg, PQ, r > 0);
+                a[k] = tap_weight(wrg, s, r, k, c);
+            weighted_sum(rowm + tap_at(s, r, c), v, a, Kg, PQ, r > 0);
         }
     }
 }
 
-/* dwtg's rows (r, s)(Kg) += window (r, s) . dyg(k) for each k */
+/* dwtg's rows (r, c)(Kg) += window (r, c) . dyg(k) for each k */
 static void taps_bwd_filter(float *dwtg, const float *rowm, const float *dyg,
                             const struct dt_conv2d_shape *s)
 {
     const int R = s->R, S = s->S, Kg = s->K / s->groups, PQ = s->P * s->Q;
-    const size_t TQ = (size_t)rows_tall(s) * s->Q, step = (size_t)s->dil_h * s->Q;
     for (int r = 0; r < R; r++)
         for (int c = 0; c < S; c++)
             for (int k = 0; k < Kg; k++)
                 dwtg[((size_t)r * S + c) * Kg + k] +=
-                    dot_lanes(rowm + c * TQ + r * step, dyg + (size_t)k * PQ, PQ);
+                    dot_lanes(rowm + tap_at(s, r, c), dyg + (size_t)k * PQ, PQ);
 }
 
 static void fwd_image(const struct conv_job *j, int n, float *col_ws)
