@@ -131,14 +131,14 @@ static void bench_pool_bn(dt_backend_t *be[2], int N, int C, int H, int W, doubl
                     if (s == DT_OK)
                         s = o->batchnorm_fwd(be[k], y, pc, pc + C, pc + 2 * C, pc + 3 * C, x, st,
                                              (double)N * H * W, pc + 4 * C, pc + 5 * C, 1e-5f, 0.1f,
-                                             N, C, H * W);
+                                             N, C, H * W, 0);
                     if (s == DT_OK)
-                        s = o->batchnorm_bwd_reduce(be[k], st + 2 * C, y, x, pc, pc + C, N, C,
-                                                    H * W);
+                        s = o->batchnorm_bwd_reduce(be[k], st + 2 * C, y, x, pc, pc + C, NULL, N,
+                                                    C, H * W);
                     if (s == DT_OK)
                         s = o->batchnorm_bwd(be[k], dx, pc + 6 * C, pc + 7 * C, y, x, pc, pc + C,
                                              pc + 4 * C, st + 2 * C, st + 2 * C, (double)N * H * W,
-                                             N, C, H * W);
+                                             NULL, N, C, H * W);
                 }
                 if (s != DT_OK) {
                     fprintf(stderr, "bench_conv: %s\n", dt_last_error());

@@ -198,17 +198,23 @@ struct dt_pool2d_shape {
  *                (model.sync_bn) before batchnorm_fwd
  * batchnorm_fwd  with count the number of values the stats summed:
  *                mean = stats[c]/count, var = stats[C+c]/count - mean^2 (biased),
- *                invstd = 1/sqrt(var + eps); y = (x - mean)*invstd*gamma + beta;
+ *                invstd = 1/sqrt(var + eps); y = (x - mean)*invstd*gamma + beta,
+ *                then max(y, 0) when relu is not 0 (a ReLU fused in);
  *                mean_out, invstd_out (C floats each) saved for backward; when
  *                running_mean is not NULL: running = (1-momentum)*running +
  *                momentum*batch, with the unbiased var (count/(count-1)) for running_var
- * batchnorm_infer    y = (x - running_mean)/sqrt(running_var + eps)*gamma + beta
+ * batchnorm_infer    y = (x - running_mean)/sqrt(running_var + eps)*gamma + beta,
+ *                then max(y, 0) when relu is not 0
  * batchnorm_bwd_reduce  dstats[c] = sum of dy(N,c,HW), dstats[C+c] = sum of
- *                dy * xhat, xhat = (x - mean)*invstd, in double (written)
+ *                dy * xhat, xhat = (x - mean)*invstd, in double (written).
+ *                y: NULL, or the output of a batchnorm_fwd with relu (dy is
+ *                then the gradient of the ReLU's output: it counts only
+ *                where y > 0, the ReLU's own backward folded in)
  * batchnorm_bwd  dgamma[c] += local[C+c], dbeta[c] += local[c] (this rank's
  *                sums); dx (written) = gamma*invstd*(dy - global[c]/count -
  *                xhat*global[C+c]/count) with the sums over every rank that
- *                shared the statistics (global == local without sync_bn)
+ *                shared the statistics (global == local without sync_bn);
+ *                y as for batchnorm_bwd_reduce (dy is 0 where y is not > 0)
  * layernorm_fwd  per row of x(rows, D): mean, rstd = 1/sqrt(biased var + eps);
  *                y = (x - mean)*rstd*gamma + beta; mean_out, rstd_out (rows) saved
  * layernorm_bwd  dx (written), dgamma += , dbeta += ; takes x, mean, rstd, gamma
@@ -302,16 +308,17 @@ struct dt_pool2d_shape {
     X(batchnorm_fwd,                                                                               \
       (dt_backend_t * be, float *y, float *mean_out, float *invstd_out, float *running_mean,       \
        float *running_var, const float *x, const double *stats, double count, const float *gamma,  \
-       const float *beta, float eps, float momentum, int N, int C, int HW))                        \
+       const float *beta, float eps, float momentum, int N, int C, int HW, int relu))              \
     X(batchnorm_infer, (dt_backend_t * be, float *y, const float *x, const float *running_mean,    \
                         const float *running_var, const float *gamma, const float *beta,           \
-                        float eps, int N, int C, int HW))                                          \
-    X(batchnorm_bwd_reduce, (dt_backend_t * be, double *dstats, const float *dy, const float *x,   \
-                             const float *mean, const float *invstd, int N, int C, int HW))        \
+                        float eps, int N, int C, int HW, int relu))                                \
+    X(batchnorm_bwd_reduce,                                                                        \
+      (dt_backend_t * be, double *dstats, const float *dy, const float *x, const float *mean,      \
+       const float *invstd, const float *y, int N, int C, int HW))                                 \
     X(batchnorm_bwd,                                                                               \
       (dt_backend_t * be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, \
        const float *mean, const float *invstd, const float *gamma, const double *local,            \
-       const double *global, double count, int N, int C, int HW))                                  \
+       const double *global, double count, const float *y, int N, int C, int HW))                  \
     X(layernorm_fwd,                                                                               \
       (dt_backend_t * be, float *y, float *mean_out, float *rstd_out, const float *x,              \
        const float *gamma, const float *beta, float eps, int rows, int D))                         \

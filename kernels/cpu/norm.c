@@ -17,6 +17,10 @@
  * RMS norm has the reference only (both tables take it): each sum runs in
  * double in a fixed order, so it is deterministic.
  *
+ * A ReLU fused into batch norm (relu, y: kernels/ops.h) is the same select
+ * as the relu op's (x < 0 ? 0 : x) on the result, and backward counts dy
+ * where the forward's output is > 0, the relu op's gradient.
+ *
  * Parameter gradients (dgamma, dbeta) ACCUMULATE (+=); the input gradient
  * (dx) and the outputs are WRITTEN (=). Sums (stats, dstats) are written.
  */
@@ -169,7 +173,7 @@ dt_status dt_cpu_batchnorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, 
                                    float *running_mean, float *running_var, const float *x,
                                    const double *stats, double count, const float *gamma,
                                    const float *beta, float eps, float momentum, int N, int C,
-                                   int HW)
+                                   int HW, int relu)
 {
     dt_status st = check_fwd(y, mean_out, invstd_out, running_mean, running_var, x, stats, count,
                              gamma, beta, eps, N, C, HW);
@@ -181,7 +185,8 @@ dt_status dt_cpu_batchnorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, 
         for (int n = 0; n < N; n++)
             for (int i = 0; i < HW; i++) {
                 size_t e = ((size_t)n * C + c) * HW + i;
-                y[e] = (float)((x[e] - mean) * invstd * gamma[c] + beta[c]);
+                float v = (float)((x[e] - mean) * invstd * gamma[c] + beta[c]);
+                y[e] = relu && v < 0.0f ? 0.0f : v;
             }
         mean_out[c] = (float)mean;
         invstd_out[c] = (float)invstd;
@@ -195,7 +200,7 @@ dt_status dt_cpu_batchnorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, 
 dt_status dt_cpu_batchnorm_infer_ref(dt_backend_t *be, float *y, const float *x,
                                      const float *running_mean, const float *running_var,
                                      const float *gamma, const float *beta, float eps, int N, int C,
-                                     int HW)
+                                     int HW, int relu)
 {
     dt_status st = check_infer(y, x, running_mean, running_var, gamma, beta, eps, N, C, HW);
     if (st != DT_OK)
@@ -205,16 +210,23 @@ dt_status dt_cpu_batchnorm_infer_ref(dt_backend_t *be, float *y, const float *x,
         for (int n = 0; n < N; n++)
             for (int i = 0; i < HW; i++) {
                 size_t e = ((size_t)n * C + c) * HW + i;
-                y[e] = (float)(((double)x[e] - running_mean[c]) * invstd * gamma[c] + beta[c]);
+                float v = (float)(((double)x[e] - running_mean[c]) * invstd * gamma[c] + beta[c]);
+                y[e] = relu && v < 0.0f ? 0.0f : v;
             }
     }
     return DT_OK;
 }
 
+/* dy where the fused ReLU's output y is > 0 (all of it without one) */
+static float masked(const float *dy, const float *y, size_t e)
+{
+    return !y || y[e] > 0.0f ? dy[e] : 0.0f;
+}
+
 /* dstats[c] = sum dy(n,c,i);  dstats[C+c] = sum dy * (x - mean_c) * invstd_c */
 dt_status dt_cpu_batchnorm_bwd_reduce_ref(dt_backend_t *be, double *dstats, const float *dy,
                                           const float *x, const float *mean, const float *invstd,
-                                          int N, int C, int HW)
+                                          const float *y, int N, int C, int HW)
 {
     dt_status st = check_bwd_reduce(dstats, dy, x, mean, invstd, N, C, HW);
     if (st != DT_OK)
@@ -224,8 +236,9 @@ dt_status dt_cpu_batchnorm_bwd_reduce_ref(dt_backend_t *be, double *dstats, cons
         for (int n = 0; n < N; n++)
             for (int i = 0; i < HW; i++) {
                 size_t e = ((size_t)n * C + c) * HW + i;
-                s += dy[e];
-                sx += (double)dy[e] * (((double)x[e] - mean[c]) * invstd[c]);
+                double g = masked(dy, y, e);
+                s += g;
+                sx += g * (((double)x[e] - mean[c]) * invstd[c]);
             }
         dstats[c] = s;
         dstats[C + c] = sx;
@@ -238,7 +251,8 @@ dt_status dt_cpu_batchnorm_bwd_reduce_ref(dt_backend_t *be, double *dstats, cons
 dt_status dt_cpu_batchnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
                                    const float *dy, const float *x, const float *mean,
                                    const float *invstd, const float *gamma, const double *local,
-                                   const double *global, double count, int N, int C, int HW)
+                                   const double *global, double count, const float *y, int N,
+                                   int C, int HW)
 {
     dt_status st =
         check_bwd(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, local, global, count, N, C, HW);
@@ -250,7 +264,8 @@ dt_status dt_cpu_batchnorm_bwd_ref(dt_backend_t *be, float *dx, float *dgamma, f
             for (int i = 0; i < HW; i++) {
                 size_t e = ((size_t)n * C + c) * HW + i;
                 double xhat = ((double)x[e] - mean[c]) * invstd[c];
-                dx[e] = (float)((double)gamma[c] * invstd[c] * (dy[e] - mdy - xhat * mdyx));
+                dx[e] = (float)((double)gamma[c] * invstd[c] *
+                                (masked(dy, y, e) - mdy - xhat * mdyx));
             }
         dgamma[c] += (float)local[C + c];
         dbeta[c] += (float)local[c];
@@ -449,22 +464,34 @@ static inline __attribute__((always_inline)) void sum_sq(const float *v, size_t 
     *sumsq += s2;
 }
 
-/* Sums of g and g*(v - m) over n floats, one double accumulator per lane. */
-static inline __attribute__((always_inline)) void sum_dot_centered(const float *g, const float *v, float m, size_t n, double *sum,
-                             double *dot)
+/* g[i], or 0 where the mask y (read only when `masked`, a constant at
+ * every call, so each loop is specialised) is not > 0 */
+static inline __attribute__((always_inline)) float keep(const float *g, const float *y, int masked,
+                                                        size_t i)
+{
+    float v = g[i]; /* loaded unconditionally, so the select vectorises */
+    return masked && !(y[i] > 0.0f) ? 0.0f : v;
+}
+
+/* Sums of g and g*(v - m) over n floats, one double accumulator per lane;
+ * g masked by y as keep() says. */
+static inline __attribute__((always_inline)) void
+sum_dot_centered(const float *g, const float *y, int masked, const float *v, float m, size_t n,
+                 double *sum, double *dot)
 {
     double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
         for (int k = 0; k < DT_CPU_LANES; k++) {
-            double t = g[i + k];
+            double t = keep(g, y, masked, i + k);
             a[k] += t;
             b[k] += t * (double)(v[i + k] - m);
         }
     double s = 0.0, d = 0.0;
     for (; i < n; i++) {
-        s += g[i];
-        d += (double)g[i] * (double)(v[i] - m);
+        double t = keep(g, y, masked, i);
+        s += t;
+        d += t * (double)(v[i] - m);
     }
     for (int k = 0; k < DT_CPU_LANES; k++) {
         s += a[k];
@@ -492,37 +519,50 @@ static inline __attribute__((always_inline)) void sum_sq_centered(const float *v
     *out += s;
 }
 
-/* out(n) = (in - m) * a + b, in blocks of DT_CPU_LANES (a stack block
- * lets the compiler vectorise without proving that out and in do not
- * overlap). Centring first keeps a large mean from cancelling. */
-static inline __attribute__((always_inline)) void affine(float *out, const float *in, float m, float a, float b, size_t n)
+/* (in - m) * a + b, then the ReLU's select when relu (a constant at
+ * every call) */
+static inline __attribute__((always_inline)) float affine_at(const float *in, float m, float a,
+                                                             float b, int relu, size_t i)
 {
-    size_t i = 0;
-    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
-        float t[DT_CPU_LANES];
-        for (int k = 0; k < DT_CPU_LANES; k++)
-            t[k] = (in[i + k] - m) * a + b;
-        for (int k = 0; k < DT_CPU_LANES; k++)
-            out[i + k] = t[k];
-    }
-    for (; i < n; i++)
-        out[i] = (in[i] - m) * a + b;
+    float v = (in[i] - m) * a + b;
+    return relu && v < 0.0f ? 0.0f : v;
 }
 
-/* out(n) = dy * a + (x - m) * b + c, in blocks as affine */
-static inline __attribute__((always_inline)) void affine2(float *out, const float *dy, const float *x, float m, float a, float b, float c,
-                    size_t n)
+/* out(n) = affine_at(in, ...), in blocks of DT_CPU_LANES (a stack block
+ * lets the compiler vectorise without proving that out and in do not
+ * overlap). Centring first keeps a large mean from cancelling. */
+static inline __attribute__((always_inline)) void affine(float *out, const float *in, float m,
+                                                         float a, float b, int relu, size_t n)
 {
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
         float t[DT_CPU_LANES];
         for (int k = 0; k < DT_CPU_LANES; k++)
-            t[k] = dy[i + k] * a + (x[i + k] - m) * b + c;
+            t[k] = affine_at(in, m, a, b, relu, i + k);
         for (int k = 0; k < DT_CPU_LANES; k++)
             out[i + k] = t[k];
     }
     for (; i < n; i++)
-        out[i] = dy[i] * a + (x[i] - m) * b + c;
+        out[i] = affine_at(in, m, a, b, relu, i);
+}
+
+/* out(n) = dy * a + (x - m) * b + c, dy masked by y as keep() says; in
+ * blocks as affine */
+static inline __attribute__((always_inline)) void affine2(float *out, const float *dy,
+                                                          const float *y, int masked,
+                                                          const float *x, float m, float a,
+                                                          float b, float c, size_t n)
+{
+    size_t i = 0;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+        float t[DT_CPU_LANES];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            t[k] = keep(dy, y, masked, i + k) * a + (x[i + k] - m) * b + c;
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            out[i + k] = t[k];
+    }
+    for (; i < n; i++)
+        out[i] = keep(dy, y, masked, i) * a + (x[i] - m) * b + c;
 }
 
 /* The threaded passes. Per-channel sums take a block of channels, each
@@ -537,10 +577,12 @@ struct bn_job {
     float *y, *a_out, *b_out;
     double *stats;
     const float *x, *dy, *mean, *invstd, *gamma, *beta;
+    const float *mask; /* backward: the fused ReLU's output, NULL without one */
     const double *global;
     double count;
     float eps;
     int N, C, HW;
+    int relu; /* forward: a ReLU fused in */
     float *part; /* layer norm backward: dgamma, dbeta of each block of rows */
 };
 
@@ -574,15 +616,19 @@ DT_CPU_CLONES static void bn_fwd_planes(void *a, size_t lo, size_t hi)
     const struct bn_job *j = a;
     for (size_t p = lo; p < hi; p++) {
         size_t c = p % (size_t)j->C, e = p * j->HW;
-        affine(j->y + e, j->x + e, j->mean[c], j->gamma[c] * j->invstd[c], j->beta[c],
-               (size_t)j->HW);
+        float k = j->gamma[c] * j->invstd[c];
+        if (j->relu)
+            affine(j->y + e, j->x + e, j->mean[c], k, j->beta[c], 1, (size_t)j->HW);
+        else
+            affine(j->y + e, j->x + e, j->mean[c], k, j->beta[c], 0, (size_t)j->HW);
     }
 }
 
 dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
                                float *running_mean, float *running_var, const float *x,
                                const double *stats, double count, const float *gamma,
-                               const float *beta, float eps, float momentum, int N, int C, int HW)
+                               const float *beta, float eps, float momentum, int N, int C, int HW,
+                               int relu)
 {
     dt_status st = check_fwd(y, mean_out, invstd_out, running_mean, running_var, x, stats, count,
                              gamma, beta, eps, N, C, HW);
@@ -597,7 +643,7 @@ dt_status dt_cpu_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, floa
             bn_running(running_mean, running_var, c, mean, var, count, momentum);
     }
     struct bn_job j = {.y = y, .x = x, .mean = mean_out, .invstd = invstd_out, .gamma = gamma,
-                       .beta = beta, .N = N, .C = C, .HW = HW};
+                       .beta = beta, .N = N, .C = C, .HW = HW, .relu = relu};
     dt_cpu_for(be, (size_t)N * C, plane_grain(HW), bn_fwd_planes, &j);
     return DT_OK;
 }
@@ -609,20 +655,24 @@ DT_CPU_CLONES static void bn_infer_planes(void *a, size_t lo, size_t hi)
     for (size_t p = lo; p < hi; p++) {
         size_t c = p % (size_t)j->C, e = p * j->HW;
         float k = (float)(j->gamma[c] / sqrt((double)j->invstd[c] + j->eps));
-        affine(j->y + e, j->x + e, j->mean[c], k, j->beta[c], (size_t)j->HW);
+        if (j->relu)
+            affine(j->y + e, j->x + e, j->mean[c], k, j->beta[c], 1, (size_t)j->HW);
+        else
+            affine(j->y + e, j->x + e, j->mean[c], k, j->beta[c], 0, (size_t)j->HW);
     }
 }
 
 dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
                                  const float *running_mean, const float *running_var,
                                  const float *gamma, const float *beta, float eps, int N, int C,
-                                 int HW)
+                                 int HW, int relu)
 {
     dt_status st = check_infer(y, x, running_mean, running_var, gamma, beta, eps, N, C, HW);
     if (st != DT_OK)
         return st;
     struct bn_job j = {.y = y, .x = x, .mean = running_mean, .invstd = running_var,
-                       .gamma = gamma, .beta = beta, .eps = eps, .N = N, .C = C, .HW = HW};
+                       .gamma = gamma, .beta = beta, .eps = eps, .N = N, .C = C, .HW = HW,
+                       .relu = relu};
     dt_cpu_for(be, (size_t)N * C, plane_grain(HW), bn_infer_planes, &j);
     return DT_OK;
 }
@@ -633,23 +683,27 @@ DT_CPU_CLONES static void bn_reduce_channels(void *a, size_t lo, size_t hi)
     for (size_t c = lo; c < hi; c++) {
         for (int n = 0; n < j->N; n++) {
             size_t e = ((size_t)n * j->C + c) * j->HW;
-            sum_dot_centered(j->dy + e, j->x + e, j->mean[c], (size_t)j->HW, &j->stats[c],
-                             &j->stats[j->C + c]);
+            double *s = &j->stats[c], *d = &j->stats[j->C + c];
+            if (j->mask)
+                sum_dot_centered(j->dy + e, j->mask + e, 1, j->x + e, j->mean[c], (size_t)j->HW,
+                                 s, d);
+            else
+                sum_dot_centered(j->dy + e, NULL, 0, j->x + e, j->mean[c], (size_t)j->HW, s, d);
         }
         j->stats[j->C + c] *= j->invstd[c]; /* sum dy * (x - mean) * invstd */
     }
 }
 
 dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
-                                      const float *x, const float *mean, const float *invstd, int N,
-                                      int C, int HW)
+                                      const float *x, const float *mean, const float *invstd,
+                                      const float *y, int N, int C, int HW)
 {
     dt_status st = check_bwd_reduce(dstats, dy, x, mean, invstd, N, C, HW);
     if (st != DT_OK)
         return st;
     memset(dstats, 0, 2 * (size_t)C * sizeof *dstats);
     struct bn_job j = {.stats = dstats, .dy = dy, .x = x, .mean = mean, .invstd = invstd,
-                       .N = N, .C = C, .HW = HW};
+                       .mask = y, .N = N, .C = C, .HW = HW};
     dt_cpu_for(be, (size_t)C, channel_grain(N, HW), bn_reduce_channels, &j);
     return DT_OK;
 }
@@ -665,14 +719,20 @@ DT_CPU_CLONES static void bn_bwd_planes(void *a, size_t lo, size_t hi)
         double k = (double)j->gamma[c] * j->invstd[c], mdy = j->global[c] / j->count,
                mdyx = j->global[C + c] / j->count;
         float kd = (float)k, kx = (float)(-k * j->invstd[c] * mdyx), k0 = (float)(-k * mdy);
-        affine2(j->y + e, j->dy + e, j->x + e, j->mean[c], kd, kx, k0, (size_t)j->HW);
+        if (j->mask)
+            affine2(j->y + e, j->dy + e, j->mask + e, 1, j->x + e, j->mean[c], kd, kx, k0,
+                    (size_t)j->HW);
+        else
+            affine2(j->y + e, j->dy + e, NULL, 0, j->x + e, j->mean[c], kd, kx, k0,
+                    (size_t)j->HW);
     }
 }
 
 dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
                                const float *dy, const float *x, const float *mean,
                                const float *invstd, const float *gamma, const double *local,
-                               const double *global, double count, int N, int C, int HW)
+                               const double *global, double count, const float *y, int N, int C,
+                               int HW)
 {
     dt_status st =
         check_bwd(dx, dgamma, dbeta, dy, x, mean, invstd, gamma, local, global, count, N, C, HW);
@@ -683,7 +743,7 @@ dt_status dt_cpu_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float
         dbeta[c] += (float)local[c];
     }
     struct bn_job j = {.y = dx, .dy = dy, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
-                       .global = global, .count = count, .N = N, .C = C, .HW = HW};
+                       .mask = y, .global = global, .count = count, .N = N, .C = C, .HW = HW};
     dt_cpu_for(be, (size_t)N * C, plane_grain(HW), bn_bwd_planes, &j);
     return DT_OK;
 }

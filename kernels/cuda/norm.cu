@@ -28,6 +28,9 @@
  * once and steps it on as it strides over planes, so no element costs a
  * division.
  *
+ * A ReLU fused in (relu, y: kernels/ops.h) is the relu op's select on
+ * the result, and backward counts dy where the forward's output y > 0.
+ *
  * The variance from the sums, E[x^2] - mean^2, can come out a rounding
  * error below zero for a constant channel; it is taken as 0 then.
  *
@@ -61,10 +64,11 @@ static __device__ void block_sum2(double *sa, double *sb)
 }
 
 /* out[c], out[C+c]: block c sums channel c of (N,C,HW) tensors. SUMS_STATS:
- * x and x^2; SUMS_BWD: dy and dy*(x - mean)*invstd. */
+ * x and x^2; SUMS_BWD: dy and dy*(x - mean)*invstd, dy taken as 0 where
+ * the fused ReLU's output y (when not NULL) is not > 0. */
 static __global__ void channel_sums(double *out, enum channel_sums kind, const float *x,
-                                    const float *dy, const float *mean, const float *invstd, int N,
-                                    int C, int HW)
+                                    const float *dy, const float *y, const float *mean,
+                                    const float *invstd, int N, int C, int HW)
 {
     __shared__ double sa[DT_CUDA_THREADS], sb[DT_CUDA_THREADS];
     const int c = blockIdx.x;
@@ -83,7 +87,7 @@ static __global__ void channel_sums(double *out, enum channel_sums kind, const f
                 a += v;
                 b += v * v;
             } else {
-                const double g = dy[e];
+                const double g = !y || y[e] > 0.0f ? dy[e] : 0.0f;
                 a += g;
                 b += g * (v - m) * is;
             }
@@ -125,31 +129,35 @@ static __global__ void bn_params(float *mean_out, float *invstd_out, float *runn
     }
 }
 
-/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; planes = N*C */
+/* The fused ReLU, as the relu op selects */
+static __device__ float bn_relu(float v, int relu) { return relu && v < 0.0f ? 0.0f : v; }
+
+/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c], max(., 0) when relu;
+ * planes = N*C */
 static __global__ void bn_apply(float *y, const float *x, const float *mean, const float *invstd,
-                                const float *gamma, const float *beta, size_t planes, size_t C,
-                                size_t HW)
+                                const float *gamma, const float *beta, int relu, size_t planes,
+                                size_t C, size_t HW)
 {
     for (DT_CUDA_PLANES(p, c, planes, C)) {
         const float m = mean[c], is = invstd[c], g = gamma[c], b = beta[c];
         const float *xp = x + p * HW;
         float *yp = y + p * HW;
         for (DT_CUDA_PLANE_ELEMS(i, HW))
-            yp[i] = (xp[i] - m) * is * g + b;
+            yp[i] = bn_relu((xp[i] - m) * is * g + b, relu);
     }
 }
 
 /* y = (x - running_mean[c]) / sqrt(running_var[c] + eps) * gamma[c] + beta[c] */
 static __global__ void bn_infer(float *y, const float *x, const float *rmean, const float *rvar,
-                                const float *gamma, const float *beta, float eps, size_t planes,
-                                size_t C, size_t HW)
+                                const float *gamma, const float *beta, float eps, int relu,
+                                size_t planes, size_t C, size_t HW)
 {
     for (DT_CUDA_PLANES(p, c, planes, C)) {
         const float m = rmean[c], sd = sqrtf(rvar[c] + eps), g = gamma[c], b = beta[c];
         const float *xp = x + p * HW;
         float *yp = y + p * HW;
         for (DT_CUDA_PLANE_ELEMS(i, HW))
-            yp[i] = (xp[i] - m) / sd * g + b;
+            yp[i] = bn_relu((xp[i] - m) / sd * g + b, relu);
     }
 }
 
@@ -164,10 +172,12 @@ static __global__ void bn_dparams(float *dgamma, float *dbeta, const double *loc
     }
 }
 
-/* dx = gamma*invstd*(dy - global[c]/count - xhat*global[C+c]/count) */
-static __global__ void bn_dx(float *dx, const float *dy, const float *x, const float *mean,
-                             const float *invstd, const float *gamma, const double *global,
-                             double count, size_t planes, size_t C, size_t HW)
+/* dx = gamma*invstd*(dy - global[c]/count - xhat*global[C+c]/count), dy
+ * taken as 0 where the fused ReLU's output y (when not NULL) is not > 0 */
+static __global__ void bn_dx(float *dx, const float *dy, const float *x, const float *y,
+                             const float *mean, const float *invstd, const float *gamma,
+                             const double *global, double count, size_t planes, size_t C,
+                             size_t HW)
 {
     for (DT_CUDA_PLANES(p, c, planes, C)) {
         const float mdy = (float)(global[c] / count);
@@ -176,7 +186,8 @@ static __global__ void bn_dx(float *dx, const float *dy, const float *x, const f
         const size_t off = p * HW;
         for (DT_CUDA_PLANE_ELEMS(i, HW)) {
             const float xhat = (x[off + i] - m) * is;
-            dx[off + i] = g * is * (dy[off + i] - mdy - xhat * mdyx);
+            const float d = !y || y[off + i] > 0.0f ? dy[off + i] : 0.0f;
+            dx[off + i] = g * is * (d - mdy - xhat * mdyx);
         }
     }
 }
@@ -293,14 +304,15 @@ dt_status dt_cuda_batchnorm_stats(dt_backend_t *be, double *stats, const float *
     DT_CUDA_REQUIRE(stats && (x || (size_t)N * HW == 0), "batchnorm_stats",
                     "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, stats, SUMS_STATS, x, nullptr, nullptr, nullptr, N, C, HW);
+    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, stats, SUMS_STATS, x, nullptr, nullptr, nullptr, nullptr, N, C, HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_stats", BN_FMT, N, C, HW);
 }
 
 dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, float *invstd_out,
                                 float *running_mean, float *running_var, const float *x,
                                 const double *stats, double count, const float *gamma,
-                                const float *beta, float eps, float momentum, int N, int C, int HW)
+                                const float *beta, float eps, float momentum, int N, int C, int HW,
+                                int relu)
 {
     REQUIRE_NCHW("batchnorm_fwd", N, C, HW);
     if (C == 0)
@@ -320,14 +332,14 @@ dt_status dt_cuda_batchnorm_fwd(dt_backend_t *be, float *y, float *mean_out, flo
     const size_t planes = (size_t)N * C;
     const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
     DT_CUDA_LAUNCH(bn_apply, ps.grid, ps.block, 0, cb->stream, y, x, mean_out, invstd_out, gamma,
-                   beta, planes, (size_t)C, (size_t)HW);
+                   beta, relu, planes, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_fwd", BN_FMT, N, C, HW);
 }
 
 dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
                                   const float *running_mean, const float *running_var,
                                   const float *gamma, const float *beta, float eps, int N, int C,
-                                  int HW)
+                                  int HW, int relu)
 {
     REQUIRE_NCHW("batchnorm_infer", N, C, HW);
     const size_t n = (size_t)N * C * HW;
@@ -339,14 +351,14 @@ dt_status dt_cuda_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
     const size_t planes = (size_t)N * C;
     const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
     DT_CUDA_LAUNCH(bn_infer, ps.grid, ps.block, 0, cb->stream, y, x, running_mean, running_var,
-                   gamma, beta, eps, planes, (size_t)C, (size_t)HW);
+                   gamma, beta, eps, relu, planes, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_infer", BN_FMT, N, C, HW);
 }
 
 /* dstats[c] = sum of dy, dstats[C+c] = sum of dy*xhat (written) */
 dt_status dt_cuda_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
                                        const float *x, const float *mean, const float *invstd,
-                                       int N, int C, int HW)
+                                       const float *y, int N, int C, int HW)
 {
     REQUIRE_NCHW("batchnorm_bwd_reduce", N, C, HW);
     if (C == 0)
@@ -354,14 +366,15 @@ dt_status dt_cuda_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const f
     DT_CUDA_REQUIRE(dstats && mean && invstd && ((x && dy) || (size_t)N * HW == 0),
                     "batchnorm_bwd_reduce", "pointers must not be NULL");
     struct cuda_backend *cb = dt_cuda_of(be);
-    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, dstats, SUMS_BWD, x, dy, mean, invstd, N, C, HW);
+    DT_CUDA_LAUNCH(channel_sums, (unsigned)C, DT_CUDA_THREADS, 0, cb->stream, dstats, SUMS_BWD, x, dy, y, mean, invstd, N, C, HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd_reduce", BN_FMT, N, C, HW);
 }
 
 dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, float *dbeta,
                                 const float *dy, const float *x, const float *mean,
                                 const float *invstd, const float *gamma, const double *local,
-                                const double *global, double count, int N, int C, int HW)
+                                const double *global, double count, const float *y, int N, int C,
+                                int HW)
 {
     REQUIRE_NCHW("batchnorm_bwd", N, C, HW);
     if (C == 0)
@@ -381,8 +394,8 @@ dt_status dt_cuda_batchnorm_bwd(dt_backend_t *be, float *dx, float *dgamma, floa
         return DT_OK;
     const size_t planes = (size_t)N * C;
     const struct dt_cuda_planes ps = dt_cuda_plane_shape(planes, (size_t)HW);
-    DT_CUDA_LAUNCH(bn_dx, ps.grid, ps.block, 0, cb->stream, dx, dy, x, mean, invstd, gamma, global,
-                   count, planes, (size_t)C, (size_t)HW);
+    DT_CUDA_LAUNCH(bn_dx, ps.grid, ps.block, 0, cb->stream, dx, dy, x, y, mean, invstd, gamma,
+                   global, count, planes, (size_t)C, (size_t)HW);
     return DT_CUDA_LAUNCHED(cb, "batchnorm_bwd", BN_FMT, N, C, HW);
 }
 

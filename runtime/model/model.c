@@ -19,7 +19,11 @@
  * order (flatten, add) has no buffer of its own; its output is its input's
  * (the sum, for several inputs), and backward hands its output gradient to
  * its producers. Not where the input lives in a recomputed block's scratch
- * or the node is recomputed itself: those copy.
+ * or the node is recomputed itself: those copy. A relu that alone reads
+ * the output of a kind that can apply it (batchnorm: fuses_relu) is a view
+ * too, folded in: the producer writes the ReLU's output and takes its
+ * gradient. A single producer that feeds nothing but its view shares the
+ * view's gradient slot, so the gradient is handed on in place.
  *
  * Recomputation (model.recompute): the nodes of a block named there,
  * except its last, write their outputs into one scratch region instead of
@@ -542,31 +546,66 @@ static void layout_params(dt_model_t *m)
     m->param_numel = count;
 }
 
+/* Whether node i is a relu layer folded into its producer (see the top of
+ * this file): the producer's kind can apply it, the relu alone reads the
+ * producer's output, and either neither is recomputed or both are, in the
+ * same block (full: as if nothing were recomputed). */
+static int fused_relu(const dt_model_t *m, int i, int full)
+{
+    const struct node *n = &m->nodes[i];
+    int p = n->in[0];
+    if (strcmp(n->l.kind->name, "relu") != 0 || n->nin != 1 || p < 0)
+        return 0;
+    const struct node *q = &m->nodes[p];
+    return q->l.kind->fuses_relu && q->nconsumers == 1 &&
+           (full || (n->inner == q->inner && (!n->inner || n->block == q->block)));
+}
+
 /* Whether node i is a view (see the top of this file): a kind marked so,
  * whose input buffer outlives the forward (not recompute scratch) and
- * which is not recomputed itself; full: as if nothing were recomputed. */
+ * which is not recomputed itself, or a relu folded into its producer;
+ * full: as if nothing were recomputed. */
 static int view_of(const dt_model_t *m, int i, int full)
 {
     const struct node *n = &m->nodes[i];
     int p = n->in[0];
-    return n->l.kind->view &&
-           (full || (!n->inner && (n->nin > 1 || p < 0 || !m->nodes[p].inner)));
+    return (n->l.kind->view &&
+            (full || (!n->inner && (n->nin > 1 || p < 0 || !m->nodes[p].inner)))) ||
+           fused_relu(m, i, full);
 }
 
 static void plan_views(dt_model_t *m)
 {
-    for (int i = 0; i < m->nnodes; i++)
+    for (int i = 0; i < m->nnodes; i++) {
         m->nodes[i].view = view_of(m, i, 0);
+        if (fused_relu(m, i, 0))
+            m->nodes[m->nodes[i].in[0]].l.fused_relu = 1;
+    }
 }
 
-/* Gradient slots, sized per row: see the file comment. */
-static dt_status plan_slots(dt_model_t *m)
+/* Whether producer p of node i takes node i's gradient slot as its own:
+ * i is a view of p alone (not a sum: there, keeping the slot busy longer
+ * cost the slot plan more than the copy saved) and p feeds nothing else,
+ * so the output gradient i hands on is p's, in place. full: as if nothing
+ * were recomputed. */
+static int shares_slot(const dt_model_t *m, int i, int p, int full)
+{
+    const struct node *n = &m->nodes[i];
+    return n->nin == 1 && n->in[0] == p && n->slot >= 0 && m->nodes[p].nconsumers == 1 &&
+           view_of(m, i, full);
+}
+
+/* Gradient slots, sized per row: see the file comment. full: as if
+ * nothing were recomputed. */
+static dt_status plan_slots(dt_model_t *m, int full)
 {
     int *busy = NULL;
     dt_status st = dt_calloc((size_t)m->nnodes + 1, sizeof *busy, "the model", (void **)&busy);
     if (st != DT_OK)
         return st;
     m->nslots = 0;
+    for (int i = 0; i < m->nnodes; i++)
+        m->nodes[i].slot = -1;
     for (int i = m->nnodes - 1; i >= 0; i--) {
         struct node *n = &m->nodes[i];
         for (int k = 0; k < n->nin; k++) {
@@ -574,6 +613,12 @@ static dt_status plan_slots(dt_model_t *m)
             if (p < 0 || !m->nodes[p].needs_grad || m->nodes[p].slot >= 0)
                 continue;
             size_t need = up(numel(&m->nodes[p].l.out)), best = 0;
+            if (shares_slot(m, i, p, full)) { /* stays busy: p's gradient now */
+                m->nodes[p].slot = n->slot;
+                if (m->slot_size[n->slot] < need)
+                    m->slot_size[n->slot] = need;
+                continue;
+            }
             int pick = -1;
             for (int s = 0; s < m->nslots; s++) { /* the smallest free slot that fits */
                 if (busy[s])
@@ -591,7 +636,8 @@ static dt_status plan_slots(dt_model_t *m)
             busy[pick] = 1;
             m->nodes[p].slot = pick;
         }
-        if (n->slot >= 0)
+        int kept = n->nin == 1 && n->in[0] >= 0 && m->nodes[n->in[0]].slot == n->slot;
+        if (n->slot >= 0 && !kept) /* else its producer took it (shares_slot) */
             busy[n->slot] = 0;
     }
     free(busy);
@@ -618,7 +664,7 @@ static dt_status plan_arena(dt_model_t *m, int full, size_t *total)
             if (i == b->first)
                 b->scratch = 0;
             n->out_off = b->scratch * rows;
-            b->scratch += up(numel(&n->l.out));
+            b->scratch += view_of(m, i, full) ? 0 : up(numel(&n->l.out));
             if (b->scratch > rc_per_row)
                 rc_per_row = b->scratch;
         } else {
@@ -733,8 +779,9 @@ static dt_status build(dt_model_t *m, const struct dt_job *job, const struct dt_
             m->host_len = h;
     }
     layout_params(m);
-    DT_CHECK(plan_slots(m));
+    DT_CHECK(plan_slots(m, 1));
     DT_CHECK(plan_arena(m, 1, &m->arena_full));
+    DT_CHECK(plan_slots(m, 0));
     DT_CHECK(plan_arena(m, 0, &m->arena_floats));
 out:
     free(specs);
@@ -1349,9 +1396,11 @@ void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *
                 at += w > 0 ? (size_t)w : 0;
             }
         }
-        snprintf(buf, sizeof buf, "  %-22s %-14s %s -> %s%s%s%s%s", n->l.name, n->l.kind->name,
+        int folded = fused_relu(m, i, 0);
+        snprintf(buf, sizeof buf, "  %-22s %-14s %s -> %s%s%s%s%s%s", n->l.name, n->l.kind->name,
                  dt_shape_format(&n->l.in, a, sizeof a), dt_shape_format(&n->l.out, b, sizeof b),
-                 extra[0] ? "  " : "", extra, ins, n->inner ? "  (recomputed)" : "");
+                 extra[0] ? "  " : "", extra, ins, n->inner ? "  (recomputed)" : "",
+                 folded ? "  (folded into the layer before)" : "");
         line(ctx, buf);
     }
 }

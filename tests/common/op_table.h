@@ -18,9 +18,10 @@
  *   conv2d_fwd            N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w,
  *                         dil_h, dil_w, groups
  *   maxpool2d_fwd, avgpool2d_fwd   N, C, H, W, R, S, stride_h, stride_w, pad_h, pad_w
- *   batchnorm_fwd         N, C, HW, ranks (ranks > 1: the statistics are summed
- *                         with ranks-1 other ranks' data, as model.sync_bn does)
- *   batchnorm_infer       N, C, HW
+ *   batchnorm_fwd         N, C, HW, ranks, relu (ranks > 1: the statistics are summed
+ *                         with ranks-1 other ranks' data, as model.sync_bn does;
+ *                         relu 1: a ReLU fused in)
+ *   batchnorm_infer       N, C, HW, relu (1: a ReLU fused in)
  *   layernorm_fwd, rmsnorm_fwd   rows, D
  *   embedding_fwd         N, V, D (ids drawn in [0, V))
  *   attention_fwd         B, T, H, Dh, causal (0 or 1)
@@ -54,7 +55,7 @@ int dt_op_case_compare(const struct dt_op_case *c, dt_backend_t *test, dt_backen
 /* Central finite differences in double of L = sum(out * R) (the summed
  * loss for softmax_xent) against the op's backward on backend be, for a
  * spread sample of every input's elements. Returns mismatches, 0 for an
- * op without a backward, -1 when unsupported. */
+ * op without a backward or a kinked row, -1 when unsupported. */
 int dt_op_case_gradcheck(const struct dt_op_case *c, dt_backend_t *be);
 
 /* The ops.h conventions on backend be: gradients of activations are
@@ -62,6 +63,13 @@ int dt_op_case_gradcheck(const struct dt_op_case *c, dt_backend_t *be);
  * result), gradients of parameters accumulate (old + new). Returns
  * mismatches, -1 when unsupported. */
 int dt_op_case_conventions(const struct dt_op_case *c, dt_backend_t *be);
+
+/* 1 when a kink of the case's output lies within the finite differences'
+ * step of most inputs (a ReLU fused after batch norm: every input and
+ * parameter moves every output of its channel), so dt_op_case_gradcheck
+ * skips it; test_op_table checks such an op as the composition of its
+ * parts instead. */
+int dt_op_case_kinked(const struct dt_op_case *c);
 
 /* 1 when the case's op has a backward that dt_op_case_gradcheck checks. */
 int dt_op_case_has_backward(const struct dt_op_case *c);

@@ -118,8 +118,8 @@ int main(int argc, char **argv)
             return 70;
         ok(op->batchnorm_stats(be, stats, x, N, C, HW));
         ok(op->batchnorm_fwd(be, y, mean, invstd, rm, rv, x, stats, (double)N * HW, g, b, EPS,
-                             MOMENTUM, N, C, HW));
-        ok(op->batchnorm_infer(be, yi, x, rm, rv, g, b, EPS, N, C, HW));
+                             MOMENTUM, N, C, HW, 0));
+        ok(op->batchnorm_infer(be, yi, x, rm, rv, g, b, EPS, N, C, HW, 0));
         put(f, x, n), put(f, g, C), put(f, b, C), put(f, rm0, C), put(f, rv0, C), put(f, y, n);
         put(f, mean, C), put(f, invstd, C), put(f, rm, C), put(f, rv, C), put(f, yi, n);
     } else if (which == 4) {

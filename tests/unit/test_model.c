@@ -236,6 +236,21 @@ static void test_recompute(void)
     CU_ASSERT(moved > 0);
 }
 
+/* The gradients (into g0) and buffers of a layer list with recompute r0,
+ * which must equal those with r1 bit for bit. */
+static void grads_agree(const char *layers, const char *r0, const char *r1, float *g0)
+{
+    static float g1[CNN_MAX_FLOATS];
+    static float b0[CNN_MAX_BUFFER_FLOATS], b1[CNN_MAX_BUFFER_FLOATS];
+    size_t n0, n1;
+    uint64_t a0, a1;
+    layers_grads(layers, r0, g0, &n0, &a0, b0);
+    layers_grads(layers, r1, g1, &n1, &a1, b1);
+    CU_ASSERT_EQUAL_FATAL(n0, n1);
+    CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+    CU_ASSERT(memcmp(b0, b1, sizeof b0) == 0);
+}
+
 /* A block that ends in a flatten of a recomputed output, then a block
  * whose recomputed output takes the same shared region: the flatten must
  * keep a copy (a view of the region would be overwritten before fc1's
@@ -248,14 +263,54 @@ static void test_recompute_flatten(void)
                                       "    - {name: b.fc1, kind: linear, out: 96}\n"
                                       "    - {name: b.act, kind: tanh}\n"
                                       "    - {name: out, kind: linear, out: classes}\n";
-    static float g0[CNN_MAX_FLOATS], g1[CNN_MAX_FLOATS];
-    static float b0[CNN_MAX_BUFFER_FLOATS], b1[CNN_MAX_BUFFER_FLOATS];
-    size_t n0, n1;
-    uint64_t a0, a1;
-    layers_grads(layers, "none", g0, &n0, &a0, b0);
-    layers_grads(layers, "all", g1, &n1, &a1, b1);
-    CU_ASSERT_EQUAL_FATAL(n0, n1);
-    CU_ASSERT(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+    static float g[CNN_MAX_FLOATS];
+    grads_agree(layers, "none", "all", g);
+}
+
+static void count_folded(void *ctx, const char *s)
+{
+    *(int *)ctx += strstr(s, "folded into") != NULL;
+}
+
+/* The layers of a job's model that describe themselves as folded in. */
+static int folded_layers(const char *layers, const char *recompute)
+{
+    char extra[128];
+    snprintf(extra, sizeof extra, "  recompute: %s\n", recompute);
+    CU_ASSERT_EQUAL_FATAL(layers_job(layers, extra), DT_OK);
+    dt_model_t *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(try_model(8, &m), DT_OK);
+    int n = 0;
+    dt_model_describe(m, count_folded, &n);
+    dt_model_destroy(m);
+    return n;
+}
+
+/* A relu that alone reads a batchnorm's output is folded into it, and the
+ * gradients and running statistics are those of the two layers run in
+ * turn, bit for bit: a.bn ends block a and b.relu is recomputed in block
+ * b, so with recomputation the relu runs as a layer of its own. The relu
+ * after the residual sum (an add) stays a layer. */
+static void test_fused_relu(void)
+{
+    static const char *const layers =
+        "    - {name: a.conv, kind: conv2d, out: 4, kernel: 3, padding: 1}\n"
+        "    - {name: a.bn, kind: batchnorm}\n"
+        "    - {name: b.relu, kind: relu}\n"
+        "    - {name: b.conv, kind: conv2d, out: 4, kernel: 3, padding: 1, bias: false}\n"
+        "    - {name: c.bn, kind: batchnorm}\n"
+        "    - {name: c.add, kind: add, inputs: [c.bn, b.conv]}\n"
+        "    - {name: c.relu, kind: relu}\n"
+        "    - {name: gap, kind: global_avgpool}\n"
+        "    - {name: fc, kind: linear, out: classes}\n";
+    static float g[CNN_MAX_FLOATS];
+    CU_ASSERT_EQUAL(folded_layers(layers, "none"), 1);
+    CU_ASSERT_EQUAL(folded_layers(layers, "b"), 0);
+    grads_agree(layers, "none", "b", g);
+    int moved = 0; /* the gradients reached the first layer */
+    for (size_t i = 0; i < 4 * 9; i++)
+        moved += g[i] != 0.0f;
+    CU_ASSERT(moved > 0);
 }
 
 /* The same network without kinks (max pooling and ReLU switch under a
@@ -956,6 +1011,7 @@ int main(void)
     CU_ADD(s, test_rmsnorm_silu_gradient);
     CU_ADD(s, test_recompute);
     CU_ADD(s, test_recompute_flatten);
+    CU_ADD(s, test_fused_relu);
     CU_ADD(s, test_cnn_gradient);
     CU_ADD(s, test_groups);
     CU_ADD(s, test_families);

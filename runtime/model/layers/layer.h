@@ -89,6 +89,9 @@ struct dt_layer {
     int recomputed;    /* set by the model before workspace(): forward runs again before
                           backward (model.recompute), so keeping more is no help */
     int has_eval_mode; /* forward differs between training and evaluation */
+    int fused_relu;    /* set by the model (a kind with fuses_relu): a relu layer that alone
+                          reads this output is folded in, so forward writes max(output, 0)
+                          and backward's dout is the gradient of that */
     size_t stat_len;   /* doubles of batch statistics a training forward reports through
                           stat_out (train.reproducible); 0: none */
     unsigned char cfg[DT_LAYER_CFG_BYTES] __attribute__((aligned(8))); /* the kind's settings */
@@ -169,6 +172,9 @@ struct dt_layer_kind {
      * output gradient to the producers, running neither fwd, decode nor
      * bwd (where the buffers allow: model.c). */
     int view;
+    /* 1: the kind can apply a ReLU to its own output (l->fused_relu), so
+     * the model may fold in a relu layer that alone reads that output. */
+    int fuses_relu;
 };
 
 /* The kind of that name, or NULL. */

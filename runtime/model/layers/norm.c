@@ -11,6 +11,10 @@
  *
  * layernorm: over the last dimension, as torch.nn.LayerNorm(last dim).
  *
+ * A relu layer that alone reads a batchnorm's output is folded into it
+ * (fuses_relu): forward applies the ReLU as it writes, backward masks
+ * dout, and the relu layer's passes are gone.
+ *
  * rmsnorm: over the last dimension by the root mean square, without
  * taking out the mean and without a shift (as T5 and LLaMA normalise):
  * y = x / sqrt(mean(x^2) + eps) * weight.
@@ -108,7 +112,7 @@ static dt_status bn_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     dt_status st;
     if (!x->training)
         return x->ops->batchnorm_infer(x->be, x->out, x->in, x->buf[0], x->buf[1], x->p[0], x->p[1],
-                                       (float)c->eps, N, C, HW);
+                                       (float)c->eps, N, C, HW, l->fused_relu);
     double *stats = (double *)x->ws;
     double count = (double)x->rows * (double)c->HW;
     DT_CHECK(x->ops->batchnorm_stats(x->be, stats, x->in, N, C, HW));
@@ -133,7 +137,7 @@ static dt_status bn_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     DT_CHECK(x->ops->batchnorm_fwd(x->be, x->out, x->saved, x->saved + C,
                                    keep ? x->buf[0] : NULL, keep ? x->buf[1] : NULL,
                                    x->in, stats, count, x->p[0], x->p[1], (float)c->eps,
-                                   (float)c->momentum, N, C, HW));
+                                   (float)c->momentum, N, C, HW, l->fused_relu));
 out:
     return st;
 }
@@ -144,9 +148,10 @@ static dt_status bn_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     int N = (int)x->rows, C = (int)c->C, HW = (int)c->HW;
     double *local = (double *)x->ws + 2 * (size_t)C, *global = local + 2 * (size_t)C;
     float *dx = x->din ? x->din : (float *)(global + 2 * (size_t)C);
+    const float *relu_out = l->fused_relu ? x->out : NULL; /* where dout counts */
     dt_status st;
-    DT_CHECK(x->ops->batchnorm_bwd_reduce(x->be, local, x->dout, x->in, x->saved, x->saved + C, N,
-                                          C, HW));
+    DT_CHECK(x->ops->batchnorm_bwd_reduce(x->be, local, x->dout, x->in, x->saved, x->saved + C,
+                                          relu_out, N, C, HW));
     if (x->sync) {
         DT_CHECK(
             dt_backend_copy(x->be, global, local, 2 * (size_t)C * sizeof(double), DT_COPY_D2D));
@@ -155,7 +160,8 @@ static dt_status bn_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
         global = local;
     }
     DT_CHECK(x->ops->batchnorm_bwd(x->be, dx, x->g[0], x->g[1], x->dout, x->in, x->saved,
-                                   x->saved + C, x->p[0], local, global, c->count, N, C, HW));
+                                   x->saved + C, x->p[0], local, global, c->count, relu_out, N,
+                                   C, HW));
 out:
     return st;
 }
@@ -192,6 +198,7 @@ const struct dt_layer_kind dt_layer_batchnorm = {
     .describe = bn_describe,
     .workspace = bn_workspace,
     .apply_stats = bn_apply_stats,
+    .fuses_relu = 1,
     .ops = {DT_OP_batchnorm_stats, DT_OP_batchnorm_fwd, DT_OP_batchnorm_infer,
             DT_OP_batchnorm_bwd_reduce, DT_OP_batchnorm_bwd, DT_OP_COUNT},
 };
