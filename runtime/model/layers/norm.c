@@ -190,7 +190,8 @@ static void bn_describe(const struct dt_layer *l, char *buf, size_t len)
 
 const struct dt_layer_kind dt_layer_batchnorm = {
     .name = "batchnorm",
-    .doc = "batch normalisation per channel (model.sync_bn: statistics over every rank)",
+    .doc = "batch normalisation per channel (model.sync_bn: statistics over every rank); a relu "
+           "that alone reads its output is folded into it",
     .settings = "eps: 1e-5, momentum: 0.1",
     .build = bn_build,
     .fwd = bn_fwd,
