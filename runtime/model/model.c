@@ -22,8 +22,11 @@
  * or the node is recomputed itself: those copy. A relu that alone reads
  * the output of a kind that can apply it (batchnorm: fuses_relu) is a view
  * too, folded in: the producer writes the ReLU's output and takes its
- * gradient. A single producer that feeds nothing but its view shares the
- * view's gradient slot, so the gradient is handed on in place.
+ * gradient. A kind whose input gradient is its output gradient
+ * (pos_embedding: grad_through) runs its backward for its parameters
+ * alone and the model hands the gradient on. A single producer that feeds
+ * nothing but such a node or a view shares that node's gradient slot, so
+ * the gradient is handed on in place.
  *
  * Recomputation (model.recompute): the nodes of a block named there,
  * except its last, write their outputs into one scratch region instead of
@@ -585,14 +588,15 @@ static void plan_views(dt_model_t *m)
 
 /* Whether producer p of node i takes node i's gradient slot as its own:
  * i is a view of p alone (not a sum: there, keeping the slot busy longer
- * cost the slot plan more than the copy saved) and p feeds nothing else,
- * so the output gradient i hands on is p's, in place. full: as if nothing
+ * cost the slot plan more than the copy saved) or hands its output
+ * gradient on as its input gradient (grad_through), and p feeds nothing
+ * else, so the gradient i hands on is p's, in place. full: as if nothing
  * were recomputed. */
 static int shares_slot(const dt_model_t *m, int i, int p, int full)
 {
     const struct node *n = &m->nodes[i];
     return n->nin == 1 && n->in[0] == p && n->slot >= 0 && m->nodes[p].nconsumers == 1 &&
-           view_of(m, i, full);
+           (view_of(m, i, full) || n->l.kind->grad_through);
 }
 
 /* Gradient slots, sized per row: see the file comment. full: as if
@@ -1291,7 +1295,8 @@ static dt_status run_backward(dt_model_t *m, int64_t rows, float scale,
             continue;
         }
         float *direct = NULL;
-        if (n->want_din) {
+        int through = n->l.kind->grad_through; /* din is dout: handed on below */
+        if (n->want_din && !through) {
             int p = n->in[0];
             if (n->nin == 1 && p >= 0 && !m->written[p])
                 direct = grad_of(m, p);
@@ -1302,7 +1307,7 @@ static dt_status run_backward(dt_model_t *m, int64_t rows, float scale,
         if (st != DT_OK)
             return dt_error_context(st, "backward of layer %s (%s)", n->l.name, n->l.kind->name);
         if (n->want_din)
-            DT_CHECK(route_din(m, n, c.din, rows));
+            DT_CHECK(route_din(m, n, through ? c.dout : c.din, rows));
         if (hook && n->l.nparams > 0) {
             size_t done = grads_done_after(m, i);
             if (done > 0 && (st = hook->ready(hook->ctx, done)) != DT_OK)

@@ -175,6 +175,10 @@ struct dt_layer_kind {
     /* 1: the kind can apply a ReLU to its own output (l->fused_relu), so
      * the model may fold in a relu layer that alone reads that output. */
     int fuses_relu;
+    /* 1: its input gradient is its output gradient (pos_embedding), so the
+     * model hands dout on to the producer itself and bwd gets din NULL
+     * (bwd computes the parameter gradients alone). */
+    int grad_through;
 };
 
 /* The kind of that name, or NULL. */

@@ -144,13 +144,12 @@ static dt_status pos_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)
     return st;
 }
 
+/* The table's gradient; the input gradient is dout itself, which the
+ * model hands on (grad_through). */
 static dt_status pos_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)
 {
     int n = (int)dt_shape_numel(&l->in);
-    dt_status st = x->ops->bias_bwd(x->be, x->g[0], x->dout, (int)x->rows, n);
-    if (st == DT_OK && x->din)
-        st = x->ops->flatten_bwd(x->be, x->din, x->dout, (size_t)(x->rows * n));
-    return st;
+    return x->ops->bias_bwd(x->be, x->g[0], x->dout, (int)x->rows, n);
 }
 
 /* Positions pos.. get the table's rows pos.. */
@@ -177,7 +176,8 @@ const struct dt_layer_kind dt_layer_pos_embedding = {
     .bwd = pos_bwd,
     .decode = pos_decode,
     .workspace = pos_workspace,
-    .ops = {DT_OP_add, DT_OP_bias_bwd, DT_OP_flatten_bwd, DT_OP_COUNT},
+    .grad_through = 1,
+    .ops = {DT_OP_add, DT_OP_bias_bwd, DT_OP_COUNT},
 };
 
 /* ---- attention ------------------------------------------------------------------ */
