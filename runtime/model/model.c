@@ -1401,11 +1401,12 @@ void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *
                 at += w > 0 ? (size_t)w : 0;
             }
         }
-        int folded = fused_relu(m, i, 0);
+        char folded[DT_LAYER_NAME + 32] = "";
+        if (fused_relu(m, i, 0))
+            snprintf(folded, sizeof folded, "  (folded into %s)", m->nodes[n->in[0]].l.name);
         snprintf(buf, sizeof buf, "  %-22s %-14s %s -> %s%s%s%s%s%s", n->l.name, n->l.kind->name,
                  dt_shape_format(&n->l.in, a, sizeof a), dt_shape_format(&n->l.out, b, sizeof b),
-                 extra[0] ? "  " : "", extra, ins, n->inner ? "  (recomputed)" : "",
-                 folded ? "  (folded into the layer before)" : "");
+                 extra[0] ? "  " : "", extra, ins, n->inner ? "  (recomputed)" : "", folded);
         line(ctx, buf);
     }
 }
