@@ -145,6 +145,12 @@ static void bn_running(float *rm, float *rv, int c, double mean, double var, dou
     rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * var * count / (count - 1.0));
 }
 
+/* v, or the fused ReLU of v (the relu op's select) when relu */
+static inline __attribute__((always_inline)) float relu_if(float v, int relu)
+{
+    return relu && v < 0.0f ? 0.0f : v;
+}
+
 /* ---- reference ------------------------------------------------------- */
 
 /* stats[c] = sum_{n,i} x(n,c,i);  stats[C+c] = sum_{n,i} x(n,c,i)^2 */
@@ -185,8 +191,7 @@ dt_status dt_cpu_batchnorm_fwd_ref(dt_backend_t *be, float *y, float *mean_out, 
         for (int n = 0; n < N; n++)
             for (int i = 0; i < HW; i++) {
                 size_t e = ((size_t)n * C + c) * HW + i;
-                float v = (float)((x[e] - mean) * invstd * gamma[c] + beta[c]);
-                y[e] = relu && v < 0.0f ? 0.0f : v;
+                y[e] = relu_if((float)((x[e] - mean) * invstd * gamma[c] + beta[c]), relu);
             }
         mean_out[c] = (float)mean;
         invstd_out[c] = (float)invstd;
@@ -210,8 +215,8 @@ dt_status dt_cpu_batchnorm_infer_ref(dt_backend_t *be, float *y, const float *x,
         for (int n = 0; n < N; n++)
             for (int i = 0; i < HW; i++) {
                 size_t e = ((size_t)n * C + c) * HW + i;
-                float v = (float)(((double)x[e] - running_mean[c]) * invstd * gamma[c] + beta[c]);
-                y[e] = relu && v < 0.0f ? 0.0f : v;
+                y[e] = relu_if(
+                    (float)(((double)x[e] - running_mean[c]) * invstd * gamma[c] + beta[c]), relu);
             }
     }
     return DT_OK;
@@ -524,8 +529,7 @@ static inline __attribute__((always_inline)) void sum_sq_centered(const float *v
 static inline __attribute__((always_inline)) float affine_at(const float *in, float m, float a,
                                                              float b, int relu, size_t i)
 {
-    float v = (in[i] - m) * a + b;
-    return relu && v < 0.0f ? 0.0f : v;
+    return relu_if((in[i] - m) * a + b, relu);
 }
 
 /* out(n) = affine_at(in, ...), in blocks of DT_CPU_LANES (a stack block

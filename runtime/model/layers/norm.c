@@ -7,13 +7,12 @@
  * evaluation. With model.sync_bn the per-channel sums are summed over
  * every rank before use, in forward and in backward, so the statistics
  * are those of the global micro-batch. The sums are doubles, so the
- * result does not hinge on the order ranks add in.
+ * result does not hinge on the order ranks add in. A relu layer that
+ * alone reads a batchnorm's output is folded into it (fuses_relu):
+ * forward applies the ReLU as it writes, backward masks dout, and the
+ * relu layer's passes are gone.
  *
  * layernorm: over the last dimension, as torch.nn.LayerNorm(last dim).
- *
- * A relu layer that alone reads a batchnorm's output is folded into it
- * (fuses_relu): forward applies the ReLU as it writes, backward masks
- * dout, and the relu layer's passes are gone.
  *
  * rmsnorm: over the last dimension by the root mean square, without
  * taking out the mean and without a shift (as T5 and LLaMA normalise):
