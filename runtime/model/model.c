@@ -1386,7 +1386,7 @@ double dt_model_flops_per_sample(const dt_model_t *m, int training)
 
 void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *s), void *ctx)
 {
-    char buf[320], a[64], b[64], extra[96];
+    char buf[448], a[64], b[64], extra[96];
     for (int i = 0; i < m->nnodes; i++) {
         const struct node *n = &m->nodes[i];
         extra[0] = '\0';
