@@ -86,34 +86,65 @@ typedef float f32v __attribute__((vector_size(LANES * 4)));
 
 #define LO32 0xffffffffull
 
-/* both 32-bit halves of every 64-bit lane = k */
-#define SPLAT2(k) ((u64v){0} + ((uint64_t)(k) | ((uint64_t)(k) << 32)))
+
+/* What every group of one call shares: the round keys, both 32-bit halves
+ * of each 64-bit lane (the scalar key schedule and its broadcast would
+ * otherwise run again in every group), and round 0's terms that depend on
+ * the high counter words alone, which are the same in every block:
+ * c2 * M1's halves and c3 ^ k1. */
+struct philox_plan {
+    uint64_t k0[DT_PHILOX_ROUNDS], k1[DT_PHILOX_ROUNDS];
+    uint64_t hi2_k0, lo2, c3_k1; /* round 0 */
+    uint32_t thr;
+};
+
+static uint64_t both_halves(uint32_t k) { return (uint64_t)k | ((uint64_t)k << 32); }
+
+static void plan_philox(const struct dt_rng_stream *s, uint32_t thr, struct philox_plan *pl)
+{
+    uint32_t k0 = s->k0, k1 = s->k1;
+    for (int r = 0; r < DT_PHILOX_ROUNDS; r++) {
+        pl->k0[r] = both_halves(k0);
+        pl->k1[r] = both_halves(k1);
+        k0 += DT_PHILOX_W0;
+        k1 += DT_PHILOX_W1;
+    }
+    uint64_t p2 = (uint64_t)DT_PHILOX_M1 * s->c2;
+    pl->hi2_k0 = both_halves((uint32_t)(p2 >> 32) ^ s->k0);
+    pl->lo2 = both_halves((uint32_t)p2);
+    pl->c3_k1 = both_halves(s->c3 ^ s->k1);
+    pl->thr = thr;
+}
 
 /* mask[k] lane l: word k of block first + l passes (all ones) or not (0) */
 static inline __attribute__((always_inline)) void
-philox_masks(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, u32v mask[4])
+philox_masks(const struct philox_plan *pl, uint64_t first, u32v mask[4])
 {
     uint32_t w0[LANES], w1[LANES];
     for (int l = 0; l < LANES; l++) {
         w0[l] = (uint32_t)(first + (uint64_t)l);
         w1[l] = (uint32_t)((first + (uint64_t)l) >> 32);
     }
-    u64v c0, c1, c2 = SPLAT2(s->c2), c3 = SPLAT2(s->c3);
+    u64v c0, c1, c2, c3;
     memcpy(&c0, w0, sizeof c0);
     memcpy(&c1, w1, sizeof c1);
-    uint32_t k0 = s->k0, k1 = s->k1;
-    for (int r = 0; r < DT_PHILOX_ROUNDS; r++) {
-        u64v e0 = (c0 & LO32) * DT_PHILOX_M0, o0 = (c0 >> 32) * DT_PHILOX_M0;
+    /* round 0: c2 and c3 are the stream's, the same in every lane */
+    u64v e0 = (c0 & LO32) * DT_PHILOX_M0, o0 = (c0 >> 32) * DT_PHILOX_M0;
+    c0 = c1 ^ pl->hi2_k0;
+    c2 = ((e0 >> 32) | (o0 & ~LO32)) ^ pl->c3_k1;
+    c1 = (u64v){0} + pl->lo2;
+    c3 = (e0 & LO32) | (o0 << 32);
+    for (int r = 1; r < DT_PHILOX_ROUNDS; r++) {
+        e0 = (c0 & LO32) * DT_PHILOX_M0, o0 = (c0 >> 32) * DT_PHILOX_M0;
         u64v e2 = (c2 & LO32) * DT_PHILOX_M1, o2 = (c2 >> 32) * DT_PHILOX_M1;
         u64v hi0 = (e0 >> 32) | (o0 & ~LO32), lo0 = (e0 & LO32) | (o0 << 32);
         u64v hi2 = (e2 >> 32) | (o2 & ~LO32), lo2 = (e2 & LO32) | (o2 << 32);
-        c0 = hi2 ^ c1 ^ SPLAT2(k0);
-        c2 = hi0 ^ c3 ^ SPLAT2(k1);
+        c0 = hi2 ^ c1 ^ pl->k0[r];
+        c2 = hi0 ^ c3 ^ pl->k1[r];
         c1 = lo2;
         c3 = lo0;
-        k0 += DT_PHILOX_W0;
-        k1 += DT_PHILOX_W1;
     }
+    const uint32_t thr = pl->thr;
     mask[0] = (u32v)(((u32v)c0 >> 8) >= thr);
     mask[1] = (u32v)(((u32v)c1 >> 8) >= thr);
     mask[2] = (u32v)(((u32v)c2 >> 8) >= thr);
@@ -135,32 +166,52 @@ static inline __attribute__((always_inline)) void interleave(const u32v m[4], u3
     out[3] = (u32v)__builtin_shuffle(hi01, hi23, q1);
 }
 
-/* dst[j] = src[j] * scale where kept, +0 where dropped, for elements
- * [off, off + count) of the group of GROUP_ELEMS elements starting at
- * block `first`; src and dst (and mask, when not NULL: 1 kept, 0 dropped)
- * point at element off. */
-DT_CPU_CLONES static void
-dropout_group(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, float scale,
-              const float *src, float *dst, uint8_t *mask, int off, int count)
+/* One whole group: dst[j] = src[j] * scale where kept, +0 where dropped,
+ * for the GROUP_ELEMS elements starting at block `first` (mask, when not
+ * NULL: 1 kept, 0 dropped). */
+static inline __attribute__((always_inline)) void
+group_whole(const struct philox_plan *pl, uint64_t first, float scale, const float *src,
+            float *dst, uint8_t *mask)
 {
     u32v m[4], keep[4];
-    philox_masks(s, first, thr, m);
+    philox_masks(pl, first, m);
     interleave(m, keep);
-    if (count == GROUP_ELEMS) {
-        for (int v = 0; v < 4; v++) {
-            f32v x;
-            memcpy(&x, src + LANES * v, sizeof x);
-            u32v y = (u32v)(x * scale) & keep[v];
-            memcpy(dst + LANES * v, &y, sizeof y);
-            if (mask) {
-                uint8_t m8[LANES];
-                for (int l = 0; l < LANES; l++)
-                    m8[l] = (uint8_t)(keep[v][l] & 1u);
-                memcpy(mask + LANES * v, m8, sizeof m8);
-            }
+    for (int v = 0; v < 4; v++) {
+        f32v x;
+        memcpy(&x, src + LANES * v, sizeof x);
+        u32v y = (u32v)(x * scale) & keep[v];
+        memcpy(dst + LANES * v, &y, sizeof y);
+        if (mask) {
+            uint8_t m8[LANES];
+            for (int l = 0; l < LANES; l++)
+                m8[l] = (uint8_t)(keep[v][l] & 1u);
+            memcpy(mask + LANES * v, m8, sizeof m8);
         }
-        return;
     }
+}
+
+/* `groups` whole groups in a row from block `first` on: one call for the
+ * run, so consecutive groups' rounds overlap in the core. */
+DT_CPU_CLONES static void
+dropout_whole(const struct philox_plan *pl, uint64_t first, uint64_t groups, float scale,
+              const float *src, float *dst, uint8_t *mask)
+{
+    for (uint64_t q = 0; q < groups; q++) {
+        size_t at = (size_t)q * GROUP_ELEMS;
+        group_whole(pl, first + q * LANES, scale, src + at, dst + at, mask ? mask + at : NULL);
+    }
+}
+
+/* Part of a group: elements [off, off + count) of the group of
+ * GROUP_ELEMS elements starting at block `first`; src and dst (and mask)
+ * point at element off. */
+DT_CPU_CLONES static void
+dropout_part(const struct philox_plan *pl, uint64_t first, float scale, const float *src,
+             float *dst, uint8_t *mask, int off, int count)
+{
+    u32v m[4], keep[4];
+    philox_masks(pl, first, m);
+    interleave(m, keep);
     uint32_t flat[GROUP_ELEMS];
     memcpy(flat, keep, sizeof flat);
     for (int j = 0; j < count; j++) {
@@ -171,7 +222,7 @@ dropout_group(const struct dt_rng_stream *s, uint64_t first, uint32_t thr, float
 }
 
 /* out(n) = in * scale where mask is 1, +0 where it is 0: the same bits as
- * dropout_group's. */
+ * group_whole's. */
 DT_CPU_CLONES static void masked_scale(float *out, const float *in, const uint8_t *mask, size_t n,
                                        float scale)
 {
@@ -202,12 +253,23 @@ static void dropout_fast(float *out, const float *in, int rows, int cols, float 
     const uint64_t e_end = e0 + (uint64_t)rows * (uint64_t)cols;
     const uint32_t thr = (uint32_t)ceilf(p * 16777216.0f);
     struct dt_rng_stream rs;
+    struct philox_plan pl;
     dt_rng_stream_init(key, 0, &rs);
-    for (uint64_t g = e0 - e0 % WORDS_PER_BLOCK; g < e_end; g += GROUP_ELEMS) {
+    plan_philox(&rs, thr, &pl);
+    uint64_t g = e0 - e0 % WORDS_PER_BLOCK;
+    while (g < e_end) {
         uint64_t lo = g < e0 ? e0 : g;
         uint64_t hi = g + GROUP_ELEMS < e_end ? g + GROUP_ELEMS : e_end;
-        dropout_group(&rs, g / WORDS_PER_BLOCK, thr, scale, in + (lo - e0), out + (lo - e0),
-                      mask ? mask + (lo - e0) : NULL, (int)(lo - g), (int)(hi - lo));
+        if (lo == g && hi == g + GROUP_ELEMS) {
+            uint64_t groups = (e_end - g) / GROUP_ELEMS;
+            dropout_whole(&pl, g / WORDS_PER_BLOCK, groups, scale, in + (g - e0), out + (g - e0),
+                          mask ? mask + (g - e0) : NULL);
+            g += groups * GROUP_ELEMS;
+            continue;
+        }
+        dropout_part(&pl, g / WORDS_PER_BLOCK, scale, in + (lo - e0), out + (lo - e0),
+                     mask ? mask + (lo - e0) : NULL, (int)(lo - g), (int)(hi - lo));
+        g += GROUP_ELEMS;
     }
 }
 

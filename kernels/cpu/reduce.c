@@ -83,18 +83,27 @@ dt_status dt_cpu_all_finite_ref(dt_backend_t *be, const float *x, size_t n, int 
 #define SUMSQ_LANES (2 * DT_CPU_LANES)
 
 /* Sum of squares of the first multiple of SUMSQ_LANES elements; *done
- * gets how many that is. */
+ * gets how many that is. Lane k of SUMSQ_LANES is lo[k] for k below
+ * DT_CPU_LANES, hi[k - DT_CPU_LANES] above: two loops of DT_CPU_LANES
+ * keep the accumulators in registers (one loop over all SUMSQ_LANES is
+ * not unrolled whole, and its accumulators then live on the stack, a
+ * store and a load per addition), with the same sums in the same order. */
 DT_CPU_CLONES static double
 sumsq_blocks(const float *x, size_t n, size_t *done)
 {
-    double acc[SUMSQ_LANES] = {0};
+    double lo[DT_CPU_LANES] = {0}, hi[DT_CPU_LANES] = {0};
     size_t i = 0;
-    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
-        for (int k = 0; k < SUMSQ_LANES; k++)
-            acc[k] += (double)x[i + k] * x[i + k];
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES) {
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            lo[k] += (double)x[i + k] * x[i + k];
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            hi[k] += (double)x[i + DT_CPU_LANES + k] * x[i + DT_CPU_LANES + k];
+    }
     double s = 0.0;
-    for (int k = 0; k < SUMSQ_LANES; k++)
-        s += acc[k];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += lo[k];
+    for (int k = 0; k < DT_CPU_LANES; k++)
+        s += hi[k];
     *done = i;
     return s;
 }
