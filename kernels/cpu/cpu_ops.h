@@ -97,6 +97,14 @@ void dt_cpu_run(dt_backend_t *be, int tasks, void (*fn)(void *arg, int task, int
 dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes);
 void *dt_cpu_scratch(dt_backend_t *be, int thread);
 
+/* Dropout's versions of its Philox rounds (kernels/cpu/dropout.c), all
+ * with the same bits: dt_cpu_dropout_pin makes later calls run the one
+ * named (DT_CPU_DROPOUT_BEST, the default: the best the CPU has) and
+ * returns 1, or returns 0 and changes nothing when the CPU cannot run it.
+ * For tests, which compare them; not thread-safe. */
+enum { DT_CPU_DROPOUT_BEST, DT_CPU_DROPOUT_AVX512, DT_CPU_DROPOUT_AVX2, DT_CPU_DROPOUT_GENERIC };
+int dt_cpu_dropout_pin(int version);
+
 /* Dropout's masks, kept from forward for backward (one byte per element,
  * 1 kept, 0 dropped). A mask is a pure function of (key, row0, rows, cols,
  * p), so one found under the same five is the mask backward would draw

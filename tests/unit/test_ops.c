@@ -995,28 +995,40 @@ static void test_dropout_deterministic(void)
     }
 }
 
+/* The fast table against the reference, bit for bit, with each version
+ * of the fast forward's rounds this CPU runs (dt_cpu_dropout_pin). */
 static void test_dropout_fast_vs_ref(void)
 {
     const int shapes[][2] = {{1, 1}, {1, 3}, {3, 5}, {17, 33}, {128, 512}};
     const uint64_t row0s[] = {0, 1, 7, 123456789};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (size_t r = 0; r < 4; r++) {
-            int rows = shapes[s][0], cols = shapes[s][1];
-            size_t n = (size_t)rows * cols;
-            float *in = fnew(n), *a = fnew(n), *b = fnew(n);
-            fill_uniform(in, n, -1, 1);
-            OK(ops[REF]->dropout_fwd(backends[REF], a, in, rows, cols, 0.25f, &drop_key,
-                                     row0s[r]));
-            OK(ops[FAST]->dropout_fwd(backends[FAST], b, in, rows, cols, 0.25f, &drop_key,
-                                      row0s[r]));
-            CU_ASSERT_EQUAL(memcmp(a, b, n * sizeof *a), 0);
-            OK(ops[REF]->dropout_bwd(backends[REF], a, in, rows, cols, 0.25f, &drop_key,
-                                     row0s[r]));
-            OK(ops[FAST]->dropout_bwd(backends[FAST], b, in, rows, cols, 0.25f, &drop_key,
-                                      row0s[r]));
-            CU_ASSERT_EQUAL(memcmp(a, b, n * sizeof *a), 0);
-            free(in), free(a), free(b);
-        }
+    const int versions[] = {DT_CPU_DROPOUT_BEST, DT_CPU_DROPOUT_AVX512, DT_CPU_DROPOUT_AVX2,
+                            DT_CPU_DROPOUT_GENERIC};
+    int ran = 0;
+    for (size_t v = 0; v < sizeof versions / sizeof versions[0]; v++) {
+        if (!dt_cpu_dropout_pin(versions[v]))
+            continue;
+        ran++;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (size_t r = 0; r < 4; r++) {
+                int rows = shapes[s][0], cols = shapes[s][1];
+                size_t n = (size_t)rows * cols;
+                float *in = fnew(n), *a = fnew(n), *b = fnew(n);
+                fill_uniform(in, n, -1, 1);
+                OK(ops[REF]->dropout_fwd(backends[REF], a, in, rows, cols, 0.25f, &drop_key,
+                                         row0s[r]));
+                OK(ops[FAST]->dropout_fwd(backends[FAST], b, in, rows, cols, 0.25f, &drop_key,
+                                          row0s[r]));
+                CU_ASSERT_EQUAL(memcmp(a, b, n * sizeof *a), 0);
+                OK(ops[REF]->dropout_bwd(backends[REF], a, in, rows, cols, 0.25f, &drop_key,
+                                         row0s[r]));
+                OK(ops[FAST]->dropout_bwd(backends[FAST], b, in, rows, cols, 0.25f, &drop_key,
+                                          row0s[r]));
+                CU_ASSERT_EQUAL(memcmp(a, b, n * sizeof *a), 0);
+                free(in), free(a), free(b);
+            }
+    }
+    CU_ASSERT(dt_cpu_dropout_pin(DT_CPU_DROPOUT_BEST));
+    CU_ASSERT(ran >= 2); /* the best and the generic, at least */
 }
 
 /* ---- flatten ---------------------------------------------------------- */
