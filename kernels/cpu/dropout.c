@@ -314,50 +314,79 @@ static inline __attribute__((always_inline)) void interleave(const u32v m[4], u3
     out[3] = (u32v)__builtin_shuffle(hi01, hi23, q1);
 }
 
-/* One whole group: dst[j] = src[j] * scale where kept, +0 where dropped,
- * for the GROUP_ELEMS elements whose words are w (mask, when not NULL: 1
- * kept, 0 dropped). */
-static inline __attribute__((always_inline)) void
-group_whole(const u32v w[4], uint32_t thr, float scale, const float *src, float *dst,
-            uint8_t *mask)
+/* keep[v] lane l: element LANES * v + l of the group whose words are w
+ * is kept (all ones) or dropped (0). */
+static inline __attribute__((always_inline)) void group_keep(const u32v w[4], uint32_t thr,
+                                                             u32v keep[4])
 {
-    u32v m[4], keep[4];
+    u32v m[4];
     word_masks(w, thr, m);
     interleave(m, keep);
+}
+
+/* dst[j] = src[j] * scale where kept, +0 where dropped, for the
+ * GROUP_ELEMS elements of a group */
+static inline __attribute__((always_inline)) void group_apply(const u32v keep[4], float scale,
+                                                              const float *src, float *dst)
+{
     for (int v = 0; v < 4; v++) {
         f32v x;
         memcpy(&x, src + LANES * v, sizeof x);
         u32v y = (u32v)(x * scale) & keep[v];
         memcpy(dst + LANES * v, &y, sizeof y);
-        if (mask) {
-            uint8_t m8[LANES];
-            for (int l = 0; l < LANES; l++)
-                m8[l] = (uint8_t)(keep[v][l] & 1u);
-            memcpy(mask + LANES * v, m8, sizeof m8);
-        }
     }
 }
 
 /* `groups` whole groups in a row from block `first` on, one call for the
- * run: built once with each version of the rounds. */
+ * run (mask, when not NULL: 1 kept, 0 dropped). */
 typedef void whole_fn(const struct philox_plan *pl, uint64_t first, uint64_t groups, float scale,
                       const float *src, float *dst, uint8_t *mask);
 
-#define DROPOUT_WHOLE(name, attr, rounds)                                                          \
-    attr static void name(const struct philox_plan *pl, uint64_t first, uint64_t groups,          \
-                          float scale, const float *src, float *dst, uint8_t *mask)                 \
-    {                                                                                              \
-        for (uint64_t q = 0; q < groups; q++) {                                                    \
-            size_t at = (size_t)q * GROUP_ELEMS;                                                   \
-            u32v w[4];                                                                             \
-            rounds(pl, first + q * LANES, w);                                                      \
-            group_whole(w, pl->thr, scale, src + at, dst + at, mask ? mask + at : NULL);          \
-        }                                                                                          \
+DT_CPU_CLONES static void dropout_whole(const struct philox_plan *pl, uint64_t first,
+                                        uint64_t groups, float scale, const float *src,
+                                        float *dst, uint8_t *mask)
+{
+    for (uint64_t q = 0; q < groups; q++) {
+        size_t at = (size_t)q * GROUP_ELEMS;
+        u32v w[4], keep[4];
+        philox_generic(pl, first + q * LANES, w);
+        group_keep(w, pl->thr, keep);
+        group_apply(keep, scale, src + at, dst + at);
+        if (!mask)
+            continue;
+        for (int v = 0; v < 4; v++) {
+            uint8_t m8[LANES];
+            for (int l = 0; l < LANES; l++)
+                m8[l] = (uint8_t)(keep[v][l] & 1u);
+            memcpy(mask + at + (size_t)LANES * v, m8, sizeof m8);
+        }
     }
+}
 
-DROPOUT_WHOLE(dropout_whole, DT_CPU_CLONES, philox_generic)
 #ifdef PHILOX_X86
-DROPOUT_WHOLE(dropout_whole_avx512, __attribute__((target("avx512f"))), philox_avx512)
+/* The same with philox_avx512, and the mask's bytes narrowed by the
+ * vector unit (the byte loop above runs through the stack without
+ * AVX512BW, which the avx512f build does not assume). */
+__attribute__((target("avx512f"))) static void
+dropout_whole_avx512(const struct philox_plan *pl, uint64_t first, uint64_t groups, float scale,
+                     const float *src, float *dst, uint8_t *mask)
+{
+    for (uint64_t q = 0; q < groups; q++) {
+        size_t at = (size_t)q * GROUP_ELEMS;
+        u32v w[4], keep[4];
+        philox_avx512(pl, first + q * LANES, w);
+        group_keep(w, pl->thr, keep);
+        group_apply(keep, scale, src + at, dst + at);
+        if (!mask)
+            continue;
+        for (int v = 0; v < 4; v++) {
+            __m512i k;
+            memcpy(&k, &keep[v], sizeof k);
+            __m128i b = _mm512_cvtepi32_epi8(_mm512_and_si512(k, _mm512_set1_epi32(1)));
+            _mm_storeu_si128((__m128i *)(mask + at + (size_t)LANES * v), b);
+        }
+    }
+}
 #endif
 
 /* The version of the whole groups a call runs: the best this CPU has,
@@ -403,10 +432,9 @@ DT_CPU_CLONES static void
 dropout_part(const struct philox_plan *pl, uint64_t first, float scale, const float *src,
              float *dst, uint8_t *mask, int off, int count)
 {
-    u32v w[4], m[4], keep[4];
+    u32v w[4], keep[4];
     philox_generic(pl, first, w);
-    word_masks(w, pl->thr, m);
-    interleave(m, keep);
+    group_keep(w, pl->thr, keep);
     uint32_t flat[GROUP_ELEMS];
     memcpy(flat, keep, sizeof flat);
     for (int j = 0; j < count; j++) {
@@ -417,7 +445,7 @@ dropout_part(const struct philox_plan *pl, uint64_t first, float scale, const fl
 }
 
 /* out(n) = in * scale where mask is 1, +0 where it is 0: the same bits as
- * group_whole's. Built for AVX2 and the baseline only: the loop reads a
+ * the forward's. Built for AVX2 and the baseline only: the loop reads a
  * byte per element, and without AVX512BW (which the avx512f build of
  * DT_CPU_CLONES does not assume) GCC runs its AVX-512 build on 16-byte
  * registers through the stack, three times slower than the AVX2 one. */
