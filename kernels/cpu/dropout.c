@@ -337,56 +337,57 @@ static inline __attribute__((always_inline)) void group_apply(const u32v keep[4]
     }
 }
 
-/* `groups` whole groups in a row from block `first` on, one call for the
- * run (mask, when not NULL: 1 kept, 0 dropped). */
-typedef void whole_fn(const struct philox_plan *pl, uint64_t first, uint64_t groups, float scale,
-                      const float *src, float *dst, uint8_t *mask);
-
-DT_CPU_CLONES static void dropout_whole(const struct philox_plan *pl, uint64_t first,
-                                        uint64_t groups, float scale, const float *src,
-                                        float *dst, uint8_t *mask)
+/* mask(GROUP_ELEMS) = 1 where kept, 0 where dropped */
+static inline __attribute__((always_inline)) void bytes_generic(const u32v keep[4], uint8_t *mask)
 {
-    for (uint64_t q = 0; q < groups; q++) {
-        size_t at = (size_t)q * GROUP_ELEMS;
-        u32v w[4], keep[4];
-        philox_generic(pl, first + q * LANES, w);
-        group_keep(w, pl->thr, keep);
-        group_apply(keep, scale, src + at, dst + at);
-        if (!mask)
-            continue;
-        for (int v = 0; v < 4; v++) {
-            uint8_t m8[LANES];
-            for (int l = 0; l < LANES; l++)
-                m8[l] = (uint8_t)(keep[v][l] & 1u);
-            memcpy(mask + at + (size_t)LANES * v, m8, sizeof m8);
-        }
+    for (int v = 0; v < 4; v++) {
+        uint8_t m8[LANES];
+        for (int l = 0; l < LANES; l++)
+            m8[l] = (uint8_t)(keep[v][l] & 1u);
+        memcpy(mask + LANES * v, m8, sizeof m8);
     }
 }
 
 #ifdef PHILOX_X86
-/* The same with philox_avx512, and the mask's bytes narrowed by the
- * vector unit (the byte loop above runs through the stack without
- * AVX512BW, which the avx512f build does not assume). */
-__attribute__((target("avx512f"))) static void
-dropout_whole_avx512(const struct philox_plan *pl, uint64_t first, uint64_t groups, float scale,
-                     const float *src, float *dst, uint8_t *mask)
+/* The same narrowed by the vector unit: the byte loop above runs through
+ * the stack without AVX512BW, which the avx512f build does not assume. */
+__attribute__((target("avx512f"))) static inline void bytes_avx512(const u32v keep[4],
+                                                                   uint8_t *mask)
 {
-    for (uint64_t q = 0; q < groups; q++) {
-        size_t at = (size_t)q * GROUP_ELEMS;
-        u32v w[4], keep[4];
-        philox_avx512(pl, first + q * LANES, w);
-        group_keep(w, pl->thr, keep);
-        group_apply(keep, scale, src + at, dst + at);
-        if (!mask)
-            continue;
-        for (int v = 0; v < 4; v++) {
-            __m512i k;
-            memcpy(&k, &keep[v], sizeof k);
-            __m128i b = _mm512_cvtepi32_epi8(_mm512_and_si512(k, _mm512_set1_epi32(1)));
-            _mm_storeu_si128((__m128i *)(mask + at + (size_t)LANES * v), b);
-        }
+    for (int v = 0; v < 4; v++) {
+        __m512i k;
+        memcpy(&k, &keep[v], sizeof k);
+        __m128i b = _mm512_cvtepi32_epi8(_mm512_and_si512(k, _mm512_set1_epi32(1)));
+        _mm_storeu_si128((__m128i *)(mask + LANES * v), b);
     }
 }
+#endif
+
+/* `groups` whole groups in a row from block `first` on, one call for the
+ * run (mask, when not NULL: 1 kept, 0 dropped), built with each version
+ * of the rounds and of the bytes. */
+typedef void whole_fn(const struct philox_plan *pl, uint64_t first, uint64_t groups, float scale,
+                      const float *src, float *dst, uint8_t *mask);
+
+#define DROPOUT_WHOLE(name, attr, rounds, bytes)                                                   \
+    attr static void name(const struct philox_plan *pl, uint64_t first, uint64_t groups,          \
+                          float scale, const float *src, float *dst, uint8_t *mask)                 \
+    {                                                                                              \
+        for (uint64_t q = 0; q < groups; q++) {                                                    \
+            size_t at = (size_t)q * GROUP_ELEMS;                                                   \
+            u32v w[4], keep[4];                                                                    \
+            rounds(pl, first + q * LANES, w);                                                      \
+            group_keep(w, pl->thr, keep);                                                          \
+            group_apply(keep, scale, src + at, dst + at);                                          \
+            if (mask)                                                                              \
+                bytes(keep, mask + at);                                                            \
+        }                                                                                          \
+    }
+
+DROPOUT_WHOLE(dropout_whole, DT_CPU_CLONES, philox_generic, bytes_generic)
+#ifdef PHILOX_X86
+DROPOUT_WHOLE(dropout_whole_avx512, __attribute__((target("avx512f"))), philox_avx512,
+              bytes_avx512)
 #endif
 
 /* The version of the whole groups a call runs: the best this CPU has,
