@@ -1,13 +1,15 @@
 /*
  * bench_act.c - the CPU backend's element-wise activations (every row of
- * DT_UNARY_LIST), forward and backward, fast table against the reference
- * table in the same run.
+ * DT_UNARY_LIST), forward and backward, then dropout (p = 0.1, forward and
+ * the backward that applies the mask forward kept) and the sum of squares
+ * of the gradient norm, fast table against the reference table in the
+ * same run.
  *
  *   bench_act [N [THREADS [SECONDS]]]   (defaults 1048576 1 0.5: one GPT
  *                                        layer's MLP activation, 16 x 128
  *                                        tokens x 512)
  * prints one line per op and pass: nanoseconds per element for each table
- * and the fast table's speed-up. Inputs are spread over [-6, 6), where
+ * and the fast table's speed-up (dropout's N elements as rows of 512). Inputs are spread over [-6, 6), where
  * GELU's tails and the exponentials' ranges are all met. Each pass runs
  * for about SECONDS (at least twice).
  */
@@ -44,6 +46,44 @@ static double time_pass(dt_backend_t *be, fwd_fn f, bwd_fn b, float *out, const 
     double t0 = dt_now(), t = t0;
     do {
         must(b ? b(be, out, dout, in, n) : f(be, out, in, n));
+        calls++;
+        t = dt_now();
+    } while (t - t0 < seconds || calls < MIN_CALLS);
+    return (t - t0) / calls;
+}
+
+/* Seconds per dropout call (backward: after a forward with the same key,
+ * so it applies the kept mask, as in training); each call a new step. */
+static double time_dropout(dt_backend_t *be, const struct dt_ops *o, int backward, float *out,
+                           const float *in, const float *dout, int rows, int cols,
+                           double seconds)
+{
+    struct dt_rng_key key = {.seed = 1, .purpose = DT_RNG_DROPOUT, .stream = 1, .step = 0};
+    int calls = 0;
+    double spent = 0, t0 = dt_now();
+    do {
+        key.step++;
+        double a = dt_now();
+        if (backward) {
+            must(o->dropout_fwd(be, out, in, rows, cols, 0.1f, &key, 0));
+            a = dt_now();
+            must(o->dropout_bwd(be, out, dout, rows, cols, 0.1f, &key, 0));
+        } else {
+            must(o->dropout_fwd(be, out, in, rows, cols, 0.1f, &key, 0));
+        }
+        spent += dt_now() - a;
+        calls++;
+    } while (dt_now() - t0 < seconds || calls < MIN_CALLS);
+    return spent / calls;
+}
+
+static double time_sumsq(dt_backend_t *be, const struct dt_ops *o, const float *x, size_t n,
+                         double seconds)
+{
+    int calls = 0;
+    double t0 = dt_now(), t = t0, s = 0;
+    do {
+        must(o->sumsq(be, x, n, &s));
         calls++;
         t = dt_now();
     } while (t - t0 < seconds || calls < MIN_CALLS);
@@ -94,6 +134,23 @@ int main(int argc, char **argv)
             printf("%-10s %s  fast %7.3f ns  reference %7.3f ns  x%.1f\n", acts[a].name,
                    p ? "bwd" : "fwd", t[0] / (double)n * 1e9, t[1] / (double)n * 1e9, t[1] / t[0]);
         }
+    const int cols = 512, rows = (int)(n / cols > 0 ? n / cols : 1);
+    const size_t nd = (size_t)rows * (n < cols ? (size_t)n : (size_t)cols);
+    const int dcols = n < cols ? (int)n : cols;
+    for (int p = 0; p < 2; p++) {
+        double t[2];
+        for (int k = 0; k < 2; k++)
+            t[k] = time_dropout(be[k], o[k], p, out, in, dout, rows, dcols, seconds);
+        printf("%-10s %s  fast %7.3f ns  reference %7.3f ns  x%.1f\n", "dropout",
+               p ? "bwd" : "fwd", t[0] / (double)nd * 1e9, t[1] / (double)nd * 1e9, t[1] / t[0]);
+    }
+    {
+        double t[2];
+        for (int k = 0; k < 2; k++)
+            t[k] = time_sumsq(be[k], o[k], in, (size_t)n, seconds);
+        printf("%-10s %s  fast %7.3f ns  reference %7.3f ns  x%.1f\n", "sumsq", "   ",
+               t[0] / (double)n * 1e9, t[1] / (double)n * 1e9, t[1] / t[0]);
+    }
     free(in), free(dout), free(out);
     dt_backend_destroy(be[0]);
     dt_backend_destroy(be[1]);
