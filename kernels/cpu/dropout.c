@@ -134,11 +134,11 @@ static void plan_philox(const struct dt_rng_stream *s, uint32_t thr, struct phil
     pl->thr = thr;
 }
 
-/* The counter words of blocks first .. first + LANES - 1: low and high. */
-static inline __attribute__((always_inline)) void counters(uint64_t first, uint32_t w0[LANES],
-                                                           uint32_t w1[LANES])
+/* The counter words of blocks first .. first + n - 1: low and high. */
+static inline __attribute__((always_inline)) void counters(uint64_t first, int n, uint32_t *w0,
+                                                           uint32_t *w1)
 {
-    for (int l = 0; l < LANES; l++) {
+    for (int l = 0; l < n; l++) {
         w0[l] = (uint32_t)(first + (uint64_t)l);
         w1[l] = (uint32_t)((first + (uint64_t)l) >> 32);
     }
@@ -149,7 +149,7 @@ static inline __attribute__((always_inline)) void
 philox_generic(const struct philox_plan *pl, uint64_t first, u32v w[4])
 {
     uint32_t w0[LANES], w1[LANES];
-    counters(first, w0, w1);
+    counters(first, LANES, w0, w1);
     u64v c0, c1, c2, c3;
     memcpy(&c0, w0, sizeof c0);
     memcpy(&c1, w1, sizeof c1);
@@ -192,7 +192,7 @@ __attribute__((target("avx512f"))) static inline void
 philox_avx512(const struct philox_plan *pl, uint64_t first, u32v w[4])
 {
     uint32_t w0[LANES], w1[LANES];
-    counters(first, w0, w1);
+    counters(first, LANES, w0, w1);
     const __m512i m0 = _mm512_set1_epi32((int)DT_PHILOX_M0), m1 = _mm512_set1_epi32((int)DT_PHILOX_M1);
     __m512i c0 = _mm512_loadu_si512(w0), c1 = _mm512_loadu_si512(w1), c2, c3, hi0, lo0, hi2, lo2;
     mul_hilo_512(c0, m0, &hi0, &lo0);
@@ -234,10 +234,7 @@ eight_blocks_avx2(const struct philox_plan *pl, uint64_t first, float scale, con
                   float *dst, uint8_t *mask)
 {
     uint32_t w0[8], w1[8];
-    for (int l = 0; l < 8; l++) {
-        w0[l] = (uint32_t)(first + (uint64_t)l);
-        w1[l] = (uint32_t)((first + (uint64_t)l) >> 32);
-    }
+    counters(first, 8, w0, w1);
     const __m256i m0 = _mm256_set1_epi32((int)DT_PHILOX_M0), m1 = _mm256_set1_epi32((int)DT_PHILOX_M1);
     __m256i c0 = _mm256_loadu_si256((const __m256i *)w0);
     __m256i c1 = _mm256_loadu_si256((const __m256i *)w1), c2, c3, hi0, lo0, hi2, lo2;
@@ -413,14 +410,19 @@ int dt_cpu_dropout_pin(int version)
     return 1;
 }
 
+/* version runs here: pinned, or the pin leaves the choice open, and the
+ * CPU has it */
+static int runs(int version)
+{
+    return (dropout_pin == DT_CPU_DROPOUT_BEST || dropout_pin == version) && cpu_has(version);
+}
+
 static whole_fn *whole_for_cpu(void)
 {
 #ifdef PHILOX_X86
-    if ((dropout_pin == DT_CPU_DROPOUT_BEST || dropout_pin == DT_CPU_DROPOUT_AVX512) &&
-        __builtin_cpu_supports("avx512f"))
+    if (runs(DT_CPU_DROPOUT_AVX512))
         return dropout_whole_avx512;
-    if ((dropout_pin == DT_CPU_DROPOUT_BEST || dropout_pin == DT_CPU_DROPOUT_AVX2) &&
-        __builtin_cpu_supports("avx2"))
+    if (runs(DT_CPU_DROPOUT_AVX2))
         return dropout_whole_avx2;
 #endif
     return dropout_whole;
