@@ -590,15 +590,26 @@ struct bn_job {
     float *part; /* layer norm backward: dgamma, dbeta of each block of rows */
 };
 
-/* Channels per task: about DT_CPU_GRAIN floats of input. */
-static size_t channel_grain(int N, int HW) { return 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1); }
+/* Channels per task: about DT_CPU_GRAIN floats of input, and at least a
+ * share of two tasks per thread, so that each task's planes of one sample
+ * are a run of memory long enough to stream (a channel's planes alone are
+ * 49 floats apart from the next sample's on a 7x7 image). */
+static size_t channel_grain(dt_backend_t *be, int N, int C, int HW)
+{
+    size_t grain = 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1);
+    size_t share = ((size_t)C + 2 * (size_t)dt_cpu_threads(be) - 1) / (2 * (size_t)dt_cpu_threads(be));
+    return grain > share ? grain : share;
+}
 static size_t plane_grain(int HW) { return 1 + DT_CPU_GRAIN / ((size_t)HW + 1); }
 
+/* The per-channel sums visit the planes in memory order (sample by
+ * sample, the block's channels within each), so each channel's sum still
+ * takes its planes in sample order: the same bits as channel by channel. */
 DT_CPU_CLONES static void bn_stats_channels(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
-    for (size_t c = lo; c < hi; c++)
-        for (int n = 0; n < j->N; n++)
+    for (int n = 0; n < j->N; n++)
+        for (size_t c = lo; c < hi; c++)
             sum_sq(j->x + ((size_t)n * j->C + c) * j->HW, (size_t)j->HW, &j->stats[c],
                    &j->stats[j->C + c]);
 }
@@ -611,7 +622,7 @@ dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x
         return st;
     memset(stats, 0, 2 * (size_t)C * sizeof *stats);
     struct bn_job j = {.stats = stats, .x = x, .N = N, .C = C, .HW = HW};
-    dt_cpu_for(be, (size_t)C, channel_grain(N, HW), bn_stats_channels, &j);
+    dt_cpu_for(be, (size_t)C, channel_grain(be, N, C, HW), bn_stats_channels, &j);
     return DT_OK;
 }
 
@@ -684,8 +695,8 @@ dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
 DT_CPU_CLONES static void bn_reduce_channels(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
-    for (size_t c = lo; c < hi; c++) {
-        for (int n = 0; n < j->N; n++) {
+    for (int n = 0; n < j->N; n++)
+        for (size_t c = lo; c < hi; c++) {
             size_t e = ((size_t)n * j->C + c) * j->HW;
             double *s = &j->stats[c], *d = &j->stats[j->C + c];
             if (j->mask)
@@ -694,8 +705,8 @@ DT_CPU_CLONES static void bn_reduce_channels(void *a, size_t lo, size_t hi)
             else
                 sum_dot_centered(j->dy + e, NULL, 0, j->x + e, j->mean[c], (size_t)j->HW, s, d);
         }
+    for (size_t c = lo; c < hi; c++)
         j->stats[j->C + c] *= j->invstd[c]; /* sum dy * (x - mean) * invstd */
-    }
 }
 
 dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
@@ -708,7 +719,7 @@ dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const fl
     memset(dstats, 0, 2 * (size_t)C * sizeof *dstats);
     struct bn_job j = {.stats = dstats, .dy = dy, .x = x, .mean = mean, .invstd = invstd,
                        .mask = y, .N = N, .C = C, .HW = HW};
-    dt_cpu_for(be, (size_t)C, channel_grain(N, HW), bn_reduce_channels, &j);
+    dt_cpu_for(be, (size_t)C, channel_grain(be, N, C, HW), bn_reduce_channels, &j);
     return DT_OK;
 }
 
