@@ -253,6 +253,14 @@ int dt_cpu_threads(const dt_backend_t *be)
     return cb ? dt_threads_count(cb->pool) : 1;
 }
 
+size_t dt_cpu_channel_grain(const dt_backend_t *be, int N, int C, int HW)
+{
+    size_t grain = 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1);
+    size_t tasks = 2 * (size_t)dt_cpu_threads(be);
+    size_t share = ((size_t)C + tasks - 1) / tasks;
+    return grain > share ? grain : share;
+}
+
 dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes)
 {
     struct cpu_backend *cb = be ? be->impl : NULL;

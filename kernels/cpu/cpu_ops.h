@@ -80,6 +80,15 @@ int dt_cpu_threads(const dt_backend_t *be);
 /* dt_backend_opts.tiny_tasks: every op cut as finely as it can be. */
 int dt_cpu_tiny_tasks(const dt_backend_t *be);
 
+/* Channels per task of a per-channel sum over x(N, C, HW) that visits
+ * each sample's planes of its channels in memory order: about
+ * DT_CPU_GRAIN floats, and at least a share of two tasks per thread, so
+ * that a task's planes of one sample are a run of memory long enough to
+ * stream (a 7x7 plane is 196 bytes, and the same channel's plane of the
+ * next sample C*196 bytes on). Each channel's sum is the same whatever
+ * the blocks. */
+size_t dt_cpu_channel_grain(const dt_backend_t *be, int N, int C, int HW);
+
 /* fn(arg, lo, hi) over [0, n) in blocks of `grain` elements, the blocks
  * shared by the pool's threads; inline when n <= grain. Block boundaries
  * depend on n and grain alone, never on the thread count. */

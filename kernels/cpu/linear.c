@@ -432,15 +432,24 @@ static inline __attribute__((always_inline)) float plane_sum(const float *v, int
     return s;
 }
 
-/* Channels [lo, hi): db[c] += the sum of its N planes, in sample order. */
+/* Channels per block of channel_bias_sums: their sums stay in a stack
+ * array while the samples go by. */
+#define BIAS_SUM_CHANNELS 64
+
+/* Channels [lo, hi): db[c] += the sum of its N planes, in sample order,
+ * the planes visited in memory order (sample by sample, a block of
+ * channels within each): each channel's sum as channel by channel. */
 DT_CPU_CLONES static void channel_bias_sums(void *a, size_t lo, size_t hi)
 {
     const struct bias_job *j = a;
-    for (size_t c = lo; c < hi; c++) {
-        double s = 0.0;
+    for (size_t c0 = lo; c0 < hi; c0 += BIAS_SUM_CHANNELS) {
+        size_t m = hi - c0 < BIAS_SUM_CHANNELS ? hi - c0 : BIAS_SUM_CHANNELS;
+        double s[BIAS_SUM_CHANNELS] = {0};
         for (int n = 0; n < j->B; n++)
-            s += plane_sum(j->dout + ((size_t)n * j->C + c) * j->HW, j->HW);
-        j->db[c] += (float)s;
+            for (size_t k = 0; k < m; k++)
+                s[k] += plane_sum(j->dout + ((size_t)n * j->C + c0 + k) * j->HW, j->HW);
+        for (size_t k = 0; k < m; k++)
+            j->db[c0 + k] += (float)s[k];
     }
 }
 
@@ -451,6 +460,6 @@ dt_status dt_cpu_channel_bias_bwd(dt_backend_t *be, float *db, const float *dout
     if (st != DT_OK)
         return st;
     struct bias_job j = {.db = db, .dout = dout, .B = N, .C = C, .HW = HW};
-    dt_cpu_for(be, (size_t)C, 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1), channel_bias_sums, &j);
+    dt_cpu_for(be, (size_t)C, dt_cpu_channel_grain(be, N, C, HW), channel_bias_sums, &j);
     return DT_OK;
 }

@@ -590,16 +590,6 @@ struct bn_job {
     float *part; /* layer norm backward: dgamma, dbeta of each block of rows */
 };
 
-/* Channels per task: about DT_CPU_GRAIN floats of input, and at least a
- * share of two tasks per thread, so that each task's planes of one sample
- * are a run of memory long enough to stream (a channel's planes alone are
- * 49 floats apart from the next sample's on a 7x7 image). */
-static size_t channel_grain(dt_backend_t *be, int N, int C, int HW)
-{
-    size_t grain = 1 + DT_CPU_GRAIN / ((size_t)N * HW + 1);
-    size_t share = ((size_t)C + 2 * (size_t)dt_cpu_threads(be) - 1) / (2 * (size_t)dt_cpu_threads(be));
-    return grain > share ? grain : share;
-}
 static size_t plane_grain(int HW) { return 1 + DT_CPU_GRAIN / ((size_t)HW + 1); }
 
 /* The per-channel sums visit the planes in memory order (sample by
@@ -622,7 +612,7 @@ dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x
         return st;
     memset(stats, 0, 2 * (size_t)C * sizeof *stats);
     struct bn_job j = {.stats = stats, .x = x, .N = N, .C = C, .HW = HW};
-    dt_cpu_for(be, (size_t)C, channel_grain(be, N, C, HW), bn_stats_channels, &j);
+    dt_cpu_for(be, (size_t)C, dt_cpu_channel_grain(be, N, C, HW), bn_stats_channels, &j);
     return DT_OK;
 }
 
@@ -719,7 +709,7 @@ dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const fl
     memset(dstats, 0, 2 * (size_t)C * sizeof *dstats);
     struct bn_job j = {.stats = dstats, .dy = dy, .x = x, .mean = mean, .invstd = invstd,
                        .mask = y, .N = N, .C = C, .HW = HW};
-    dt_cpu_for(be, (size_t)C, channel_grain(be, N, C, HW), bn_reduce_channels, &j);
+    dt_cpu_for(be, (size_t)C, dt_cpu_channel_grain(be, N, C, HW), bn_reduce_channels, &j);
     return DT_OK;
 }
 
