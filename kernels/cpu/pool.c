@@ -14,8 +14,9 @@
  * meets inside the image, then run a plain loop over those outputs, which
  * the compiler vectorises for stride 1 and keeps branch-free otherwise.
  * The common 2x2 window at stride 2 has its own loops: four compares per
- * output, and a backward that zeroes the two rows and stores each
- * window's gradient once, at a cell picked without branching on data.
+ * output, and a backward that compares blocks of windows' cells with
+ * their maxima as vectors and writes every cell (the gradient at the
+ * first equal one, 0 at the others), without branching on data.
  *
  * These ops have no parameters; outputs and input gradients (dx) are
  * WRITTEN (=).
@@ -194,25 +195,82 @@ static inline __attribute__((always_inline)) void maxpool2x2_fwd_row(float *yr, 
     }
 }
 
+/* The 2x2 backward on blocks of windows: each window's four cells (a, b
+ * from row x0, c, d from row x1) compared with its max m as vectors, the
+ * first equal one (a, b, c, d order) taking the window's gradient and the
+ * others 0, the cells' values then interleaved back into the two rows.
+ * Every cell of the block's windows is written, so a block may overlap
+ * the one before (the same values again). One version per width: 8
+ * windows (16 columns) and 4. */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int i32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int i32x4 __attribute__((vector_size(16)));
+
+#define MAXPOOL2X2_BWD_BLOCK(name, fv, iv, n, EVEN, ODD, LO, HI)                               \
+    static inline __attribute__((always_inline)) void name(float *d0, float *d1, const float *x0, \
+                                                           const float *x1, const float *yr,   \
+                                                           const float *dyr)                   \
+    {                                                                                          \
+        const iv even = EVEN, odd = ODD, lo = LO, hi = HI;                                     \
+        fv p, q, m;                                                                            \
+        iv g;                                                                                  \
+        memcpy(&p, x0, sizeof p);                                                              \
+        memcpy(&q, x0 + (n), sizeof q);                                                        \
+        fv a = __builtin_shuffle(p, q, even), b = __builtin_shuffle(p, q, odd);                \
+        memcpy(&p, x1, sizeof p);                                                              \
+        memcpy(&q, x1 + (n), sizeof q);                                                        \
+        fv c = __builtin_shuffle(p, q, even), d = __builtin_shuffle(p, q, odd);                \
+        memcpy(&m, yr, sizeof m);                                                              \
+        memcpy(&g, dyr, sizeof g);                                                             \
+        iv ea = a == m, eb = (b == m) & ~ea, taken = ea | eb;                                  \
+        iv ec = (c == m) & ~taken, ed = (d == m) & ~(taken | ec);                              \
+        iv va = g & ea, vb = g & eb, vc = g & ec, vd = g & ed;                                 \
+        iv r0 = __builtin_shuffle(va, vb, lo), r1 = __builtin_shuffle(va, vb, hi);             \
+        iv r2 = __builtin_shuffle(vc, vd, lo), r3 = __builtin_shuffle(vc, vd, hi);             \
+        memcpy(d0, &r0, sizeof r0);                                                            \
+        memcpy(d0 + (n), &r1, sizeof r1);                                                      \
+        memcpy(d1, &r2, sizeof r2);                                                            \
+        memcpy(d1 + (n), &r3, sizeof r3);                                                      \
+    }
+
+MAXPOOL2X2_BWD_BLOCK(maxpool2x2_bwd8, f32x8, i32x8, 8, ((i32x8){0, 2, 4, 6, 8, 10, 12, 14}),
+                     ((i32x8){1, 3, 5, 7, 9, 11, 13, 15}), ((i32x8){0, 8, 1, 9, 2, 10, 3, 11}),
+                     ((i32x8){4, 12, 5, 13, 6, 14, 7, 15}))
+MAXPOOL2X2_BWD_BLOCK(maxpool2x2_bwd4, f32x4, i32x4, 4, ((i32x4){0, 2, 4, 6}),
+                     ((i32x4){1, 3, 5, 7}), ((i32x4){0, 4, 1, 5}), ((i32x4){2, 6, 3, 7}))
+
+/* One output row's backward (input rows d0, d1 of 2*Q columns, written
+ * whole): blocks of 8 windows and the last 8 again, or of 4 for rows of
+ * 4 to 7 windows; narrower rows window by window, the same choice with
+ * selects. */
 static inline __attribute__((always_inline)) void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
                                const float *yr, const float *dyr, int Q)
 {
-    /* zero both rows (vectorised), then one store per window at the first
-     * cell equal to the max, picked by conditional moves from the last
-     * cell to the first (no branch on data) */
-    for (int v = 0; v < 2 * Q; v++)
-        d0[v] = 0.0f;
-    for (int v = 0; v < 2 * Q; v++)
-        d1[v] = 0.0f;
+    if (Q >= 8) {
+        int q = 0;
+        for (; q + 8 <= Q; q += 8)
+            maxpool2x2_bwd8(d0 + 2 * q, d1 + 2 * q, x0 + 2 * q, x1 + 2 * q, yr + q, dyr + q);
+        if (q < Q)
+            maxpool2x2_bwd8(d0 + 2 * (Q - 8), d1 + 2 * (Q - 8), x0 + 2 * (Q - 8),
+                            x1 + 2 * (Q - 8), yr + Q - 8, dyr + Q - 8);
+        return;
+    }
+    if (Q >= 4) {
+        maxpool2x2_bwd4(d0, d1, x0, x1, yr, dyr);
+        if (Q > 4)
+            maxpool2x2_bwd4(d0 + 2 * (Q - 4), d1 + 2 * (Q - 4), x0 + 2 * (Q - 4),
+                            x1 + 2 * (Q - 4), yr + Q - 4, dyr + Q - 4);
+        return;
+    }
     for (int q = 0; q < Q; q++) {
-        float m = yr[q];
-        float *at = NULL;
-        at = x1[2 * q + 1] == m ? d1 + 2 * q + 1 : at;
-        at = x1[2 * q] == m ? d1 + 2 * q : at;
-        at = x0[2 * q + 1] == m ? d0 + 2 * q + 1 : at;
-        at = x0[2 * q] == m ? d0 + 2 * q : at;
-        if (at)
-            *at = dyr[q];
+        float m = yr[q], g = dyr[q];
+        int ea = x0[2 * q] == m, eb = !ea && x0[2 * q + 1] == m;
+        int ec = !ea && !eb && x1[2 * q] == m, ed = !ea && !eb && !ec && x1[2 * q + 1] == m;
+        d0[2 * q] = ea ? g : 0.0f;
+        d0[2 * q + 1] = eb ? g : 0.0f;
+        d1[2 * q] = ec ? g : 0.0f;
+        d1[2 * q + 1] = ed ? g : 0.0f;
     }
 }
 

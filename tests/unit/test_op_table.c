@@ -408,6 +408,50 @@ static void test_maxpool_ties(void)
     }
 }
 
+/* 2x2 windows at stride 2 with ties in every place, on rows of 2 to 15
+ * windows (the fast version's vector blocks, the block overlapping the
+ * one before, and window by window): window q's four cells (a b / c d)
+ * follow pattern q % 5, and its gradient goes to the first maximum in
+ * that order, 0 to the other cells. */
+static void test_maxpool_2x2_ties(void)
+{
+    static const float pattern[5][4] = {
+        {2, 2, 2, 2}, /* all equal: a */
+        {1, 3, 3, 3}, /* b */
+        {1, 0, 3, 3}, /* c */
+        {1, 0, -2, 4}, /* d */
+        {5, 1, 1, 5}, /* a, tied with d */
+    };
+    static const int first[5] = {0, 1, 2, 3, 0};
+    static const int widths[] = {4, 10, 14, 16, 28, 30, 31};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const int W = widths[w], Q = W / 2;
+        float x[2 * 31], y[15], dy[15], dx[2 * 31], want[2 * 31];
+        memset(want, 0, sizeof want);
+        for (int i = 0; i < 2 * W; i++)
+            x[i] = -9.0f; /* the odd edge, in no window */
+        for (int q = 0; q < Q; q++) {
+            const float *c = pattern[q % 5];
+            x[2 * q] = c[0], x[2 * q + 1] = c[1], x[W + 2 * q] = c[2], x[W + 2 * q + 1] = c[3];
+            dy[q] = (float)(q + 1);
+            int k = first[q % 5];
+            want[(k / 2) * W + 2 * q + k % 2] = dy[q];
+        }
+        struct dt_pool2d_shape s = {1, 1, 2, W, 2, 2, 2, 2, 0, 0, 1, Q};
+        for (int k = 0; k < NBACKENDS; k++) {
+            const struct dt_ops *o = dt_backend_ops(backends[k]);
+            for (int i = 0; i < 2 * W; i++)
+                dx[i] = 7.0f; /* every cell must be written */
+            CU_ASSERT_EQUAL(o->maxpool2d_fwd(backends[k], y, x, &s), DT_OK);
+            CU_ASSERT_EQUAL(o->maxpool2d_bwd(backends[k], dx, dy, x, y, &s), DT_OK);
+            if (memcmp(dx, want, 2 * (size_t)W * sizeof *dx) != 0) {
+                printf("\n  maxpool 2x2 ties, width %d, backend %d: dx differs\n", W, k);
+                CU_FAIL("maxpool 2x2 ties");
+            }
+        }
+    }
+}
+
 static void test_invalid_pool(void)
 {
     float buf[1024];
@@ -603,6 +647,7 @@ int main(void)
     CU_ADD(s, test_conv_precision);
     CU_ADD(s, test_invalid_conv);
     CU_ADD(s, test_maxpool_ties);
+    CU_ADD(s, test_maxpool_2x2_ties);
     CU_ADD(s, test_invalid_pool);
     CU_ADD(s, test_invalid_norm);
     CU_ADD(s, test_invalid_elementwise);
