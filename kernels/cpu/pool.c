@@ -183,9 +183,77 @@ static void row_taps(const struct dt_pool2d_shape *s, int p, int *r0, int *r1)
 }
 
 /* 2x2 windows at stride 2 without padding, one output row (input rows
- * x0, x1): each input is in one window, so the backward needs no sums. */
+ * x0, x1): each input is in one window, so the backward needs no sums.
+ * Both passes work on blocks of 8 windows (16 columns) or 4, their cells
+ * split into vectors of the windows' a, b (row x0) and c, d (row x1); a
+ * block may overlap the one before (the same values again). */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int i32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int i32x4 __attribute__((vector_size(16)));
+#define EVEN8 ((i32x8){0, 2, 4, 6, 8, 10, 12, 14})
+#define ODD8 ((i32x8){1, 3, 5, 7, 9, 11, 13, 15})
+#define EVEN4 ((i32x4){0, 2, 4, 6})
+#define ODD4 ((i32x4){1, 3, 5, 7})
+
+/* a, b, c, d of the n windows from x0 and x1 (2n floats each) */
+#define MAXPOOL2X2_CELLS(fv, n, EVEN, ODD)                                                         \
+    fv p_, q_;                                                                                     \
+    memcpy(&p_, x0, sizeof p_);                                                                    \
+    memcpy(&q_, x0 + (n), sizeof q_);                                                              \
+    fv a = __builtin_shuffle(p_, q_, EVEN), b = __builtin_shuffle(p_, q_, ODD);                    \
+    memcpy(&p_, x1, sizeof p_);                                                                    \
+    memcpy(&q_, x1 + (n), sizeof q_);                                                              \
+    fv c = __builtin_shuffle(p_, q_, EVEN), d = __builtin_shuffle(p_, q_, ODD)
+
+/* yr(n) = the windows' max as the scalar loop below takes it: each cell
+ * replaces the max so far when greater (a select by mask), starting from
+ * -inf, so NaN never wins. */
+#define MAXPOOL2X2_FWD_BLOCK(name, fv, iv, n, EVEN, ODD)                                          \
+    static inline __attribute__((always_inline)) void name(float *yr, const float *x0,           \
+                                                           const float *x1)                      \
+    {                                                                                            \
+        MAXPOOL2X2_CELLS(fv, n, EVEN, ODD);                                                      \
+        fv m = (fv){0} - (float)INFINITY;                                                        \
+        iv k = a > m;                                                                            \
+        m = (fv)(((iv)a & k) | ((iv)m & ~k));                                                    \
+        k = b > m;                                                                               \
+        m = (fv)(((iv)b & k) | ((iv)m & ~k));                                                    \
+        k = c > m;                                                                               \
+        m = (fv)(((iv)c & k) | ((iv)m & ~k));                                                    \
+        k = d > m;                                                                               \
+        m = (fv)(((iv)d & k) | ((iv)m & ~k));                                                    \
+        memcpy(yr, &m, sizeof m);                                                                \
+    }
+
+MAXPOOL2X2_FWD_BLOCK(maxpool2x2_fwd8, f32x8, i32x8, 8, EVEN8, ODD8)
+MAXPOOL2X2_FWD_BLOCK(maxpool2x2_fwd4, f32x4, i32x4, 4, EVEN4, ODD4)
+
+/* Runs block(OUT + j, ...) for the blocks of 8 windows of a row of Q and
+ * the last 8 again, or of 4 for rows of 4 to 7; 1 when Q < 4 (not done). */
+#define MAXPOOL2X2_BLOCKS(Q, block8, block4, at)                                                   \
+    do {                                                                                           \
+        if ((Q) >= 8) {                                                                            \
+            int j_ = 0;                                                                            \
+            for (; j_ + 8 <= (Q); j_ += 8)                                                         \
+                block8(at(j_));                                                                    \
+            if (j_ < (Q))                                                                          \
+                block8(at((Q) - 8));                                                               \
+        } else if ((Q) >= 4) {                                                                     \
+            block4(at(0));                                                                         \
+            if ((Q) > 4)                                                                           \
+                block4(at((Q) - 4));                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define FWD_AT(j) yr + (j), x0 + 2 * (j), x1 + 2 * (j)
+
 static inline __attribute__((always_inline)) void maxpool2x2_fwd_row(float *yr, const float *x0, const float *x1, int Q)
 {
+    if (Q >= 4) {
+        MAXPOOL2X2_BLOCKS(Q, maxpool2x2_fwd8, maxpool2x2_fwd4, FWD_AT);
+        return;
+    }
     for (int q = 0; q < Q; q++) {
         float a = x0[2 * q], b = x0[2 * q + 1], c = x1[2 * q], d = x1[2 * q + 1];
         float m = a > -INFINITY ? a : -INFINITY; /* NaN never wins, as in the reference */
@@ -195,72 +263,45 @@ static inline __attribute__((always_inline)) void maxpool2x2_fwd_row(float *yr, 
     }
 }
 
-/* The 2x2 backward on blocks of windows: each window's four cells (a, b
- * from row x0, c, d from row x1) compared with its max m as vectors, the
- * first equal one (a, b, c, d order) taking the window's gradient and the
- * others 0, the cells' values then interleaved back into the two rows.
- * Every cell of the block's windows is written, so a block may overlap
- * the one before (the same values again). One version per width: 8
- * windows (16 columns) and 4. */
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int i32x8 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef int i32x4 __attribute__((vector_size(16)));
-
+/* d0, d1 (2n floats each) = each window's gradient at its first cell
+ * equal to the max (a, b, c, d order) and 0 at the others, every cell
+ * written. */
 #define MAXPOOL2X2_BWD_BLOCK(name, fv, iv, n, EVEN, ODD, LO, HI)                               \
     static inline __attribute__((always_inline)) void name(float *d0, float *d1, const float *x0, \
                                                            const float *x1, const float *yr,   \
                                                            const float *dyr)                   \
     {                                                                                          \
-        const iv even = EVEN, odd = ODD, lo = LO, hi = HI;                                     \
-        fv p, q, m;                                                                            \
+        MAXPOOL2X2_CELLS(fv, n, EVEN, ODD);                                                    \
+        fv m;                                                                                  \
         iv g;                                                                                  \
-        memcpy(&p, x0, sizeof p);                                                              \
-        memcpy(&q, x0 + (n), sizeof q);                                                        \
-        fv a = __builtin_shuffle(p, q, even), b = __builtin_shuffle(p, q, odd);                \
-        memcpy(&p, x1, sizeof p);                                                              \
-        memcpy(&q, x1 + (n), sizeof q);                                                        \
-        fv c = __builtin_shuffle(p, q, even), d = __builtin_shuffle(p, q, odd);                \
         memcpy(&m, yr, sizeof m);                                                              \
         memcpy(&g, dyr, sizeof g);                                                             \
         iv ea = a == m, eb = (b == m) & ~ea, taken = ea | eb;                                  \
         iv ec = (c == m) & ~taken, ed = (d == m) & ~(taken | ec);                              \
         iv va = g & ea, vb = g & eb, vc = g & ec, vd = g & ed;                                 \
-        iv r0 = __builtin_shuffle(va, vb, lo), r1 = __builtin_shuffle(va, vb, hi);             \
-        iv r2 = __builtin_shuffle(vc, vd, lo), r3 = __builtin_shuffle(vc, vd, hi);             \
+        iv r0 = __builtin_shuffle(va, vb, LO), r1 = __builtin_shuffle(va, vb, HI);             \
+        iv r2 = __builtin_shuffle(vc, vd, LO), r3 = __builtin_shuffle(vc, vd, HI);             \
         memcpy(d0, &r0, sizeof r0);                                                            \
         memcpy(d0 + (n), &r1, sizeof r1);                                                      \
         memcpy(d1, &r2, sizeof r2);                                                            \
         memcpy(d1 + (n), &r3, sizeof r3);                                                      \
     }
 
-MAXPOOL2X2_BWD_BLOCK(maxpool2x2_bwd8, f32x8, i32x8, 8, ((i32x8){0, 2, 4, 6, 8, 10, 12, 14}),
-                     ((i32x8){1, 3, 5, 7, 9, 11, 13, 15}), ((i32x8){0, 8, 1, 9, 2, 10, 3, 11}),
-                     ((i32x8){4, 12, 5, 13, 6, 14, 7, 15}))
-MAXPOOL2X2_BWD_BLOCK(maxpool2x2_bwd4, f32x4, i32x4, 4, ((i32x4){0, 2, 4, 6}),
-                     ((i32x4){1, 3, 5, 7}), ((i32x4){0, 4, 1, 5}), ((i32x4){2, 6, 3, 7}))
+MAXPOOL2X2_BWD_BLOCK(maxpool2x2_bwd8, f32x8, i32x8, 8, EVEN8, ODD8,
+                     ((i32x8){0, 8, 1, 9, 2, 10, 3, 11}), ((i32x8){4, 12, 5, 13, 6, 14, 7, 15}))
+MAXPOOL2X2_BWD_BLOCK(maxpool2x2_bwd4, f32x4, i32x4, 4, EVEN4, ODD4, ((i32x4){0, 4, 1, 5}),
+                     ((i32x4){2, 6, 3, 7}))
+
+#define BWD_AT(j) d0 + 2 * (j), d1 + 2 * (j), x0 + 2 * (j), x1 + 2 * (j), yr + (j), dyr + (j)
 
 /* One output row's backward (input rows d0, d1 of 2*Q columns, written
- * whole): blocks of 8 windows and the last 8 again, or of 4 for rows of
- * 4 to 7 windows; narrower rows window by window, the same choice with
- * selects. */
+ * whole); rows of fewer than 4 windows window by window, the same choice
+ * with selects. */
 static inline __attribute__((always_inline)) void maxpool2x2_bwd_row(float *d0, float *d1, const float *x0, const float *x1,
                                const float *yr, const float *dyr, int Q)
 {
-    if (Q >= 8) {
-        int q = 0;
-        for (; q + 8 <= Q; q += 8)
-            maxpool2x2_bwd8(d0 + 2 * q, d1 + 2 * q, x0 + 2 * q, x1 + 2 * q, yr + q, dyr + q);
-        if (q < Q)
-            maxpool2x2_bwd8(d0 + 2 * (Q - 8), d1 + 2 * (Q - 8), x0 + 2 * (Q - 8),
-                            x1 + 2 * (Q - 8), yr + Q - 8, dyr + Q - 8);
-        return;
-    }
     if (Q >= 4) {
-        maxpool2x2_bwd4(d0, d1, x0, x1, yr, dyr);
-        if (Q > 4)
-            maxpool2x2_bwd4(d0 + 2 * (Q - 4), d1 + 2 * (Q - 4), x0 + 2 * (Q - 4),
-                            x1 + 2 * (Q - 4), yr + Q - 4, dyr + Q - 4);
+        MAXPOOL2X2_BLOCKS(Q, maxpool2x2_bwd8, maxpool2x2_bwd4, BWD_AT);
         return;
     }
     for (int q = 0; q < Q; q++) {

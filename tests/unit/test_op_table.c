@@ -408,34 +408,40 @@ static void test_maxpool_ties(void)
     }
 }
 
-/* 2x2 windows at stride 2 with ties in every place, on rows of 2 to 15
- * windows (the fast version's vector blocks, the block overlapping the
- * one before, and window by window): window q's four cells (a b / c d)
- * follow pattern q % 5, and its gradient goes to the first maximum in
- * that order, 0 to the other cells. */
+/* 2x2 windows at stride 2 with ties in every place and NaN, on rows of 2
+ * to 15 windows (the fast version's vector blocks, the block overlapping
+ * the one before, and window by window): window q's four cells (a b / c
+ * d) follow pattern q % 7. Its max ignores NaN (-inf when every cell is
+ * NaN), and its gradient goes to the first cell equal to the max in that
+ * order, 0 to the other cells (to none when every cell is NaN). */
 static void test_maxpool_2x2_ties(void)
 {
-    static const float pattern[5][4] = {
-        {2, 2, 2, 2}, /* all equal: a */
-        {1, 3, 3, 3}, /* b */
-        {1, 0, 3, 3}, /* c */
-        {1, 0, -2, 4}, /* d */
-        {5, 1, 1, 5}, /* a, tied with d */
+    const float nan = NAN;
+    const float pattern[7][4] = {
+        {2, 2, 2, 2},         /* all equal: a */
+        {1, 3, 3, 3},         /* b */
+        {1, 0, 3, 3},         /* c */
+        {1, 0, -2, 4},        /* d */
+        {5, 1, 1, 5},         /* a, tied with d */
+        {nan, 1, 2, nan},     /* c: NaN never wins */
+        {nan, nan, nan, nan}, /* -inf, no cell */
     };
-    static const int first[5] = {0, 1, 2, 3, 0};
+    static const int first[7] = {0, 1, 2, 3, 0, 2, -1};
     static const int widths[] = {4, 10, 14, 16, 28, 30, 31};
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
         const int W = widths[w], Q = W / 2;
-        float x[2 * 31], y[15], dy[15], dx[2 * 31], want[2 * 31];
+        float x[2 * 31], y[15], dy[15], dx[2 * 31], want[2 * 31], want_y[15];
         memset(want, 0, sizeof want);
         for (int i = 0; i < 2 * W; i++)
             x[i] = -9.0f; /* the odd edge, in no window */
         for (int q = 0; q < Q; q++) {
-            const float *c = pattern[q % 5];
+            const float *c = pattern[q % 7];
             x[2 * q] = c[0], x[2 * q + 1] = c[1], x[W + 2 * q] = c[2], x[W + 2 * q + 1] = c[3];
             dy[q] = (float)(q + 1);
-            int k = first[q % 5];
-            want[(k / 2) * W + 2 * q + k % 2] = dy[q];
+            int k = first[q % 7];
+            want_y[q] = k < 0 ? -INFINITY : c[k];
+            if (k >= 0)
+                want[(k / 2) * W + 2 * q + k % 2] = dy[q];
         }
         struct dt_pool2d_shape s = {1, 1, 2, W, 2, 2, 2, 2, 0, 0, 1, Q};
         for (int k = 0; k < NBACKENDS; k++) {
@@ -444,9 +450,13 @@ static void test_maxpool_2x2_ties(void)
                 dx[i] = 7.0f; /* every cell must be written */
             CU_ASSERT_EQUAL(o->maxpool2d_fwd(backends[k], y, x, &s), DT_OK);
             CU_ASSERT_EQUAL(o->maxpool2d_bwd(backends[k], dx, dy, x, y, &s), DT_OK);
+            if (memcmp(y, want_y, (size_t)Q * sizeof *y) != 0) {
+                printf("\n  maxpool 2x2 ties, width %d, backend %d: y differs\n", W, k);
+                CU_FAIL("maxpool 2x2 ties: y");
+            }
             if (memcmp(dx, want, 2 * (size_t)W * sizeof *dx) != 0) {
                 printf("\n  maxpool 2x2 ties, width %d, backend %d: dx differs\n", W, k);
-                CU_FAIL("maxpool 2x2 ties");
+                CU_FAIL("maxpool 2x2 ties: dx");
             }
         }
     }
