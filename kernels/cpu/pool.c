@@ -13,10 +13,10 @@
  * window row and column tap they work out once which outputs the tap
  * meets inside the image, then run a plain loop over those outputs, which
  * the compiler vectorises for stride 1 and keeps branch-free otherwise.
- * The common 2x2 window at stride 2 has its own loops: four compares per
- * output, and a backward that compares blocks of windows' cells with
- * their maxima as vectors and writes every cell (the gradient at the
- * first equal one, 0 at the others), without branching on data.
+ * The common 2x2 window at stride 2 has its own loops on blocks of
+ * windows, their cells compared as vectors: the forward's max, and a
+ * backward that writes every cell (the gradient at the first cell equal
+ * to the max, 0 at the others) without branching on data.
  *
  * These ops have no parameters; outputs and input gradients (dx) are
  * WRITTEN (=).
@@ -229,8 +229,9 @@ typedef int i32x4 __attribute__((vector_size(16)));
 MAXPOOL2X2_FWD_BLOCK(maxpool2x2_fwd8, f32x8, i32x8, 8, EVEN8, ODD8)
 MAXPOOL2X2_FWD_BLOCK(maxpool2x2_fwd4, f32x4, i32x4, 4, EVEN4, ODD4)
 
-/* Runs block(OUT + j, ...) for the blocks of 8 windows of a row of Q and
- * the last 8 again, or of 4 for rows of 4 to 7; 1 when Q < 4 (not done). */
+/* Runs block8(at(j)) on each block of 8 windows of a row of Q and on the
+ * last 8 again, or block4 on the first and the last 4 of a row of 4 to 7;
+ * nothing on a row of fewer than 4 (the callers loop over those). */
 #define MAXPOOL2X2_BLOCKS(Q, block8, block4, at)                                                   \
     do {                                                                                           \
         if ((Q) >= 8) {                                                                            \
