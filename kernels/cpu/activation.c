@@ -15,11 +15,12 @@
  * vectorised exp of vexp.h, whose e^(-x^2/2) serves the backward's
  * density too; it agrees with the reference (libm's erfcf) to 1e-6
  * relative in every element, so it cannot be a plain row. tanh, GELU's
- * tanh approximation and SiLU are OWN rows too: libm's tanhf and expf are calls per element that do not
- * vectorise, so their fast versions take tanh from tanh_lanes below (an
- * odd polynomial near 0, the vectorised exp beyond) and SiLU's sigmoid
- * from the vectorised exp, within 1e-6 relative of libm in every element
- * (of the terms' scale where the list's formulas cancel).
+ * tanh approximation and SiLU are OWN rows too: libm's tanhf and expf
+ * are calls per element that do not vectorise, so their fast versions
+ * take tanh from tanh_lanes below (an odd polynomial near 0, the
+ * vectorised exp beyond) and SiLU's sigmoid from the vectorised exp,
+ * within 1e-6 relative of libm in every element (of the terms' scale
+ * where the list's formulas cancel).
  *
  * These ops have no parameters; the activation gradient (din) is WRITTEN
  * (=). out == in (and din == dout) may be the same buffer.

@@ -322,9 +322,6 @@ static inline __attribute__((always_inline)) void copy_row(float *d, const float
 /* d(n) = every second float of a: d[i] = a[2i], eight at a time from two
  * loads and one shuffle, the tail as the last eight again. No load reads
  * a[2n - 1] (which may lie past the image). */
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int i32x8 __attribute__((vector_size(32)));
-
 static inline __attribute__((always_inline)) void copy_row_stride2(float *d, const float *a, int n)
 {
     const i32x8 even = {0, 2, 4, 6, 8, 10, 12, 14};

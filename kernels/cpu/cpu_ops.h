@@ -35,6 +35,14 @@
  * model), so the blocked loops need no -O3 and no intrinsics. */
 #define DT_CPU_LANES 16
 
+/* Vectors of 8 and 4 floats, and of as many ints (lane masks, shuffle
+ * indices), for the loops that move or compare lanes with
+ * __builtin_shuffle (conv.c's strided copies, pool.c's 2x2 windows). */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int i32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int i32x4 __attribute__((vector_size(16)));
+
 /* A function built three times, for AVX-512, AVX2 and the x86-64 baseline
  * (SSE2), the one the CPU has picked when the program loads; the blocked
  * loops then run 16, 8 or 4 floats to an instruction. Files that use it

@@ -187,10 +187,6 @@ static void row_taps(const struct dt_pool2d_shape *s, int p, int *r0, int *r1)
  * Both passes work on blocks of 8 windows (16 columns) or 4, their cells
  * split into vectors of the windows' a, b (row x0) and c, d (row x1); a
  * block may overlap the one before (the same values again). */
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int i32x8 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef int i32x4 __attribute__((vector_size(16)));
 #define EVEN8 ((i32x8){0, 2, 4, 6, 8, 10, 12, 14})
 #define ODD8 ((i32x8){1, 3, 5, 7, 9, 11, 13, 15})
 #define EVEN4 ((i32x4){0, 2, 4, 6})
