@@ -158,6 +158,11 @@ DT_UNARY_LIST(CPU_UNARY, _)
  * latency). */
 #define GELU_GROUP (4 * DT_CPU_LANES)
 
+/* |x| / sqrt 2 beyond which e^(-z^2) is 0 (below the exponential's
+ * range): z is clamped there, which changes no value and keeps z^2 finite
+ * for huge and infinite x. */
+#define GELU_Z_MAX 16.0f
+
 /* For k < GELU_GROUP: cdf[k] = Phi(x[k]) and e[k] = e^(-x[k]^2 / 2).
  * With z = |x| / sqrt 2 and t = 1 / (1 + z/2), erfc(z) = t e^(-z^2) q(t),
  * q a degree-9 polynomial fitted to erfc(z) e^(z^2) / t over z in [0,
@@ -165,16 +170,23 @@ DT_UNARY_LIST(CPU_UNARY, _)
  * e^(-z^2) is below the smallest normal float), so the tail of Phi keeps
  * its relative precision where 1 + erf(x) would cancel, with one
  * exponential per element, which the backward's density shares. z^2 = h
- * + l exactly (l from an fma), and e^(-z^2) = e^(-h) (1 - l), so the
+ * + l exactly (Dekker's product), and e^(-z^2) = e^(-h) (1 - l), so the
  * rounding of z^2 does not reach the exponential. */
 static inline __attribute__((always_inline)) void gelu_lanes(const float *x, float *cdf, float *e)
 {
     float nh[GELU_GROUP], l[GELU_GROUP], q[GELU_GROUP], t[GELU_GROUP];
     for (int k = 0; k < GELU_GROUP; k++) {
         float z = fabsf(x[k]) * DT_INV_SQRT2;
+        z = z < GELU_Z_MAX ? z : GELU_Z_MAX; /* NaN too: its cdf is x itself below */
         float h = z * z;
         nh[k] = -h;
-        l[k] = fmaf(z, z, -h);
+        /* z^2 - h exactly, Dekker's product of z's 12-bit halves: an fmaf
+         * would be a call that stops the vectorisation wherever the clone
+         * has no FMA (the AVX2 and baseline builds); 1 - l is the same
+         * float as with fmaf for every z in [0, GELU_Z_MAX] */
+        float c = 4097.0f * z;
+        float zh = c - (c - z), zl = z - zh;
+        l[k] = (((zh * zh - h) + zh * zl) + zl * zh) + zl * zl;
         float u = 1.0f / (1.0f + 0.5f * z);
         t[k] = u;
         q[k] = 2.820606037e-01f +
@@ -347,8 +359,9 @@ CPU_UNARY_FWD_ROWS(gelu_tanh)
 CPU_UNARY_BWD_ROWS(gelu_tanh)
 
 /* sig[k] = 1 / (1 + e^(-x[k])). The exponential stops at e^88, so below
- * x = -88 the sigmoid stays at 6e-39 instead of shrinking further (and
- * SiLU there is off by less than 1e-36). */
+ * x = -88 the sigmoid is 0 (libm's expf overflows there too, a little
+ * further on, at -88.72): left at 1 / (1 + e^88), it would make SiLU of
+ * -1e30 -6e-9 instead of -0. */
 static inline __attribute__((always_inline)) void sigmoid_lanes(const float *x, float *sig)
 {
     float nx[GELU_GROUP], e[GELU_GROUP];
@@ -357,7 +370,7 @@ static inline __attribute__((always_inline)) void sigmoid_lanes(const float *x, 
     for (int v = 0; v < GELU_GROUP; v += DT_CPU_LANES)
         dt_vexp_sub_lanes(e + v, nx + v, 0.0f);
     for (int k = 0; k < GELU_GROUP; k++)
-        sig[k] = 1.0f / (1.0f + e[k]);
+        sig[k] = x[k] < -EXP_MAX_ARG ? 0.0f : 1.0f / (1.0f + e[k]);
 }
 
 static inline __attribute__((always_inline)) void silu_fwd_group(const float *x, float *y)

@@ -747,6 +747,39 @@ static void test_activation_fast_vs_ref(void)
     }
 }
 
+/* Huge, infinite, tiny and NaN inputs, in runs long enough for the fast
+ * versions' whole groups: each fast row gives the reference's value (NaN
+ * where it gives NaN), forward and backward. */
+static void test_activation_extremes(void)
+{
+    const float special[] = {0.0f,  -0.0f,  1e-30f,    -1e-30f,   20.0f,    -20.0f,
+                             1e20f, -1e20f, 1e30f,     -1e30f,    3e38f,    -3e38f,
+                             NAN,   -NAN,   INFINITY,  -INFINITY, 1e-45f,   -1e-45f};
+    enum { N = 150, NS = sizeof special / sizeof special[0] };
+    float in[N], dout[N], o[NBACKENDS][N], d[NBACKENDS][N];
+    for (int i = 0; i < N; i++)
+        in[i] = special[i % NS], dout[i] = 1.0f;
+    for (int a = 0; a < DT_TEST_NACT; a++) {
+        for (int k = 0; k < NBACKENDS; k++) {
+            OK(dt_test_act_fwd(ops[k], backends[k], a, o[k], in, N));
+            OK(dt_test_act_bwd(ops[k], backends[k], a, d[k], dout, in, o[k], N));
+        }
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            const float *got[2] = {&o[FAST][i], &d[FAST][i]}, *ref[2] = {&o[REF][i], &d[REF][i]};
+            for (int g = 0; g < 2; g++) {
+                int ok = isnan(*ref[g]) ? isnan(*got[g])
+                         : isinf(*ref[g]) ? *got[g] == *ref[g]
+                                          : cu_rel_diff(*got[g], *ref[g], 1e-6) < ELEM_TOL;
+                if (!ok && bad++ < 4)
+                    fprintf(stderr, "  %s %s(%g): fast %g, reference %g\n", dt_test_act_name(a),
+                            g ? "bwd" : "fwd", (double)in[i], (double)*got[g], (double)*ref[g]);
+            }
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+}
+
 /* ---- dropout ---------------------------------------------------------- */
 
 static const struct dt_rng_key drop_key = {
@@ -1572,6 +1605,7 @@ int main(void)
     CU_ADD(s, test_activation_grad);
     CU_ADD(s, test_activation_values);
     CU_ADD(s, test_activation_fast_vs_ref);
+    CU_ADD(s, test_activation_extremes);
 
     s = CU_add_suite("dropout", suite_init, suite_cleanup);
     CU_ADD(s, test_dropout_matches_spec);
