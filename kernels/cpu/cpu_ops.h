@@ -142,8 +142,13 @@ const uint8_t *dt_cpu_mask_find(dt_backend_t *be, const struct dt_rng_key *key, 
 #define DT_CPU_GRAIN 16384
 
 /* C(M,N) = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm, cut into
- * blocks of rows (or of columns when N is the larger) shared by the pool's
- * threads, each a one-thread BLAS call; inline when small. */
+ * blocks of rows shared by the pool's threads, each a one-thread BLAS call
+ * starting at a multiple of dt_cpu_gemm_split_tile(); inline when small
+ * or when that is 0. */
+/* The multiple of rows at which the BLAS's products cut into blocks give
+ * each element of C the uncut product's bits (16, 24, ...; found once, on
+ * the first call), or 0: none found, products are never cut. */
+int dt_cpu_gemm_split_tile(void);
 void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 

@@ -7,8 +7,11 @@
 #   - AdamW with clipping on 2 ranks: comm.shard optimizer ends with the
 #     parameters of comm.shard none bit for bit, and its checkpoint holds
 #     the same optimizer state, bit for bit, though each rank wrote only
-#     its own shard of it; on 4 ranks within 1e-6 (the replicated run sums
-#     this small model's buckets with the MPI library's all-reduce);
+#     its own shard of it; on 4 ranks within 1e-5 (the replicated run sums
+#     this small model's buckets with the MPI library's all-reduce, in its
+#     own order: after 64 AdamW steps, 1.8e-6 apart in fc1's weights on an
+#     AMD EPYC with OpenBLAS's Zen kernels, within 1e-6 with its Cooperlake
+#     ones);
 #   - each rank keeps about 1/N of the optimizer state (the start record's
 #     optim_state_bytes, the largest rank's) and says so in the log;
 #   - a checkpoint of 4 sharded ranks resumes on 1 rank (replicated) and on
@@ -24,7 +27,7 @@
 #     comm.shard named, and runs sharded;
 #   - sharded gradients: bit for bit the replicated run on 2 ranks (MLP,
 #     GPT, GPT with recomputation, CNN with synchronised batch norm, NaN
-#     step, fp16 overflow, a hung rank restarted), within 1e-6 on 4; with
+#     step, fp16 overflow, a hung rank restarted), within 1e-5 on 4; with
 #     accumulation (every micro-batch reduced: another order of the sums)
 #     and a short last batch whose ranks have fewer micro-batches than a
 #     full one, and not all as many (so each joins the others'
@@ -127,7 +130,7 @@ h5diff "$(ckpt n2 64)" "$(ckpt s2 64)" /params /params >/dev/null && ok ||
 "$DTRAIN" ckpt verify "$(ckpt s2 64)" >/dev/null && ok || bad "the sharded checkpoint does not verify"
 run n4 4 --set comm.shard=none
 run s4 4
-same n4 s4 1e-6
+same n4 s4 1e-5
 [ "$(start s4 shard)" = optimizer ] && [ "$(start n4 shard)" = none ] && ok ||
   bad "start records say shard '$(start s4 shard)' and '$(start n4 shard)'"
 grep -q "optimizer state .*each rank's shard" s4/train.log && ok || bad "the log does not say the state is sharded"
@@ -197,7 +200,7 @@ same n2 g2 0
 h5diff "$(ckpt n2 64)" "$(ckpt g2 64)" /optim /optim >/dev/null && ok ||
   bad "2 ranks: the optimizer state with sharded gradients differs from the replicated one's"
 run g4 4 --set comm.shard=gradients
-same n4 g4 1e-6
+same n4 g4 1e-5
 [ "$(start g4 shard)" = gradients ] && ok || bad "g4's start record says shard '$(start g4 shard)'"
 grep -q "gradients .*each rank's shard" g4/train.log && ok || bad "the log does not say the gradients are sharded"
 awk -v g="$(start g4 model_state_bytes)" -v s="$(start s4 model_state_bytes)" 'BEGIN { exit !(g > 0 && g < s) }' &&
@@ -272,7 +275,7 @@ h5diff "$(ckpt n2 64)" "$(ckpt p2 64)" /optim /optim >/dev/null &&
 "$DTRAIN" ckpt verify "$(ckpt p2 64)" >/dev/null && ok || bad "p2's checkpoint does not verify"
 run p4 4 --set comm.shard=parameters
 same g4 p4 0
-same n4 p4 1e-6
+same n4 p4 1e-5
 [ "$(start p4 shard)" = parameters ] && ok || bad "p4's start record says shard '$(start p4 shard)'"
 grep -q "parameters .*each rank's shard and the gather slots" p4/train.log && ok ||
   bad "the log does not say the parameters are sharded"
