@@ -140,10 +140,11 @@ struct dt_pool2d_shape {
       dy * (1.0f / (1.0f + expf(-x))) * (1.0f + x * (1.0f - 1.0f / (1.0f + expf(-x)))), OWN,       \
       "x * sigmoid(x) (SiLU)")
 
-/* The two ops of a row of DT_UNARY_LIST, as rows of DT_OP_LIST. */
+/* The three ops of a row of DT_UNARY_LIST, as rows of DT_OP_LIST. */
 #define DT_OP_UNARY_PAIR(X, name, s, forward, gradient, cpu, doc)                                  \
     X(name##_fwd, (dt_backend_t * be, float *out, const float *in, size_t n))                      \
-    X(name##_bwd, (dt_backend_t * be, float *din, const float *dout, const float *s, size_t n))
+    X(name##_bwd, (dt_backend_t * be, float *din, const float *dout, const float *s, size_t n))    \
+    X(name##_fwd_keep, (dt_backend_t * be, float *out, float *x, size_t n))
 
 /*
  * The op list: X(name, (parameters)). Per op:
@@ -161,6 +162,12 @@ struct dt_pool2d_shape {
  * channel_bias_fwd  x(N,C,HW) += b(C), in place
  * channel_bias_bwd  db(C) += sum over N and HW of dout(N,C,HW)
  * <unary>_fwd, <unary>_bwd   the element-wise ops, one pair per row of DT_UNARY_LIST above
+ * <unary>_fwd_keep  out = <unary>_fwd's output, and x (the input, read first) is
+ *                replaced by the row's gradient at dy = 1, element by element
+ *                (out and x distinct), so that mul(din, dout, x) is the backward
+ *                where the input is needed by nothing else: for a row whose
+ *                gradient is dy * (an expression without dy), the same bits as
+ *                <unary>_bwd (the model uses it only for those: gelu, gelu_tanh)
  * dropout_*      inverted dropout on a (rows, cols) block whose first row is row
  *                `row0` of the global batch. Element e = (row0 + r) * cols + c is
  *                kept when u >= p, u = dt_rng_u32_to_unit(word e % 4 of
@@ -171,6 +178,7 @@ struct dt_pool2d_shape {
  * flatten_*      (B, d1, d2, ...) -> (B, d1*d2*...): a copy forward and backward
  * add            out(n) = a + b (out may be a or b)
  * accumulate     dst(n) += src
+ * mul            out(n) = a * b (out may be a or b)
  * softmax_xent_fwd  fused, numerically stable softmax + cross-entropy:
  *                probs(B,C) = softmax(logits(B,C)) row-wise (max subtracted);
  *                *loss_sum += (sum_b logsumexp(logits[b]) - logits[b, labels[b]]) / per
@@ -284,6 +292,7 @@ struct dt_pool2d_shape {
     X(flatten_bwd, (dt_backend_t * be, float *din, const float *dout, size_t n))                   \
     X(add, (dt_backend_t * be, float *out, const float *a, const float *b, size_t n))              \
     X(accumulate, (dt_backend_t * be, float *dst, const float *src, size_t n))                     \
+    X(mul, (dt_backend_t * be, float *out, const float *a, const float *b, size_t n))              \
     X(softmax_xent_fwd,                                                                            \
       (dt_backend_t * be, float *probs, const float *logits, const int32_t *labels, int B, int C,  \
        int per, double *loss_sum, int64_t *correct))                                               \

@@ -22,8 +22,14 @@
  * within 1e-6 relative of libm in every element (of the terms' scale
  * where the list's formulas cancel).
  *
+ * <name>_fwd_keep computes the forward and writes the row's gradient at
+ * dy = 1 over the input, each version with the expression its backward
+ * uses, so that dout times what it kept is its backward's value (the same
+ * bits where the gradient is dy times one expression).
+ *
  * These ops have no parameters; the activation gradient (din) is WRITTEN
- * (=). out == in (and din == dout) may be the same buffer.
+ * (=). out == in (and din == dout) may be the same buffer, except in
+ * <name>_fwd_keep.
  */
 #include <math.h>
 #include <string.h>
@@ -42,6 +48,15 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
 {
     if (!din || !dout || !x)
         return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: pointers must not be NULL", op);
+    return DT_OK;
+}
+
+static dt_status check_keep(const char *op, const float *out, const float *x)
+{
+    if (!out || !x)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: pointers must not be NULL", op);
+    if (out == x)
+        return dt_set_error(DT_ERR_INVALID_ARG, "cpu %s: out and x must be distinct", op);
     return DT_OK;
 }
 
@@ -67,6 +82,18 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
             din[i] = (gradient);                                                                   \
         }                                                                                          \
         return st;                                                                                 \
+    }                                                                                              \
+    dt_status dt_cpu_##name##_fwd_keep_ref(dt_backend_t *be, float *out, float *xs, size_t n)      \
+    {                                                                                              \
+        dt_status st = check_keep(#name "_fwd_keep", out, xs);                                     \
+        for (size_t i = 0; st == DT_OK && i < n; i++) {                                            \
+            const float x = xs[i];                                                                 \
+            const float y = (forward);                                                             \
+            const float dy = 1.0f;                                                                 \
+            out[i] = y;                                                                            \
+            xs[i] = (gradient);                                                                    \
+        }                                                                                          \
+        return st;                                                                                 \
     }
 
 /* One pass over [lo, hi) of the elements (dt_cpu_for's blocks: each
@@ -74,6 +101,7 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
 struct unary_job {
     float *out;
     const float *in, *saved;
+    float *x; /* _fwd_keep's input, replaced by the gradient */
 };
 
 /* The two public ops of a fast row, over its name##_fwd_range and
@@ -94,6 +122,14 @@ struct unary_job {
         struct unary_job j = {.out = din, .in = dout, .saved = saved};                             \
         if (st == DT_OK)                                                                           \
             dt_cpu_for(be, n, DT_CPU_GRAIN, name##_bwd_range, &j);                                 \
+        return st;                                                                                 \
+    }                                                                                              \
+    dt_status dt_cpu_##name##_fwd_keep(dt_backend_t *be, float *out, float *x, size_t n)           \
+    {                                                                                              \
+        dt_status st = check_keep(#name "_fwd_keep", out, x);                                      \
+        struct unary_job j = {.out = out, .x = x};                                                 \
+        if (st == DT_OK)                                                                           \
+            dt_cpu_for(be, n, DT_CPU_GRAIN, name##_keep_range, &j);                                \
         return st;                                                                                 \
     }
 
@@ -137,6 +173,31 @@ struct unary_job {
         for (; i < n; i++) {                                                                       \
             const float dy = dout[i], s = saved[i];                                                \
             din[i] = (gradient);                                                                   \
+        }                                                                                          \
+    }                                                                                              \
+    DT_CPU_CLONES static void name##_keep_range(void *a, size_t lo, size_t n)                      \
+    {                                                                                              \
+        const struct unary_job *j = a;                                                             \
+        float *out = j->out, *xs = j->x;                                                           \
+        size_t i = lo;                                                                             \
+        for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {                                         \
+            float t[DT_CPU_LANES], g[DT_CPU_LANES];                                                \
+            for (int k = 0; k < DT_CPU_LANES; k++) {                                               \
+                const float x = xs[i + k];                                                         \
+                const float y = (forward);                                                         \
+                const float dy = 1.0f;                                                             \
+                t[k] = y;                                                                          \
+                g[k] = (gradient);                                                                 \
+            }                                                                                      \
+            memcpy(out + i, t, sizeof t);                                                          \
+            memcpy(xs + i, g, sizeof g);                                                           \
+        }                                                                                          \
+        for (; i < n; i++) {                                                                       \
+            const float x = xs[i];                                                                 \
+            const float y = (forward);                                                             \
+            const float dy = 1.0f;                                                                 \
+            out[i] = y;                                                                            \
+            xs[i] = (gradient);                                                                    \
         }                                                                                          \
     }                                                                                              \
     CPU_UNARY_PUBLIC(name)
@@ -238,6 +299,19 @@ static inline __attribute__((always_inline)) void gelu_lanes(const float *x, flo
         }                                                                                          \
     }
 
+#define CPU_UNARY_KEEP_ROWS(name)                                                                  \
+    DT_CPU_CLONES static void name##_keep_rows(float *out, float *xs, size_t n)                    \
+    {                                                                                              \
+        float x[GELU_GROUP], y[GELU_GROUP];                                                        \
+        for (size_t i = 0; i < n; i += GELU_GROUP) {                                               \
+            size_t m = n - i < GELU_GROUP ? n - i : GELU_GROUP;                                    \
+            group_load(x, xs + i, m);                                                              \
+            name##_keep_group(x, y);                                                               \
+            group_store(out + i, y, m);                                                            \
+            group_store(xs + i, x, m);                                                             \
+        }                                                                                          \
+    }
+
 /* Loads GELU_GROUP elements from src (zeros past m), or stores m of them. */
 static inline __attribute__((always_inline)) void group_load(float *dst, const float *src,
                                                              size_t m)
@@ -272,8 +346,21 @@ static inline __attribute__((always_inline)) void gelu_bwd_group(const float *x,
         d[k] = d[k] * (cdf[k] + x[k] * (DT_INV_SQRT_2PI * e[k]));
 }
 
+/* y = GELU(x), and x replaced by the backward's factor. */
+static inline __attribute__((always_inline)) void gelu_keep_group(float *x, float *y)
+{
+    float cdf[GELU_GROUP], e[GELU_GROUP];
+    gelu_lanes(x, cdf, e);
+    for (int k = 0; k < GELU_GROUP; k++) {
+        float g = cdf[k] + x[k] * (DT_INV_SQRT_2PI * e[k]);
+        y[k] = x[k] * cdf[k];
+        x[k] = g;
+    }
+}
+
 CPU_UNARY_FWD_ROWS(gelu)
 CPU_UNARY_BWD_ROWS(gelu)
+CPU_UNARY_KEEP_ROWS(gelu)
 
 /* ---- tanh, GELU's tanh approximation and SiLU -------------------------- */
 
@@ -311,7 +398,15 @@ static inline __attribute__((always_inline)) void tanh_fwd_group(const float *x,
     tanh_lanes(x, y);
 }
 
+static inline __attribute__((always_inline)) void tanh_keep_group(float *x, float *y)
+{
+    tanh_lanes(x, y);
+    for (int k = 0; k < GELU_GROUP; k++)
+        x[k] = 1.0f - y[k] * y[k];
+}
+
 CPU_UNARY_FWD_ROWS(tanh)
+CPU_UNARY_KEEP_ROWS(tanh)
 
 /* The list's gradient, dy (1 - y^2) from the saved output: the same bits
  * as the reference. */
@@ -355,8 +450,22 @@ static inline __attribute__((always_inline)) void gelu_tanh_bwd_group(const floa
                                                    (1.0f + 3.0f * 0.044715f * x[k] * x[k]));
 }
 
+static inline __attribute__((always_inline)) void gelu_tanh_keep_group(float *x, float *y)
+{
+    float th[GELU_GROUP];
+    gelu_tanh_inner(x, th);
+    for (int k = 0; k < GELU_GROUP; k++) {
+        float g = 0.5f * (1.0f + th[k]) + 0.5f * x[k] * (1.0f - th[k] * th[k]) *
+                                              DT_SQRT_2_OVER_PI *
+                                              (1.0f + 3.0f * 0.044715f * x[k] * x[k]);
+        y[k] = 0.5f * x[k] * (1.0f + th[k]);
+        x[k] = g;
+    }
+}
+
 CPU_UNARY_FWD_ROWS(gelu_tanh)
 CPU_UNARY_BWD_ROWS(gelu_tanh)
+CPU_UNARY_KEEP_ROWS(gelu_tanh)
 
 /* sig[k] = 1 / (1 + e^(-x[k])). The exponential stops at e^88, so below
  * x = -88 the sigmoid is 0 (libm's expf overflows there too, a little
@@ -389,8 +498,20 @@ static inline __attribute__((always_inline)) void silu_bwd_group(const float *x,
         d[k] = d[k] * sig[k] * (1.0f + x[k] * (1.0f - sig[k]));
 }
 
+static inline __attribute__((always_inline)) void silu_keep_group(float *x, float *y)
+{
+    float sig[GELU_GROUP];
+    sigmoid_lanes(x, sig);
+    for (int k = 0; k < GELU_GROUP; k++) {
+        float g = sig[k] * (1.0f + x[k] * (1.0f - sig[k]));
+        y[k] = x[k] * sig[k];
+        x[k] = g;
+    }
+}
+
 CPU_UNARY_FWD_ROWS(silu)
 CPU_UNARY_BWD_ROWS(silu)
+CPU_UNARY_KEEP_ROWS(silu)
 
 /* The public ops of an OWN row whose rows functions are written above. */
 #define CPU_UNARY_OWN_OPS(name)                                                                    \
@@ -403,6 +524,11 @@ CPU_UNARY_BWD_ROWS(silu)
     {                                                                                              \
         const struct unary_job *j = a;                                                             \
         name##_bwd_rows(j->out + lo, j->in + lo, j->saved + lo, hi - lo);                          \
+    }                                                                                              \
+    static void name##_keep_range(void *a, size_t lo, size_t hi)                                   \
+    {                                                                                              \
+        const struct unary_job *j = a;                                                             \
+        name##_keep_rows(j->out + lo, j->x + lo, hi - lo);                                         \
     }                                                                                              \
     CPU_UNARY_PUBLIC(name)
 

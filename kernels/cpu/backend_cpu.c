@@ -65,9 +65,11 @@ struct cpu_backend {
 
 /* The element-wise ops, one pair per row of DT_UNARY_LIST (activation.c). */
 #define CPU_UNARY_REF_OPS(a, name, s, forward, gradient, cpu, doc)                                 \
-    .name##_fwd = dt_cpu_##name##_fwd_ref, .name##_bwd = dt_cpu_##name##_bwd_ref,
+    .name##_fwd = dt_cpu_##name##_fwd_ref, .name##_bwd = dt_cpu_##name##_bwd_ref,                  \
+    .name##_fwd_keep = dt_cpu_##name##_fwd_keep_ref,
 #define CPU_UNARY_FAST_OPS(a, name, s, forward, gradient, cpu, doc)                                \
-    .name##_fwd = dt_cpu_##name##_fwd, .name##_bwd = dt_cpu_##name##_bwd,
+    .name##_fwd = dt_cpu_##name##_fwd, .name##_bwd = dt_cpu_##name##_bwd,                          \
+    .name##_fwd_keep = dt_cpu_##name##_fwd_keep,
 
 static const struct dt_ops cpu_ops_ref = {
     .linear_fwd = dt_cpu_linear_fwd_ref,
@@ -93,6 +95,7 @@ static const struct dt_ops cpu_ops_ref = {
     .channel_bias_bwd = dt_cpu_channel_bias_bwd_ref,
     .add = dt_cpu_add_ref,
     .accumulate = dt_cpu_accumulate_ref,
+    .mul = dt_cpu_mul_ref,
     .conv2d_workspace = dt_cpu_conv2d_workspace_ref,
     .conv2d_fwd = dt_cpu_conv2d_fwd_ref,
     .conv2d_bwd_data = dt_cpu_conv2d_bwd_data_ref,
@@ -147,6 +150,7 @@ static const struct dt_ops cpu_ops_fast = {
     .channel_bias_bwd = dt_cpu_channel_bias_bwd,
     .add = dt_cpu_add,
     .accumulate = dt_cpu_accumulate,
+    .mul = dt_cpu_mul,
     .conv2d_workspace = dt_cpu_conv2d_workspace,
     .conv2d_fwd = dt_cpu_conv2d_fwd,
     .conv2d_bwd_data = dt_cpu_conv2d_bwd_data,

@@ -10,9 +10,14 @@
  * with the CPU reference within a tolerance, not bit for bit. ReLU lets
  * NaN through (x < 0 ? 0 : x), as the CPU reference does.
  *
+ * <name>_fwd_keep writes the forward's output and, over its input, the
+ * row's gradient at dy = 1 (the backward's expression, so mul(dout, kept)
+ * is the backward's value where it is dy times one expression).
+ *
  * These ops have no parameters; the activation gradient (din) is WRITTEN
  * (=). out == in (and din == dout) may be the same buffer: each element is
- * read and written by one thread.
+ * read and written by one thread (not in <name>_fwd_keep, whose out and x
+ * are distinct).
  */
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -58,6 +63,29 @@ static dt_status check_binary(const char *op, const float *din, const float *dou
             const float dy = dout[i], s = saved[i];                                                \
             din[i] = (gradient);                                                                   \
         }                                                                                          \
+    }                                                                                              \
+    static __global__ void name##_keep_kernel(float *out, float *xs, size_t n)                     \
+    {                                                                                              \
+        FOR_EACH(i, n)                                                                             \
+        {                                                                                          \
+            const float x = xs[i];                                                                 \
+            const float y = (forward);                                                             \
+            const float dy = 1.0f;                                                                 \
+            out[i] = y;                                                                            \
+            xs[i] = (gradient);                                                                    \
+        }                                                                                          \
+    }                                                                                              \
+    dt_status dt_cuda_##name##_fwd_keep(dt_backend_t *be, float *out, float *x, size_t n)          \
+    {                                                                                              \
+        dt_status st = check_unary(#name "_fwd_keep", out, x);                                     \
+        if (st == DT_OK && out == x)                                                               \
+            st = dt_set_error(DT_ERR_INVALID_ARG, "cuda %s: out and x must be distinct",           \
+                              #name "_fwd_keep");                                                  \
+        if (st != DT_OK || n == 0)                                                                 \
+            return st;                                                                             \
+        struct cuda_backend *cb = dt_cuda_of(be);                                                  \
+        DT_CUDA_LAUNCH(name##_keep_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, out, x, n); \
+        return DT_CUDA_LAUNCHED(cb, #name "_fwd_keep", "n=%zu", n);                                \
     }                                                                                              \
     dt_status dt_cuda_##name##_fwd(dt_backend_t *be, float *out, const float *in, size_t n)        \
     {                                                                                              \

@@ -675,7 +675,8 @@ static dt_status cuda_mem_info(dt_backend_t *be, struct dt_backend_mem *out)
 
 /* The element-wise ops, one pair per row of DT_UNARY_LIST (activation.cu). */
 #define CUDA_UNARY_OPS(a, name, s, forward, gradient, cpu, doc)                                    \
-    .name##_fwd = dt_cuda_##name##_fwd, .name##_bwd = dt_cuda_##name##_bwd,
+    .name##_fwd = dt_cuda_##name##_fwd, .name##_bwd = dt_cuda_##name##_bwd,                        \
+    .name##_fwd_keep = dt_cuda_##name##_fwd_keep,
 
 /* In DT_OP_LIST order (C++ takes designated initializers in order only).
  * Without cuDNN the convolution and pooling ops stay NULL and
@@ -696,6 +697,7 @@ static const struct dt_ops cuda_ops = {
     .flatten_bwd = dt_cuda_flatten_bwd,
     .add = dt_cuda_add,
     .accumulate = dt_cuda_accumulate,
+    .mul = dt_cuda_mul,
     .softmax_xent_fwd = dt_cuda_softmax_xent_fwd,
     .softmax_xent_bwd = dt_cuda_softmax_xent_bwd,
 #ifdef DT_HAVE_CUDNN

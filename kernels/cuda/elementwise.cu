@@ -1,8 +1,9 @@
 /*
  * elementwise.cu - the small ops convolutional and residual networks add
  * around their layers: the per-channel bias of a convolution (NCHW) and
- * its gradient, the sum of two tensors (a residual join) and the
- * accumulation of one gradient into another (a tensor used twice).
+ * its gradient, the sum of two tensors (a residual join), the
+ * accumulation of one gradient into another (a tensor used twice) and the
+ * product of two (an activation's backward from the gradient it kept).
  *
  * channel_bias_bwd is deterministic: one block per channel, thread t sums
  * the channel's values t, t + DT_CUDA_THREADS, ... in (n, hw) order in
@@ -14,7 +15,8 @@
  * a thread finds a plane's channel once and no element costs a division.
  *
  * Gradients of parameters ACCUMULATE (+=: db, and dst of accumulate);
- * gradients of activations are WRITTEN (=). add may write over a or b.
+ * gradients of activations are WRITTEN (=). add and mul may write over a
+ * or b.
  */
 #include <cuda_runtime.h>
 
@@ -79,6 +81,13 @@ static __global__ void accumulate_kernel(float *dst, const float *src, size_t n)
         dst[i] += src[i];
 }
 
+static __global__ void mul_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] * b[i];
+}
+
 /* x(N,C,HW) += b(C), in place */
 dt_status dt_cuda_channel_bias_fwd(dt_backend_t *be, float *x, const float *b, int N, int C, int HW)
 {
@@ -130,4 +139,15 @@ dt_status dt_cuda_accumulate(dt_backend_t *be, float *dst, const float *src, siz
     struct cuda_backend *cb = dt_cuda_of(be);
     DT_CUDA_LAUNCH(accumulate_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, dst, src, n);
     return DT_CUDA_LAUNCHED(cb, "accumulate", "n=%zu", n);
+}
+
+/* out(n) = a * b; out may be a or b */
+dt_status dt_cuda_mul(dt_backend_t *be, float *out, const float *a, const float *b, size_t n)
+{
+    if (n == 0)
+        return DT_OK;
+    DT_CUDA_REQUIRE(out && a && b, "mul", "pointers must not be NULL");
+    struct cuda_backend *cb = dt_cuda_of(be);
+    DT_CUDA_LAUNCH(mul_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, out, a, b, n);
+    return DT_CUDA_LAUNCHED(cb, "mul", "n=%zu", n);
 }

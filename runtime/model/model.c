@@ -28,6 +28,12 @@
  * nothing but such a node or a view shares that node's gradient slot, so
  * the gradient is handed on in place.
  *
+ * An activation whose gradient is dy times one expression (gelu: a kind
+ * with keeps_grad) and that alone reads the output of a layer whose
+ * backward does not read it (linear: output_free) writes that expression
+ * over its input as it runs forward, and its backward is one multiply: the
+ * same bits, without evaluating the activation again (keeps_grad below).
+ *
  * Recomputation (model.recompute): the nodes of a block named there,
  * except its last, write their outputs into one scratch region instead of
  * their own buffers; backward, on reaching the block's last node, runs
@@ -577,6 +583,23 @@ static int view_of(const dt_model_t *m, int i, int full)
            fused_relu(m, i, full);
 }
 
+/* Whether node i keeps its gradient over its input (a kind with
+ * keeps_grad): its one input is the output of a node of a kind whose
+ * backward does not read it (output_free), which node i alone reads, not
+ * a view (whose buffer is another node's), and either neither is
+ * recomputed or both are, in the same block, so that a forward run again
+ * rewrites that output before node i writes over it again. */
+static int keeps_grad(const dt_model_t *m, int i)
+{
+    const struct node *n = &m->nodes[i];
+    int p = n->in[0];
+    if (!n->l.kind->keeps_grad || n->nin != 1 || p < 0 || n->view)
+        return 0;
+    const struct node *q = &m->nodes[p];
+    return q->l.kind->output_free && q->nconsumers == 1 && !q->view && !q->l.fused_relu &&
+           n->inner == q->inner && (!n->inner || n->block == q->block);
+}
+
 static void plan_views(dt_model_t *m)
 {
     for (int i = 0; i < m->nnodes; i++) {
@@ -584,6 +607,8 @@ static void plan_views(dt_model_t *m)
         if (fused_relu(m, i, 0))
             m->nodes[m->nodes[i].in[0]].l.fused_relu = 1;
     }
+    for (int i = 0; i < m->nnodes; i++)
+        m->nodes[i].l.keep_grad = keeps_grad(m, i);
 }
 
 /* Whether producer p of node i takes node i's gradient slot as its own:
@@ -1401,9 +1426,12 @@ void dt_model_describe(const dt_model_t *m, void (*line)(void *ctx, const char *
                 at += w > 0 ? (size_t)w : 0;
             }
         }
-        char folded[DT_LAYER_NAME + 32] = "";
+        char folded[DT_LAYER_NAME + 48] = "";
         if (fused_relu(m, i, 0))
             snprintf(folded, sizeof folded, "  (folded into %s)", m->nodes[n->in[0]].l.name);
+        else if (n->l.keep_grad)
+            snprintf(folded, sizeof folded, "  (gradient kept in %s's output)",
+                     m->nodes[n->in[0]].l.name);
         snprintf(buf, sizeof buf, "  %-22s %-14s %s -> %s%s%s%s%s%s", n->l.name, n->l.kind->name,
                  dt_shape_format(&n->l.in, a, sizeof a), dt_shape_format(&n->l.out, b, sizeof b),
                  extra[0] ? "  " : "", extra, ins, n->inner ? "  (recomputed)" : "", folded);

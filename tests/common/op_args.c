@@ -75,6 +75,20 @@ dt_status dt_test_act_bwd(const struct dt_ops *o, dt_backend_t *be, int a, float
     }
 }
 
+dt_status dt_test_act_keep(const struct dt_ops *o, dt_backend_t *be, int a, float *out, float *x,
+                           size_t n)
+{
+    switch (a) {
+#define ACT_KEEP(u, name, s, forward, gradient, cpu, doc)                                          \
+    case DT_TEST_ACT_##name:                                                                       \
+        return o->name##_fwd_keep(be, out, x, n);
+        DT_UNARY_LIST(ACT_KEEP, _)
+#undef ACT_KEEP
+    default:
+        return dt_set_error(DT_ERR_INVALID_ARG, "test: no activation %d", a);
+    }
+}
+
 /* ---- invalid arguments --------------------------------------------------- */
 
 struct tally {
@@ -105,7 +119,10 @@ static void unary_cases(struct tally *t, const struct dt_ops *o, dt_backend_t *b
     REFUSED(t, #name "_fwd", o->name##_fwd(be, z, NULL, 4));                                       \
     REFUSED(t, #name "_bwd", o->name##_bwd(be, NULL, x, y, 4));                                    \
     REFUSED(t, #name "_bwd", o->name##_bwd(be, z, NULL, y, 4));                                    \
-    REFUSED(t, #name "_bwd", o->name##_bwd(be, z, x, NULL, 4));
+    REFUSED(t, #name "_bwd", o->name##_bwd(be, z, x, NULL, 4));                                    \
+    REFUSED(t, #name "_fwd_keep", o->name##_fwd_keep(be, NULL, x, 4));                             \
+    REFUSED(t, #name "_fwd_keep", o->name##_fwd_keep(be, z, NULL, 4));                             \
+    REFUSED(t, #name "_fwd_keep", o->name##_fwd_keep(be, x, x, 4));
     DT_UNARY_LIST(ACT_CASES, _)
 #undef ACT_CASES
 }
@@ -126,6 +143,9 @@ int dt_test_invalid_args(const struct dt_ops *o, dt_backend_t *be, float *x, flo
     REFUSED(&t, "bias_fwd", o->bias_fwd(be, x, y, 2, -1));
     REFUSED(&t, "bias_bwd", o->bias_bwd(be, NULL, x, 2, 2));
     unary_cases(&t, o, be, x, y, z);
+    REFUSED(&t, "mul", o->mul(be, NULL, x, y, 4));
+    REFUSED(&t, "mul", o->mul(be, z, NULL, y, 4));
+    REFUSED(&t, "mul", o->mul(be, z, x, NULL, 4));
     REFUSED(&t, "dropout_fwd", o->dropout_fwd(be, z, x, 2, 2, 1.0f, key, 0));
     REFUSED(&t, "dropout_fwd", o->dropout_fwd(be, z, x, 2, 2, -0.1f, key, 0));
     REFUSED(&t, "dropout_fwd", o->dropout_fwd(be, z, x, 2, 2, (float)NAN, key, 0));

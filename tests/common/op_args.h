@@ -38,6 +38,11 @@ dt_status dt_test_act_fwd(const struct dt_ops *o, dt_backend_t *be, int a, float
 dt_status dt_test_act_bwd(const struct dt_ops *o, dt_backend_t *be, int a, float *din,
                           const float *dout, const float *in, const float *out, size_t n);
 
+/* a's forward that keeps its gradient: out = forward(x), x replaced by
+ * the gradient at dy = 1 (<unary>_fwd_keep). */
+dt_status dt_test_act_keep(const struct dt_ops *o, dt_backend_t *be, int a, float *out, float *x,
+                           size_t n);
+
 /* Runs every shared invalid-argument case on backend be: x, y and z are
  * backend buffers of 16 zero floats, lab 2 valid labels for 4 classes
  * (backend memory), key a dropout key. A case passes when the op returns

@@ -569,6 +569,19 @@ static void act_case(int a, size_t n)
     snprintf(what, sizeof what, "%s_bwd in place", dt_test_act_name(a));
     CHECK_CLOSE(what, "fp32", din, din_c, n, ACT_FLOOR, ELEM_TOL);
 
+    /* the forward that keeps its gradient over its input, and the
+     * backward as dout times that */
+    float *d_kept = dput(g, in, n), *d_dy = dput(g, dout, n);
+    OK(dt_test_act_keep(go, g, a, d_out, d_kept, n));
+    OK(go->mul(g, d_din, d_dy, d_kept, n));
+    down(g, out, d_out, n * sizeof(float));
+    down(g, din, d_din, n * sizeof(float));
+    snprintf(what, sizeof what, "%s_fwd_keep", dt_test_act_name(a));
+    CHECK_CLOSE(what, "fp32", out, out_c, n, ACT_FLOOR, ELEM_TOL);
+    snprintf(what, sizeof what, "%s_fwd_keep, mul", dt_test_act_name(a));
+    CHECK_CLOSE(what, "fp32", din, din_c, n, ACT_FLOOR, ELEM_TOL);
+    dt_backend_free(g, d_kept), dt_backend_free(g, d_dy);
+
     dt_backend_free(g, d_in), dt_backend_free(g, d_out), dt_backend_free(g, d_x);
     dt_backend_free(g, d_dout), dt_backend_free(g, d_din);
     free(in), free(dout), free(out_c), free(din_c), free(big), free(out), free(din);

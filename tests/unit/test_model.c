@@ -267,23 +267,35 @@ static void test_recompute_flatten(void)
     grads_agree(layers, "none", "all", g);
 }
 
-static void count_folded(void *ctx, const char *s)
+struct count_lines {
+    const char *needle;
+    int n;
+};
+
+static void count_marked(void *ctx, const char *s)
 {
-    *(int *)ctx += strstr(s, "folded into") != NULL;
+    struct count_lines *c = ctx;
+    c->n += strstr(s, c->needle) != NULL;
 }
 
-/* The layers of a job's model that describe themselves as folded in. */
-static int folded_layers(const char *layers, const char *recompute)
+/* The layers of a job's model whose line in the layer list holds needle. */
+static int layers_marked(const char *layers, const char *recompute, const char *needle)
 {
     char extra[128];
     snprintf(extra, sizeof extra, "  recompute: %s\n", recompute);
     CU_ASSERT_EQUAL_FATAL(layers_job(layers, extra), DT_OK);
     dt_model_t *m = NULL;
     CU_ASSERT_EQUAL_FATAL(try_model(8, &m), DT_OK);
-    int n = 0;
-    dt_model_describe(m, count_folded, &n);
+    struct count_lines c = {needle, 0};
+    dt_model_describe(m, count_marked, &c);
     dt_model_destroy(m);
-    return n;
+    return c.n;
+}
+
+/* The layers that describe themselves as folded in. */
+static int folded_layers(const char *layers, const char *recompute)
+{
+    return layers_marked(layers, recompute, "folded into");
 }
 
 /* A relu that alone reads a batchnorm's output is folded into it, and the
@@ -307,6 +319,45 @@ static void test_fused_relu(void)
     CU_ASSERT_EQUAL(folded_layers(layers, "none"), 1);
     CU_ASSERT_EQUAL(folded_layers(layers, "b"), 0);
     grads_agree(layers, "none", "b", g);
+    int moved = 0; /* the gradients reached the first layer */
+    for (size_t i = 0; i < 4 * 9; i++)
+        moved += g[i] != 0.0f;
+    CU_ASSERT(moved > 0);
+}
+
+/* The layers of a job's model that keep their gradient over their input. */
+static int kept_layers(const char *layers, const char *recompute)
+{
+    return layers_marked(layers, recompute, "(gradient kept in ");
+}
+
+/* A GELU that alone reads a convolution's or a linear layer's output
+ * writes its gradient over it and multiplies by it in backward; not when
+ * that output has another reader (c.gelu: b.out feeds c.add too), nor
+ * when the GELU is recomputed and its input is not (b.gelu, first of
+ * block b, reads a.fc, which ends block a): its forward, run again,
+ * would read the gradient. With and without recomputation, the gradients
+ * and the buffers are the same, bit for bit. */
+static void test_kept_gradient(void)
+{
+    static const char *const layers =
+        "    - {name: a.conv, kind: conv2d, out: 4, kernel: 3, padding: 1}\n"
+        "    - {name: a.gelu, kind: gelu}\n"
+        "    - {name: a.flat, kind: flatten}\n"
+        "    - {name: a.fc, kind: linear, out: 12}\n"
+        "    - {name: b.gelu, kind: gelu}\n"
+        "    - {name: b.fc, kind: linear, out: 16}\n"
+        "    - {name: b.tanh, kind: gelu_tanh}\n"
+        "    - {name: b.out, kind: linear, out: 16}\n"
+        "    - {name: c.gelu, kind: gelu}\n"
+        "    - {name: c.add, kind: add, inputs: [c.gelu, b.out]}\n"
+        "    - {name: fc, kind: linear, out: classes}\n";
+    static float g[CNN_MAX_FLOATS];
+    CU_ASSERT_EQUAL(kept_layers(layers, "none"), 3);
+    CU_ASSERT_EQUAL(kept_layers(layers, "a,b"), 2);
+    CU_ASSERT_EQUAL(kept_layers(layers, "b"), 2);
+    grads_agree(layers, "none", "a,b", g);
+    grads_agree(layers, "none", "all", g);
     int moved = 0; /* the gradients reached the first layer */
     for (size_t i = 0; i < 4 * 9; i++)
         moved += g[i] != 0.0f;
@@ -1011,6 +1062,7 @@ int main(void)
     CU_ADD(s, test_rmsnorm_silu_gradient);
     CU_ADD(s, test_recompute);
     CU_ADD(s, test_recompute_flatten);
+    CU_ADD(s, test_kept_gradient);
     CU_ADD(s, test_fused_relu);
     CU_ADD(s, test_cnn_gradient);
     CU_ADD(s, test_groups);

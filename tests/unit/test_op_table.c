@@ -49,9 +49,13 @@ static int suite_cleanup(void)
 /* Ops with no row in the table: each is checked by the suite named beside
  * it instead. Every other op of DT_OP_LIST must be called by some row, so
  * a new op without a row fails here. */
+#define KEEP_CASE(a, name, s, forward, gradient, cpu, doc) case DT_OP_##name##_fwd_keep:
+
 static int tested_elsewhere(enum dt_op_id op)
 {
     switch (op) {
+        DT_UNARY_LIST(KEEP_CASE, _) /* test_ops: test_activation_keep; test_model, */
+    case DT_OP_mul:                 /* test_kept_gradient (and test_gpu_ops) */
     case DT_OP_dropout_fwd: /* test_ops: test_dropout_* */
     case DT_OP_dropout_bwd:
     case DT_OP_flatten_fwd: /* test_ops: test_flatten */

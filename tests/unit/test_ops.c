@@ -747,6 +747,42 @@ static void test_activation_fast_vs_ref(void)
     }
 }
 
+/* <unary>_fwd_keep gives the forward's output bit for bit and keeps a
+ * gradient from which mul gives the backward: bit for bit for the rows
+ * whose gradient is dy times one expression (the ones the model lets keep
+ * it, and tanh), within the element tolerance for the others (ReLU's
+ * comparison and SiLU's two products); mul in place too. Both tables. */
+static void test_activation_keep(void)
+{
+    const size_t sizes[] = {1, 17, 100, 1000, 4099};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        float *in = fnew(n), *dout = fnew(n), *out = fnew(n), *outk = fnew(n), *kept = fnew(n);
+        float *din = fnew(n), *dinm = fnew(n);
+        fill_uniform(in, n, -5, 5);
+        fill_uniform(dout, n, -1, 1);
+        for (int a = 0; a < DT_TEST_NACT; a++)
+            for (int k = 0; k < NBACKENDS; k++) {
+                int exact = a == DT_TEST_ACT_gelu || a == DT_TEST_ACT_gelu_tanh ||
+                            a == DT_TEST_ACT_tanh;
+                memcpy(kept, in, n * sizeof *in);
+                OK(dt_test_act_fwd(ops[k], backends[k], a, out, in, n));
+                OK(dt_test_act_bwd(ops[k], backends[k], a, din, dout, in, out, n));
+                OK(dt_test_act_keep(ops[k], backends[k], a, outk, kept, n));
+                OK(ops[k]->mul(backends[k], dinm, dout, kept, n));
+                CU_ASSERT(memcmp(out, outk, n * sizeof *out) == 0);
+                if (exact) {
+                    CU_ASSERT(memcmp(din, dinm, n * sizeof *din) == 0);
+                } else {
+                    CU_ASSERT(max_rel_err(dinm, din, n, 1e-6) < ELEM_TOL);
+                }
+                OK(ops[k]->mul(backends[k], kept, dout, kept, n)); /* out == b */
+                CU_ASSERT(memcmp(kept, dinm, n * sizeof *kept) == 0);
+            }
+        free(in), free(dout), free(out), free(outk), free(kept), free(din), free(dinm);
+    }
+}
+
 /* Huge, infinite, tiny and NaN inputs, in runs long enough for the fast
  * versions' whole groups: each fast row gives the reference's value (NaN
  * where it gives NaN), forward and backward. */
@@ -1606,6 +1642,7 @@ int main(void)
     CU_ADD(s, test_activation_values);
     CU_ADD(s, test_activation_fast_vs_ref);
     CU_ADD(s, test_activation_extremes);
+    CU_ADD(s, test_activation_keep);
 
     s = CU_add_suite("dropout", suite_init, suite_cleanup);
     CU_ADD(s, test_dropout_matches_spec);

@@ -27,10 +27,23 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
 #define SAVED_y out
 #define SAVED_OF(s) SAVED_##s
 
+/* Whether a row's layer may keep its gradient over its input (keeps_grad,
+ * layer.h): the rows whose gradient is dy times one expression, so that
+ * mul(dout, kept) gives the backward's bits. A new row says here whether
+ * it is one. */
+#define KEEPS_relu 0      /* dy or 0 by a comparison: dy * 0 would give -0 and NaN */
+#define KEEPS_gelu 1
+#define KEEPS_gelu_tanh 1
+#define KEEPS_tanh 0      /* its backward reads the output, and is a multiply already */
+#define KEEPS_silu 0      /* (dy * sigmoid) * (...): another rounding */
+
+/* With keep_grad the model has handed over the input, which no other
+ * layer reads, to be written over (model.c). */
 #define ACTIVATION(a, NAME, s, forward, gradient, cpu, DOC)                                        \
     static dt_status NAME##_fwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
     {                                                                                              \
-        return x->ops->NAME##_fwd(x->be, x->out, x->in, n_of(l, x));                               \
+        return l->keep_grad ? x->ops->NAME##_fwd_keep(x->be, x->out, (float *)x->in, n_of(l, x))   \
+                            : x->ops->NAME##_fwd(x->be, x->out, x->in, n_of(l, x));                \
     }                                                                                              \
     static dt_status NAME##_decode(struct dt_layer *l, const struct dt_layer_ctx *x)               \
     {                                                                                              \
@@ -38,8 +51,10 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
     }                                                                                              \
     static dt_status NAME##_bwd(struct dt_layer *l, const struct dt_layer_ctx *x)                  \
     {                                                                                              \
-        return x->din ? x->ops->NAME##_bwd(x->be, x->din, x->dout, x->SAVED_OF(s), n_of(l, x))     \
-                      : DT_OK;                                                                     \
+        if (!x->din)                                                                               \
+            return DT_OK;                                                                          \
+        return l->keep_grad ? x->ops->mul(x->be, x->din, x->dout, x->in, n_of(l, x))               \
+                            : x->ops->NAME##_bwd(x->be, x->din, x->dout, x->SAVED_OF(s), n_of(l, x)); \
     }                                                                                              \
     const struct dt_layer_kind dt_layer_##NAME = {                                                 \
         .name = #NAME,                                                                             \
@@ -49,7 +64,9 @@ static size_t n_of(const struct dt_layer *l, const struct dt_layer_ctx *x)
         .fwd = NAME##_fwd,                                                                         \
         .bwd = NAME##_bwd,                                                                         \
         .decode = NAME##_decode,                                                                   \
-        .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_COUNT},                              \
+        .ops = {DT_OP_##NAME##_fwd, DT_OP_##NAME##_bwd, DT_OP_##NAME##_fwd_keep, DT_OP_mul,       \
+                DT_OP_COUNT},                                                                      \
+        .keeps_grad = KEEPS_##NAME,                                                                \
     };
 
 DT_UNARY_LIST(ACTIVATION, _)

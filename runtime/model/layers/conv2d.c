@@ -159,4 +159,5 @@ const struct dt_layer_kind dt_layer_conv2d = {
     .workspace = workspace,
     .ops = {DT_OP_conv2d_workspace, DT_OP_conv2d_fwd, DT_OP_conv2d_bwd_data,
             DT_OP_conv2d_bwd_filter, DT_OP_channel_bias_fwd, DT_OP_channel_bias_bwd, DT_OP_COUNT},
+    .output_free = 1,
 };

@@ -92,6 +92,9 @@ struct dt_layer {
     int fused_relu;    /* set by the model (a kind with fuses_relu): a relu layer that alone
                           reads this output is folded in, so forward writes max(output, 0)
                           and backward's dout is the gradient of that */
+    int keep_grad;     /* set by the model (a kind with keeps_grad): this layer alone reads
+                          its input, which nothing reads after it, so forward writes its
+                          gradient over the input and backward multiplies dout by that */
     size_t stat_len;   /* doubles of batch statistics a training forward reports through
                           stat_out (train.reproducible); 0: none */
     unsigned char cfg[DT_LAYER_CFG_BYTES] __attribute__((aligned(8))); /* the kind's settings */
@@ -179,6 +182,12 @@ struct dt_layer_kind {
      * model hands dout on to the producer itself and bwd gets din NULL
      * (bwd computes the parameter gradients alone). */
     int grad_through;
+    /* 1: its backward does not read its output (linear, conv2d), so a layer
+     * that alone reads that output may write over it once read. */
+    int output_free;
+    /* 1: it can write its gradient over its input (l->keep_grad) and
+     * compute its backward from that alone, with the same bits. */
+    int keeps_grad;
 };
 
 /* The kind of that name, or NULL. */

@@ -135,4 +135,5 @@ const struct dt_layer_kind dt_layer_linear = {
     .decode = decode,
     .workspace = workspace,
     .ops = {DT_OP_linear_fwd, DT_OP_linear_bwd, DT_OP_bias_bwd, DT_OP_COUNT},
+    .output_free = 1,
 };
