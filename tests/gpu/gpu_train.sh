@@ -9,9 +9,13 @@
 #      scale shows, one metrics record per step) logs the same training
 #      loss at every step, within a relative tolerance (DTRAIN_GPU_LOSS_RTOL,
 #      default 1e-3), and ends with the same parameters: every tensor of
-#      model.h5 within DTRAIN_GPU_PARAM_RTOL (default 1e-4) of its largest
+#      model.h5 within DTRAIN_GPU_PARAM_RTOL (default 1e-2) of its largest
 #      value (same data order, same dropout masks, same initial parameters,
-#      so only the GEMM summation order differs), with two micro-batches
+#      so only the GEMM summation order differs; the skipped steps below
+#      make the run sensitive to it: on an AVX2 EPYC with OpenBLAS's Zen
+#      kernels, the CPU run alone on 1 thread and on 2 threads cut into
+#      columns, as the CPU cut its products before, ended 4.3e-3 apart in
+#      fc2's bias, 2.4e-7 without the faults), with two micro-batches
 #      per step, and the same test loss at the end (DTRAIN_GPU_LOSS_RTOL);
 #      and at every step, the first included, the cuda run's
 #      host waited for the device once (metrics' host_waits_per_step): for
@@ -54,7 +58,7 @@ if [ -z "$COMPARE" ]; then
     [ -x "$c" ] && COMPARE=$c && break
   done
 fi
-PRTOL=${DTRAIN_GPU_PARAM_RTOL:-1e-4}
+PRTOL=${DTRAIN_GPU_PARAM_RTOL:-1e-2}
 DATA=${DTRAIN_DATA:-$SRC/data/fashion-mnist.h5}
 JOB=$SRC/configs/fashion-mnist-mlp.yaml
 RTOL=${DTRAIN_GPU_LOSS_RTOL:-1e-3}
