@@ -338,12 +338,20 @@ static inline __attribute__((always_inline)) void gelu_fwd_group(const float *x,
         y[k] = x[k] * cdf[k];
 }
 
+/* GELU's derivative Phi(x) + x phi(x), the factor its backward multiplies
+ * dy by; the backward and the forward that keeps it share it, so dy times
+ * the kept factor is the backward's value bit for bit. */
+static inline __attribute__((always_inline)) float gelu_factor(float x, float cdf, float e)
+{
+    return cdf + x * (DT_INV_SQRT_2PI * e);
+}
+
 static inline __attribute__((always_inline)) void gelu_bwd_group(const float *x, float *d)
 {
     float cdf[GELU_GROUP], e[GELU_GROUP];
     gelu_lanes(x, cdf, e);
     for (int k = 0; k < GELU_GROUP; k++)
-        d[k] = d[k] * (cdf[k] + x[k] * (DT_INV_SQRT_2PI * e[k]));
+        d[k] = d[k] * gelu_factor(x[k], cdf[k], e[k]);
 }
 
 /* y = GELU(x), and x replaced by the backward's factor. */
@@ -352,7 +360,7 @@ static inline __attribute__((always_inline)) void gelu_keep_group(float *x, floa
     float cdf[GELU_GROUP], e[GELU_GROUP];
     gelu_lanes(x, cdf, e);
     for (int k = 0; k < GELU_GROUP; k++) {
-        float g = cdf[k] + x[k] * (DT_INV_SQRT_2PI * e[k]);
+        float g = gelu_factor(x[k], cdf[k], e[k]);
         y[k] = x[k] * cdf[k];
         x[k] = g;
     }
@@ -440,14 +448,20 @@ static inline __attribute__((always_inline)) void gelu_tanh_fwd_group(const floa
         y[k] = 0.5f * x[k] * (1.0f + th[k]);
 }
 
+/* The list's derivative of the tanh GELU, from th = its inner tanh: the
+ * factor the backward multiplies dy by, shared as gelu_factor is. */
+static inline __attribute__((always_inline)) float gelu_tanh_factor(float x, float th)
+{
+    return 0.5f * (1.0f + th) +
+           0.5f * x * (1.0f - th * th) * DT_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 static inline __attribute__((always_inline)) void gelu_tanh_bwd_group(const float *x, float *d)
 {
     float th[GELU_GROUP];
     gelu_tanh_inner(x, th);
     for (int k = 0; k < GELU_GROUP; k++)
-        d[k] = d[k] * (0.5f * (1.0f + th[k]) + 0.5f * x[k] * (1.0f - th[k] * th[k]) *
-                                                   DT_SQRT_2_OVER_PI *
-                                                   (1.0f + 3.0f * 0.044715f * x[k] * x[k]));
+        d[k] = d[k] * gelu_tanh_factor(x[k], th[k]);
 }
 
 static inline __attribute__((always_inline)) void gelu_tanh_keep_group(float *x, float *y)
@@ -455,9 +469,7 @@ static inline __attribute__((always_inline)) void gelu_tanh_keep_group(float *x,
     float th[GELU_GROUP];
     gelu_tanh_inner(x, th);
     for (int k = 0; k < GELU_GROUP; k++) {
-        float g = 0.5f * (1.0f + th[k]) + 0.5f * x[k] * (1.0f - th[k] * th[k]) *
-                                              DT_SQRT_2_OVER_PI *
-                                              (1.0f + 3.0f * 0.044715f * x[k] * x[k]);
+        float g = gelu_tanh_factor(x[k], th[k]);
         y[k] = 0.5f * x[k] * (1.0f + th[k]);
         x[k] = g;
     }
