@@ -44,11 +44,6 @@
 #include "cpu_ops.h"
 #include "vexp.h"
 
-/* After cpu_ops.h: OpenBLAS's cblas.h pulls in <complex.h>, whose macro `I`
- * clashes with ops.h. */
-#include <cblas.h>
-#undef I
-
 /* Query rows per block of the fast path: a block of scores is
  * ATTN_QBLOCK x T floats, two of them make the workspace. */
 #define ATTN_QBLOCK 64
@@ -309,7 +304,7 @@ DT_CPU_CLONES static float softmax_row(float *s,
 static void block_scores(float *S, const float *qkv, const struct head *hd, int i0, int m, int kn,
                          int Dh, float scale)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, Dh, scale,
+    dt_cpu_sgemm1(0, 1, m, kn, Dh, scale,
                 qkv + hd->q + (size_t)i0 * hd->ld, hd->ld, qkv + hd->k, hd->ld, 0.0f, S, kn);
 }
 
@@ -368,7 +363,7 @@ static void att_fwd_head(void *a, int bh, int thread)
             lse[hd.l + i0 + r] =
                 softmax_row(S + (size_t)r * kn, causal ? i0 + r + 1 : T, kn);
         /* O[i0:i0+m] = P V[0:kn] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, 1.0f, S, kn,
+        dt_cpu_sgemm1(0, 0, m, Dh, kn, 1.0f, S, kn,
                     qkv + hd.v, hd.ld, 0.0f, out + hd.o + (size_t)i0 * hd.ldo, hd.ldo);
     }
 }
@@ -447,17 +442,17 @@ static void att_bwd_head(void *a, int bh, int thread)
         block_scores(P, qkv, &hd, i0, m, kn, Dh, scale);
         probs_from_lse(P, lse + hd.l, i0, m, kn, causal, T);
         /* dV[0:kn] += P^T dO */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, 1.0f, P, kn, dO,
+        dt_cpu_sgemm1(1, 0, kn, Dh, m, 1.0f, P, kn, dO,
                     hd.ldo, 1.0f, dv, hd.ld);
         /* dP = dO V[0:kn]^T, then dS in its place */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, Dh, 1.0f, dO, hd.ldo, v,
+        dt_cpu_sgemm1(0, 1, m, kn, Dh, 1.0f, dO, hd.ldo, v,
                     hd.ld, 0.0f, dP, kn);
         score_grads(dP, P, dout, out, &hd, i0, m, kn, Dh);
         /* dQ[i0:i0+m] = dS K[0:kn] * scale */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, Dh, kn, scale, dP, kn, k,
+        dt_cpu_sgemm1(0, 0, m, Dh, kn, scale, dP, kn, k,
                     hd.ld, 0.0f, dq + (size_t)i0 * hd.ld, hd.ld);
         /* dK[0:kn] += dS^T Q[i0:i0+m] * scale */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, Dh, m, scale, dP, kn,
+        dt_cpu_sgemm1(1, 0, kn, Dh, m, scale, dP, kn,
                     qkv + hd.q + (size_t)i0 * hd.ld, hd.ld, 1.0f, dk, hd.ld);
     }
 }

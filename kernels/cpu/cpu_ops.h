@@ -149,6 +149,12 @@ const uint8_t *dt_cpu_mask_find(dt_backend_t *be, const struct dt_rng_key *key, 
  * each element of C the uncut product's bits (16, 24, ...; found once, on
  * the first call), or 0: none found, products are never cut. */
 int dt_cpu_gemm_split_tile(void);
+/* One BLAS call on the calling thread, C(M,N) = alpha op(A) op(B) + beta
+ * C as cblas_sgemm. With beta = 0, C is zeroed first and the product
+ * added to it (beta = 1): OpenBLAS's own beta = 0 pass writes C one
+ * float at a time, and adding to zeros gives the same floats. */
+void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 

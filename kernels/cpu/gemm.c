@@ -46,12 +46,22 @@ struct gemm_job {
     int lda, ldb, ldc;
 };
 
-static void one(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                const float *B, int ldb, float beta, float *C, int ldc)
+void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+    if (beta == 0.0f && M > 0 && N > 0) {
+        if (ldc == N)
+            memset(C, 0, (size_t)M * N * sizeof *C);
+        else
+            for (int i = 0; i < M; i++)
+                memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof *C);
+        beta = 1.0f;
+    }
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
                 transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+#define one dt_cpu_sgemm1
 
 /* The tiles tried, smallest first: a block of rows starts at a multiple
  * of the first one whose cut products match the uncut ones bit for bit. */
