@@ -28,8 +28,10 @@
  * (kn = i1), so the masked upper triangle costs nothing but the part of
  * it inside the diagonal block. The exponentials and row loops work on
  * blocks of DT_CPU_LANES floats that GCC vectorises at -O2 (an own
- * polynomial exp, see exp_sub_lanes). Threads: like every CPU op, these
- * leave threading to OpenBLAS (the backend's thread count).
+ * polynomial exp, dt_vexp_sub_lanes of vexp.h). Threads: the (sequence,
+ * head) pairs are shared by the pool's threads, each pair computed whole
+ * by one thread with one-thread BLAS calls, so any thread count gives the
+ * same bits.
  *
  * train.precision does not reach this op: it computes in fp32 on the CPU
  * whatever the matmul operand precision of linear and conv.

@@ -445,28 +445,64 @@ static inline __attribute__((always_inline)) double sum_lanes(const float *v, si
     return s;
 }
 
-/* Sums of v and v*v over n floats, one double accumulator per lane. */
-static inline __attribute__((always_inline)) void sum_sq(const float *v, size_t n, double *sum, double *sumsq)
+/* One channel's running sums over its planes: a per-lane partial sum of
+ * every plane's whole blocks of DT_CPU_LANES floats, and a scalar sum of
+ * the planes' remainders, added up only once all planes are in
+ * (chan_total), so a small plane costs no reduction of the lanes and the
+ * thread writes the channel's result once. */
+struct chan_sums {
+    double a[DT_CPU_LANES], b[DT_CPU_LANES], s, t;
+};
+
+static inline __attribute__((always_inline)) void chan_total(const struct chan_sums *c,
+                                                             double *sum, double *second)
 {
-    double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
+    double s = c->s, t = c->t;
+    for (int k = 0; k < DT_CPU_LANES; k++) {
+        s += c->a[k];
+        t += c->b[k];
+    }
+    *sum = s;
+    *second = t;
+}
+
+/* The lanes as GCC vectors of four, so that the accumulators stay in
+ * registers (as arrays of doubles GCC kept them in memory: a load and a
+ * store per add; as one vector of DT_CPU_LANES doubles it spilled them).
+ * Lane 4q + r is element r of quad q: each lane takes the same elements
+ * as one accumulator per lane would. */
+typedef float quad_f __attribute__((vector_size(4 * sizeof(float))));
+typedef int quad_i __attribute__((vector_size(4 * sizeof(int))));
+typedef double quad_d __attribute__((vector_size(4 * sizeof(double))));
+#define QUADS (DT_CPU_LANES / 4)
+
+/* Adds v and v*v over n floats to the channel's sums. */
+static inline __attribute__((always_inline)) void sum_sq(const float *v, size_t n,
+                                                         struct chan_sums *cs)
+{
+    quad_d a[QUADS], b[QUADS];
+    memcpy(a, cs->a, sizeof a);
+    memcpy(b, cs->b, sizeof b);
     size_t i = 0;
-    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
-        for (int k = 0; k < DT_CPU_LANES; k++) {
-            double t = v[i + k];
-            a[k] += t;
-            b[k] += t * t;
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+#pragma GCC unroll 16
+        for (int q = 0; q < QUADS; q++) {
+            quad_f x;
+            memcpy(&x, v + i + 4 * q, sizeof x);
+            quad_d t = __builtin_convertvector(x, quad_d);
+            a[q] += t;
+            b[q] += t * t;
         }
-    double s = 0.0, s2 = 0.0;
+    }
+    double s = cs->s, s2 = cs->t;
     for (; i < n; i++) {
         s += v[i];
         s2 += (double)v[i] * v[i];
     }
-    for (int k = 0; k < DT_CPU_LANES; k++) {
-        s += a[k];
-        s2 += b[k];
-    }
-    *sum += s;
-    *sumsq += s2;
+    memcpy(cs->a, a, sizeof a);
+    memcpy(cs->b, b, sizeof b);
+    cs->s = s;
+    cs->t = s2;
 }
 
 /* g[i], or 0 where the mask y (read only when `masked`, a constant at
@@ -478,32 +514,43 @@ static inline __attribute__((always_inline)) float keep(const float *g, const fl
     return masked && !(y[i] > 0.0f) ? 0.0f : v;
 }
 
-/* Sums of g and g*(v - m) over n floats, one double accumulator per lane;
- * g masked by y as keep() says. */
+/* Adds g and g*(v - m) over n floats to the channel's sums; g masked by
+ * y as keep() says. */
 static inline __attribute__((always_inline)) void
 sum_dot_centered(const float *g, const float *y, int masked, const float *v, float m, size_t n,
-                 double *sum, double *dot)
+                 struct chan_sums *cs)
 {
-    double a[DT_CPU_LANES] = {0}, b[DT_CPU_LANES] = {0};
+    quad_d a[QUADS], b[QUADS];
+    memcpy(a, cs->a, sizeof a);
+    memcpy(b, cs->b, sizeof b);
     size_t i = 0;
-    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES)
-        for (int k = 0; k < DT_CPU_LANES; k++) {
-            double t = keep(g, y, masked, i + k);
-            a[k] += t;
-            b[k] += t * (double)(v[i + k] - m);
+    for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
+#pragma GCC unroll 16
+        for (int q = 0; q < QUADS; q++) {
+            size_t e = i + 4 * (size_t)q;
+            quad_f gv, xv;
+            memcpy(&gv, g + e, sizeof gv);
+            memcpy(&xv, v + e, sizeof xv);
+            if (masked) { /* keep(): g where y > 0, else 0 (NaN y too) */
+                quad_f yv;
+                memcpy(&yv, y + e, sizeof yv);
+                gv = (quad_f)((quad_i)gv & (yv > 0.0f));
+            }
+            quad_d t = __builtin_convertvector(gv, quad_d);
+            a[q] += t;
+            b[q] += t * __builtin_convertvector(xv - m, quad_d);
         }
-    double s = 0.0, d = 0.0;
+    }
+    double s = cs->s, d = cs->t;
     for (; i < n; i++) {
         double t = keep(g, y, masked, i);
         s += t;
         d += t * (double)(v[i] - m);
     }
-    for (int k = 0; k < DT_CPU_LANES; k++) {
-        s += a[k];
-        d += b[k];
-    }
-    *sum += s;
-    *dot += d;
+    memcpy(cs->a, a, sizeof a);
+    memcpy(cs->b, b, sizeof b);
+    cs->s = s;
+    cs->t = d;
 }
 
 /* Sum of (v - m)^2 over n floats, one double accumulator per lane. */
@@ -592,16 +639,25 @@ struct bn_job {
 
 static size_t plane_grain(int HW) { return 1 + DT_CPU_GRAIN / ((size_t)HW + 1); }
 
+/* Channels whose sums a task holds at once (chan_sums: 17 KiB for 64). */
+#define BN_CHUNK 64
+
 /* The per-channel sums visit the planes in memory order (sample by
- * sample, the block's channels within each), so each channel's sum still
- * takes its planes in sample order: the same bits as channel by channel. */
+ * sample, the chunk's channels within each), so each channel's sums take
+ * its planes in sample order whatever the thread count. */
 DT_CPU_CLONES static void bn_stats_channels(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
-    for (int n = 0; n < j->N; n++)
-        for (size_t c = lo; c < hi; c++)
-            sum_sq(j->x + ((size_t)n * j->C + c) * j->HW, (size_t)j->HW, &j->stats[c],
-                   &j->stats[j->C + c]);
+    for (size_t c0 = lo; c0 < hi; c0 += BN_CHUNK) {
+        size_t nc = hi - c0 < BN_CHUNK ? hi - c0 : BN_CHUNK;
+        struct chan_sums cs[BN_CHUNK];
+        memset(cs, 0, nc * sizeof cs[0]);
+        for (int n = 0; n < j->N; n++)
+            for (size_t c = 0; c < nc; c++)
+                sum_sq(j->x + ((size_t)n * j->C + c0 + c) * j->HW, (size_t)j->HW, &cs[c]);
+        for (size_t c = 0; c < nc; c++)
+            chan_total(&cs[c], &j->stats[c0 + c], &j->stats[j->C + c0 + c]);
+    }
 }
 
 dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x, int N, int C,
@@ -685,18 +741,27 @@ dt_status dt_cpu_batchnorm_infer(dt_backend_t *be, float *y, const float *x,
 DT_CPU_CLONES static void bn_reduce_channels(void *a, size_t lo, size_t hi)
 {
     const struct bn_job *j = a;
-    for (int n = 0; n < j->N; n++)
-        for (size_t c = lo; c < hi; c++) {
-            size_t e = ((size_t)n * j->C + c) * j->HW;
-            double *s = &j->stats[c], *d = &j->stats[j->C + c];
-            if (j->mask)
-                sum_dot_centered(j->dy + e, j->mask + e, 1, j->x + e, j->mean[c], (size_t)j->HW,
-                                 s, d);
-            else
-                sum_dot_centered(j->dy + e, NULL, 0, j->x + e, j->mean[c], (size_t)j->HW, s, d);
+    for (size_t c0 = lo; c0 < hi; c0 += BN_CHUNK) {
+        size_t nc = hi - c0 < BN_CHUNK ? hi - c0 : BN_CHUNK;
+        struct chan_sums cs[BN_CHUNK];
+        memset(cs, 0, nc * sizeof cs[0]);
+        for (int n = 0; n < j->N; n++)
+            for (size_t c = 0; c < nc; c++) {
+                size_t e = ((size_t)n * j->C + c0 + c) * j->HW;
+                float m = j->mean[c0 + c];
+                if (j->mask)
+                    sum_dot_centered(j->dy + e, j->mask + e, 1, j->x + e, m, (size_t)j->HW,
+                                     &cs[c]);
+                else
+                    sum_dot_centered(j->dy + e, NULL, 0, j->x + e, m, (size_t)j->HW, &cs[c]);
+            }
+        for (size_t c = 0; c < nc; c++) {
+            double s, d;
+            chan_total(&cs[c], &s, &d);
+            j->stats[c0 + c] = s;
+            j->stats[j->C + c0 + c] = d * j->invstd[c0 + c]; /* sum dy * (x - mean) * invstd */
         }
-    for (size_t c = lo; c < hi; c++)
-        j->stats[j->C + c] *= j->invstd[c]; /* sum dy * (x - mean) * invstd */
+    }
 }
 
 dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const float *dy,
