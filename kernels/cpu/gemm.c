@@ -61,7 +61,6 @@ void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, con
                 transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-#define one dt_cpu_sgemm1
 
 /* The tiles tried, smallest first: a block of rows starts at a multiple
  * of the first one whose cut products match the uncut ones bit for bit. */
@@ -78,11 +77,11 @@ static int same_bits_cut(int tile, int M, int N, int K, int ta, int tb, float *a
     for (int beta = 0; beta < 2; beta++) {
         for (size_t i = 0; i < (size_t)M * N; i++)
             c1[i] = c2[i] = (float)(i % 7) * 0.25f;
-        one(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, (float)beta, c1, N);
+        dt_cpu_sgemm1(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, (float)beta, c1, N);
         for (int lo = 0; lo < M; lo += tile) {
             int m = lo + tile < M ? tile : M - lo;
-            one(ta, tb, m, N, K, 1.0f, ta ? a + lo : a + (size_t)lo * lda, lda, b, ldb,
-                (float)beta, c2 + (size_t)lo * N, N);
+            dt_cpu_sgemm1(ta, tb, m, N, K, 1.0f, ta ? a + lo : a + (size_t)lo * lda, lda, b, ldb,
+                          (float)beta, c2 + (size_t)lo * N, N);
         }
         if (memcmp(c1, c2, (size_t)M * N * sizeof *c1) != 0)
             return 0;
@@ -136,9 +135,9 @@ static void gemm_task(void *a, int t, int thread)
     const struct gemm_job *j = a;
     int lo = t * j->block, hi = lo + j->block < j->M ? lo + j->block : j->M;
     if (lo < hi)
-        one(j->transa, j->transb, hi - lo, j->N, j->K, j->alpha,
-            j->transa ? j->A + lo : j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb, j->beta,
-            j->C + (size_t)lo * j->ldc, j->ldc);
+        dt_cpu_sgemm1(j->transa, j->transb, hi - lo, j->N, j->K, j->alpha,
+                      j->transa ? j->A + lo : j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb,
+                      j->beta, j->C + (size_t)lo * j->ldc, j->ldc);
 }
 
 void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
@@ -151,7 +150,7 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
     int last = M > 0 ? M - (M - 1) / block * block : 0; /* the smallest block */
     if (blocks < 2 || (M + block - 1) / block < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN) ||
         (double)last * N * K <= GEMM_BLAS_SMALL) {
-        one(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        dt_cpu_sgemm1(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     struct gemm_job j = {.transa = transa, .transb = transb, .M = M, .N = N, .K = K,

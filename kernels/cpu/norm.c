@@ -666,7 +666,7 @@ dt_status dt_cpu_batchnorm_stats(dt_backend_t *be, double *stats, const float *x
     dt_status st = check_stats(stats, x, N, C, HW);
     if (st != DT_OK)
         return st;
-    memset(stats, 0, 2 * (size_t)C * sizeof *stats);
+    /* every channel's two sums are written (not added to) by its task */
     struct bn_job j = {.stats = stats, .x = x, .N = N, .C = C, .HW = HW};
     dt_cpu_for(be, (size_t)C, dt_cpu_channel_grain(be, N, C, HW), bn_stats_channels, &j);
     return DT_OK;
@@ -771,7 +771,7 @@ dt_status dt_cpu_batchnorm_bwd_reduce(dt_backend_t *be, double *dstats, const fl
     dt_status st = check_bwd_reduce(dstats, dy, x, mean, invstd, N, C, HW);
     if (st != DT_OK)
         return st;
-    memset(dstats, 0, 2 * (size_t)C * sizeof *dstats);
+    /* every channel's two sums are written (not added to) by its task */
     struct bn_job j = {.stats = dstats, .dy = dy, .x = x, .mean = mean, .invstd = invstd,
                        .mask = y, .N = N, .C = C, .HW = HW};
     dt_cpu_for(be, (size_t)C, dt_cpu_channel_grain(be, N, C, HW), bn_reduce_channels, &j);
