@@ -18,9 +18,12 @@
  * n ln2 + t with |t| <= ln2/2 (Cody-Waite: ln2 in a short high part, so
  * n*LN2_HI is exact, and a low part), e^t by its Taylor series to t^7
  * (relative error below 1e-8 on that interval, so the result is within a
- * few ulp), times 2^n built in the exponent bits. Below EXP_MIN_ARG the
- * result is 0 (e^x would be below the smallest normal float); above
- * EXP_MAX_ARG it is clamped (scores minus their max or their logsumexp
+ * few ulp), evaluated by Estrin's scheme (pairs of terms, then t^2 and
+ * t^4 times pairs: a chain of dependent operations half as deep as
+ * Horner's, so more elements' chains are in flight at once), times 2^n
+ * built in the exponent bits. Below EXP_MIN_ARG the result is 0 (e^x
+ * would be below the smallest normal float); above EXP_MAX_ARG it is
+ * clamped (scores minus their max or their logsumexp
  * are <= 0 up to rounding); NaN stays NaN. */
 #define EXP_MIN_ARG -87.0f
 #define EXP_MAX_ARG 88.0f
@@ -43,14 +46,10 @@ static inline __attribute__((always_inline)) void dt_vexp_sub_lanes(float *y, co
         c = c <= EXP_MAX_ARG ? c : EXP_MAX_ARG;
         float n = (c * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
         float t = (c - n * EXP_LN2_HI) - n * EXP_LN2_LO;
-        float q = 1.0f / 5040.0f;
-        q = q * t + 1.0f / 720.0f;
-        q = q * t + 1.0f / 120.0f;
-        q = q * t + 1.0f / 24.0f;
-        q = q * t + 1.0f / 6.0f;
-        q = q * t + 0.5f;
-        q = q * t + 1.0f;
-        q = q * t + 1.0f;
+        float t2 = t * t, t4 = t2 * t2;
+        float q = ((1.0f + t) + t2 * (0.5f + t * (1.0f / 6.0f))) +
+                  t4 * ((1.0f / 24.0f + t * (1.0f / 120.0f)) +
+                        t2 * (1.0f / 720.0f + t * (1.0f / 5040.0f)));
         int32_t bits = ((int32_t)n + 127) << 23;
         float p2; /* 2^n */
         memcpy(&p2, &bits, sizeof p2);
