@@ -4,9 +4,9 @@
  * CPU convolutions call), each pass timed in the same run:
  *   dtrain     the CPU backend (rows or im2col, then OpenBLAS)
  *   plain      oneDNN on NCHW and OIHW as they are
- *   blocked    oneDNN on the layouts it picks itself (channels in blocks
- *              of 8 on AVX2), the operands already in them: what a runtime
- *              that kept its activations blocked would pay
+ *   blocked    oneDNN on the layouts it picks itself (channels in
+ *              blocks), the operands already in them: what a runtime that
+ *              kept its activations blocked would pay
  *   +reorder   blocked, plus the reorders of the operands from NCHW and of
  *              the result back: what PyTorch 1.13 pays for an NCHW tensor
  *
