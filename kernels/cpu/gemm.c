@@ -61,7 +61,6 @@ void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, con
                 transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-
 /* The tiles tried, smallest first: a block of rows starts at a multiple
  * of the first one whose cut products match the uncut ones bit for bit. */
 static const int split_tiles[] = {16, 24, 32, 48, 64, 96};

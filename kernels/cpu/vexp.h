@@ -23,8 +23,8 @@
  * Horner's, so more elements' chains are in flight at once), times 2^n
  * built in the exponent bits. Below EXP_MIN_ARG the result is 0 (e^x
  * would be below the smallest normal float); above EXP_MAX_ARG it is
- * clamped (scores minus their max or their logsumexp
- * are <= 0 up to rounding); NaN stays NaN. */
+ * clamped (scores minus their max or their logsumexp are <= 0 up to
+ * rounding); NaN stays NaN. */
 #define EXP_MIN_ARG -87.0f
 #define EXP_MAX_ARG 88.0f
 #define EXP_LOG2E 1.44269504088896341f
