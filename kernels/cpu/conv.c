@@ -23,6 +23,9 @@
  * filters per group) lower by rows too, however narrow the filter, and
  * their products, R*S terms per output, run as vectorised weighted sums
  * of the row matrix's windows instead of BLAS calls (taps_* below).
+ * At stride 1 with "same" padding (an odd filter padded by half its size,
+ * not depthwise), all three passes run as direct convolutions instead
+ * (conv_direct.c), with no BLAS call.
  * The column matrix of one image lives in the caller's workspace
  * (conv2d_workspace says how big); forward and the input gradient by
  * rows also regroup the filter, and the filter gradient keeps one partial
@@ -112,6 +115,14 @@ static int by_rows(const struct dt_conv2d_shape *s)
            by_taps(s);
 }
 
+/* Forward and the input gradient run as direct convolutions
+ * (conv_direct.c) at stride 1 with "same" padding, except depthwise ones
+ * (by_taps). */
+static int direct(const struct dt_conv2d_shape *s)
+{
+    return dt_cpu_conv_direct_ok(s) && !by_taps(s);
+}
+
 /* Padded rows of the row matrix: output row p meets padded row p + r*dil_h. */
 static int rows_tall(const struct dt_conv2d_shape *s) { return s->P + s->dil_h * (s->R - 1); }
 
@@ -137,7 +148,11 @@ static size_t fast_ws_bytes(const struct dt_conv2d_shape *s)
     if (phase_ok(s))
         cols += (size_t)(s->C / s->groups) * s->H * s->W;
     size_t rows = by_rows(s) ? (size_t)(s->C / s->groups) * s->S * rows_tall(s) * s->Q : 0;
-    return (cols > rows ? cols : rows) * sizeof(float);
+    if (cols < rows)
+        cols = rows;
+    if (direct(s) && cols < dt_cpu_conv_direct_ws(s))
+        cols = dt_cpu_conv_direct_ws(s);
+    return cols * sizeof(float);
 }
 
 /* ---- reference ------------------------------------------------------- */
@@ -773,8 +788,10 @@ struct conv_job {
     dt_backend_t *be;
     void *ws;           /* the caller's column matrix, on one thread */
     dt_backend_t *gemm; /* one image at a time: its products shared by the threads */
-    const float *wr;    /* forward and input gradient by rows: the filter as (G, R, Kg, Cg*S) */
+    const float *wr;    /* forward and input gradient by rows: the filter as (G, R, Kg, Cg*S);
+                           direct: as dt_cpu_conv_direct_pack writes it */
     int by_rows;        /* the passes lower by rows */
+    int direct;         /* forward or input gradient: direct convolution */
     int chunks;
 };
 
@@ -791,15 +808,18 @@ static void filter_by_rows(float *wr, const float *w, const struct dt_conv2d_sha
                             w[(((size_t)g * Kg + k) * Cg + c) * R * S + (size_t)r * S + t];
 }
 
-/* By rows (and with images): *wr = j->wr = the filter regrouped, which the
- * caller frees; else nothing. */
-static dt_status regroup_filter(struct conv_job *j, float **wr, const char *what)
+/* By rows or direct (and with images): *wr = j->wr = the filter regrouped
+ * for the forward or (bwd_data) the input gradient, which the caller
+ * frees; else nothing. */
+static dt_status regroup_filter(struct conv_job *j, float **wr, int bwd_data, const char *what)
 {
     *wr = NULL;
-    if (!j->by_rows || j->s->N == 0)
+    if (!(j->by_rows || j->direct) || j->s->N == 0)
         return DT_OK;
     dt_status st = dt_malloc(w_size(j->s) * sizeof **wr, what, (void **)wr);
-    if (st == DT_OK)
+    if (st == DT_OK && j->direct)
+        dt_cpu_conv_direct_pack(*wr, j->b, j->s, bwd_data);
+    else if (st == DT_OK)
         filter_by_rows(*wr, j->b, j->s);
     j->wr = *wr;
     return st;
@@ -924,6 +944,11 @@ static void fwd_image(const struct conv_job *j, int n, float *col_ws)
     const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
     const int HW = s->H * s->W, PQ = s->P * s->Q;
     const int CS = Cg * s->S, TQ = rows_tall(s) * s->Q, step = s->dil_h * s->Q;
+    if (j->direct) {
+        dt_cpu_conv_direct_image(j->out + (size_t)n * s->K * PQ, j->a + (size_t)n * s->C * HW,
+                                 j->wr, s, 0, col_ws);
+        return;
+    }
     for (int g = 0; g < G; g++) {
         const float *xg = j->a + ((size_t)n * s->C + (size_t)g * Cg) * HW; /* (Cg, H, W) */
         float *yg = j->out + ((size_t)n * s->K + (size_t)g * Kg) * PQ;     /* (Kg, PQ) */
@@ -958,6 +983,11 @@ static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
     const int HW = s->H * s->W, PQ = s->P * s->Q;
     const int direct = is_pointwise(s);
     const int CS = Cg * s->S, T = rows_tall(s), step = s->dil_h * s->Q;
+    if (j->direct) {
+        dt_cpu_conv_direct_image(j->out + (size_t)n * s->C * HW, j->a + (size_t)n * s->K * PQ,
+                                 j->wr, s, 1, col_ws);
+        return;
+    }
     for (int g = 0; g < G; g++) {
         float *dxg = j->out + ((size_t)n * s->C + (size_t)g * Cg) * HW;     /* (Cg, H, W) */
         const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
@@ -998,6 +1028,11 @@ static void bwd_filter_image(const struct conv_job *j, int n, float *dwt, float 
     const int G = s->groups, Cg = s->C / G, Kg = s->K / G, CRS = Cg * s->R * s->S;
     const int HW = s->H * s->W, PQ = s->P * s->Q;
     const int CS = Cg * s->S, TQ = rows_tall(s) * s->Q, step = s->dil_h * s->Q;
+    if (j->direct) {
+        dt_cpu_conv_direct_filter_image(dwt, j->a + (size_t)n * s->K * PQ,
+                                        j->b + (size_t)n * s->C * HW, s, col_ws);
+        return;
+    }
     for (int g = 0; g < G; g++) {
         const float *xg = j->b + ((size_t)n * s->C + (size_t)g * Cg) * HW;  /* (Cg, H, W) */
         const float *dyg = j->a + ((size_t)n * s->K + (size_t)g * Kg) * PQ; /* (Kg, PQ) */
@@ -1066,12 +1101,13 @@ dt_status dt_cpu_conv2d_fwd(dt_backend_t *be, float *y, const float *x, const fl
         st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
-    struct conv_job j = {.s = s, .out = y, .a = x, .b = w, .by_rows = st == DT_OK && by_rows(s)};
+    struct conv_job j = {.s = s, .out = y, .a = x, .b = w, .by_rows = st == DT_OK && by_rows(s),
+                         .direct = st == DT_OK && direct(s)};
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
     float *wr = NULL;
     if (st == DT_OK)
-        st = regroup_filter(&j, &wr, "conv2d_fwd's filter by rows");
+        st = regroup_filter(&j, &wr, 0, "conv2d_fwd's filter regrouped");
     if (st != DT_OK)
         return st;
     dt_cpu_run(j.ws ? NULL : be, s->N, fwd_task, &j);
@@ -1091,12 +1127,13 @@ dt_status dt_cpu_conv2d_bwd_data(dt_backend_t *be, float *dx, const float *dy, c
         st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_W, w, w_size(s), &w);
-    struct conv_job j = {.s = s, .out = dx, .a = dy, .b = w, .by_rows = st == DT_OK && by_rows(s)};
+    struct conv_job j = {.s = s, .out = dx, .a = dy, .b = w, .by_rows = st == DT_OK && by_rows(s),
+                         .direct = st == DT_OK && direct(s)};
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
     float *wr = NULL;
     if (st == DT_OK)
-        st = regroup_filter(&j, &wr, "conv2d_bwd_data's filter by rows");
+        st = regroup_filter(&j, &wr, 1, "conv2d_bwd_data's filter regrouped");
     if (st != DT_OK)
         return st;
     dt_cpu_run(j.ws ? NULL : be, s->N, bwd_data_task, &j);
@@ -1148,7 +1185,8 @@ dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy,
         st = dt_cpu_operand(be, OPERAND_DY, dy, y_size(s), &dy);
     if (st == DT_OK)
         st = dt_cpu_operand(be, OPERAND_X, x, x_size(s), &x);
-    struct conv_job j = {.s = s, .a = dy, .b = x, .by_rows = st == DT_OK && by_rows(s)};
+    struct conv_job j = {.s = s, .a = dy, .b = x, .by_rows = st == DT_OK && by_rows(s),
+                         .direct = st == DT_OK && direct(s)};
     if (st == DT_OK)
         st = conv_threads(be, s, &j, ws);
     if (st != DT_OK)
@@ -1172,7 +1210,7 @@ dt_status dt_cpu_conv2d_bwd_filter(dt_backend_t *be, float *dw, const float *dy,
     dt_cpu_run(j.ws ? NULL : be, j.chunks, bwd_filter_task, &j);
     for (int t = 1; t < j.chunks; t++)
         sum_into(sums, j.partial[t], wn);
-    add_transposed(dw, sums, s, j.by_rows);
+    add_transposed(dw, sums, s, j.by_rows && !j.direct);
     free(j.partial);
     free(sums);
     return DT_OK;

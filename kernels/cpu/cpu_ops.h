@@ -114,6 +114,33 @@ void dt_cpu_run(dt_backend_t *be, int tasks, void (*fn)(void *arg, int task, int
 dt_status dt_cpu_scratch_reserve(dt_backend_t *be, size_t bytes);
 void *dt_cpu_scratch(dt_backend_t *be, int thread);
 
+/* Direct convolution (conv_direct.c) for stride 1 and "same" padding, on
+ * CPUs with AVX2 and FMA: dt_cpu_conv_direct_ok says whether it runs a
+ * shape (an odd filter of at most DT_CPU_DIRECT_TAPS taps, padded by half
+ * its size); dt_cpu_conv_direct_pack writes the filter (K, C/groups, R, S) in the
+ * order a pass reads it (dt_cpu_conv_direct_filter_size floats), for the
+ * forward or, with bwd_data, the input gradient; dt_cpu_conv_direct_image
+ * runs that pass on one image, forward x(C, H, W) -> y(K, H, W) or
+ * dy(K, H, W) -> dx(C, H, W) (written), and
+ * dt_cpu_conv_direct_filter_image adds its filter gradient to a sum
+ * (transposed, (C/groups*R*S, K/groups) per group), each in a workspace of
+ * dt_cpu_conv_direct_ws floats. */
+#define DT_CPU_DIRECT_TAPS 49
+int dt_cpu_conv_direct_ok(const struct dt_conv2d_shape *s);
+/* dt_cpu_conv_direct_pin(0) turns the direct convolution off (every shape
+ * is lowered to BLAS products), (1) on again where the CPU runs it, and
+ * returns whether it will run. For tests, which compare both; not
+ * thread-safe. */
+int dt_cpu_conv_direct_pin(int on);
+size_t dt_cpu_conv_direct_ws(const struct dt_conv2d_shape *s);
+size_t dt_cpu_conv_direct_filter_size(const struct dt_conv2d_shape *s);
+void dt_cpu_conv_direct_pack(float *wp, const float *w, const struct dt_conv2d_shape *s,
+                             int bwd_data);
+void dt_cpu_conv_direct_image(float *out, const float *in, const float *wp,
+                              const struct dt_conv2d_shape *s, int bwd_data, float *ws);
+void dt_cpu_conv_direct_filter_image(float *dw, const float *dy, const float *x,
+                                     const struct dt_conv2d_shape *s, float *ws);
+
 /* Dropout's versions of its Philox rounds (kernels/cpu/dropout.c), all
  * with the same bits: dt_cpu_dropout_pin makes later calls run the one
  * named (DT_CPU_DROPOUT_BEST, the default: the best the CPU has) and

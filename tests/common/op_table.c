@@ -824,6 +824,21 @@ const struct dt_op_case dt_op_cases[] = {
      1e-5},
     {"conv 11 images of 10x10 groups 2", DT_OP_conv2d_fwd,
      CONV(11, 4, 10, 10, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2), 1e-5},
+    /* direct on the CPU (stride 1, "same" padding): the last tiles of 4
+     * filters or channels and of 3 vectors of positions cut short, the
+     * filter gradient's tiles of 16 filters too, filters up to 7x7 */
+    {"conv 3x3 same direct, 16 -> 20 channels, 14x14", DT_OP_conv2d_fwd,
+     CONV(2, 16, 14, 14, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 3x3 same direct, 7 -> 9 channels, 5x13", DT_OP_conv2d_fwd,
+     CONV(3, 7, 5, 13, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 3x3 same direct, 37 -> 24 channels, 7x7", DT_OP_conv2d_fwd,
+     CONV(2, 37, 7, 7, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1), 1e-5},
+    {"conv 1x3 same direct", DT_OP_conv2d_fwd, CONV(2, 5, 4, 9, 6, 1, 3, 1, 1, 0, 1, 1, 1, 1),
+     1e-5},
+    {"conv 5x5 same direct, 1 wide", DT_OP_conv2d_fwd,
+     CONV(2, 3, 6, 1, 5, 5, 5, 1, 1, 2, 2, 1, 1, 1), 1e-5},
+    {"conv 7x7 same direct, groups 2", DT_OP_conv2d_fwd,
+     CONV(2, 6, 9, 8, 10, 7, 7, 1, 1, 3, 3, 1, 1, 2), 1e-5},
     /* lowered by rows on the CPU (vertical stride 1, at least 16 channels
      * times filter columns per group) */
     {"conv 3x3 same by rows, 6 -> 5 channels", DT_OP_conv2d_fwd,

@@ -121,6 +121,30 @@ static void test_fast_vs_ref(void)
         CU_ASSERT_EQUAL(dt_op_case_compare(&dt_op_cases[i], backends[FAST], backends[REF]), 0);
 }
 
+/* Where the CPU runs the direct convolution, the rows' convolutions again
+ * with it turned off: the lowerings to BLAS products that other CPUs run
+ * (and this one for other shapes), fast against reference and on three
+ * threads against one. */
+static void test_conv_lowered(void)
+{
+    if (!dt_cpu_conv_direct_pin(1))
+        return;
+    CU_ASSERT(dt_cpu_conv_direct_pin(0));
+    int rows = 0;
+    for (int i = 0; i < dt_op_ncases; i++) {
+        if (dt_op_cases[i].op != DT_OP_conv2d_fwd)
+            continue;
+        rows++;
+        struct dt_op_case c = dt_op_cases[i];
+        CU_ASSERT_EQUAL(dt_op_case_compare(&c, backends[FAST], backends[REF]), 0);
+        c.tol = 0.0;
+        CU_ASSERT_EQUAL(dt_op_case_compare(&c, threaded, backends[FAST]), 0);
+        CU_ASSERT_EQUAL(dt_op_case_conventions(&c, backends[FAST]), 0);
+    }
+    CU_ASSERT(rows >= 30);
+    CU_ASSERT(dt_cpu_conv_direct_pin(1));
+}
+
 /* Three threads give the one-thread bits, for every row: the ops' own
  * sums use fixed partitions, and the matrix products are cut into blocks
  * only where OpenBLAS (the BLAS dtrain is built and tested with) gives
@@ -656,6 +680,7 @@ int main(void)
     CU_ADD(s, test_conventions);
     CU_ADD(s, test_batchnorm_relu);
     CU_ADD(s, test_threads_same_bits);
+    CU_ADD(s, test_conv_lowered);
     CU_ADD(s, test_compare_detects);
     CU_ADD(s, test_conv_workspace);
     CU_ADD(s, test_conv_precision);
