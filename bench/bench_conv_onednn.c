@@ -2,7 +2,10 @@
  * bench_conv_onednn.c - the CPU backend's convolutions at the shapes of
  * configs/fashion-mnist-resnet.yaml against oneDNN's (the library PyTorch's
  * CPU convolutions call), each pass timed in the same run:
- *   dtrain     the CPU backend (rows or im2col, then OpenBLAS)
+ *   dtrain     the CPU backend as it runs (direct convolutions at stride 1
+ *              on a CPU with AVX2 and FMA; rows or im2col, then OpenBLAS)
+ *   lowered    the CPU backend with the direct convolution turned off: rows
+ *              or im2col, then OpenBLAS, for every shape
  *   plain      oneDNN on NCHW and OIHW as they are
  *   blocked    oneDNN on the layouts it picks itself (channels in
  *              blocks), the operands already in them: what a runtime that
@@ -24,13 +27,15 @@
 
 #include "core/clock.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #define MIN_CALLS 3
 
 enum pass { FWD, BWD_DATA, BWD_FILTER, NPASS };
-enum way { DTRAIN, PLAIN, BLOCKED, REORDER, NWAYS };
+enum way { DTRAIN, LOWERED, PLAIN, BLOCKED, REORDER, NWAYS };
 static const char *const pass_name[NPASS] = {"fwd", "bwd_data", "bwd_filter"};
-static const char *const way_name[NWAYS] = {"dtrain", "plain", "blocked", "+reorder"};
+static const char *const way_name[NWAYS] = {"dtrain", "lowered", "plain", "blocked",
+                                            "+reorder"};
 
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
@@ -268,6 +273,9 @@ int main(int argc, char **argv)
         s.Q = dt_conv_out_dim(s.W, s.pad_w, 1, s.S, s.stride_w);
         double flops = 2.0 * s.N * s.K * s.P * s.Q * s.C * s.R * s.S, t[NWAYS][NPASS];
         time_dtrain(be, &s, seconds, t[DTRAIN]);
+        dt_cpu_conv_direct_pin(0);
+        time_dtrain(be, &s, seconds, t[LOWERED]);
+        dt_cpu_conv_direct_pin(1);
         for (int w = PLAIN; w < NWAYS; w++)
             time_onednn(&s, (enum way)w, seconds, t[w]);
         for (int p = 0; p < NPASS; p++) {
