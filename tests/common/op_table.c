@@ -942,6 +942,11 @@ const struct dt_op_case dt_op_cases[] = {
     {"attention causal Dh 7", DT_OP_attention_fwd, {2, 9, 1, 7, 1}, 1e-5},
     {"attention causal T=70 (two query blocks)", DT_OP_attention_fwd, {1, 70, 2, 6, 1}, 1e-5},
     {"attention T=67 (two query blocks)", DT_OP_attention_fwd, {1, 67, 1, 4, 0}, 1e-5},
+    /* a GPT's head widths (16 to 40 features), with query blocks and key
+     * counts that are not multiples of 8 */
+    {"attention causal T=70 heads 2x32", DT_OP_attention_fwd, {1, 70, 2, 32, 1}, 1e-5},
+    {"attention T=37 Dh 40", DT_OP_attention_fwd, {2, 37, 1, 40, 0}, 1e-5},
+    {"attention causal T=13 heads 3x16", DT_OP_attention_fwd, {2, 13, 3, 16, 1}, 1e-5},
 };
 const int dt_op_ncases = sizeof dt_op_cases / sizeof dt_op_cases[0];
 
