@@ -115,8 +115,8 @@ static int by_rows(const struct dt_conv2d_shape *s)
            by_taps(s);
 }
 
-/* Forward and the input gradient run as direct convolutions
- * (conv_direct.c) at stride 1 with "same" padding, except depthwise ones
+/* The three passes run as direct convolutions (conv_direct.c) at stride
+ * 1 with "same" padding, on CPUs that run them, except depthwise ones
  * (by_taps). */
 static int direct(const struct dt_conv2d_shape *s)
 {
@@ -791,7 +791,7 @@ struct conv_job {
     const float *wr;    /* forward and input gradient by rows: the filter as (G, R, Kg, Cg*S);
                            direct: as dt_cpu_conv_direct_pack writes it */
     int by_rows;        /* the passes lower by rows */
-    int direct;         /* forward or input gradient: direct convolution */
+    int direct;         /* the pass runs as a direct convolution */
     int chunks;
 };
 
@@ -1019,8 +1019,8 @@ static void bwd_data_image(const struct conv_job *j, int n, float *col_ws)
 }
 
 /* dwt += image n's filter gradient, transposed: group g's block of dwt
- * (at g * Kg * CRS) is (CRS, Kg), its rows in im2col's order (c, r, s),
- * or (r, c, s) by rows. With few filters (Kg of 16 to 64) and many taps,
+ * (at g * Kg * CRS) is (CRS, Kg), its rows in im2col's order (c, r, s)
+ * (direct too), or (r, c, s) by rows. With few filters (Kg of 16 to 64) and many taps,
  * OpenBLAS runs this product faster than dwg(Kg, CRS) += dyg . col^T. */
 static void bwd_filter_image(const struct conv_job *j, int n, float *dwt, float *col_ws)
 {

@@ -53,7 +53,10 @@ static int cpu_has_tiles(void)
 }
 #else
 #define TILES
-static int cpu_has_tiles(void) { return 0; }
+static int cpu_has_tiles(void)
+{
+    return 0;
+}
 #endif
 
 static int direct_off;
@@ -66,10 +69,10 @@ int dt_cpu_conv_direct_pin(int on)
 
 int dt_cpu_conv_direct_ok(const struct dt_conv2d_shape *s)
 {
-    return !direct_off && cpu_has_tiles() && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
-           s->R % 2 == 1 && s->S % 2 == 1 && s->R * s->S > 1 && s->pad_h * 2 == s->R - 1 &&
-           s->pad_w * 2 == s->S - 1 && s->R * s->S <= DT_CPU_DIRECT_TAPS && s->P == s->H &&
-           s->Q == s->W;
+    return !direct_off && cpu_has_tiles() && s->stride_h == 1 && s->stride_w == 1 &&
+           s->dil_h == 1 && s->dil_w == 1 && s->R % 2 == 1 && s->S % 2 == 1 && s->R * s->S > 1 &&
+           s->pad_h * 2 == s->R - 1 && s->pad_w * 2 == s->S - 1 &&
+           s->R * s->S <= DT_CPU_DIRECT_TAPS && s->P == s->H && s->Q == s->W;
 }
 
 /* The plane geometry of one image: row width, floats per channel's copy
@@ -105,11 +108,6 @@ size_t dt_cpu_conv_direct_ws(const struct dt_conv2d_shape *s)
     const size_t most = (size_t)(Cg > Kg ? Cg : Kg);
     const size_t grad = (size_t)Cg * g.ldx + g.ldy * (size_t)filters_padded(s);
     return most * (g.ldx + g.ldy) > grad ? most * (g.ldx + g.ldy) : grad;
-}
-
-size_t dt_cpu_conv_direct_filter_size(const struct dt_conv2d_shape *s)
-{
-    return (size_t)s->K * (s->C / s->groups) * s->R * s->S;
 }
 
 /* wp = the filter in tile order: per group, per block of up to TILE_K
@@ -174,9 +172,8 @@ static void unpad_planes(float *y, const float *yf, int n, const struct dt_conv2
  * channels c < nin and taps t < T of wp[(c*T + t)*KB + k] times the copy
  * xp(c) from off[t] on. */
 static inline __attribute__((always_inline)) void tile(float *yf, size_t ldy, const float *xp,
-                                                       size_t ldx, const float *wp,
-                                                       const int *off, int nin, int T, int KB,
-                                                       int NV)
+                                                       size_t ldx, const float *wp, const int *off,
+                                                       int nin, int T, int KB, int NV)
 {
     f32x8 acc[TILE_K][TILE_V];
 #pragma GCC unroll 4
@@ -210,7 +207,7 @@ static inline __attribute__((always_inline)) void tile(float *yf, size_t ldy, co
 
 /* One tile of KB channels by NV vectors, constants in each case. */
 #define TILE_CASE(KB, NV)                                                                          \
-    case (KB) * TILE_V + (NV):                                                                          \
+    case (KB)*TILE_V + (NV):                                                                       \
         tile(y, ldy, x, ldx, wp, off, nin, T, KB, NV);                                             \
         break
 
@@ -271,8 +268,8 @@ void dt_cpu_conv_direct_image(float *out, const float *in, const float *wp,
     float *xp = ws, *yf = ws + (size_t)nin * g.ldx;
     for (int grp = 0; grp < G; grp++) {
         pad_planes(xp, in + (size_t)grp * nin * plane, nin, s, &g);
-        direct_planes(yf, g.ldy, g.nvec, xp, g.ldx, nin, nout,
-                      wp + (size_t)grp * nout * nin * T, off, T);
+        direct_planes(yf, g.ldy, g.nvec, xp, g.ldx, nin, nout, wp + (size_t)grp * nout * nin * T,
+                      off, T);
         unpad_planes(out + (size_t)grp * nout * plane, yf, nout, s, &g);
     }
 }
@@ -361,8 +358,8 @@ TILES static void transpose_planes(float *dyt, int ldk, const float *dy, int nk,
  * xs[j] at o, in order of o. */
 static inline __attribute__((always_inline)) void grad_tile(float *dwt, size_t ldw, int nk,
                                                             const float *dyt, int ldk,
-                                                            const float *const *xs, int n,
-                                                            int KV, int NT)
+                                                            const float *const *xs, int n, int KV,
+                                                            int NT)
 {
     f32x8 acc[GRAD_T][GRAD_KV];
 #pragma GCC unroll 6
@@ -404,17 +401,16 @@ static inline __attribute__((always_inline)) void grad_tile(float *dwt, size_t l
 }
 
 #define GRAD_CASE(KV, NT)                                                                          \
-    case (KV) * GRAD_T + (NT):                                                                     \
-        grad_tile(dwt + (size_t)i0 * ldw + k0, ldw, nk, dyt + k0, ldk, xs, n, KV, NT);            \
+    case (KV)*GRAD_T + (NT):                                                                       \
+        grad_tile(dwt + (size_t)i0 * ldw + k0, ldw, nk, dyt + k0, ldk, xs, n, KV, NT);             \
         break
 
 /* dwt(nc*T, ldw) += one group's filter gradient, transposed: row c*T + t
  * holds tap t of channel c for every filter; from dyt (ldk filters per
  * flat position, n positions) and the copies xp(nc, ldx), taps at off[]. */
 static inline __attribute__((always_inline)) void grads(float *dwt, size_t ldw, const float *dyt,
-                                                        int ldk, int n, const float *xp,
-                                                        size_t ldx, int nc, const int *off,
-                                                        int T)
+                                                        int ldk, int n, const float *xp, size_t ldx,
+                                                        int nc, const int *off, int T)
 {
     const int pairs = nc * T;
     for (int k0 = 0; k0 < (int)ldw; k0 += GRAD_KV * VEC) {

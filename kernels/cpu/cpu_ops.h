@@ -118,7 +118,7 @@ void *dt_cpu_scratch(dt_backend_t *be, int thread);
  * CPUs with AVX2 and FMA: dt_cpu_conv_direct_ok says whether it runs a
  * shape (an odd filter of at most DT_CPU_DIRECT_TAPS taps, padded by half
  * its size); dt_cpu_conv_direct_pack writes the filter (K, C/groups, R, S) in the
- * order a pass reads it (dt_cpu_conv_direct_filter_size floats), for the
+ * order a pass reads it (as many floats as the filter), for the
  * forward or, with bwd_data, the input gradient; dt_cpu_conv_direct_image
  * runs that pass on one image, forward x(C, H, W) -> y(K, H, W) or
  * dy(K, H, W) -> dx(C, H, W) (written), and
@@ -133,7 +133,6 @@ int dt_cpu_conv_direct_ok(const struct dt_conv2d_shape *s);
  * thread-safe. */
 int dt_cpu_conv_direct_pin(int on);
 size_t dt_cpu_conv_direct_ws(const struct dt_conv2d_shape *s);
-size_t dt_cpu_conv_direct_filter_size(const struct dt_conv2d_shape *s);
 void dt_cpu_conv_direct_pack(float *wp, const float *w, const struct dt_conv2d_shape *s,
                              int bwd_data);
 void dt_cpu_conv_direct_image(float *out, const float *in, const float *wp,
