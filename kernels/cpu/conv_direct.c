@@ -95,6 +95,15 @@ static struct plane plane_of(const struct dt_conv2d_shape *s)
     return g;
 }
 
+/* off[t] = where filter tap t (row-major) meets flat output 0 in a
+ * channel's copy. */
+static void tap_offsets(int *off, const struct dt_conv2d_shape *s, const struct plane *g)
+{
+    for (int r = 0; r < s->R; r++)
+        for (int c = 0; c < s->S; c++)
+            off[r * s->S + c] = r * g->Wp + c;
+}
+
 /* Filters of the transposed dy, rounded up to whole vectors. */
 static int filters_padded(const struct dt_conv2d_shape *s)
 {
@@ -262,9 +271,7 @@ void dt_cpu_conv_direct_image(float *out, const float *in, const float *wp,
     const int nin = bwd_data ? Kg : Cg, nout = bwd_data ? Cg : Kg;
     const size_t plane = (size_t)s->H * s->W;
     int off[DT_CPU_DIRECT_TAPS];
-    for (int r = 0; r < s->R; r++)
-        for (int c = 0; c < s->S; c++)
-            off[r * s->S + c] = r * g.Wp + c;
+    tap_offsets(off, s, &g);
     float *xp = ws, *yf = ws + (size_t)nin * g.ldx;
     for (int grp = 0; grp < G; grp++) {
         pad_planes(xp, in + (size_t)grp * nin * plane, nin, s, &g);
@@ -414,7 +421,7 @@ static inline __attribute__((always_inline)) void grads(float *dwt, size_t ldw, 
 {
     const int pairs = nc * T;
     for (int k0 = 0; k0 < (int)ldw; k0 += GRAD_KV * VEC) {
-        const int nk = (int)ldw - k0, kv = nk > VEC ? 2 : 1;
+        const int nk = (int)ldw - k0, kv = nk > VEC ? GRAD_KV : 1;
         for (int i0 = 0; i0 < pairs; i0 += GRAD_T) {
             const int nt = pairs - i0 < GRAD_T ? pairs - i0 : GRAD_T;
             const float *xs[GRAD_T];
@@ -457,9 +464,7 @@ void dt_cpu_conv_direct_filter_image(float *dwt, const float *dy, const float *x
     const int G = s->groups, Kg = s->K / G, Cg = s->C / G, T = s->R * s->S, ldk = filters_padded(s);
     const size_t plane = (size_t)s->H * s->W;
     int off[DT_CPU_DIRECT_TAPS];
-    for (int r = 0; r < s->R; r++)
-        for (int c = 0; c < s->S; c++)
-            off[r * s->S + c] = r * g.Wp + c;
+    tap_offsets(off, s, &g);
     float *xp = ws, *dyt = ws + (size_t)Cg * g.ldx;
     const int n = s->H * g.Wp;
     for (int grp = 0; grp < G; grp++) {
