@@ -286,32 +286,6 @@ void dt_cpu_conv_direct_image(float *out, const float *in, const float *wp,
 #define GRAD_KV 2
 #define GRAD_T 6
 
-/* out[j] = column j of the 8x8 block r[0..7]. */
-static inline __attribute__((always_inline)) void transpose8(f32x8 *out, const f32x8 *r)
-{
-    const i32x8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const i32x8 even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
-    const i32x8 low = {0, 1, 2, 3, 8, 9, 10, 11}, high = {4, 5, 6, 7, 12, 13, 14, 15};
-    f32x8 t[8], u[8];
-#pragma GCC unroll 4
-    for (int m = 0; m < 8; m += 2) {
-        t[m] = __builtin_shuffle(r[m], r[m + 1], lo);
-        t[m + 1] = __builtin_shuffle(r[m], r[m + 1], hi);
-    }
-#pragma GCC unroll 2
-    for (int m = 0; m < 8; m += 4) {
-        u[m] = __builtin_shuffle(t[m], t[m + 2], even);
-        u[m + 1] = __builtin_shuffle(t[m], t[m + 2], odd);
-        u[m + 2] = __builtin_shuffle(t[m + 1], t[m + 3], even);
-        u[m + 3] = __builtin_shuffle(t[m + 1], t[m + 3], odd);
-    }
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; m++) {
-        out[m] = __builtin_shuffle(u[m], u[m + 4], low);
-        out[m + 4] = __builtin_shuffle(u[m], u[m + 4], high);
-    }
-}
-
 /* dyt(ldy, ldk) = the planes dy(nk, H, W) transposed: row o (a flat
  * position, see the top) holds every filter's value there; zero in the
  * pad columns, past the last row and in the filters past nk. Blocks of 8
@@ -332,7 +306,7 @@ TILES static void transpose_planes(float *dyt, int ldk, const float *dy, int nk,
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++)
                 memcpy(&r[m], a + (size_t)m * HW + i, sizeof r[m]);
-            transpose8(c, r);
+            dt_cpu_transpose8(c, r);
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
                 memcpy(dyt + ((size_t)h * Wp + q) * ldk + k0, &c[j], sizeof c[j]);

@@ -43,6 +43,33 @@ typedef int i32x8 __attribute__((vector_size(32)));
 typedef float f32x4 __attribute__((vector_size(16)));
 typedef int i32x4 __attribute__((vector_size(16)));
 
+/* out[j] = column j of the 8x8 block r[0..7], in registers (the direct
+ * convolution's dy, the matrix-product tiles' transposed operands). */
+static inline __attribute__((always_inline)) void dt_cpu_transpose8(f32x8 *out, const f32x8 *r)
+{
+    const i32x8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const i32x8 even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
+    const i32x8 low = {0, 1, 2, 3, 8, 9, 10, 11}, high = {4, 5, 6, 7, 12, 13, 14, 15};
+    f32x8 t[8], u[8];
+#pragma GCC unroll 4
+    for (int m = 0; m < 8; m += 2) {
+        t[m] = __builtin_shuffle(r[m], r[m + 1], lo);
+        t[m + 1] = __builtin_shuffle(r[m], r[m + 1], hi);
+    }
+#pragma GCC unroll 2
+    for (int m = 0; m < 8; m += 4) {
+        u[m] = __builtin_shuffle(t[m], t[m + 2], even);
+        u[m + 1] = __builtin_shuffle(t[m], t[m + 2], odd);
+        u[m + 2] = __builtin_shuffle(t[m + 1], t[m + 3], even);
+        u[m + 3] = __builtin_shuffle(t[m + 1], t[m + 3], odd);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        out[m] = __builtin_shuffle(u[m], u[m + 4], low);
+        out[m + 4] = __builtin_shuffle(u[m], u[m + 4], high);
+    }
+}
+
 /* A function built three times, for AVX-512, AVX2 and the x86-64 baseline
  * (SSE2), the one the CPU has picked when the program loads; the blocked
  * loops then run 16, 8 or 4 floats to an instruction. Files that use it
@@ -175,14 +202,35 @@ const uint8_t *dt_cpu_mask_find(dt_backend_t *be, const struct dt_rng_key *key, 
  * each element of C the uncut product's bits (16, 24, ...; found once, on
  * the first call), or 0: none found, products are never cut. */
 int dt_cpu_gemm_split_tile(void);
-/* One BLAS call on the calling thread, C(M,N) = alpha op(A) op(B) + beta
- * C as cblas_sgemm. With beta = 0, C is zeroed first and the product
- * added to it (beta = 1): OpenBLAS's own beta = 0 pass writes C one
- * float at a time, and adding to zeros gives the same floats. */
+/* kernels/cpu/gemm_tiles.c: products by own tiles, on CPUs with AVX2 and
+ * FMA and without AVX-512, for A not transposed with at least 512 rows
+ * and beta 0 or 1. dt_cpu_gemm_tiles_take says whether they take a
+ * product of M rows (any cut of it into blocks of rows keeps their bits,
+ * so the whole product's M decides for its blocks).
+ * dt_cpu_gemm_tiles(transb, M, ...) does one, C(M,N) = alpha A op(B) +
+ * beta C, or + bias per column where bias is not NULL (beta 0 then), and
+ * returns 1; 0 when it could not have its buffers (nothing written).
+ * dt_cpu_gemm_tiles_pin(0) turns them off (every product goes to BLAS;
+ * for tests, not thread-safe), (1) on again; it returns whether the
+ * tiles then run on this CPU, or 1 for off. */
+int dt_cpu_gemm_tiles_take(int transa, int M, float beta);
+int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, const float *bias, float *C, int ldc);
+int dt_cpu_gemm_tiles_pin(int on);
+/* One product on the calling thread, C(M,N) = alpha op(A) op(B) + beta
+ * C as cblas_sgemm: by dt_cpu_gemm_tiles where it runs, else one BLAS
+ * call. With beta = 0, C is zeroed first and the product added to it
+ * (beta = 1): OpenBLAS's own beta = 0 pass writes C one float at a time,
+ * and adding to zeros gives the same floats. */
 void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* C(M,N) = A op(B) + bias (one value per column) as dt_cpu_sgemm, where
+ * the tiles take it (dt_cpu_gemm_tiles_take(0, M, 0)): returns 1; else
+ * 0, nothing written. */
+int dt_cpu_sgemm_bias(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, const float *bias, float *C, int ldc);
 
 /* The backend's step gate (step_gate sets it; the gated sgd_update and
  * adamw_update read it). A NULL backend has none: it never skips. */

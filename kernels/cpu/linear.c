@@ -230,8 +230,11 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
         return st;
     if (B == 0 || O == 0)
         return DT_OK;
-    /* The bias is the product's starting value (beta = 1), so no pass
+    /* The bias goes into out with the product: written with it by the
+     * tiles, or the product's starting value (beta = 1) for BLAS; no pass
      * over out adds it afterwards. */
+    if (bias && I > 0 && dt_cpu_sgemm_bias(be, 1, B, O, I, in, I, w, I, bias, out, O))
+        return DT_OK;
     if (bias)
         fill_rows(be, out, bias, B, O);
     if (I == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */

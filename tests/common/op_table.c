@@ -774,6 +774,13 @@ const struct dt_op_case dt_op_cases[] = {
     {"linear 128x512->10 with bias", DT_OP_linear_fwd, {128, 512, 10, 1}, 1e-5},
     /* big enough to be cut across threads, each block starting from the bias */
     {"linear 300x130->260 with bias", DT_OP_linear_fwd, {300, 130, 260, 1}, 1e-5},
+    /* from 512 rows on, the own product tiles where the CPU runs them
+     * (kernels/cpu/gemm_tiles.c): rows past the last 6, columns past the
+     * last 16, K and N each in two blocks; the forward and the input
+     * gradient */
+    {"linear 515x300->270", DT_OP_linear_fwd, {515, 300, 270}, 1e-5},
+    {"linear 515x300->270 with bias", DT_OP_linear_fwd, {515, 300, 270, 1}, 1e-5},
+    {"linear 512x16->33 with bias", DT_OP_linear_fwd, {512, 16, 33, 1}, 1e-5},
     {"bias 6x19", DT_OP_bias_fwd, {6, 19}, 1e-6},
     {"bias 300x777 (row tiles, the last ones partial)", DT_OP_bias_fwd, {300, 777}, 1e-5},
     {"bias 8200x33 (row tiles wider than 128 rows)", DT_OP_bias_fwd, {8200, 33}, 1e-5},

@@ -121,18 +121,14 @@ static void test_fast_vs_ref(void)
         CU_ASSERT_EQUAL(dt_op_case_compare(&dt_op_cases[i], backends[FAST], backends[REF]), 0);
 }
 
-/* Where the CPU runs the direct convolution, the rows' convolutions again
- * with it turned off: the lowerings to BLAS products that other CPUs run
- * (and this one for other shapes), fast against reference and on three
- * threads against one. */
-static void test_conv_lowered(void)
+/* Every row of op again (with a fast path turned off by the caller): fast
+ * against reference, on three threads against one, the conventions.
+ * Returns the number of rows. */
+static int rerun_rows(enum dt_op_id op)
 {
-    if (!dt_cpu_conv_direct_pin(1))
-        return;
-    CU_ASSERT(dt_cpu_conv_direct_pin(0));
     int rows = 0;
     for (int i = 0; i < dt_op_ncases; i++) {
-        if (dt_op_cases[i].op != DT_OP_conv2d_fwd)
+        if (dt_op_cases[i].op != op)
             continue;
         rows++;
         struct dt_op_case c = dt_op_cases[i];
@@ -141,8 +137,31 @@ static void test_conv_lowered(void)
         CU_ASSERT_EQUAL(dt_op_case_compare(&c, threaded, backends[FAST]), 0);
         CU_ASSERT_EQUAL(dt_op_case_conventions(&c, backends[FAST]), 0);
     }
-    CU_ASSERT(rows >= 30);
+    return rows;
+}
+
+/* Where the CPU runs the direct convolution, the rows' convolutions again
+ * with it turned off: the lowerings to BLAS products that other CPUs run
+ * (and this one for other shapes). */
+static void test_conv_lowered(void)
+{
+    if (!dt_cpu_conv_direct_pin(1))
+        return;
+    CU_ASSERT(dt_cpu_conv_direct_pin(0));
+    CU_ASSERT(rerun_rows(DT_OP_conv2d_fwd) >= 30);
     CU_ASSERT(dt_cpu_conv_direct_pin(1));
+}
+
+/* Where the CPU runs the own product tiles, the rows' linear layers again
+ * with them turned off: the BLAS products that other CPUs run (and this
+ * one for products of fewer rows). */
+static void test_linear_blas(void)
+{
+    if (!dt_cpu_gemm_tiles_pin(1))
+        return;
+    CU_ASSERT(dt_cpu_gemm_tiles_pin(0));
+    CU_ASSERT(rerun_rows(DT_OP_linear_fwd) >= 9);
+    CU_ASSERT(dt_cpu_gemm_tiles_pin(1));
 }
 
 /* Three threads give the one-thread bits, for every row: the ops' own
@@ -681,6 +700,7 @@ int main(void)
     CU_ADD(s, test_batchnorm_relu);
     CU_ADD(s, test_threads_same_bits);
     CU_ADD(s, test_conv_lowered);
+    CU_ADD(s, test_linear_blas);
     CU_ADD(s, test_compare_detects);
     CU_ADD(s, test_conv_workspace);
     CU_ADD(s, test_conv_precision);

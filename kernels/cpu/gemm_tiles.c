@@ -1,0 +1,264 @@
+/*
+ * gemm_tiles.c - matrix products C = alpha A op(B) (+ C, or + a bias per
+ * column) by own tiles, for tall A (at least GT_TALL rows, not
+ * transposed) on CPUs with AVX2 and FMA but no AVX-512 (where OpenBLAS's
+ * kernels are twice as wide): `linear`'s forward and input gradient over
+ * a batch of tokens.
+ *
+ * C is computed in tiles of 6 rows by 16 columns, 12 vector accumulators:
+ * per k, 2 vector loads of op(B)'s row k, 6 broadcasts of A's column k
+ * and 12 multiply-adds. op(B) is packed into panels of 16 columns (zero
+ * past N), once per block; A is read where it lies, 6 rows at a time,
+ * but for its last rows (fewer than 6, packed with zeros). A BLAS packs
+ * both operands; with A tall, packing op(B) alone costs little, and the
+ * tiles also write the bias with the product (no pass that fills C with
+ * it first) and write C at beta = 0 (no pass that zeroes it).
+ *
+ * K runs in blocks of GT_KC (and N in blocks of GT_NC within them) so
+ * that a block of op(B) stays in the core's second-level cache, and a
+ * tile's 6 rows of A in its first while the tile moves along the block.
+ * Each element of C is summed in one fixed order: over k in order within
+ * a block, alpha times the block's sum added to C after it (the first
+ * block to 0, C itself, or the bias). That order does not depend on where
+ * the element's row or column sits, so C cut into blocks of rows
+ * (dt_cpu_sgemm's threads) has the uncut product's bits. The
+ * multiply-adds are FMA instructions (rounded once), so the last bits
+ * depend on the CPU, as a BLAS product's do.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+#define GT_MR 6
+#define GT_NR 16
+/* k per block: a panel of op(B) (GT_KC x 16 floats, 16 KiB) and a tile's
+ * 6 rows of A fit the first-level cache together. */
+#define GT_KC 256
+/* Columns per block of N: GT_KC x GT_NC floats of op(B), 256 KiB, in the
+ * second-level cache. */
+#define GT_NC 256
+/* Rows of A from which the tiles take a product: op(B)'s packing is then
+ * at most a 512th of the multiply-adds. */
+#define GT_TALL 512
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define TILES __attribute__((target("avx2,fma")))
+
+static int cpu_has_tiles(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           !__builtin_cpu_supports("avx512f");
+}
+
+/* The 6 x 16 tile: acc = sum over k < K of A(r, k) op(B)(k, 0..15),
+ * A(r, k) at a[r * ars + k * aks], op(B)(k, j) at b[k * 16 + j]; then C's
+ * 6 x 16 block (row stride ldc) = alpha acc, plus C's own values when
+ * add, or plus bias[j] when bias is not NULL. Inlined with constant
+ * strides, so that the loop's addresses are plain increments. */
+static inline __attribute__((always_inline)) TILES void
+tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *c, size_t ldc,
+          float alpha, int add, const float *bias)
+{
+    __m256 acc[GT_MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < GT_MR; r++) {
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + r * ldc + GT_NR - 1), _MM_HINT_T0);
+    }
+    for (int k = 0; k < K; k++) {
+        const float *bk = b + (size_t)k * GT_NR, *ak = a + (size_t)k * aks;
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < GT_MR; r++) {
+            __m256 x = _mm256_broadcast_ss(ak + r * ars);
+            acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+    __m256 al = _mm256_set1_ps(alpha);
+#pragma GCC unroll 6
+    for (int r = 0; r < GT_MR; r++) {
+        float *cr = c + r * ldc;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 v = alpha == 1.0f ? acc[r][h] : _mm256_mul_ps(al, acc[r][h]);
+            if (add)
+                v = _mm256_add_ps(_mm256_loadu_ps(cr + 8 * h), v);
+            else if (bias)
+                v = _mm256_add_ps(_mm256_loadu_ps(bias + 8 * h), v);
+            _mm256_storeu_ps(cr + 8 * h, v);
+        }
+    }
+}
+
+/* A read where it lies (row r at a + r * lda), or from a packed panel
+ * (6 floats per k). */
+static TILES void tile_rows(int K, const float *a, size_t lda, const float *b, float *c,
+                            size_t ldc, float alpha, int add, const float *bias)
+{
+    tile_body(K, a, lda, 1, b, c, ldc, alpha, add, bias);
+}
+
+static TILES void tile_packed(int K, const float *a, const float *b, float *c, size_t ldc,
+                              float alpha, int add, const float *bias)
+{
+    tile_body(K, a, 1, GT_MR, b, c, ldc, alpha, add, bias);
+}
+
+/* Panel rows k (kc of them) of 16 columns of op(B) = B: dst[k * 16 + j]
+ * = B[k * ldb + j] for j < n, zero past n. */
+static TILES void pack_bn(float *dst, const float *B, int ldb, int kc, int n)
+{
+    for (int k = 0; k < kc; k++) {
+        const float *src = B + (size_t)k * ldb;
+        float *d = dst + (size_t)k * GT_NR;
+        if (n == GT_NR) {
+            _mm256_storeu_ps(d, _mm256_loadu_ps(src));
+            _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + 8));
+        } else {
+            for (int j = 0; j < GT_NR; j++)
+                d[j] = j < n ? src[j] : 0.0f;
+        }
+    }
+}
+
+/* The same for op(B) = B transposed: dst[k * 16 + j] = B[j * ldb + k];
+ * blocks of 8 x 8 through registers. */
+static TILES void pack_bt(float *dst, const float *B, int ldb, int kc, int n)
+{
+    int k = 0;
+    if (n == GT_NR)
+        for (; k + 8 <= kc; k += 8)
+            for (int j0 = 0; j0 < GT_NR; j0 += 8) {
+                f32x8 r[8], t[8];
+                for (int m = 0; m < 8; m++)
+                    memcpy(&r[m], B + (size_t)(j0 + m) * ldb + k, sizeof r[m]);
+                dt_cpu_transpose8(t, r);
+                for (int m = 0; m < 8; m++)
+                    memcpy(dst + (size_t)(k + m) * GT_NR + j0, &t[m], sizeof t[m]);
+            }
+    for (; k < kc; k++)
+        for (int j = 0; j < GT_NR; j++)
+            dst[(size_t)k * GT_NR + j] = j < n ? B[(size_t)j * ldb + k] : 0.0f;
+}
+#else
+static int cpu_has_tiles(void)
+{
+    return 0;
+}
+#endif
+
+static int tiles_off;
+
+int dt_cpu_gemm_tiles_pin(int on)
+{
+    tiles_off = !on;
+    return !on || cpu_has_tiles();
+}
+
+int dt_cpu_gemm_tiles_take(int transa, int M, float beta)
+{
+    static int has = -1;
+    if (has < 0)
+        has = cpu_has_tiles();
+    return has && !tiles_off && !transa && M >= GT_TALL && (beta == 0.0f || beta == 1.0f);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* op(B)'s rows k0 .. k0+kc, columns n0 .. n0+nc, into panels of 16
+ * columns (kc x 16 floats each). */
+static void pack_b(int transb, const float *B, int ldb, int k0, int kc, int n0, int nc, int N,
+                   float *P)
+{
+    for (int p = 0; p < nc; p += GT_NR) {
+        int n = N - (n0 + p) < GT_NR ? N - (n0 + p) : GT_NR;
+        if (transb)
+            pack_bt(P + (size_t)p * kc, B + (size_t)(n0 + p) * ldb + k0, ldb, kc, n);
+        else
+            pack_bn(P + (size_t)p * kc, B + (size_t)k0 * ldb + n0 + p, ldb, kc, n);
+    }
+}
+
+/* A's rows m0 .. m0+mr (mr < 6, zero past them), columns k0 .. k0+kc,
+ * into a panel of 6 floats per k. */
+static void pack_a(const float *A, int lda, int m0, int mr, int k0, int kc, float *P)
+{
+    for (int k = 0; k < kc; k++)
+        for (int r = 0; r < GT_MR; r++)
+            P[(size_t)k * GT_MR + r] = r < mr ? A[(size_t)(m0 + r) * lda + k0 + k] : 0.0f;
+}
+
+/* One tile of C at c: A's rows at a (lda apart) or, when packed, at ap;
+ * mr x nr of its 6 x 16 inside C (a tile past C's edge goes through a
+ * 6 x 16 copy). */
+static void tile(int kc, const float *a, int lda, const float *ap, const float *b, float *c,
+                 int ldc, int mr, int nr, float alpha, int add, const float *bias)
+{
+    if (mr == GT_MR && nr == GT_NR) {
+        tile_rows(kc, a, lda, b, c, ldc, alpha, add, bias);
+        return;
+    }
+    float edge[GT_MR * GT_NR] = {0}, eb[GT_NR] = {0};
+    for (int r = 0; r < mr && add; r++)
+        memcpy(edge + r * GT_NR, c + (size_t)r * ldc, (size_t)nr * sizeof *c);
+    if (bias)
+        memcpy(eb, bias, (size_t)nr * sizeof *eb);
+    if (mr == GT_MR)
+        tile_rows(kc, a, lda, b, edge, GT_NR, alpha, add, bias ? eb : NULL);
+    else
+        tile_packed(kc, ap, b, edge, GT_NR, alpha, add, bias ? eb : NULL);
+    for (int r = 0; r < mr; r++)
+        memcpy(c + (size_t)r * ldc, edge + r * GT_NR, (size_t)nr * sizeof *c);
+}
+
+int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, const float *bias, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return 1;
+    if (K <= 0) {
+        for (int i = 0; i < M && beta == 0.0f; i++)
+            for (int j = 0; j < N; j++)
+                C[(size_t)i * ldc + j] = bias ? bias[j] : 0.0f;
+        return 1;
+    }
+    int kc_max = K < GT_KC ? K : GT_KC;
+    int nc_max = N < GT_NC ? (N + GT_NR - 1) / GT_NR * GT_NR : GT_NC;
+    float *bp = malloc((size_t)kc_max * nc_max * sizeof *bp);
+    float *ap = malloc((size_t)kc_max * GT_MR * sizeof *ap);
+    if (!bp || !ap) {
+        free(bp), free(ap);
+        return 0;
+    }
+    for (int k0 = 0; k0 < K; k0 += GT_KC) {
+        int kc = K - k0 < GT_KC ? K - k0 : GT_KC, add = k0 > 0 || beta == 1.0f;
+        for (int n0 = 0; n0 < N; n0 += GT_NC) {
+            int nc = N - n0 < GT_NC ? N - n0 : GT_NC;
+            pack_b(transb, B, ldb, k0, kc, n0, nc, N, bp);
+            for (int m0 = 0; m0 < M; m0 += GT_MR) {
+                int mr = M - m0 < GT_MR ? M - m0 : GT_MR;
+                if (mr < GT_MR)
+                    pack_a(A, lda, m0, mr, k0, kc, ap);
+                for (int p = 0; p < nc; p += GT_NR)
+                    tile(kc, A + (size_t)m0 * lda + k0, lda, ap, bp + (size_t)p * kc,
+                         C + (size_t)m0 * ldc + n0 + p, ldc, mr, nc - p < GT_NR ? nc - p : GT_NR,
+                         alpha, add, add || !bias ? NULL : bias + n0 + p);
+            }
+        }
+    }
+    free(bp), free(ap);
+    return 1;
+}
+#else
+int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, const float *bias, float *C, int ldc)
+{
+    (void)transb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)beta, (void)bias, (void)C, (void)ldc;
+    return 0;
+}
+#endif
