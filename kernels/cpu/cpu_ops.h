@@ -202,35 +202,33 @@ const uint8_t *dt_cpu_mask_find(dt_backend_t *be, const struct dt_rng_key *key, 
  * each element of C the uncut product's bits (16, 24, ...; found once, on
  * the first call), or 0: none found, products are never cut. */
 int dt_cpu_gemm_split_tile(void);
-/* kernels/cpu/gemm_tiles.c: products by own tiles, on CPUs with AVX2 and
- * FMA and without AVX-512, for A not transposed with at least 512 rows
- * and beta 0 or 1. dt_cpu_gemm_tiles_take says whether they take a
- * product of M rows (any cut of it into blocks of rows keeps their bits,
- * so the whole product's M decides for its blocks).
- * dt_cpu_gemm_tiles(transb, M, ...) does one, C(M,N) = alpha A op(B) +
- * beta C, or + bias per column where bias is not NULL (beta 0 then), and
- * returns 1; 0 when it could not have its buffers (nothing written).
- * dt_cpu_gemm_tiles_pin(0) turns them off (every product goes to BLAS;
- * for tests, not thread-safe), (1) on again; it returns whether the
+/* kernels/cpu/gemm_tiles.c: products C(M,N) = A op(B) (A not
+ * transposed), or + bias (one value per column) where bias is not NULL,
+ * by own tiles, on CPUs with AVX2 and FMA and without AVX-512, for A of
+ * at least 512 rows: dt_cpu_gemm_tiles_take(M) says whether they take
+ * such a product (any cut of it into blocks of rows keeps their bits, so
+ * the whole product's M decides for its blocks). dt_cpu_gemm_tiles does
+ * one on the calling thread and returns 1; 0 when it could not have its
+ * buffers (nothing written). dt_cpu_gemm_tiles_pin(0) turns them off
+ * (for tests, not thread-safe), (1) on again; it returns whether the
  * tiles then run on this CPU, or 1 for off. */
-int dt_cpu_gemm_tiles_take(int transa, int M, float beta);
-int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, const float *bias, float *C, int ldc);
+int dt_cpu_gemm_tiles_take(int M);
+int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                      int ldb, const float *bias, float *C, int ldc);
 int dt_cpu_gemm_tiles_pin(int on);
-/* One product on the calling thread, C(M,N) = alpha op(A) op(B) + beta
- * C as cblas_sgemm: by dt_cpu_gemm_tiles where it runs, else one BLAS
- * call. With beta = 0, C is zeroed first and the product added to it
- * (beta = 1): OpenBLAS's own beta = 0 pass writes C one float at a time,
- * and adding to zeros gives the same floats. */
+/* One BLAS call on the calling thread, C(M,N) = alpha op(A) op(B) + beta
+ * C as cblas_sgemm. With beta = 0, C is zeroed first and the product
+ * added to it (beta = 1): OpenBLAS's own beta = 0 pass writes C one
+ * float at a time, and adding to zeros gives the same floats. */
 void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-/* C(M,N) = A op(B) + bias (one value per column) as dt_cpu_sgemm, where
- * the tiles take it (dt_cpu_gemm_tiles_take(0, M, 0)): returns 1; else
- * 0, nothing written. */
-int dt_cpu_sgemm_bias(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
-                      const float *B, int ldb, const float *bias, float *C, int ldc);
+/* C(M,N) = A op(B), + bias where it is not NULL, by the own tiles on the
+ * pool's threads (blocks of rows), where they take it
+ * (dt_cpu_gemm_tiles_take(M)): returns 1; else 0, nothing written. */
+int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
+                       const float *B, int ldb, const float *bias, float *C, int ldc);
 
 /* The backend's step gate (step_gate sets it; the gated sgd_update and
  * adamw_update read it). A NULL backend has none: it never skips. */

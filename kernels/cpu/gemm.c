@@ -13,7 +13,9 @@
  * columns they differ on every kernel tried here. So the cut is always
  * into rows, at multiples of a tile found once per process by trying the
  * BLAS the program runs with (split_tile below); a BLAS that gives other
- * bits at every tile tried is not cut at all.
+ * bits at every tile tried is not cut at all. The products the own tiles
+ * take (dt_cpu_sgemm_tiles, gemm_tiles.c) are cut into blocks of
+ * GEMM_TILES_ROWS rows: any cut keeps their bits.
  */
 #include "cpu_ops.h"
 
@@ -50,9 +52,8 @@ struct gemm_job {
     int lda, ldb, ldc;
 };
 
-/* One OpenBLAS call. */
-static void blas_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                        int lda, const float *B, int ldb, float beta, float *C, int ldc)
+void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (beta == 0.0f && M > 0 && N > 0) {
         if (ldc == N)
@@ -64,31 +65,6 @@ static void blas_sgemm1(int transa, int transb, int M, int N, int K, float alpha
     }
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
                 transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-/* One product on the calling thread, by the tiles when tiles says so
- * (with the bias, if any, at beta = 0), else by OpenBLAS (C filled with
- * the bias first, if any, then beta = 1); the same where the tiles
- * cannot have their buffers. */
-static void product1(int tiles, int transa, int transb, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta,
-                     const float *bias, float *C, int ldc)
-{
-    if (tiles && dt_cpu_gemm_tiles(transb, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc))
-        return;
-    if (bias) {
-        for (int i = 0; i < M; i++)
-            memcpy(C + (size_t)i * ldc, bias, (size_t)N * sizeof *C);
-        beta = 1.0f;
-    }
-    blas_sgemm1(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void dt_cpu_sgemm1(int transa, int transb, int M, int N, int K, float alpha, const float *A,
-                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
-{
-    product1(dt_cpu_gemm_tiles_take(transa, M, beta), transa, transb, M, N, K, alpha, A, lda, B,
-             ldb, beta, NULL, C, ldc);
 }
 
 /* The tiles tried, smallest first: a block of rows starts at a multiple
@@ -106,10 +82,10 @@ static int same_bits_cut(int tile, int M, int N, int K, int ta, int tb, float *a
     for (int beta = 0; beta < 2; beta++) {
         for (size_t i = 0; i < (size_t)M * N; i++)
             c1[i] = c2[i] = (float)(i % 7) * 0.25f;
-        blas_sgemm1(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, (float)beta, c1, N);
+        dt_cpu_sgemm1(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, (float)beta, c1, N);
         for (int lo = 0; lo < M; lo += tile) {
             int m = lo + tile < M ? tile : M - lo;
-            blas_sgemm1(ta, tb, m, N, K, 1.0f, ta ? a + lo : a + (size_t)lo * lda, lda, b, ldb,
+            dt_cpu_sgemm1(ta, tb, m, N, K, 1.0f, ta ? a + lo : a + (size_t)lo * lda, lda, b, ldb,
                           (float)beta, c2 + (size_t)lo * N, N);
         }
         if (memcmp(c1, c2, (size_t)M * N * sizeof *c1) != 0)
@@ -159,51 +135,69 @@ int dt_cpu_gemm_split_tile(void)
     return split_tile_found;
 }
 
+/* One block of rows of a product the tiles take (C = A op(B), + bias
+ * where it is not NULL); where they cannot have their buffers, the same
+ * by BLAS (C filled with the bias first). */
+static void tiles1(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                   int ldb, const float *bias, float *C, int ldc)
+{
+    if (dt_cpu_gemm_tiles(transb, M, N, K, A, lda, B, ldb, bias, C, ldc))
+        return;
+    for (int i = 0; i < M && bias; i++)
+        memcpy(C + (size_t)i * ldc, bias, (size_t)N * sizeof *C);
+    dt_cpu_sgemm1(0, transb, M, N, K, 1.0f, A, lda, B, ldb, bias ? 1.0f : 0.0f, C, ldc);
+}
+
 static void gemm_task(void *a, int t, int thread)
 {
     const struct gemm_job *j = a;
     int lo = t * j->block, hi = lo + j->block < j->M ? lo + j->block : j->M;
-    if (lo < hi)
-        product1(j->tiles, j->transa, j->transb, hi - lo, j->N, j->K, j->alpha,
-                 j->transa ? j->A + lo : j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb,
-                 j->beta, j->bias, j->C + (size_t)lo * j->ldc, j->ldc);
-}
-
-/* dt_cpu_sgemm, and with a bias per column at beta = 0 (bias not NULL).
- * Whether the tiles take the product is decided once, for the whole of
- * it: its blocks all run the same code. */
-static void sgemm_rows(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta,
-                       const float *bias, float *C, int ldc)
-{
-    int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
-    int tiles = dt_cpu_gemm_tiles_take(transa, M, beta);
-    int tile = threads < 2 ? 0 : tiles ? GEMM_TILES_ROWS : dt_cpu_gemm_split_tile();
-    int blocks = tile && threads < M / tile ? threads : tile ? M / tile : 0;
-    int block = blocks > 0 ? ((M + blocks - 1) / blocks + tile - 1) / tile * tile : M;
-    int last = M > 0 ? M - (M - 1) / block * block : 0; /* the smallest block */
-    if (blocks < 2 || (M + block - 1) / block < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN) ||
-        (!tiles && (double)last * N * K <= GEMM_BLAS_SMALL)) {
-        product1(tiles, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
+    if (lo >= hi)
         return;
-    }
-    struct gemm_job j = {.transa = transa, .transb = transb, .M = M, .N = N, .K = K,
-                         .block = block, .tiles = tiles, .alpha = alpha, .beta = beta,
-                         .A = A, .B = B, .bias = bias, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
-    dt_cpu_run(be, (M + block - 1) / block, gemm_task, &j);
+    if (j->tiles)
+        tiles1(j->transb, hi - lo, j->N, j->K, j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb,
+               j->bias, j->C + (size_t)lo * j->ldc, j->ldc);
+    else
+        dt_cpu_sgemm1(j->transa, j->transb, hi - lo, j->N, j->K, j->alpha,
+                      j->transa ? j->A + lo : j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb,
+                      j->beta, j->C + (size_t)lo * j->ldc, j->ldc);
 }
 
 void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    sgemm_rows(be, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
+    int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
+    int tile = threads > 1 ? dt_cpu_gemm_split_tile() : 0;
+    int blocks = tile && threads < M / tile ? threads : tile ? M / tile : 0;
+    int block = blocks > 0 ? ((M + blocks - 1) / blocks + tile - 1) / tile * tile : M;
+    int last = M > 0 ? M - (M - 1) / block * block : 0; /* the smallest block */
+    if (blocks < 2 || (M + block - 1) / block < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN) ||
+        (double)last * N * K <= GEMM_BLAS_SMALL) {
+        dt_cpu_sgemm1(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    struct gemm_job j = {.transa = transa, .transb = transb, .M = M, .N = N, .K = K,
+                         .block = block, .alpha = alpha, .beta = beta,
+                         .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
+    dt_cpu_run(be, (M + block - 1) / block, gemm_task, &j);
 }
 
-int dt_cpu_sgemm_bias(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
-                      const float *B, int ldb, const float *bias, float *C, int ldc)
+int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
+                       const float *B, int ldb, const float *bias, float *C, int ldc)
 {
-    if (!dt_cpu_gemm_tiles_take(0, M, 0.0f))
+    if (!dt_cpu_gemm_tiles_take(M))
         return 0;
-    sgemm_rows(be, 0, transb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, bias, C, ldc);
+    int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
+    int blocks = threads < M / GEMM_TILES_ROWS ? threads : M / GEMM_TILES_ROWS;
+    int block = blocks > 0 ? ((M + blocks - 1) / blocks + GEMM_TILES_ROWS - 1) / GEMM_TILES_ROWS *
+                                 GEMM_TILES_ROWS
+                           : M;
+    if (blocks < 2 || (M + block - 1) / block < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)) {
+        tiles1(transb, M, N, K, A, lda, B, ldb, bias, C, ldc);
+        return 1;
+    }
+    struct gemm_job j = {.transb = transb, .M = M, .N = N, .K = K, .block = block, .tiles = 1,
+                         .A = A, .B = B, .bias = bias, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
+    dt_cpu_run(be, (M + block - 1) / block, gemm_task, &j);
     return 1;
 }

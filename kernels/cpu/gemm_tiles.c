@@ -1,9 +1,9 @@
 /*
- * gemm_tiles.c - matrix products C = alpha A op(B) (+ C, or + a bias per
- * column) by own tiles, for tall A (at least GT_TALL rows, not
- * transposed) on CPUs with AVX2 and FMA but no AVX-512 (where OpenBLAS's
- * kernels are twice as wide): `linear`'s forward and input gradient over
- * a batch of tokens.
+ * gemm_tiles.c - matrix products C = A op(B) (or + a bias per column) by
+ * own tiles, for A tall (at least GT_TALL rows, not transposed) on CPUs
+ * with AVX2 and FMA but no AVX-512 (where OpenBLAS's kernels are twice as
+ * wide): `linear`'s forward and input gradient over a batch of tokens or
+ * samples (dt_cpu_sgemm_tiles in gemm.c).
  *
  * C is computed in tiles of 6 rows by 16 columns, 12 vector accumulators:
  * per k, 2 vector loads of op(B)'s row k, 6 broadcasts of A's column k
@@ -12,18 +12,18 @@
  * but for its last rows (fewer than 6, packed with zeros). A BLAS packs
  * both operands; with A tall, packing op(B) alone costs little, and the
  * tiles also write the bias with the product (no pass that fills C with
- * it first) and write C at beta = 0 (no pass that zeroes it).
+ * it first) and write C without a pass that zeroes it.
  *
  * K runs in blocks of GT_KC (and N in blocks of GT_NC within them) so
  * that a block of op(B) stays in the core's second-level cache, and a
  * tile's 6 rows of A in its first while the tile moves along the block.
  * Each element of C is summed in one fixed order: over k in order within
- * a block, alpha times the block's sum added to C after it (the first
- * block to 0, C itself, or the bias). That order does not depend on where
- * the element's row or column sits, so C cut into blocks of rows
- * (dt_cpu_sgemm's threads) has the uncut product's bits. The
- * multiply-adds are FMA instructions (rounded once), so the last bits
- * depend on the CPU, as a BLAS product's do.
+ * a block, the first block's sum written (added to the bias), each later
+ * block's added to C. That order does not depend on where the element's
+ * row or column sits, so C cut into blocks of rows (the pool's threads)
+ * has the uncut product's bits. The multiply-adds are FMA instructions
+ * (rounded once), so the last bits depend on the CPU, as a BLAS
+ * product's do.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +55,12 @@ static int cpu_has_tiles(void)
 
 /* The 6 x 16 tile: acc = sum over k < K of A(r, k) op(B)(k, 0..15),
  * A(r, k) at a[r * ars + k * aks], op(B)(k, j) at b[k * 16 + j]; then C's
- * 6 x 16 block (row stride ldc) = alpha acc, plus C's own values when
- * add, or plus bias[j] when bias is not NULL. Inlined with constant
+ * 6 x 16 block (row stride ldc) = acc, plus C's own values when add, or
+ * plus bias[j] when bias is not NULL. Inlined with constant
  * strides, so that the loop's addresses are plain increments. */
 static inline __attribute__((always_inline)) TILES void
 tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *c, size_t ldc,
-          float alpha, int add, const float *bias)
+          int add, const float *bias)
 {
     __m256 acc[GT_MR][2];
 #pragma GCC unroll 6
@@ -79,13 +79,12 @@ tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *
             acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
         }
     }
-    __m256 al = _mm256_set1_ps(alpha);
 #pragma GCC unroll 6
     for (int r = 0; r < GT_MR; r++) {
         float *cr = c + r * ldc;
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256 v = alpha == 1.0f ? acc[r][h] : _mm256_mul_ps(al, acc[r][h]);
+            __m256 v = acc[r][h];
             if (add)
                 v = _mm256_add_ps(_mm256_loadu_ps(cr + 8 * h), v);
             else if (bias)
@@ -98,15 +97,15 @@ tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *
 /* A read where it lies (row r at a + r * lda), or from a packed panel
  * (6 floats per k). */
 static TILES void tile_rows(int K, const float *a, size_t lda, const float *b, float *c,
-                            size_t ldc, float alpha, int add, const float *bias)
+                            size_t ldc, int add, const float *bias)
 {
-    tile_body(K, a, lda, 1, b, c, ldc, alpha, add, bias);
+    tile_body(K, a, lda, 1, b, c, ldc, add, bias);
 }
 
 static TILES void tile_packed(int K, const float *a, const float *b, float *c, size_t ldc,
-                              float alpha, int add, const float *bias)
+                              int add, const float *bias)
 {
-    tile_body(K, a, 1, GT_MR, b, c, ldc, alpha, add, bias);
+    tile_body(K, a, 1, GT_MR, b, c, ldc, add, bias);
 }
 
 /* Panel rows k (kc of them) of 16 columns of op(B) = B: dst[k * 16 + j]
@@ -160,12 +159,12 @@ int dt_cpu_gemm_tiles_pin(int on)
     return !on || cpu_has_tiles();
 }
 
-int dt_cpu_gemm_tiles_take(int transa, int M, float beta)
+int dt_cpu_gemm_tiles_take(int M)
 {
     static int has = -1;
     if (has < 0)
         has = cpu_has_tiles();
-    return has && !tiles_off && !transa && M >= GT_TALL && (beta == 0.0f || beta == 1.0f);
+    return has && !tiles_off && M >= GT_TALL;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -196,10 +195,10 @@ static void pack_a(const float *A, int lda, int m0, int mr, int k0, int kc, floa
  * mr x nr of its 6 x 16 inside C (a tile past C's edge goes through a
  * 6 x 16 copy). */
 static void tile(int kc, const float *a, int lda, const float *ap, const float *b, float *c,
-                 int ldc, int mr, int nr, float alpha, int add, const float *bias)
+                 int ldc, int mr, int nr, int add, const float *bias)
 {
     if (mr == GT_MR && nr == GT_NR) {
-        tile_rows(kc, a, lda, b, c, ldc, alpha, add, bias);
+        tile_rows(kc, a, lda, b, c, ldc, add, bias);
         return;
     }
     float edge[GT_MR * GT_NR] = {0}, eb[GT_NR] = {0};
@@ -208,20 +207,20 @@ static void tile(int kc, const float *a, int lda, const float *ap, const float *
     if (bias)
         memcpy(eb, bias, (size_t)nr * sizeof *eb);
     if (mr == GT_MR)
-        tile_rows(kc, a, lda, b, edge, GT_NR, alpha, add, bias ? eb : NULL);
+        tile_rows(kc, a, lda, b, edge, GT_NR, add, bias ? eb : NULL);
     else
-        tile_packed(kc, ap, b, edge, GT_NR, alpha, add, bias ? eb : NULL);
+        tile_packed(kc, ap, b, edge, GT_NR, add, bias ? eb : NULL);
     for (int r = 0; r < mr; r++)
         memcpy(c + (size_t)r * ldc, edge + r * GT_NR, (size_t)nr * sizeof *c);
 }
 
-int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, const float *bias, float *C, int ldc)
+int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                      int ldb, const float *bias, float *C, int ldc)
 {
     if (M <= 0 || N <= 0)
         return 1;
     if (K <= 0) {
-        for (int i = 0; i < M && beta == 0.0f; i++)
+        for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++)
                 C[(size_t)i * ldc + j] = bias ? bias[j] : 0.0f;
         return 1;
@@ -235,7 +234,7 @@ int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float 
         return 0;
     }
     for (int k0 = 0; k0 < K; k0 += GT_KC) {
-        int kc = K - k0 < GT_KC ? K - k0 : GT_KC, add = k0 > 0 || beta == 1.0f;
+        int kc = K - k0 < GT_KC ? K - k0 : GT_KC, add = k0 > 0;
         for (int n0 = 0; n0 < N; n0 += GT_NC) {
             int nc = N - n0 < GT_NC ? N - n0 : GT_NC;
             pack_b(transb, B, ldb, k0, kc, n0, nc, N, bp);
@@ -246,7 +245,7 @@ int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float 
                 for (int p = 0; p < nc; p += GT_NR)
                     tile(kc, A + (size_t)m0 * lda + k0, lda, ap, bp + (size_t)p * kc,
                          C + (size_t)m0 * ldc + n0 + p, ldc, mr, nc - p < GT_NR ? nc - p : GT_NR,
-                         alpha, add, add || !bias ? NULL : bias + n0 + p);
+                         add, add || !bias ? NULL : bias + n0 + p);
             }
         }
     }
@@ -254,11 +253,11 @@ int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float 
     return 1;
 }
 #else
-int dt_cpu_gemm_tiles(int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, const float *bias, float *C, int ldc)
+int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                      int ldb, const float *bias, float *C, int ldc)
 {
-    (void)transb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
-    (void)beta, (void)bias, (void)C, (void)ldc;
+    (void)transb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias;
+    (void)C, (void)ldc;
     return 0;
 }
 #endif

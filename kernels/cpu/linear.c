@@ -233,7 +233,7 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
     /* The bias goes into out with the product: written with it by the
      * tiles, or the product's starting value (beta = 1) for BLAS; no pass
      * over out adds it afterwards. */
-    if (bias && I > 0 && dt_cpu_sgemm_bias(be, 1, B, O, I, in, I, w, I, bias, out, O))
+    if (I > 0 && dt_cpu_sgemm_tiles(be, 1, B, O, I, in, I, w, I, bias, out, O))
         return DT_OK;
     if (bias)
         fill_rows(be, out, bias, B, O);
@@ -260,7 +260,8 @@ dt_status dt_cpu_linear_bwd(dt_backend_t *be, float *din, float *dw, const float
     if (din && B > 0 && I > 0) {
         if (O == 0)
             memset(din, 0, (size_t)B * I * sizeof *din);
-        else /* din(B,I) = dout(B,O) . w(O,I) */
+        else if (!dt_cpu_sgemm_tiles(be, 0, B, I, O, dout, O, w, I, NULL, din, I))
+            /* din(B,I) = dout(B,O) . w(O,I), by the tiles or here */
             dt_cpu_sgemm(be, 0, 0, B, I, O, 1.0f, dout, O, w, I, 0.0f, din, I);
     }
     if (B > 0 && I > 0 && O > 0) /* dw(O,I) += dout(B,O)^T . in(B,I) */
