@@ -205,14 +205,14 @@ int dt_cpu_gemm_split_tile(void);
 /* kernels/cpu/gemm_tiles.c: products C(M,N) = A op(B) (A not
  * transposed), or + bias (one value per column) where bias is not NULL,
  * by own tiles, on CPUs with AVX2 and FMA and without AVX-512, for A of
- * at least 512 rows: dt_cpu_gemm_tiles_take(M) says whether they take
- * such a product (any cut of it into blocks of rows keeps their bits, so
- * the whole product's M decides for its blocks). dt_cpu_gemm_tiles does
+ * at least 512 rows and K at most 512: dt_cpu_gemm_tiles_take(M, K) says
+ * whether they take such a product (any cut of it into blocks of rows
+ * keeps their bits, so the whole product's M decides for its blocks). dt_cpu_gemm_tiles does
  * one on the calling thread and returns 1; 0 when it could not have its
  * buffers (nothing written). dt_cpu_gemm_tiles_pin(0) turns them off
  * (for tests, not thread-safe), (1) on again; it returns whether the
  * tiles then run on this CPU, or 1 for off. */
-int dt_cpu_gemm_tiles_take(int M);
+int dt_cpu_gemm_tiles_take(int M, int K);
 int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, const float *bias, float *C, int ldc);
 int dt_cpu_gemm_tiles_pin(int on);
@@ -226,7 +226,7 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* C(M,N) = A op(B), + bias where it is not NULL, by the own tiles on the
  * pool's threads (blocks of rows), where they take it
- * (dt_cpu_gemm_tiles_take(M)): returns 1; else 0, nothing written. */
+ * (dt_cpu_gemm_tiles_take(M, K)): returns 1; else 0, nothing written. */
 int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, const float *bias, float *C, int ldc);
 

@@ -185,7 +185,7 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
 int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, const float *bias, float *C, int ldc)
 {
-    if (!dt_cpu_gemm_tiles_take(M))
+    if (!dt_cpu_gemm_tiles_take(M, K))
         return 0;
     int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
     int blocks = threads < M / GEMM_TILES_ROWS ? threads : M / GEMM_TILES_ROWS;
