@@ -57,9 +57,11 @@ unset DTRAIN_RANKS_PER_NODE
 
 # one node (no copies), rank 1's newest snapshot damaged: the file checkpoint
 # (file checkpoints every 20 steps, snapshots every 5: the newest snapshot
-# is one of 25, 30, 35, those the file write of step 20 left room for)
-DTRAIN_FAULT=1:kill:39 train 2 damaged --set checkpoint.every_steps=20 --set checkpoint.memory_every_steps=5 \
-  > damaged1.out 2>&1
+# is one of 25, 30, 35, those the file write of step 20 left room for; a
+# snapshot is left out while that write is in flight, so each batch read
+# takes 20 ms longer, giving the write a few hundred ms on a loaded machine)
+DTRAIN_FAULT=1:kill:39,0:slowdata:20,1:slowdata:20 train 2 damaged --set checkpoint.every_steps=20 \
+  --set checkpoint.memory_every_steps=5 > damaged1.out 2>&1
 snap=$(find shm -type f \( -name 'r1-s0000000025.own' -o -name 'r1-s0000000030.own' \
   -o -name 'r1-s0000000035.own' \) | sort | tail -1)
 step=$(sed -n 's/.*r1-s0*\([0-9]*\)\.own$/\1/p' <<<"$snap")
