@@ -205,11 +205,11 @@ int dt_cpu_gemm_split_tile(void);
 /* kernels/cpu/gemm_tiles.c: products C(M,N) = A op(B) (A not
  * transposed), or + bias (one value per column) where bias is not NULL,
  * by own tiles, on CPUs with AVX2 and FMA and without AVX-512, for A of
- * at least 512 rows and K at most 512: dt_cpu_gemm_tiles_take(M, K) says
- * whether they take such a product (any cut of it into blocks of rows
- * keeps their bits, so the whole product's M decides for its blocks). dt_cpu_gemm_tiles does
- * one on the calling thread and returns 1; 0 when it could not have its
- * buffers (nothing written). dt_cpu_gemm_tiles_pin(0) turns them off
+ * at least 512 rows and K from 1 to 512: dt_cpu_gemm_tiles_take(M, K)
+ * says whether they take such a product (any cut of it into blocks of
+ * rows keeps their bits, so the whole product's M decides for its
+ * blocks). dt_cpu_gemm_tiles does one on the calling thread and returns
+ * 1; 0 when it could not have its buffers (nothing written). dt_cpu_gemm_tiles_pin(0) turns them off
  * (for tests, not thread-safe), (1) on again; it returns whether the
  * tiles then run on this CPU, or 1 for off. */
 int dt_cpu_gemm_tiles_take(int M, int K);

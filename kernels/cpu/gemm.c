@@ -148,6 +148,15 @@ static void tiles1(int transb, int M, int N, int K, const float *A, int lda, con
     dt_cpu_sgemm1(0, transb, M, N, K, 1.0f, A, lda, B, ldb, bias ? 1.0f : 0.0f, C, ldc);
 }
 
+/* Rows per block when M rows are cut for the pool's threads at multiples
+ * of tile (as many blocks as threads, fewer where M is short); M or more
+ * when the product is not cut. */
+static int row_block(int threads, int M, int tile)
+{
+    int blocks = tile && threads < M / tile ? threads : tile ? M / tile : 0;
+    return blocks > 1 ? ((M + blocks - 1) / blocks + tile - 1) / tile * tile : M;
+}
+
 static void gemm_task(void *a, int t, int thread)
 {
     const struct gemm_job *j = a;
@@ -167,11 +176,9 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
-    int tile = threads > 1 ? dt_cpu_gemm_split_tile() : 0;
-    int blocks = tile && threads < M / tile ? threads : tile ? M / tile : 0;
-    int block = blocks > 0 ? ((M + blocks - 1) / blocks + tile - 1) / tile * tile : M;
+    int block = row_block(threads, M, threads > 1 ? dt_cpu_gemm_split_tile() : 0);
     int last = M > 0 ? M - (M - 1) / block * block : 0; /* the smallest block */
-    if (blocks < 2 || (M + block - 1) / block < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN) ||
+    if (block >= M || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN) ||
         (double)last * N * K <= GEMM_BLAS_SMALL) {
         dt_cpu_sgemm1(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -188,11 +195,8 @@ int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const 
     if (!dt_cpu_gemm_tiles_take(M, K))
         return 0;
     int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
-    int blocks = threads < M / GEMM_TILES_ROWS ? threads : M / GEMM_TILES_ROWS;
-    int block = blocks > 0 ? ((M + blocks - 1) / blocks + GEMM_TILES_ROWS - 1) / GEMM_TILES_ROWS *
-                                 GEMM_TILES_ROWS
-                           : M;
-    if (blocks < 2 || (M + block - 1) / block < 2 || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)) {
+    int block = row_block(threads, M, GEMM_TILES_ROWS);
+    if (block >= M || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)) {
         tiles1(transb, M, N, K, A, lda, B, ldb, bias, C, ldc);
         return 1;
     }

@@ -60,8 +60,8 @@ static int cpu_has_tiles(void)
 /* The 6 x 16 tile: acc = sum over k < K of A(r, k) op(B)(k, 0..15),
  * A(r, k) at a[r * ars + k * aks], op(B)(k, j) at b[k * 16 + j]; then C's
  * 6 x 16 block (row stride ldc) = acc, plus C's own values when add, or
- * plus bias[j] when bias is not NULL. Inlined with constant
- * strides, so that the loop's addresses are plain increments. */
+ * plus bias[j] when bias is not NULL. Inlined with constant strides, so
+ * that the loop's addresses are plain increments. */
 static inline __attribute__((always_inline)) TILES void
 tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *c, size_t ldc,
           int add, const float *bias)
@@ -168,7 +168,7 @@ int dt_cpu_gemm_tiles_take(int M, int K)
     static int has = -1;
     if (has < 0)
         has = cpu_has_tiles();
-    return has && !tiles_off && M >= GT_TALL && K <= GT_DEEP;
+    return has && !tiles_off && M >= GT_TALL && K >= 1 && K <= GT_DEEP;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -223,12 +223,6 @@ int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, 
 {
     if (M <= 0 || N <= 0)
         return 1;
-    if (K <= 0) {
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++)
-                C[(size_t)i * ldc + j] = bias ? bias[j] : 0.0f;
-        return 1;
-    }
     int kc_max = K < GT_KC ? K : GT_KC;
     int nc_max = N < GT_NC ? (N + GT_NR - 1) / GT_NR * GT_NR : GT_NC;
     float *bp = malloc((size_t)kc_max * nc_max * sizeof *bp);
