@@ -31,7 +31,9 @@
  * polynomial exp, dt_vexp_sub_lanes of vexp.h). Threads: the (sequence,
  * head) pairs are shared by the pool's threads, each pair computed whole
  * by one thread with one-thread BLAS calls, so any thread count gives the
- * same bits.
+ * same bits. On CPUs where the own tiles run (AVX2 and FMA, no AVX-512),
+ * the same steps run on the tiles instead of BLAS, cut finer at the
+ * causal mask (the section "fast, by the own tiles" below).
  *
  * train.precision does not reach this op: it computes in fp32 on the CPU
  * whatever the matmul operand precision of linear and conv.
@@ -44,17 +46,39 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "tiles.h"
 #include "vexp.h"
 
-/* Query rows per block of the fast path: a block of scores is
- * ATTN_QBLOCK x T floats, two of them make the workspace. */
+/* Query rows per block of the fast path with BLAS: a block of scores is
+ * ATTN_QBLOCK x T floats, two of them make its workspace. */
 #define ATTN_QBLOCK 64
+/* Query rows per block with the own tiles: 10 tiles of 6 rows. */
+#define ATTN_TBLOCK 60
 
 static int qblock(int T) { return T < ATTN_QBLOCK ? T : ATTN_QBLOCK; }
+static int tblock(int T) { return T < ATTN_TBLOCK ? T : ATTN_TBLOCK; }
+static size_t up16(size_t n) { return (n + 15) / 16 * 16; }
 
-/* The workspace of both versions: two blocks of query rows x T scores
- * (the reference uses the first T doubles as its row of scores). */
-static size_t attn_ws_bytes(int T) { return 2 * (size_t)qblock(T) * (size_t)T * sizeof(float); }
+/* The tiles' workspace, in floats, at w (see at_layout): scores and
+ * their gradients (two blocks of query rows x T rounded up to 16), the
+ * head's keys and values packed (K^T, V^T, and K or V), a block's queries
+ * and output gradients packed, and 6 rows of an operand's edge. */
+static size_t at_floats(int T, int Dh)
+{
+    size_t Tp = up16((size_t)T), Dp = up16((size_t)Dh), QB = (size_t)tblock(T);
+    return 2 * QB * Tp + 2 * Tp * (size_t)Dh + (size_t)T * Dp + 2 * QB * Dp +
+           GT_MR * (size_t)(T > Dh ? T : Dh);
+}
+
+/* The workspace of all versions: the larger of the BLAS path's (two
+ * blocks of query rows x T scores; the reference uses the first T
+ * doubles as its row of scores) and the tiles' (at_layout). Linear in
+ * T and in Dh. */
+static size_t attn_ws_bytes(int T, int Dh)
+{
+    size_t blas = 2 * (size_t)qblock(T) * (size_t)T, tiles = at_floats(T, Dh);
+    return (blas > tiles ? blas : tiles) * sizeof(float);
+}
 
 static dt_status check_shape(const char *op, int B, int T, int H, int Dh, int causal)
 {
@@ -72,14 +96,14 @@ static dt_status check_shape(const char *op, int B, int T, int H, int Dh, int ca
     return DT_OK;
 }
 
-static dt_status check_ws(const char *op, int T, const void *ws, size_t ws_bytes)
+static dt_status check_ws(const char *op, int T, int Dh, const void *ws, size_t ws_bytes)
 {
-    size_t need = attn_ws_bytes(T);
+    size_t need = attn_ws_bytes(T, Dh);
     if (!ws || ws_bytes < need)
         return dt_set_error(DT_ERR_INVALID_ARG,
                             "cpu %s: the workspace (%zu bytes%s) is smaller than the %zu bytes "
-                            "attention_workspace asks for with T=%d",
-                            op, ws ? ws_bytes : 0, ws ? "" : ", NULL", need, T);
+                            "attention_workspace asks for with T=%d and Dh=%d",
+                            op, ws ? ws_bytes : 0, ws ? "" : ", NULL", need, T, Dh);
     return DT_OK;
 }
 
@@ -88,7 +112,7 @@ static dt_status check_fwd(const float *out, const float *lse, const float *qkv,
 {
     DT_CPU_REQUIRE(out && lse && qkv, "attention_fwd", "out, lse and qkv must not be NULL");
     dt_status st = check_shape("attention_fwd", B, T, H, Dh, causal);
-    return st != DT_OK ? st : check_ws("attention_fwd", T, ws, ws_bytes);
+    return st != DT_OK ? st : check_ws("attention_fwd", T, Dh, ws, ws_bytes);
 }
 
 static dt_status check_bwd(const float *dqkv, const float *dout, const float *qkv, const float *out,
@@ -98,7 +122,7 @@ static dt_status check_bwd(const float *dqkv, const float *dout, const float *qk
     DT_CPU_REQUIRE(dqkv && dout && qkv && out && lse, "attention_bwd",
                    "dqkv, dout, qkv, out and lse must not be NULL");
     dt_status st = check_shape("attention_bwd", B, T, H, Dh, causal);
-    return st != DT_OK ? st : check_ws("attention_bwd", T, ws, ws_bytes);
+    return st != DT_OK ? st : check_ws("attention_bwd", T, Dh, ws, ws_bytes);
 }
 
 /* One head of one sequence: where its q, k, v (and their gradients), its
@@ -137,7 +161,7 @@ dt_status dt_cpu_attention_workspace(dt_backend_t *be, int B, int T, int H, int 
     if (st == DT_OK && !bytes)
         st = dt_set_error(DT_ERR_INVALID_ARG, "cpu attention_workspace: bytes must not be NULL");
     if (st == DT_OK)
-        *bytes = attn_ws_bytes(T);
+        *bytes = attn_ws_bytes(T, Dh);
     return st;
 }
 
@@ -316,13 +340,17 @@ static void block_scores(float *S, const float *qkv, const struct head *hd, int 
 struct att_job {
     float *out, *lse, *dqkv;
     const float *qkv, *dout, *cout, *clse;
-    int T, H, Dh, causal;
+    int T, H, Dh, causal, tiles; /* tiles: by the own tiles (below) */
     dt_backend_t *be;
     void *ws;
 };
 
 static void att_fwd_head(void *a, int bh, int thread);
 static void att_bwd_head(void *a, int bh, int thread);
+#if DT_TILES_X86
+static void at_fwd_head(const struct att_job *j, const struct head *hd, float *w);
+static void at_bwd_head(const struct att_job *j, const struct head *hd, float *w);
+#endif
 
 static dt_status att_threads(dt_backend_t *be, struct att_job *j, void *ws, size_t ws_bytes,
                              int heads)
@@ -330,6 +358,7 @@ static dt_status att_threads(dt_backend_t *be, struct att_job *j, void *ws, size
     int threads = heads > 1 ? dt_cpu_threads(be) : 1;
     j->be = be;
     j->ws = threads == 1 ? ws : NULL;
+    j->tiles = DT_TILES_X86 && dt_cpu_tiles_on();
     return threads == 1 ? DT_OK : dt_cpu_scratch_reserve(be, ws_bytes);
 }
 
@@ -358,6 +387,12 @@ static void att_fwd_head(void *a, int bh, int thread)
     const int QB = qblock(T);
     float *S = j->ws ? j->ws : dt_cpu_scratch(j->be, thread); /* (QB, kn) */
     struct head hd = head_at(bh / H, bh % H, T, H, Dh);
+#if DT_TILES_X86
+    if (j->tiles) {
+        at_fwd_head(j, &hd, S);
+        return;
+    }
+#endif
     for (int i0 = 0; i0 < T; i0 += QB) {
         int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
         block_scores(S, qkv, &hd, i0, m, kn, Dh, scale);
@@ -370,22 +405,24 @@ static void att_fwd_head(void *a, int bh, int thread)
     }
 }
 
-/* P(m, kn) = exp(S - lse) row by row, masked entries 0. */
-static void probs_from_lse(float *S, const float *lse, int i0, int m, int kn, int causal, int T)
+/* P(m, kn) = exp(S - lse) row by row (row stride ld), masked entries 0. */
+static void probs_from_lse(float *S, size_t ld, const float *lse, int i0, int m, int kn,
+                           int causal, int T)
 {
     for (int r = 0; r < m; r++) {
-        float *s = S + (size_t)r * kn;
+        float *s = S + (size_t)r * ld;
         int n = causal ? i0 + r + 1 : T;
         exp_sub_row(s, s, n, lse[i0 + r]);
         memset(s + n, 0, (size_t)(kn - n) * sizeof *s);
     }
 }
 
-/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)). Cloned like
+/* dP(m, kn) becomes dS = P * (dP - rowsum(dO * O)) over each row's
+ * allowed keys, 0 past them (row stride ld of both). Cloned like
  * exp_sub_row. */
 DT_CPU_CLONES static void
-score_grads(float *dP, const float *P, const float *dout, const float *out, const struct head *hd,
-            int i0, int m, int kn, int Dh)
+score_grads(float *dP, const float *P, size_t ld, const float *dout, const float *out,
+            const struct head *hd, int i0, int m, int kn, int Dh, int causal)
 {
     for (int r = 0; r < m; r++) {
         const float *doi = dout + hd->o + (size_t)(i0 + r) * hd->ldo;
@@ -393,20 +430,239 @@ score_grads(float *dP, const float *P, const float *dout, const float *out, cons
         float delta = 0.0f;
         for (int d = 0; d < Dh; d++)
             delta += doi[d] * oi[d];
-        float *ds = dP + (size_t)r * kn;
-        const float *p = P + (size_t)r * kn;
-        int j = 0;
-        for (; j + DT_CPU_LANES <= kn; j += DT_CPU_LANES) {
+        float *ds = dP + (size_t)r * ld;
+        const float *p = P + (size_t)r * ld;
+        int n = causal ? i0 + r + 1 : kn, j = 0;
+        for (; j + DT_CPU_LANES <= n; j += DT_CPU_LANES) {
             float t[DT_CPU_LANES];
             for (int k = 0; k < DT_CPU_LANES; k++)
                 t[k] = p[j + k] * (ds[j + k] - delta);
             for (int k = 0; k < DT_CPU_LANES; k++)
                 ds[j + k] = t[k];
         }
-        for (; j < kn; j++)
+        for (; j < n; j++)
             ds[j] = p[j] * (ds[j] - delta);
+        memset(ds + n, 0, (size_t)(kn - n) * sizeof *ds);
     }
 }
+
+/* ---- fast, by the own tiles ------------------------------------------ */
+
+/* On CPUs where the own tiles run (tiles.h, dt_cpu_tiles_on), the fast
+ * version's products are theirs instead of BLAS's, per (sequence, head):
+ * the head's K^T and V (or K^T, V^T and K) packed once into panels of 16
+ * columns, then per block of ATTN_TBLOCK query rows the same steps as
+ * above, each product cut at the causal mask by tiles of 6 query rows:
+ * a tile's scores stop at the 16-key panel of its last row, its P V and
+ * dS K at its last row's key, and a tile of 6 keys' P^T dO and dS^T Q
+ * start at the first query row that sees them. So the masked triangle
+ * costs at most a panel per tile, where BLAS over a block computes its
+ * whole diagonal square; no operand is packed per product (BLAS packs
+ * both), and the products write their scale and sum with the result.
+ * Each element is summed over its terms in order (one FMA each), by one
+ * thread per head: the same bits on any thread count; the last bits
+ * depend on the CPU, as BLAS's do. */
+#if DT_TILES_X86
+struct at_ws {
+    float *S, *dP, *kt, *vt, *kn, *qp, *dop, *ap;
+    size_t lds;
+};
+
+static struct at_ws at_layout(float *w, int T, int Dh)
+{
+    size_t Tp = up16((size_t)T), Dp = up16((size_t)Dh), QB = (size_t)tblock(T);
+    struct at_ws s = {.lds = Tp};
+    s.S = w;
+    s.dP = s.S + QB * Tp;
+    s.kt = s.dP + QB * Tp;
+    s.vt = s.kt + Tp * (size_t)Dh;
+    s.kn = s.vt + Tp * (size_t)Dh;
+    s.qp = s.kn + (size_t)T * Dp;
+    s.dop = s.qp + QB * Dp;
+    s.ap = s.dop + QB * Dp;
+    return s;
+}
+
+/* A's rows read where they lie (row stride lda), or its columns (A
+ * transposed, or a packed edge: column stride lda). */
+static TILES void at_tile_rows(int K, const float *a, size_t lda, const float *b, float *c,
+                               size_t ldc, int add, float alpha)
+{
+    dt_tile_body(K, a, lda, 1, b, c, ldc, add, NULL, alpha);
+}
+
+static TILES void at_tile_cols(int K, const float *a, size_t lda, const float *b, float *c,
+                               size_t ldc, int add, float alpha)
+{
+    dt_tile_body(K, a, 1, lda, b, c, ldc, add, NULL, alpha);
+}
+
+/* C(mr, nr) = alpha A(mr, K) B(K, 16), or C += it when add, for mr <= 6
+ * and nr <= 16: A(r, k) at a[r * ars + k * aks] with ars or aks 1, B a
+ * packed panel. A whole tile runs on C in place; fewer than 6 rows of A
+ * are packed into ap (6 x K floats, zeros past mr), and a tile past C's
+ * edge goes through a 6 x 16 copy. */
+static void at_tile_edge(int K, const float *a, size_t ars, size_t aks, const float *b, float *c,
+                         size_t ldc, int mr, int nr, int add, float alpha, float *ap)
+{
+    const float *at = a;
+    size_t lda = aks != 1 ? aks : ars;
+    int cols = aks != 1;
+    if (mr < GT_MR) {
+        for (int k = 0; k < K; k++)
+            for (int r = 0; r < GT_MR; r++)
+                ap[(size_t)k * GT_MR + r] = r < mr ? a[r * ars + k * aks] : 0.0f;
+        at = ap, lda = GT_MR, cols = 1;
+    }
+    float edge[GT_MR * GT_NR] = {0};
+    for (int r = 0; r < mr && add; r++)
+        memcpy(edge + r * GT_NR, c + (size_t)r * ldc, (size_t)nr * sizeof *c);
+    if (cols)
+        at_tile_cols(K, at, lda, b, edge, GT_NR, add, alpha);
+    else
+        at_tile_rows(K, at, lda, b, edge, GT_NR, add, alpha);
+    for (int r = 0; r < mr; r++)
+        memcpy(c + (size_t)r * ldc, edge + r * GT_NR, (size_t)nr * sizeof *c);
+}
+
+static inline __attribute__((always_inline)) void
+at_tile(int K, const float *a, size_t ars, size_t aks, const float *b, float *c, size_t ldc,
+        int mr, int nr, int add, float alpha, float *ap)
+{
+    if (mr < GT_MR || nr < GT_NR)
+        at_tile_edge(K, a, ars, aks, b, c, ldc, mr, nr, add, alpha, ap);
+    else if (aks != 1)
+        at_tile_cols(K, a, aks, b, c, ldc, add, alpha);
+    else
+        at_tile_rows(K, a, ars, b, c, ldc, add, alpha);
+}
+
+/* The first row of the tile of 6 rows that starts at m0 in a block of m
+ * rows: m0, but for the last tile of a block of 6 rows or more, which
+ * ends at the block's end (the rows it shares with the tile before are
+ * written twice, with the same values where their terms are finite, and
+ * the tile runs whole instead of through at_tile_edge). */
+static int at_first_row(int m0, int m)
+{
+    return m - m0 < GT_MR && m >= GT_MR ? m - GT_MR : m0;
+}
+
+/* S(m, up to Tp) = alpha A B^T for the block's m rows, A's rows at a
+ * (stride lda), B^T packed (bt: panels of 16 keys, Dh x 16 each): each
+ * tile of 6 rows up to the panel of its last allowed key (row i0 + r of
+ * the sequence allows keys up to it when causal), whole panels (keys
+ * past T are 0). */
+static void at_scores(float *S, size_t lds, const float *a, size_t lda, const float *bt, int m,
+                      int i0, int T, int Dh, int causal, float alpha, float *ap)
+{
+    for (int m1 = 0; m1 < m; m1 += GT_MR) {
+        int m0 = at_first_row(m1, m), mr = m - m0 < GT_MR ? m - m0 : GT_MR;
+        int keys = causal ? i0 + m0 + mr : T;
+        for (int p = 0; p < keys; p += GT_NR)
+            at_tile(Dh, a + (size_t)m0 * lda, lda, 1, bt + (size_t)p * Dh,
+                    S + (size_t)m0 * lds + p, lds, mr, GT_NR, 0, alpha, ap);
+    }
+}
+
+/* C(m, Dh) = alpha P B for the block's m rows of P (stride lds), B
+ * packed (bn: panels of 16 of its Dh columns, T x 16 each), each tile of
+ * 6 rows over the keys up to its last row's. */
+static void at_rows_times(float *C, size_t ldc, const float *P, size_t lds, const float *bn,
+                          int m, int i0, int T, int Dh, int causal, float alpha, float *ap)
+{
+    for (int m1 = 0; m1 < m; m1 += GT_MR) {
+        int m0 = at_first_row(m1, m), mr = m - m0 < GT_MR ? m - m0 : GT_MR;
+        int keys = causal ? i0 + m0 + mr : T;
+        for (int c = 0; c < Dh; c += GT_NR)
+            at_tile(keys, P + (size_t)m0 * lds, lds, 1, bn + (size_t)c * T,
+                    C + (size_t)m0 * ldc + c, ldc, mr, Dh - c < GT_NR ? Dh - c : GT_NR, 0, alpha,
+                    ap);
+    }
+}
+
+/* C(kn, Dh) += alpha P^T B for the keys [0, kn) of a block of m query
+ * rows starting at i0, B's m rows packed (bn: panels of 16 of its Dh
+ * columns, m x 16 each): each tile of 6 keys over the query rows from
+ * the first that sees them. */
+static void at_cols_times(float *C, size_t ldc, const float *P, size_t lds, const float *bn,
+                          int m, int i0, int kn, int Dh, int causal, float alpha, float *ap)
+{
+    for (int j0 = 0; j0 < kn; j0 += GT_MR) {
+        int jr = kn - j0 < GT_MR ? kn - j0 : GT_MR, r0 = causal && j0 > i0 ? j0 - i0 : 0;
+        for (int c = 0; c < Dh; c += GT_NR)
+            at_tile(m - r0, P + (size_t)r0 * lds + j0, 1, lds, bn + (size_t)c * m + r0 * GT_NR,
+                    C + (size_t)j0 * ldc + c, ldc, jr, Dh - c < GT_NR ? Dh - c : GT_NR, 1, alpha,
+                    ap);
+    }
+}
+
+/* Panels of 16 columns: x's n rows (stride ld) of Dh columns as they lie
+ * (bn: Dh/16 panels of n x 16), or transposed (bt: n/16 panels of Dh x
+ * 16, columns past n zero). */
+static void at_pack_n(float *bn, const float *x, size_t ld, int n, int Dh)
+{
+    for (int c = 0; c < Dh; c += GT_NR)
+        dt_tile_pack_bn(bn + (size_t)c * n, x + c, ld, n, Dh - c < GT_NR ? Dh - c : GT_NR);
+}
+
+static void at_pack_t(float *bt, const float *x, size_t ld, int n, int Dh)
+{
+    for (int p = 0; p < n; p += GT_NR)
+        dt_tile_pack_bt(bt + (size_t)p * Dh, x + (size_t)p * ld, ld, Dh,
+                        n - p < GT_NR ? n - p : GT_NR);
+}
+
+static void at_fwd_head(const struct att_job *j, const struct head *hd, float *w)
+{
+    const int T = j->T, Dh = j->Dh, causal = j->causal, QB = tblock(T);
+    const float *qkv = j->qkv;
+    const float scale = (float)(1.0 / sqrt((double)Dh));
+    struct at_ws s = at_layout(w, T, Dh);
+    at_pack_t(s.kt, qkv + hd->k, hd->ld, T, Dh);
+    at_pack_n(s.kn, qkv + hd->v, hd->ld, T, Dh);
+    for (int i0 = 0; i0 < T; i0 += QB) {
+        int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
+        at_scores(s.S, s.lds, qkv + hd->q + (size_t)i0 * hd->ld, hd->ld, s.kt, m, i0, T, Dh,
+                  causal, scale, s.ap);
+        for (int r = 0; r < m; r++)
+            j->lse[hd->l + i0 + r] = softmax_row(s.S + r * s.lds, causal ? i0 + r + 1 : T, kn);
+        at_rows_times(j->out + hd->o + (size_t)i0 * hd->ldo, hd->ldo, s.S, s.lds, s.kn, m, i0, T,
+                      Dh, causal, 1.0f, s.ap);
+    }
+}
+
+static void at_bwd_head(const struct att_job *j, const struct head *hd, float *w)
+{
+    const int T = j->T, Dh = j->Dh, causal = j->causal, QB = tblock(T);
+    const float *qkv = j->qkv, *dout = j->dout;
+    float *dqkv = j->dqkv;
+    const float scale = (float)(1.0 / sqrt((double)Dh));
+    struct at_ws s = at_layout(w, T, Dh);
+    at_pack_t(s.kt, qkv + hd->k, hd->ld, T, Dh);
+    at_pack_t(s.vt, qkv + hd->v, hd->ld, T, Dh);
+    at_pack_n(s.kn, qkv + hd->k, hd->ld, T, Dh);
+    zero_rows(dqkv + hd->k, T, Dh, hd->ld);
+    zero_rows(dqkv + hd->v, T, Dh, hd->ld);
+    for (int i0 = 0; i0 < T; i0 += QB) {
+        int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
+        const float *q = qkv + hd->q + (size_t)i0 * hd->ld;
+        const float *dO = dout + hd->o + (size_t)i0 * hd->ldo;
+        at_scores(s.S, s.lds, q, hd->ld, s.kt, m, i0, T, Dh, causal, scale, s.ap);
+        probs_from_lse(s.S, s.lds, j->clse + hd->l, i0, m, kn, causal, T);
+        /* dV[0:kn] += P^T dO */
+        at_pack_n(s.dop, dO, hd->ldo, m, Dh);
+        at_cols_times(dqkv + hd->v, hd->ld, s.S, s.lds, s.dop, m, i0, kn, Dh, causal, 1.0f, s.ap);
+        /* dP = dO V^T, then dS in its place */
+        at_scores(s.dP, s.lds, dO, hd->ldo, s.vt, m, i0, T, Dh, causal, 1.0f, s.ap);
+        score_grads(s.dP, s.S, s.lds, dout, j->cout, hd, i0, m, kn, Dh, causal);
+        /* dQ = dS K * scale, dK[0:kn] += dS^T Q * scale */
+        at_rows_times(dqkv + hd->q + (size_t)i0 * hd->ld, hd->ld, s.dP, s.lds, s.kn, m, i0, T, Dh,
+                      causal, scale, s.ap);
+        at_pack_n(s.qp, q, hd->ld, m, Dh);
+        at_cols_times(dqkv + hd->k, hd->ld, s.dP, s.lds, s.qp, m, i0, kn, Dh, causal, scale, s.ap);
+    }
+}
+#endif
 
 dt_status dt_cpu_attention_bwd(dt_backend_t *be, float *dqkv, const float *dout, const float *qkv,
                                const float *out, const float *lse, int B, int T, int H, int Dh,
@@ -434,6 +690,12 @@ static void att_bwd_head(void *a, int bh, int thread)
     const int QB = qblock(T);
     float *P = j->ws ? j->ws : dt_cpu_scratch(j->be, thread), *dP = P + (size_t)QB * T;
     struct head hd = head_at(bh / H, bh % H, T, H, Dh);
+#if DT_TILES_X86
+    if (j->tiles) {
+        at_bwd_head(j, &hd, P);
+        return;
+    }
+#endif
     float *dq = dqkv + hd.q, *dk = dqkv + hd.k, *dv = dqkv + hd.v;
     const float *k = qkv + hd.k, *v = qkv + hd.v, *dO;
     zero_rows(dk, T, Dh, hd.ld);
@@ -442,14 +704,14 @@ static void att_bwd_head(void *a, int bh, int thread)
         int m = T - i0 < QB ? T - i0 : QB, kn = causal ? i0 + m : T;
         dO = dout + hd.o + (size_t)i0 * hd.ldo;
         block_scores(P, qkv, &hd, i0, m, kn, Dh, scale);
-        probs_from_lse(P, lse + hd.l, i0, m, kn, causal, T);
+        probs_from_lse(P, kn, lse + hd.l, i0, m, kn, causal, T);
         /* dV[0:kn] += P^T dO */
         dt_cpu_sgemm1(1, 0, kn, Dh, m, 1.0f, P, kn, dO,
                     hd.ldo, 1.0f, dv, hd.ld);
         /* dP = dO V[0:kn]^T, then dS in its place */
         dt_cpu_sgemm1(0, 1, m, kn, Dh, 1.0f, dO, hd.ldo, v,
                     hd.ld, 0.0f, dP, kn);
-        score_grads(dP, P, dout, out, &hd, i0, m, kn, Dh);
+        score_grads(dP, P, kn, dout, out, &hd, i0, m, kn, Dh, causal);
         /* dQ[i0:i0+m] = dS K[0:kn] * scale */
         dt_cpu_sgemm1(0, 0, m, Dh, kn, scale, dP, kn, k,
                     hd.ld, 0.0f, dq + (size_t)i0 * hd.ld, hd.ld);

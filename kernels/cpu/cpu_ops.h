@@ -209,13 +209,17 @@ int dt_cpu_gemm_split_tile(void);
  * says whether they take such a product (any cut of it into blocks of
  * rows keeps their bits, so the whole product's M decides for its
  * blocks). dt_cpu_gemm_tiles does one on the calling thread and returns
- * 1; 0 when it could not have its buffers (nothing written). dt_cpu_gemm_tiles_pin(0) turns them off
- * (for tests, not thread-safe), (1) on again; it returns whether the
- * tiles then run on this CPU, or 1 for off. */
+ * 1; 0 when it could not have its buffers (nothing written).
+ * dt_cpu_gemm_tiles_pin(0) turns the own tiles off, these and
+ * attention's (for tests, not thread-safe), (1) on again; it returns
+ * whether the tiles then run on this CPU, or 1 for off. */
 int dt_cpu_gemm_tiles_take(int M, int K);
 int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, const float *bias, float *C, int ldc);
 int dt_cpu_gemm_tiles_pin(int on);
+/* Whether the own tiles (tiles.h) run: the CPU has them and
+ * dt_cpu_gemm_tiles_pin has not turned them off. */
+int dt_cpu_tiles_on(void);
 /* One BLAS call on the calling thread, C(M,N) = alpha op(A) op(B) + beta
  * C as cblas_sgemm. With beta = 0, C is zeroed first and the product
  * added to it (beta = 1): OpenBLAS's own beta = 0 pass writes C one

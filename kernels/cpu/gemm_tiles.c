@@ -30,9 +30,8 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "tiles.h"
 
-#define GT_MR 6
-#define GT_NR 16
 /* k per block: a panel of op(B) (GT_KC x 16 floats, 16 KiB) and a tile's
  * 6 rows of A fit the first-level cache together. */
 #define GT_KC 256
@@ -46,56 +45,11 @@
 #define GT_TALL 512
 #define GT_DEEP 512
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-#define TILES __attribute__((target("avx2,fma")))
-
+#if DT_TILES_X86
 static int cpu_has_tiles(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            !__builtin_cpu_supports("avx512f");
-}
-
-/* The 6 x 16 tile: acc = sum over k < K of A(r, k) op(B)(k, 0..15),
- * A(r, k) at a[r * ars + k * aks], op(B)(k, j) at b[k * 16 + j]; then C's
- * 6 x 16 block (row stride ldc) = acc, plus C's own values when add, or
- * plus bias[j] when bias is not NULL. Inlined with constant strides, so
- * that the loop's addresses are plain increments. */
-static inline __attribute__((always_inline)) TILES void
-tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *c, size_t ldc,
-          int add, const float *bias)
-{
-    __m256 acc[GT_MR][2];
-#pragma GCC unroll 6
-    for (int r = 0; r < GT_MR; r++) {
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(c + r * ldc + GT_NR - 1), _MM_HINT_T0);
-    }
-    for (int k = 0; k < K; k++) {
-        const float *bk = b + (size_t)k * GT_NR, *ak = a + (size_t)k * aks;
-        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
-#pragma GCC unroll 6
-        for (int r = 0; r < GT_MR; r++) {
-            __m256 x = _mm256_broadcast_ss(ak + r * ars);
-            acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < GT_MR; r++) {
-        float *cr = c + r * ldc;
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256 v = acc[r][h];
-            if (add)
-                v = _mm256_add_ps(_mm256_loadu_ps(cr + 8 * h), v);
-            else if (bias)
-                v = _mm256_add_ps(_mm256_loadu_ps(bias + 8 * h), v);
-            _mm256_storeu_ps(cr + 8 * h, v);
-        }
-    }
 }
 
 /* A read where it lies (row r at a + r * lda), or from a packed panel
@@ -103,51 +57,15 @@ tile_body(int K, const float *a, size_t ars, size_t aks, const float *b, float *
 static TILES void tile_rows(int K, const float *a, size_t lda, const float *b, float *c,
                             size_t ldc, int add, const float *bias)
 {
-    tile_body(K, a, lda, 1, b, c, ldc, add, bias);
+    dt_tile_body(K, a, lda, 1, b, c, ldc, add, bias, 1.0f);
 }
 
 static TILES void tile_packed(int K, const float *a, const float *b, float *c, size_t ldc,
                               int add, const float *bias)
 {
-    tile_body(K, a, 1, GT_MR, b, c, ldc, add, bias);
+    dt_tile_body(K, a, 1, GT_MR, b, c, ldc, add, bias, 1.0f);
 }
 
-/* Panel rows k (kc of them) of 16 columns of op(B) = B: dst[k * 16 + j]
- * = B[k * ldb + j] for j < n, zero past n. */
-static TILES void pack_bn(float *dst, const float *B, int ldb, int kc, int n)
-{
-    for (int k = 0; k < kc; k++) {
-        const float *src = B + (size_t)k * ldb;
-        float *d = dst + (size_t)k * GT_NR;
-        if (n == GT_NR) {
-            _mm256_storeu_ps(d, _mm256_loadu_ps(src));
-            _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + 8));
-        } else {
-            for (int j = 0; j < GT_NR; j++)
-                d[j] = j < n ? src[j] : 0.0f;
-        }
-    }
-}
-
-/* The same for op(B) = B transposed: dst[k * 16 + j] = B[j * ldb + k];
- * blocks of 8 x 8 through registers. */
-static TILES void pack_bt(float *dst, const float *B, int ldb, int kc, int n)
-{
-    int k = 0;
-    if (n == GT_NR)
-        for (; k + 8 <= kc; k += 8)
-            for (int j0 = 0; j0 < GT_NR; j0 += 8) {
-                f32x8 r[8], t[8];
-                for (int m = 0; m < 8; m++)
-                    memcpy(&r[m], B + (size_t)(j0 + m) * ldb + k, sizeof r[m]);
-                dt_cpu_transpose8(t, r);
-                for (int m = 0; m < 8; m++)
-                    memcpy(dst + (size_t)(k + m) * GT_NR + j0, &t[m], sizeof t[m]);
-            }
-    for (; k < kc; k++)
-        for (int j = 0; j < GT_NR; j++)
-            dst[(size_t)k * GT_NR + j] = j < n ? B[(size_t)j * ldb + k] : 0.0f;
-}
 #else
 static int cpu_has_tiles(void)
 {
@@ -163,15 +81,20 @@ int dt_cpu_gemm_tiles_pin(int on)
     return !on || cpu_has_tiles();
 }
 
-int dt_cpu_gemm_tiles_take(int M, int K)
+int dt_cpu_tiles_on(void)
 {
     static int has = -1;
     if (has < 0)
         has = cpu_has_tiles();
-    return has && !tiles_off && M >= GT_TALL && K >= 1 && K <= GT_DEEP;
+    return has && !tiles_off;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+int dt_cpu_gemm_tiles_take(int M, int K)
+{
+    return dt_cpu_tiles_on() && M >= GT_TALL && K >= 1 && K <= GT_DEEP;
+}
+
+#if DT_TILES_X86
 /* op(B)'s rows k0 .. k0+kc, columns n0 .. n0+nc, into panels of 16
  * columns (kc x 16 floats each). */
 static void pack_b(int transb, const float *B, int ldb, int k0, int kc, int n0, int nc, int N,
@@ -180,9 +103,9 @@ static void pack_b(int transb, const float *B, int ldb, int k0, int kc, int n0, 
     for (int p = 0; p < nc; p += GT_NR) {
         int n = N - (n0 + p) < GT_NR ? N - (n0 + p) : GT_NR;
         if (transb)
-            pack_bt(P + (size_t)p * kc, B + (size_t)(n0 + p) * ldb + k0, ldb, kc, n);
+            dt_tile_pack_bt(P + (size_t)p * kc, B + (size_t)(n0 + p) * ldb + k0, ldb, kc, n);
         else
-            pack_bn(P + (size_t)p * kc, B + (size_t)k0 * ldb + n0 + p, ldb, kc, n);
+            dt_tile_pack_bn(P + (size_t)p * kc, B + (size_t)k0 * ldb + n0 + p, ldb, kc, n);
     }
 }
 

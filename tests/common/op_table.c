@@ -954,6 +954,10 @@ const struct dt_op_case dt_op_cases[] = {
     {"attention causal T=70 heads 2x32", DT_OP_attention_fwd, {1, 70, 2, 32, 1}, 1e-5},
     {"attention T=37 Dh 40", DT_OP_attention_fwd, {2, 37, 1, 40, 0}, 1e-5},
     {"attention causal T=13 heads 3x16", DT_OP_attention_fwd, {2, 13, 3, 16, 1}, 1e-5},
+    /* three query blocks of the own tiles (60, 60 and 10 rows), 130 keys
+     * (past the last panel of 16 and the last tile of 6) */
+    {"attention causal T=130 Dh 16 (three query blocks)", DT_OP_attention_fwd, {1, 130, 1, 16, 1},
+     1e-5},
 };
 const int dt_op_ncases = sizeof dt_op_cases / sizeof dt_op_cases[0];
 

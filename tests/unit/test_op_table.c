@@ -152,15 +152,16 @@ static void test_conv_lowered(void)
     CU_ASSERT(dt_cpu_conv_direct_pin(1));
 }
 
-/* Where the CPU runs the own product tiles, the rows' linear layers again
- * with them turned off: the BLAS products that other CPUs run (and this
- * one for products of fewer rows). */
-static void test_linear_blas(void)
+/* Where the CPU runs the own product tiles, the rows' linear layers and
+ * attention again with them turned off: the BLAS products that other
+ * CPUs run (and this one for linear products of fewer rows). */
+static void test_blas_products(void)
 {
     if (!dt_cpu_gemm_tiles_pin(1))
         return;
     CU_ASSERT(dt_cpu_gemm_tiles_pin(0));
     CU_ASSERT(rerun_rows(DT_OP_linear_fwd) >= 9);
+    CU_ASSERT(rerun_rows(DT_OP_attention_fwd) >= 12);
     CU_ASSERT(dt_cpu_gemm_tiles_pin(1));
 }
 
@@ -632,6 +633,15 @@ static void test_invalid_embedding(void)
     }
 }
 
+/* Bytes of two blocks of 64 query rows of scores, three copies of a
+ * head's keys or values and two of a block's queries, each rounded up to
+ * 16 in both dimensions, and 6 rows of the longer of T and Dh. */
+static size_t attn_ws_bound(int T, int Dh)
+{
+    size_t t = (size_t)T + 16, d = (size_t)Dh + 16;
+    return ((2 * 64 + 3 * d) * t + (2 * 64 + 6) * d + 6 * (t + d)) * sizeof(float);
+}
+
 static void test_attention_workspace(void)
 {
     enum { B = 2, T = 70, H = 2, Dh = 6 };
@@ -644,11 +654,15 @@ static void test_attention_workspace(void)
         const struct dt_ops *o = dt_backend_ops(be);
         size_t need = 0;
         CU_ASSERT_EQUAL(o->attention_workspace(be, B, T, H, Dh, 1, &need), DT_OK);
-        /* bounded by blocks of query rows: linear in T, not T x T */
-        CU_ASSERT(need > 0 && need <= (size_t)2 * 64 * T * sizeof(float));
-        size_t need_long = 0;
+        /* bounded by blocks of query rows and the head's keys and values:
+         * linear in T and in Dh, not T x T */
+        CU_ASSERT(need > 0 && need <= attn_ws_bound(T, Dh));
+        size_t need_short = 0, need_long = 0, need_wide = 0;
+        CU_ASSERT_EQUAL(o->attention_workspace(be, 1, T, 1, 4, 0, &need_short), DT_OK);
         CU_ASSERT_EQUAL(o->attention_workspace(be, 1, 8 * T, 1, 4, 0, &need_long), DT_OK);
-        CU_ASSERT_EQUAL(need_long, 8 * need);
+        CU_ASSERT(need_long > 4 * need_short && need_long <= 8 * need_short);
+        CU_ASSERT_EQUAL(o->attention_workspace(be, 1, T, 1, 128, 0, &need_wide), DT_OK);
+        CU_ASSERT(need_wide > need_short && need_wide <= attn_ws_bound(T, 128));
         void *ws = malloc(need);
         CU_ASSERT_FATAL(ws != NULL);
         CU_ASSERT_EQUAL(o->attention_fwd(be, out, lse, qkv, B, T, H, Dh, 1, ws, need), DT_OK);
@@ -700,7 +714,7 @@ int main(void)
     CU_ADD(s, test_batchnorm_relu);
     CU_ADD(s, test_threads_same_bits);
     CU_ADD(s, test_conv_lowered);
-    CU_ADD(s, test_linear_blas);
+    CU_ADD(s, test_blas_products);
     CU_ADD(s, test_compare_detects);
     CU_ADD(s, test_conv_workspace);
     CU_ADD(s, test_conv_precision);
