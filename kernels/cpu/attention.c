@@ -457,8 +457,10 @@ score_grads(float *dP, const float *P, size_t ld, const float *dout, const float
  * dS K at its last row's key, and a tile of 6 keys' P^T dO and dS^T Q
  * start at the first query row that sees them. So the masked triangle
  * costs at most a panel per tile, where BLAS over a block computes its
- * whole diagonal square; no operand is packed per product (BLAS packs
- * both), and the products write their scale and sum with the result.
+ * whole diagonal square. Keys and values are packed once per head, a
+ * block's queries and output gradients once per block (BLAS packs both
+ * operands of every call), and the products write their scale and sum
+ * with the result.
  * Each element is summed over its terms in order (one FMA each), by one
  * thread per head: the same bits on any thread count; the last bits
  * depend on the CPU, as BLAS's do. */
