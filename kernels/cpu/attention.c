@@ -603,15 +603,12 @@ static void at_cols_times(float *C, size_t ldc, const float *P, size_t lds, cons
  * 16, columns past n zero). */
 static void at_pack_n(float *bn, const float *x, size_t ld, int n, int Dh)
 {
-    for (int c = 0; c < Dh; c += GT_NR)
-        dt_tile_pack_bn(bn + (size_t)c * n, x + c, ld, n, Dh - c < GT_NR ? Dh - c : GT_NR);
+    dt_tile_pack_panels(0, x, ld, 0, n, 0, Dh, Dh, bn);
 }
 
 static void at_pack_t(float *bt, const float *x, size_t ld, int n, int Dh)
 {
-    for (int p = 0; p < n; p += GT_NR)
-        dt_tile_pack_bt(bt + (size_t)p * Dh, x + (size_t)p * ld, ld, Dh,
-                        n - p < GT_NR ? n - p : GT_NR);
+    dt_tile_pack_panels(1, x, ld, 0, Dh, 0, n, n, bt);
 }
 
 static void at_fwd_head(const struct att_job *j, const struct head *hd, float *w)

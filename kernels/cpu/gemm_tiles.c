@@ -95,20 +95,6 @@ int dt_cpu_gemm_tiles_take(int M, int K)
 }
 
 #if DT_TILES_X86
-/* op(B)'s rows k0 .. k0+kc, columns n0 .. n0+nc, into panels of 16
- * columns (kc x 16 floats each). */
-static void pack_b(int transb, const float *B, int ldb, int k0, int kc, int n0, int nc, int N,
-                   float *P)
-{
-    for (int p = 0; p < nc; p += GT_NR) {
-        int n = N - (n0 + p) < GT_NR ? N - (n0 + p) : GT_NR;
-        if (transb)
-            dt_tile_pack_bt(P + (size_t)p * kc, B + (size_t)(n0 + p) * ldb + k0, ldb, kc, n);
-        else
-            dt_tile_pack_bn(P + (size_t)p * kc, B + (size_t)k0 * ldb + n0 + p, ldb, kc, n);
-    }
-}
-
 /* A's rows m0 .. m0+mr (mr < 6, zero past them), columns k0 .. k0+kc,
  * into a panel of 6 floats per k. */
 static void pack_a(const float *A, int lda, int m0, int mr, int k0, int kc, float *P)
@@ -158,7 +144,7 @@ int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, 
         int kc = K - k0 < GT_KC ? K - k0 : GT_KC, add = k0 > 0;
         for (int n0 = 0; n0 < N; n0 += GT_NC) {
             int nc = N - n0 < GT_NC ? N - n0 : GT_NC;
-            pack_b(transb, B, ldb, k0, kc, n0, nc, N, bp);
+            dt_tile_pack_panels(transb, B, ldb, k0, kc, n0, nc, N, bp);
             for (int m0 = 0; m0 < M; m0 += GT_MR) {
                 int mr = M - m0 < GT_MR ? M - m0 : GT_MR;
                 if (mr < GT_MR)

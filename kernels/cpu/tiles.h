@@ -108,6 +108,21 @@ static inline TILES void dt_tile_pack_bt(float *dst, const float *B, size_t ldb,
         for (int j = 0; j < GT_NR; j++)
             dst[(size_t)k * GT_NR + j] = j < n ? B[(size_t)j * ldb + k] : 0.0f;
 }
+
+/* op(B)'s rows k0 .. k0+kc, columns n0 .. n0+nc (of N), into panels of
+ * 16 columns at P (kc x 16 floats each, zero past column N); op(B) = B,
+ * or B transposed when transb. */
+static inline void dt_tile_pack_panels(int transb, const float *B, size_t ldb, int k0, int kc,
+                                       int n0, int nc, int N, float *P)
+{
+    for (int p = 0; p < nc; p += GT_NR) {
+        int n = N - (n0 + p) < GT_NR ? N - (n0 + p) : GT_NR;
+        if (transb)
+            dt_tile_pack_bt(P + (size_t)p * kc, B + (size_t)(n0 + p) * ldb + k0, ldb, kc, n);
+        else
+            dt_tile_pack_bn(P + (size_t)p * kc, B + (size_t)k0 * ldb + n0 + p, ldb, kc, n);
+    }
+}
 #else
 #define DT_TILES_X86 0
 #endif
