@@ -217,6 +217,15 @@ int dt_cpu_gemm_tiles_take(int M, int K);
 int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, const float *bias, float *C, int ldc);
 int dt_cpu_gemm_tiles_pin(int on);
+/* The same tiles with C transposed: C(N,M) = (A op(B))^T, or + bias[m]
+ * on C's column m, each element with the bits dt_cpu_gemm_tiles gives it
+ * (so `linear` over a short batch, its weights as A, matches it over a
+ * long one); A is read where it lies, op(B) packed whole. dt_cpu_gemm_tiles_ct_take(M, N, K) says whether they take
+ * it: N from 1 to 96 (a short batch), M and K at least 384 (a layer's
+ * outputs and inputs), K at most 3072. */
+int dt_cpu_gemm_tiles_ct_take(int M, int N, int K);
+int dt_cpu_gemm_tiles_ct(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                         int ldb, const float *bias, float *C, int ldc);
 /* Whether the own tiles (tiles.h) run: the CPU has them and
  * dt_cpu_gemm_tiles_pin has not turned them off. */
 int dt_cpu_tiles_on(void);
@@ -233,6 +242,9 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
  * (dt_cpu_gemm_tiles_take(M, K)): returns 1; else 0, nothing written. */
 int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, const float *bias, float *C, int ldc);
+/* The same with C transposed (dt_cpu_gemm_tiles_ct_take(M, N, K)). */
+int dt_cpu_sgemm_tiles_ct(dt_backend_t *be, int transb, int M, int N, int K, const float *A,
+                          int lda, const float *B, int ldb, const float *bias, float *C, int ldc);
 
 /* The backend's step gate (step_gate sets it; the gated sgd_update and
  * adamw_update read it). A NULL backend has none: it never skips. */

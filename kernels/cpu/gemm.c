@@ -15,7 +15,8 @@
  * BLAS the program runs with (split_tile below); a BLAS that gives other
  * bits at every tile tried is not cut at all. The products the own tiles
  * take (dt_cpu_sgemm_tiles, gemm_tiles.c) are cut into blocks of
- * GEMM_TILES_ROWS rows: any cut keeps their bits.
+ * GEMM_TILES_ROWS rows (with C transposed, dt_cpu_sgemm_tiles_ct: of A's
+ * rows, C's columns): any cut keeps their bits.
  */
 #include "cpu_ops.h"
 
@@ -45,7 +46,7 @@
 #define GEMM_TILES_ROWS 24
 
 struct gemm_job {
-    int transa, transb, M, N, K, block, tiles;
+    int transa, transb, M, N, K, block, tiles; /* tiles: 1, or 2 with C transposed */
     float alpha, beta;
     const float *A, *B, *bias;
     float *C;
@@ -148,6 +149,20 @@ static void tiles1(int transb, int M, int N, int K, const float *A, int lda, con
     dt_cpu_sgemm1(0, transb, M, N, K, 1.0f, A, lda, B, ldb, bias ? 1.0f : 0.0f, C, ldc);
 }
 
+/* The same with C transposed (dt_cpu_gemm_tiles_ct): C(N,M) = (A
+ * op(B))^T, + bias[m] on column m; by BLAS where the tiles cannot have
+ * their buffers (C filled with the bias first). */
+static void tiles_ct1(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                      int ldb, const float *bias, float *C, int ldc)
+{
+    if (dt_cpu_gemm_tiles_ct(transb, M, N, K, A, lda, B, ldb, bias, C, ldc))
+        return;
+    for (int i = 0; i < N && bias; i++)
+        memcpy(C + (size_t)i * ldc, bias, (size_t)M * sizeof *C);
+    /* C(N,M) = op(B)^T A^T */
+    dt_cpu_sgemm1(!transb, 1, N, M, K, 1.0f, B, ldb, A, lda, bias ? 1.0f : 0.0f, C, ldc);
+}
+
 /* Rows per block when M rows are cut for the pool's threads at multiples
  * of tile (as many blocks as threads, fewer where M is short); M or more
  * when the product is not cut. */
@@ -163,7 +178,10 @@ static void gemm_task(void *a, int t, int thread)
     int lo = t * j->block, hi = lo + j->block < j->M ? lo + j->block : j->M;
     if (lo >= hi)
         return;
-    if (j->tiles)
+    if (j->tiles == 2)
+        tiles_ct1(j->transb, hi - lo, j->N, j->K, j->A + (size_t)lo * j->lda, j->lda, j->B,
+                  j->ldb, j->bias ? j->bias + lo : NULL, j->C + lo, j->ldc);
+    else if (j->tiles)
         tiles1(j->transb, hi - lo, j->N, j->K, j->A + (size_t)lo * j->lda, j->lda, j->B, j->ldb,
                j->bias, j->C + (size_t)lo * j->ldc, j->ldc);
     else
@@ -189,19 +207,38 @@ void dt_cpu_sgemm(dt_backend_t *be, int transa, int transb, int M, int N, int K,
     dt_cpu_run(be, (M + block - 1) / block, gemm_task, &j);
 }
 
+/* A product the tiles take (tiles: 1, or 2 with C transposed) on the
+ * pool's threads, in blocks of A's rows (C's rows, or its columns). */
+static void sgemm_tiles_run(dt_backend_t *be, int tiles, int transb, int M, int N, int K,
+                            const float *A, int lda, const float *B, int ldb, const float *bias,
+                            float *C, int ldc)
+{
+    int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
+    int block = row_block(threads, M, GEMM_TILES_ROWS);
+    if (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)
+        block = M;
+    struct gemm_job j = {.transb = transb, .M = M, .N = N, .K = K, .block = block, .tiles = tiles,
+                         .A = A, .B = B, .bias = bias, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
+    if (block >= M)
+        gemm_task(&j, 0, 0);
+    else
+        dt_cpu_run(be, (M + block - 1) / block, gemm_task, &j);
+}
+
 int dt_cpu_sgemm_tiles(dt_backend_t *be, int transb, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, const float *bias, float *C, int ldc)
 {
     if (!dt_cpu_gemm_tiles_take(M, K))
         return 0;
-    int threads = dt_cpu_threads(be), tiny = dt_cpu_tiny_tasks(be);
-    int block = row_block(threads, M, GEMM_TILES_ROWS);
-    if (block >= M || (!tiny && (double)M * N * K < GEMM_SPLIT_MIN)) {
-        tiles1(transb, M, N, K, A, lda, B, ldb, bias, C, ldc);
-        return 1;
-    }
-    struct gemm_job j = {.transb = transb, .M = M, .N = N, .K = K, .block = block, .tiles = 1,
-                         .A = A, .B = B, .bias = bias, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc};
-    dt_cpu_run(be, (M + block - 1) / block, gemm_task, &j);
+    sgemm_tiles_run(be, 1, transb, M, N, K, A, lda, B, ldb, bias, C, ldc);
+    return 1;
+}
+
+int dt_cpu_sgemm_tiles_ct(dt_backend_t *be, int transb, int M, int N, int K, const float *A,
+                          int lda, const float *B, int ldb, const float *bias, float *C, int ldc)
+{
+    if (!dt_cpu_gemm_tiles_ct_take(M, N, K))
+        return 0;
+    sgemm_tiles_run(be, 2, transb, M, N, K, A, lda, B, ldb, bias, C, ldc);
     return 1;
 }

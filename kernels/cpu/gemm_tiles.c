@@ -4,7 +4,8 @@
  * product over at most GT_DEEP terms, on CPUs with AVX2 and FMA but no
  * AVX-512 (where OpenBLAS's kernels are twice as wide): `linear`'s
  * forward and input gradient over a batch of tokens or samples
- * (dt_cpu_sgemm_tiles in gemm.c).
+ * (dt_cpu_sgemm_tiles in gemm.c), and its forward over a short batch with
+ * the product transposed (dt_cpu_gemm_tiles_ct, below).
  *
  * C is computed in tiles of 6 rows by 16 columns, 12 vector accumulators:
  * per k, 2 vector loads of op(B)'s row k, 6 broadcasts of A's column k
@@ -44,6 +45,18 @@
  * of 768 to 3072 terms, ran at 0.95 to 1.00 of OpenBLAS's speed). */
 #define GT_TALL 512
 #define GT_DEEP 512
+/* The products the tiles take with C transposed (dt_cpu_gemm_tiles_ct):
+ * a short batch (N of at most GT_CT_SHORT rows) against a layer's
+ * weights (at least GT_CT_WIDE outputs, the M side, and as many inputs,
+ * at most GT_CT_DEEP): there OpenBLAS's kernels ran at 0.74 to 0.93 of
+ * their speed on a batch of 128 (32 to 64 rows), and these at 1.03 to
+ * 1.34 times OpenBLAS's (32 to 96 rows, layers of 512 to 3072; 8 rows
+ * 1.08 to 1.17, 24 rows 0.98 to 1.08).
+ * Layers of 256 ran at 0.88 to 1.10, a batch of 128 as fast as OpenBLAS
+ * (1.00), of 256 slower (0.96): left to it. */
+#define GT_CT_SHORT 96
+#define GT_CT_WIDE 384
+#define GT_CT_DEEP 3072
 
 #if DT_TILES_X86
 static int cpu_has_tiles(void)
@@ -92,6 +105,12 @@ int dt_cpu_tiles_on(void)
 int dt_cpu_gemm_tiles_take(int M, int K)
 {
     return dt_cpu_tiles_on() && M >= GT_TALL && K >= 1 && K <= GT_DEEP;
+}
+
+int dt_cpu_gemm_tiles_ct_take(int M, int N, int K)
+{
+    return dt_cpu_tiles_on() && M >= GT_CT_WIDE && N >= 1 && N <= GT_CT_SHORT &&
+           K >= GT_CT_WIDE && K <= GT_CT_DEEP;
 }
 
 #if DT_TILES_X86
@@ -159,9 +178,94 @@ int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, 
     free(bp), free(ap);
     return 1;
 }
+
+/* t's rows r < mr (16 floats each) = bias[r] + the row, as the tile adds
+ * a bias. */
+static TILES void add_row_bias(float *t, const float *bias, int mr)
+{
+    for (int r = 0; r < mr; r++) {
+        __m256 b = _mm256_set1_ps(bias[r]);
+        for (int h = 0; h < GT_NR; h += 8)
+            _mm256_storeu_ps(t + r * GT_NR + h, _mm256_add_ps(b, _mm256_loadu_ps(t + r * GT_NR + h)));
+    }
+}
+
+/* A tile of C^T (6 rows by 16 columns, row stride 16) into C: column j of
+ * the tile is C's row j, its rows r C's columns; mr x nr of it. Whole
+ * rows through two 8 x 8 transposes in registers. */
+static TILES void store_ct(const float *t, int mr, int nr, float *c, int ldc)
+{
+    if (mr < GT_MR) {
+        for (int j = 0; j < nr; j++)
+            for (int r = 0; r < mr; r++)
+                c[(size_t)j * ldc + r] = t[r * GT_NR + j];
+        return;
+    }
+    for (int h = 0; h < nr; h += 8) {
+        f32x8 rows[8] = {0}, cols[8];
+        for (int r = 0; r < GT_MR; r++)
+            memcpy(&rows[r], t + r * GT_NR + h, sizeof rows[r]);
+        dt_cpu_transpose8(cols, rows);
+        for (int j = 0; j < 8 && h + j < nr; j++)
+            memcpy(c + (size_t)(h + j) * ldc, &cols[j], GT_MR * sizeof *c);
+    }
+}
+
+int dt_cpu_gemm_tiles_ct(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                         int ldb, const float *bias, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return 1;
+    size_t n16 = (size_t)(N + GT_NR - 1) / GT_NR * GT_NR;
+    float *bp = malloc((size_t)K * n16 * sizeof *bp);
+    float *ap = malloc((size_t)K * GT_MR * sizeof *ap);
+    if (!bp || !ap) {
+        free(bp), free(ap);
+        return 0;
+    }
+    /* op(B) whole: block k0 (kc rows) at bp + k0 * n16, its panel p at
+     * + p * kc, as gemm_tiles packs one block */
+    for (int k0 = 0; k0 < K; k0 += GT_KC) {
+        int kc = K - k0 < GT_KC ? K - k0 : GT_KC;
+        dt_tile_pack_panels(transb, B, ldb, k0, kc, 0, N, N, bp + (size_t)k0 * n16);
+    }
+    float t[GT_MR * GT_NR];
+    for (int m0 = 0; m0 < M; m0 += GT_MR) {
+        int mr = M - m0 < GT_MR ? M - m0 : GT_MR;
+        const float *a = A + (size_t)m0 * lda;
+        if (mr < GT_MR)
+            pack_a(A, lda, m0, mr, 0, K, ap);
+        for (int p = 0; p < N; p += GT_NR) {
+            /* each element summed as dt_cpu_gemm_tiles sums it: over the
+             * blocks of GT_KC terms in order, the first block's sum added
+             * to the bias, each later one's to the running value */
+            for (int k0 = 0; k0 < K; k0 += GT_KC) {
+                int kc = K - k0 < GT_KC ? K - k0 : GT_KC;
+                const float *b = bp + (size_t)k0 * n16 + (size_t)p * kc;
+                if (mr == GT_MR)
+                    tile_rows(kc, a + k0, lda, b, t, GT_NR, k0 > 0, NULL);
+                else
+                    tile_packed(kc, ap + (size_t)k0 * GT_MR, b, t, GT_NR, k0 > 0, NULL);
+                if (k0 == 0 && bias)
+                    add_row_bias(t, bias + m0, mr);
+            }
+            store_ct(t, mr, N - p < GT_NR ? N - p : GT_NR, C + (size_t)p * ldc + m0, ldc);
+        }
+    }
+    free(bp), free(ap);
+    return 1;
+}
 #else
 int dt_cpu_gemm_tiles(int transb, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, const float *bias, float *C, int ldc)
+{
+    (void)transb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias;
+    (void)C, (void)ldc;
+    return 0;
+}
+
+int dt_cpu_gemm_tiles_ct(int transb, int M, int N, int K, const float *A, int lda, const float *B,
+                         int ldb, const float *bias, float *C, int ldc)
 {
     (void)transb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias;
     (void)C, (void)ldc;

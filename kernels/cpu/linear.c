@@ -235,6 +235,10 @@ dt_status dt_cpu_linear_fwd(dt_backend_t *be, float *out, const float *in, const
      * over out adds it afterwards. */
     if (I > 0 && dt_cpu_sgemm_tiles(be, 1, B, O, I, in, I, w, I, bias, out, O))
         return DT_OK;
+    /* a short batch: out^T(O,B) = w(O,I) . in(B,I)^T, the weights read
+     * where they lie and the batch packed, by the same tiles */
+    if (I > 0 && dt_cpu_sgemm_tiles_ct(be, 1, O, B, I, w, I, in, I, bias, out, O))
+        return DT_OK;
     if (bias)
         fill_rows(be, out, bias, B, O);
     if (I == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */

@@ -781,6 +781,12 @@ const struct dt_op_case dt_op_cases[] = {
     {"linear 515x300->270", DT_OP_linear_fwd, {515, 300, 270}, 1e-5},
     {"linear 515x300->270 with bias", DT_OP_linear_fwd, {515, 300, 270, 1}, 1e-5},
     {"linear 512x16->33 with bias", DT_OP_linear_fwd, {512, 16, 33, 1}, 1e-5},
+    /* a short batch against a wide layer: the same tiles with the
+     * product transposed (the weights' rows the tall side); the batch's
+     * last panel of 16 partial, outputs past the last 6, inputs in two
+     * blocks; 8 rows: less than one panel */
+    {"linear 40x400->389 with bias", DT_OP_linear_fwd, {40, 400, 389, 1}, 1e-5},
+    {"linear 8x390->400", DT_OP_linear_fwd, {8, 390, 400}, 1e-5},
     {"bias 6x19", DT_OP_bias_fwd, {6, 19}, 1e-6},
     {"bias 300x777 (row tiles, the last ones partial)", DT_OP_bias_fwd, {300, 777}, 1e-5},
     {"bias 8200x33 (row tiles wider than 128 rows)", DT_OP_bias_fwd, {8200, 33}, 1e-5},

@@ -2,10 +2,11 @@
 # train.reproducible: the same bits on 1, 2 and 4 ranks and with any
 # accumulation that keeps the shard size, under real mpirun.
 #   - the quick-start job (configs/fashion-mnist-mlp.yaml, dropout), 2 full
-#     epochs, shards of 32 rows: 1 rank, 2 ranks, 4 ranks and 2 ranks with
-#     micro-batches of 32 (accumulation 2) end with the same model.h5 bit
-#     for bit, and metrics.jsonl's losses (every training window and every
-#     evaluation) are the same text;
+#     epochs (DTRAIN_REPRO_EPOCHS; 1 in the sanitizer build), shards of 32
+#     rows: 1 rank, 2 ranks, 4 ranks and 2 ranks with micro-batches of 32
+#     (accumulation 2) end with the same model.h5 bit for bit, and
+#     metrics.jsonl's losses (every training window and every evaluation)
+#     are the same text;
 #   - configs/fashion-mnist-cnn.yaml (batch norm, flips) shortened to 60
 #     steps with model.sync_bn: the same on 1, 2, 4 and 2 ranks with
 #     accumulation, running statistics included;
@@ -48,15 +49,16 @@ same() { # A B what: model.h5 bit for bit and the losses as text
 }
 R="--set train.reproducible=true --set runtime.threads=1 --set data.path=$DATA"
 
-# the quick-start job, 2 full epochs
+# the quick-start job, 2 full epochs (or DTRAIN_REPRO_EPOCHS)
+E=${DTRAIN_REPRO_EPOCHS:-2}
 MLP="$SRC/configs/fashion-mnist-mlp.yaml"
-run 1 "$MLP" m1 $R --set train.epochs=2 --set train.shard_rows=32 || { cat m1.out; exit 1; }
+run 1 "$MLP" m1 $R --set train.epochs=$E --set train.shard_rows=32 || { cat m1.out; exit 1; }
 grep -q "train.reproducible: 4 shards of 32 rows per step" m1.out && ok || bad "no plan line: $(grep repro m1.out)"
-run 2 "$MLP" m2 $R --set train.epochs=2 --set train.shard_rows=32 && same m1 m2 "MLP 1 vs 2 ranks" || bad "MLP 2 ranks: $(tail -2 m2.out)"
-run 4 "$MLP" m4 $R --set train.epochs=2 --set train.shard_rows=32 && same m1 m4 "MLP 1 vs 4 ranks" || bad "MLP 4 ranks: $(tail -2 m4.out)"
-run 2 "$MLP" m2a $R --set train.epochs=2 --set train.shard_rows=32 --set train.micro_batch=32 \
+run 2 "$MLP" m2 $R --set train.epochs=$E --set train.shard_rows=32 && same m1 m2 "MLP 1 vs 2 ranks" || bad "MLP 2 ranks: $(tail -2 m2.out)"
+run 4 "$MLP" m4 $R --set train.epochs=$E --set train.shard_rows=32 && same m1 m4 "MLP 1 vs 4 ranks" || bad "MLP 4 ranks: $(tail -2 m4.out)"
+run 2 "$MLP" m2a $R --set train.epochs=$E --set train.shard_rows=32 --set train.micro_batch=32 \
   && same m1 m2a "MLP 1 rank vs 2 ranks with accumulation 2" || bad "MLP accumulation: $(tail -2 m2a.out)"
-[ "$(grep -c '"type":"eval"' m1/metrics.jsonl)" = 2 ] && ok || bad "expected 2 evaluations in m1"
+[ "$(grep -c '"type":"eval"' m1/metrics.jsonl)" = "$E" ] && ok || bad "expected $E evaluations in m1"
 
 # a world size that is not a power of two: 3 ranks, one shard each
 T="$R --set train.steps=60 --set train.schedule.warmup_steps=10 --set train.shard_rows=32 --set train.global_batch=96"

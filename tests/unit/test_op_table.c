@@ -9,6 +9,8 @@
  * the table brought in, on both tables.
  */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/backend.h"
@@ -160,9 +162,47 @@ static void test_blas_products(void)
     if (!dt_cpu_gemm_tiles_pin(1))
         return;
     CU_ASSERT(dt_cpu_gemm_tiles_pin(0));
-    CU_ASSERT(rerun_rows(DT_OP_linear_fwd) >= 9);
+    CU_ASSERT(rerun_rows(DT_OP_linear_fwd) >= 11);
     CU_ASSERT(rerun_rows(DT_OP_attention_fwd) >= 12);
     CU_ASSERT(dt_cpu_gemm_tiles_pin(1));
+}
+
+/* Where the own tiles run: a short batch (the tiles with the product
+ * transposed) gives each row the bits a long one (the tiles as they are)
+ * gives it, so a row's output does not depend on the batch it came in,
+ * on one thread and on three. */
+static void test_short_batch_bits(void)
+{
+    enum { LONG = 530, SHORT = 40, I = 400, O = 389 };
+    if (!dt_cpu_gemm_tiles_take(LONG, I) || !dt_cpu_gemm_tiles_ct_take(O, SHORT, I))
+        return;
+    CU_ASSERT(!dt_cpu_gemm_tiles_take(SHORT, I)); /* else nothing is compared */
+    float *in = malloc(sizeof(float) * LONG * I), *w = malloc(sizeof(float) * O * I);
+    float *bias = malloc(sizeof(float) * O), *full = malloc(sizeof(float) * LONG * O);
+    float *part = malloc(sizeof(float) * LONG * O);
+    CU_ASSERT_FATAL(in && w && bias && full && part);
+    uint32_t r = 7;
+    for (int i = 0; i < LONG * I; i++)
+        r = r * 1664525u + 1013904223u, in[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < O * I; i++)
+        r = r * 1664525u + 1013904223u, w[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < O; i++)
+        bias[i] = 0.01f * (float)(i % 17) - 0.08f;
+    dt_backend_t *bes[] = {backends[FAST], threaded};
+    for (int k = 0; k < 2; k++) {
+        const struct dt_ops *ops = dt_backend_ops(bes[k]);
+        CU_ASSERT_EQUAL(ops->linear_fwd(bes[k], full, in, w, bias, LONG, I, O, NULL), DT_OK);
+        memset(part, 0xff, sizeof(float) * LONG * O);
+        /* the long batch in short ones: 13 of 40 rows and a last of 10 */
+        for (int b0 = 0; b0 < LONG; b0 += SHORT) {
+            int n = LONG - b0 < SHORT ? LONG - b0 : SHORT;
+            CU_ASSERT_EQUAL(ops->linear_fwd(bes[k], part + (size_t)b0 * O, in + (size_t)b0 * I, w,
+                                            bias, n, I, O, NULL),
+                            DT_OK);
+        }
+        CU_ASSERT_EQUAL(memcmp(full, part, sizeof(float) * LONG * O), 0);
+    }
+    free(in), free(w), free(bias), free(full), free(part);
 }
 
 /* Three threads give the one-thread bits, for every row: the ops' own
@@ -715,6 +755,7 @@ int main(void)
     CU_ADD(s, test_threads_same_bits);
     CU_ADD(s, test_conv_lowered);
     CU_ADD(s, test_blas_products);
+    CU_ADD(s, test_short_batch_bits);
     CU_ADD(s, test_compare_detects);
     CU_ADD(s, test_conv_workspace);
     CU_ADD(s, test_conv_precision);
