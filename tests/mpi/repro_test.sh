@@ -2,13 +2,12 @@
 # train.reproducible: the same bits on 1, 2 and 4 ranks and with any
 # accumulation that keeps the shard size, under real mpirun.
 #   - the quick-start job (configs/fashion-mnist-mlp.yaml, dropout), 2 full
-#     epochs (DTRAIN_REPRO_EPOCHS; 1 in the sanitizer build), shards of 32
-#     rows: 1 rank, 2 ranks, 4 ranks and 2 ranks with micro-batches of 32
+#     epochs, shards of 32 rows: 1 rank, 2 ranks, 4 ranks and 2 ranks with micro-batches of 32
 #     (accumulation 2) end with the same model.h5 bit for bit, and
 #     metrics.jsonl's losses (every training window and every evaluation)
 #     are the same text;
 #   - configs/fashion-mnist-cnn.yaml (batch norm, flips) shortened to 60
-#     steps with model.sync_bn: the same on 1, 2, 4 and 2 ranks with
+#     steps (20 quick) with model.sync_bn: the same on 1, 2, 4 and 2 ranks with
 #     accumulation, running statistics included;
 #   - the tiny GPT (configs/text-gpt-tiny.yaml, gradient clipping) on text
 #     made from this repository's docs: the same on 1, 2, 4 and 2 ranks with
@@ -21,6 +20,8 @@
 #     fail), and what the mode cannot honour is refused: a world size that
 #     leaves each rank a number of shards that is not a power of two,
 #     comm.shard optimizer, bf16 gradients on the wire.
+# DTRAIN_REPRO_QUICK=1 (the sanitizer build) runs the same comparisons
+# shorter: the MLP 1 epoch, the CNN 20 steps, the GPT 8 (24 otherwise).
 #   repro_test.sh DTRAIN COMPARE_MODELS SOURCE_DIR WORKDIR
 set -uo pipefail
 DTRAIN=$1 COMPARE=$2 SRC=$3 W=$4
@@ -49,8 +50,9 @@ same() { # A B what: model.h5 bit for bit and the losses as text
 }
 R="--set train.reproducible=true --set runtime.threads=1 --set data.path=$DATA"
 
-# the quick-start job, 2 full epochs (or DTRAIN_REPRO_EPOCHS)
-E=${DTRAIN_REPRO_EPOCHS:-2}
+# the quick-start job, 2 full epochs
+E=2 CS=60 GS=24
+[ "${DTRAIN_REPRO_QUICK:-0}" = 1 ] && E=1 CS=20 GS=8
 MLP="$SRC/configs/fashion-mnist-mlp.yaml"
 run 1 "$MLP" m1 $R --set train.epochs=$E --set train.shard_rows=32 || { cat m1.out; exit 1; }
 grep -q "train.reproducible: 4 shards of 32 rows per step" m1.out && ok || bad "no plan line: $(grep repro m1.out)"
@@ -76,7 +78,7 @@ run 1 "$MLP" d1 $D && run 2 "$MLP" d2 $D || bad "default runs failed: $(tail -2 
 
 # the CNN with batch norm, flips and model.sync_bn
 CNN="$SRC/configs/fashion-mnist-cnn.yaml"
-C="$R --set train.steps=60 --set train.schedule.warmup_steps=10 --set train.shard_rows=32 --set model.sync_bn=true --set train.eval_batch=2000"
+C="$R --set train.steps=$CS --set train.schedule.warmup_steps=10 --set train.shard_rows=32 --set model.sync_bn=true --set train.eval_batch=2000"
 run 1 "$CNN" c1 $C || { cat c1.out; exit 1; }
 grep -q "model.sync_bn adds nothing" c1.out && ok || bad "no sync_bn line"
 run 2 "$CNN" c2 $C && same c1 c2 "CNN 1 vs 2 ranks" || bad "CNN 2 ranks: $(tail -2 c2.out)"
@@ -86,7 +88,7 @@ run 2 "$CNN" c2a $C --set train.micro_batch=32 && same c1 c2a "CNN accumulation 
 # the tiny GPT on this repository's docs
 "$DTRAIN" data import text "$SRC"/docs/*.md -o text.h5 > import.out 2>&1 || { cat import.out; exit 1; }
 GPT="$SRC/configs/text-gpt-tiny.yaml"
-G="$R --set data.path=text.h5 --set train.steps=24 --set train.schedule.warmup_steps=4 --set train.shard_rows=4 --set train.eval_batch=64"
+G="$R --set data.path=text.h5 --set train.steps=$GS --set train.schedule.warmup_steps=4 --set train.shard_rows=4 --set train.eval_batch=64"
 run 1 "$GPT" g1 $G || { cat g1.out; exit 1; }
 run 2 "$GPT" g2 $G && same g1 g2 "GPT 1 vs 2 ranks" || bad "GPT 2 ranks: $(tail -2 g2.out)"
 run 4 "$GPT" g4 $G && same g1 g4 "GPT 1 vs 4 ranks" || bad "GPT 4 ranks: $(tail -2 g4.out)"
