@@ -220,9 +220,10 @@ int dt_cpu_gemm_tiles_pin(int on);
 /* The same tiles with C transposed: C(N,M) = (A op(B))^T, or + bias[m]
  * on C's column m, each element with the bits dt_cpu_gemm_tiles gives it
  * (so `linear` over a short batch, its weights as A, matches it over a
- * long one); A is read where it lies, op(B) packed whole. dt_cpu_gemm_tiles_ct_take(M, N, K) says whether they take
- * it: N from 1 to 96 (a short batch), M and K at least 384 (a layer's
- * outputs and inputs), K at most 3072. */
+ * long one); A is read where it lies, op(B) packed whole.
+ * dt_cpu_gemm_tiles_ct_take(M, N, K) says whether they take it: N from 1
+ * to 96 (a short batch), M and K at least 384 (a layer's outputs and
+ * inputs), K at most 3072. */
 int dt_cpu_gemm_tiles_ct_take(int M, int N, int K);
 int dt_cpu_gemm_tiles_ct(int transb, int M, int N, int K, const float *A, int lda, const float *B,
                          int ldb, const float *bias, float *C, int ldc);

@@ -2,12 +2,12 @@
 # train.reproducible: the same bits on 1, 2 and 4 ranks and with any
 # accumulation that keeps the shard size, under real mpirun.
 #   - the quick-start job (configs/fashion-mnist-mlp.yaml, dropout), 2 full
-#     epochs, shards of 32 rows: 1 rank, 2 ranks, 4 ranks and 2 ranks with micro-batches of 32
-#     (accumulation 2) end with the same model.h5 bit for bit, and
-#     metrics.jsonl's losses (every training window and every evaluation)
-#     are the same text;
+#     epochs, shards of 32 rows: 1 rank, 2 ranks, 4 ranks and 2 ranks with
+#     micro-batches of 32 (accumulation 2) end with the same model.h5 bit
+#     for bit, and metrics.jsonl's losses (every training window and every
+#     evaluation) are the same text;
 #   - configs/fashion-mnist-cnn.yaml (batch norm, flips) shortened to 60
-#     steps (20 quick) with model.sync_bn: the same on 1, 2, 4 and 2 ranks with
+#     steps with model.sync_bn: the same on 1, 2, 4 and 2 ranks with
 #     accumulation, running statistics included;
 #   - the tiny GPT (configs/text-gpt-tiny.yaml, gradient clipping) on text
 #     made from this repository's docs: the same on 1, 2, 4 and 2 ranks with
@@ -50,9 +50,11 @@ same() { # A B what: model.h5 bit for bit and the losses as text
 }
 R="--set train.reproducible=true --set runtime.threads=1 --set data.path=$DATA"
 
-# the quick-start job, 2 full epochs
+# epochs of the MLP, steps of the CNN and of the GPT
 E=2 CS=60 GS=24
 [ "${DTRAIN_REPRO_QUICK:-0}" = 1 ] && E=1 CS=20 GS=8
+
+# the quick-start job, 2 full epochs
 MLP="$SRC/configs/fashion-mnist-mlp.yaml"
 run 1 "$MLP" m1 $R --set train.epochs=$E --set train.shard_rows=32 || { cat m1.out; exit 1; }
 grep -q "train.reproducible: 4 shards of 32 rows per step" m1.out && ok || bad "no plan line: $(grep repro m1.out)"

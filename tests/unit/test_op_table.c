@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
@@ -181,11 +182,11 @@ static void test_short_batch_bits(void)
     float *bias = malloc(sizeof(float) * O), *full = malloc(sizeof(float) * LONG * O);
     float *part = malloc(sizeof(float) * LONG * O);
     CU_ASSERT_FATAL(in && w && bias && full && part);
-    uint32_t r = 7;
+    struct dt_rng_key key = {.seed = 20261207, .purpose = DT_RNG_TEST, .stream = 1};
     for (int i = 0; i < LONG * I; i++)
-        r = r * 1664525u + 1013904223u, in[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+        in[i] = dt_rng_uniform(&key, (uint64_t)i) - 0.5f;
     for (int i = 0; i < O * I; i++)
-        r = r * 1664525u + 1013904223u, w[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+        w[i] = dt_rng_uniform(&key, (uint64_t)(LONG * I + i)) - 0.5f;
     for (int i = 0; i < O; i++)
         bias[i] = 0.01f * (float)(i % 17) - 0.08f;
     dt_backend_t *bes[] = {backends[FAST], threaded};
