@@ -47,6 +47,9 @@ struct dt_sgd_args {
     int nesterov;
     int first_step; /* buf holds nothing yet */
     int gated;      /* 1: nothing changes when the backend's step gate skips (step_gate) */
+    float *clear;   /* NULL, or g itself: each gradient is zeroed once read, and all n are
+                       zero on return, also when the gate skipped (the next step's backward
+                       accumulates into them with no fill first) */
 };
 
 /* AdamW, as torch.optim.AdamW (decoupled weight decay):
@@ -54,8 +57,9 @@ struct dt_sgd_args {
  *   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
 struct dt_adamw_args {
     float lr, beta1, beta2, eps, weight_decay;
-    int64_t t; /* 1-based step count */
-    int gated; /* 1: nothing changes when the backend's step gate skips (step_gate) */
+    int64_t t;    /* 1-based step count */
+    int gated;    /* 1: nothing changes when the backend's step gate skips (step_gate) */
+    float *clear; /* NULL, or g itself: zeroed as dt_sgd_args' clear is */
 };
 
 /* The step's gradient check (step_gate): the sum of squares of g over

@@ -15,8 +15,11 @@
  *
  * These ops read the parameter gradients (which ACCUMULATE (+=) elsewhere)
  * and write parameters and state in place; they produce no gradients.
+ * With args' clear they also zero each gradient once read, in the same
+ * pass, so the next step's backward needs no fill of its own first.
  */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_ops.h"
 
@@ -31,6 +34,8 @@ static dt_status check_sgd(const float *p, const float *g, const float *buf,
                    "the momentum buffer must not be NULL when momentum is %g", (double)a->momentum);
     DT_CPU_REQUIRE(!a->nesterov || a->momentum > 0.0f, "sgd_update",
                    "Nesterov momentum needs momentum > 0");
+    DT_CPU_REQUIRE(!a->clear || a->clear == g, "sgd_update",
+                   "clear must be NULL or the gradients g themselves");
     return DT_OK;
 }
 
@@ -46,6 +51,8 @@ static dt_status check_adamw(const float *p, const float *g, const float *m, con
     DT_CPU_REQUIRE(a->beta1 >= 0.0f && a->beta1 < 1.0f && a->beta2 >= 0.0f && a->beta2 < 1.0f,
                    "adamw_update", "betas must be in [0, 1) (beta1=%g, beta2=%g)",
                    (double)a->beta1, (double)a->beta2);
+    DT_CPU_REQUIRE(!a->clear || a->clear == g, "adamw_update",
+                   "clear must be NULL or the gradients g themselves");
     return DT_OK;
 }
 
@@ -72,6 +79,14 @@ static struct adamw_consts adamw_consts(const struct dt_adamw_args *a)
     return k;
 }
 
+/* A gated update the gate skipped: nothing changes but the gradients,
+ * which are still zeroed when the args ask for it (clear). */
+static dt_status skipped(float *clear, size_t n)
+{
+    if (clear) memset(clear, 0, n * sizeof *clear); /* +0.0f */
+    return DT_OK;
+}
+
 /* ---- reference ------------------------------------------------------- */
 
 /* g' = g + wd*p;  buf = first ? g' : momentum*buf + g';
@@ -83,10 +98,11 @@ dt_status dt_cpu_sgd_update_ref(dt_backend_t *be, float *p, const float *g, floa
     dt_status st = check_sgd(p, g, buf, a);
     if (st != DT_OK)
         return st;
-    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
+    if (a->gated && dt_cpu_gate_skips(be)) return skipped(a->clear, n);
     const float mu = a->momentum;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] + a->weight_decay * p[i];
+        if (a->clear) a->clear[i] = 0.0f;
         float d = gi;
         if (mu != 0.0f) {
             buf[i] = a->first_step ? gi : mu * buf[i] + gi;
@@ -105,10 +121,11 @@ dt_status dt_cpu_adamw_update_ref(dt_backend_t *be, float *p, const float *g, fl
     dt_status st = check_adamw(p, g, m, v, a);
     if (st != DT_OK)
         return st;
-    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
+    if (a->gated && dt_cpu_gate_skips(be)) return skipped(a->clear, n);
     const struct adamw_consts k = adamw_consts(a);
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
+        if (a->clear) a->clear[i] = 0.0f;
         p[i] *= k.decay;
         m[i] = a->beta1 * m[i] + k.one_m_b1 * gi;
         v[i] = a->beta2 * v[i] + k.one_m_b2 * gi * gi;
@@ -120,8 +137,18 @@ dt_status dt_cpu_adamw_update_ref(dt_backend_t *be, float *p, const float *g, fl
 
 /* ---- fast ------------------------------------------------------------ */
 
+/* Zeroes a block of gradients the block's update has read (args' clear:
+ * NULL, or g itself). */
+static inline void clear_block(float *clear, size_t i)
+{
+    if (clear)
+        for (int k = 0; k < DT_CPU_LANES; k++)
+            clear[i + k] = 0.0f;
+}
+
 /* No momentum: p -= lr * (g + wd*p) */
-static size_t sgd_plain_blocks(float *p, const float *g, size_t n, float lr, float wd)
+static size_t sgd_plain_blocks(float *p, const float *g, float *clear, size_t n, float lr,
+                               float wd)
 {
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
@@ -132,6 +159,7 @@ static size_t sgd_plain_blocks(float *p, const float *g, size_t n, float lr, flo
         }
         for (int k = 0; k < DT_CPU_LANES; k++)
             p[i + k] = tp[k];
+        clear_block(clear, i);
     }
     return i;
 }
@@ -142,8 +170,8 @@ static size_t sgd_plain_blocks(float *p, const float *g, size_t n, float lr, flo
  * of the unused side), and on the first step buf, which may hold anything,
  * is then not read at all. */
 static inline __attribute__((always_inline)) size_t
-sgd_momentum_blocks(float *p, const float *g, float *buf, size_t n, float lr, float mu, float wd,
-                    const int first, const int nesterov)
+sgd_momentum_blocks(float *p, const float *g, float *clear, float *buf, size_t n, float lr,
+                    float mu, float wd, const int first, const int nesterov)
 {
     size_t i = 0;
     for (; i + DT_CPU_LANES <= n; i += DT_CPU_LANES) {
@@ -159,21 +187,22 @@ sgd_momentum_blocks(float *p, const float *g, float *buf, size_t n, float lr, fl
             buf[i + k] = tb[k];
         for (int k = 0; k < DT_CPU_LANES; k++)
             p[i + k] = tp[k];
+        clear_block(clear, i);
     }
     return i;
 }
 
-static size_t sgd_blocks(float *p, const float *g, float *buf, size_t n,
+static size_t sgd_blocks(float *p, const float *g, float *clear, float *buf, size_t n,
                          const struct dt_sgd_args *a)
 {
     const float lr = a->lr, mu = a->momentum, wd = a->weight_decay;
     if (mu == 0.0f)
-        return sgd_plain_blocks(p, g, n, lr, wd);
+        return sgd_plain_blocks(p, g, clear, n, lr, wd);
     if (a->first_step)
-        return a->nesterov ? sgd_momentum_blocks(p, g, buf, n, lr, mu, wd, 1, 1)
-                           : sgd_momentum_blocks(p, g, buf, n, lr, mu, wd, 1, 0);
-    return a->nesterov ? sgd_momentum_blocks(p, g, buf, n, lr, mu, wd, 0, 1)
-                       : sgd_momentum_blocks(p, g, buf, n, lr, mu, wd, 0, 0);
+        return a->nesterov ? sgd_momentum_blocks(p, g, clear, buf, n, lr, mu, wd, 1, 1)
+                           : sgd_momentum_blocks(p, g, clear, buf, n, lr, mu, wd, 1, 0);
+    return a->nesterov ? sgd_momentum_blocks(p, g, clear, buf, n, lr, mu, wd, 0, 1)
+                       : sgd_momentum_blocks(p, g, clear, buf, n, lr, mu, wd, 0, 0);
 }
 
 /* The threads' share of an update: a range of the parameters (dt_cpu_for's
@@ -190,12 +219,15 @@ struct optim_job {
 static void sgd_range(void *arg, size_t lo, size_t hi)
 {
     struct optim_job *j = arg;
-    float *buf = j->m ? j->m + lo : NULL;
-    size_t done = sgd_blocks(j->p + lo, j->g + lo, buf, hi - lo, j->sgd);
+    float *buf = j->m ? j->m + lo : NULL, *clear = j->sgd->clear ? j->sgd->clear + lo : NULL;
+    size_t done = sgd_blocks(j->p + lo, j->g + lo, clear, buf, hi - lo, j->sgd);
     /* the tail (< DT_CPU_LANES elements) through the reference */
-    if (done < hi - lo)
+    if (done < hi - lo) {
+        struct dt_sgd_args tail = *j->sgd;
+        tail.clear = clear ? clear + done : NULL;
         j->st = dt_cpu_sgd_update_ref(NULL, j->p + lo + done, j->g + lo + done,
-                                      buf ? buf + done : NULL, hi - lo - done, j->sgd);
+                                      buf ? buf + done : NULL, hi - lo - done, &tail);
+    }
 }
 
 dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *buf, size_t n,
@@ -204,7 +236,7 @@ dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *b
     dt_status st = check_sgd(p, g, buf, a);
     if (st != DT_OK)
         return st;
-    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
+    if (a->gated && dt_cpu_gate_skips(be)) return skipped(a->clear, n);
     struct optim_job j = {.p = p, .g = g, .m = buf, .sgd = a};
     dt_cpu_for(be, n, DT_CPU_GRAIN, sgd_range, &j);
     return j.st;
@@ -216,8 +248,9 @@ dt_status dt_cpu_sgd_update(dt_backend_t *be, float *p, const float *g, float *b
  * and without FMA contraction, so the square roots vectorise and every
  * clone gives the reference's bits. Returns the elements done. */
 DT_CPU_CLONES static size_t
-adamw_blocks(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-             size_t n, const struct adamw_consts *c, float b1, float b2, float eps)
+adamw_blocks(float *restrict p, const float *g, float *clear, float *restrict m,
+             float *restrict v, size_t n, const struct adamw_consts *c, float b1, float b2,
+             float eps)
 {
     const float decay = c->decay, omb1 = c->one_m_b1, omb2 = c->one_m_b2;
     const float bc2 = c->bc2_sqrt, step = c->step;
@@ -237,6 +270,7 @@ adamw_blocks(float *restrict p, const float *restrict g, float *restrict m, floa
             m[i + k] = tm[k];
             v[i + k] = tv[k];
         }
+        clear_block(clear, i);
     }
     return i;
 }
@@ -245,10 +279,14 @@ static void adamw_range(void *arg, size_t lo, size_t hi)
 {
     struct optim_job *j = arg;
     const struct dt_adamw_args *a = j->adamw;
-    size_t i = lo + adamw_blocks(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->c,
-                                 a->beta1, a->beta2, a->eps);
-    if (i < hi)
-        j->st = dt_cpu_adamw_update_ref(NULL, j->p + i, j->g + i, j->m + i, j->v + i, hi - i, a);
+    size_t i = lo + adamw_blocks(j->p + lo, j->g + lo, a->clear ? a->clear + lo : NULL, j->m + lo,
+                                 j->v + lo, hi - lo, j->c, a->beta1, a->beta2, a->eps);
+    if (i < hi) {
+        struct dt_adamw_args tail = *a;
+        tail.clear = a->clear ? a->clear + i : NULL;
+        j->st = dt_cpu_adamw_update_ref(NULL, j->p + i, j->g + i, j->m + i, j->v + i, hi - i,
+                                        &tail);
+    }
 }
 
 dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float *m, float *v,
@@ -257,7 +295,7 @@ dt_status dt_cpu_adamw_update(dt_backend_t *be, float *p, const float *g, float 
     dt_status st = check_adamw(p, g, m, v, a);
     if (st != DT_OK)
         return st;
-    if (a->gated && dt_cpu_gate_skips(be)) return DT_OK;
+    if (a->gated && dt_cpu_gate_skips(be)) return skipped(a->clear, n);
     const struct adamw_consts c = adamw_consts(a);
     struct optim_job j = {.p = p, .g = g, .m = m, .v = v, .adamw = a, .c = &c};
     dt_cpu_for(be, n, DT_CPU_GRAIN, adamw_range, &j);

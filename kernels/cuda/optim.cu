@@ -15,6 +15,8 @@
  *
  * These ops read the parameter gradients (which ACCUMULATE (+=) elsewhere)
  * and write parameters and state in place; they produce no gradients.
+ * With args' clear they also zero each gradient once read (and every one
+ * when the gate skips), as the CPU's do.
  */
 #include <math.h>
 
@@ -33,19 +35,32 @@ struct adamw_consts {
     float beta1, beta2, eps;
 };
 
+/* A skipped gated update: the gradients are still zeroed when the args
+ * ask for it (clear: NULL, or g itself). */
+static __device__ void clear_all(float *clear, size_t n)
+{
+    if (!clear) return;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        clear[i] = 0.0f;
+}
+
 /* g' = g + wd*p;  buf = first ? g' : momentum*buf + g';
  * d = nesterov ? g' + momentum*buf : buf  (d = g' without momentum);
  * p -= lr * d */
 static __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n,
                                   struct dt_sgd_args a, const struct dt_cuda_gate *gate)
 {
-    if (gate && gate->skip)
+    if (gate && gate->skip) {
+        clear_all(a.clear, n);
         return;
+    }
     const float mu = a.momentum;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float pi = p[i];
         const float gi = __fadd_rn(g[i], __fmul_rn(a.weight_decay, pi));
+        if (a.clear) a.clear[i] = 0.0f;
         float d = gi;
         if (mu != 0.0f) {
             const float bi = a.first_step ? gi : __fadd_rn(__fmul_rn(mu, buf[i]), gi);
@@ -58,14 +73,18 @@ static __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n
 
 /* p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
  * p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
-static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    struct adamw_consts k, const struct dt_cuda_gate *gate)
+static __global__ void adamw_kernel(float *p, const float *g, float *clear, float *m, float *v,
+                                    size_t n, struct adamw_consts k,
+                                    const struct dt_cuda_gate *gate)
 {
-    if (gate && gate->skip)
+    if (gate && gate->skip) {
+        clear_all(clear, n);
         return;
+    }
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float gi = g[i];
+        if (clear) clear[i] = 0.0f;
         float pi = __fmul_rn(p[i], k.decay);
         const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_m_b1, gi));
         const float vi =
@@ -97,6 +116,8 @@ static dt_status check_sgd(const float *p, const float *g, const float *buf,
                     (double)a->momentum);
     DT_CUDA_REQUIRE(!a->nesterov || a->momentum > 0.0f, "sgd_update",
                     "Nesterov momentum needs momentum > 0");
+    DT_CUDA_REQUIRE(!a->clear || a->clear == g, "sgd_update",
+                    "clear must be NULL or the gradients g themselves");
     return DT_OK;
 }
 
@@ -113,6 +134,8 @@ static dt_status check_adamw(const float *p, const float *g, const float *m, con
     DT_CUDA_REQUIRE(a->beta1 >= 0.0f && a->beta1 < 1.0f && a->beta2 >= 0.0f && a->beta2 < 1.0f,
                     "adamw_update", "betas must be in [0, 1) (beta1=%g, beta2=%g)",
                     (double)a->beta1, (double)a->beta2);
+    DT_CUDA_REQUIRE(!a->clear || a->clear == g, "adamw_update",
+                    "clear must be NULL or the gradients g themselves");
     return DT_OK;
 }
 
@@ -152,6 +175,6 @@ dt_status dt_cuda_adamw_update(dt_backend_t *be, float *p, const float *g, float
         return st;
     struct cuda_backend *cb = dt_cuda_of(be);
     dt_cuda_params_written(cb, p, n * sizeof *p);
-    DT_CUDA_LAUNCH(adamw_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, m, v, n, adamw_constants(a), gate_of(cb, a->gated));
+    DT_CUDA_LAUNCH(adamw_kernel, dt_cuda_blocks(n), DT_CUDA_THREADS, 0, cb->stream, p, g, a->clear, m, v, n, adamw_constants(a), gate_of(cb, a->gated));
     return DT_CUDA_LAUNCHED(cb, "adamw_update", "n=%zu (t=%lld)", n, (long long)a->t);
 }

@@ -30,6 +30,7 @@ struct dt_optim {
     double momentum, weight_decay, beta1, beta2, eps;
     int nesterov;
     int gated; /* the update being queued follows the backend's step gate */
+    float *clear; /* the gradients the update being queued zeroes (the args' clear), or NULL */
     int packed; /* 1: the gradients being read are packed as the state is; 2: the
                    parameters too */
     /* Runs of elements with one weight decay, in offset order (merged
@@ -238,7 +239,8 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                                 .weight_decay = (float)wd,
                                 .nesterov = o->nesterov,
                                 .first_step = o->t == 0,
-                                .gated = o->gated};
+                                .gated = o->gated,
+                                .clear = o->clear ? o->clear + off : NULL};
         return o->ops->sgd_update(o->be, params + (o->packed == 2 ? soff : off),
                                   grads + (o->packed ? soff : off),
                                   o->m ? o->m + soff : NULL, n, &a);
@@ -249,7 +251,8 @@ static dt_status update(dt_optim_t *o, float *params, const float *grads, size_t
                               .eps = (float)o->eps,
                               .weight_decay = (float)wd,
                               .t = o->t + 1,
-                              .gated = o->gated};
+                              .gated = o->gated,
+                              .clear = o->clear ? o->clear + off : NULL};
     return o->ops->adamw_update(o->be, params + (o->packed == 2 ? soff : off),
                                 grads + (o->packed ? soff : off), o->m + soff, o->v + soff, n, &a);
 }
@@ -312,6 +315,14 @@ dt_status dt_optim_step_gated(dt_optim_t *o, float *params, const float *grads, 
     o->gated = 1;
     dt_status st = dt_optim_step(o, params, grads, lr);
     o->gated = 0;
+    return st;
+}
+
+dt_status dt_optim_step_gated_clear(dt_optim_t *o, float *params, float *grads, double lr)
+{
+    o->clear = grads; /* update_within's runs cover all n elements */
+    dt_status st = dt_optim_step_gated(o, params, grads, lr);
+    o->clear = NULL;
     return st;
 }
 

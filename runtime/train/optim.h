@@ -51,6 +51,10 @@ dt_status dt_optim_step(dt_optim_t *o, float *params, const float *grads, double
  * with a stream decides on the device. The step is counted; once the
  * gate's record shows it skipped, dt_optim_unstep takes the count back. */
 dt_status dt_optim_step_gated(dt_optim_t *o, float *params, const float *grads, double lr);
+/* The gated step that also zeroes all n gradients as it reads them (and
+ * zeroes them when the gate skips): the next step's backward accumulates
+ * into them with no fill first. */
+dt_status dt_optim_step_gated_clear(dt_optim_t *o, float *params, float *grads, double lr);
 void dt_optim_unstep(dt_optim_t *o);
 /* The same step for the elements in [lo[k], hi[k]) only, k < count (a
  * sharded update: each rank's own chunks); the rest of params and of the

@@ -449,7 +449,8 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
 {
     dt_status comm_st = DT_OK;
     int reduced = 0, need = reductions_per_step(r);
-    *local = dt_model_zero_grads(r->model);
+    *local = r->grads_zero ? DT_OK : dt_model_zero_grads(r->model);
+    r->grads_zero = 0;
     if (r->shard >= 2) dt_reducer_clear(r->red);
     dt_repro_begin_step(r);
     while (*local == DT_OK) {
@@ -508,11 +509,14 @@ static dt_status run_batch(struct run *r, int64_t step, struct window *w, int *e
 }
 
 /* Replicated: queues the update, which follows the gate queue_gate set
- * (so it may run before the host has read the gate). */
+ * (so it may run before the host has read the gate) and zeroes the
+ * gradients as it reads them, in place of the next step's fill
+ * (train_step notes it once the step has gone through). */
 static dt_status queue_update(struct run *r, int64_t step)
 {
     double lr = dt_schedule_lr(r->job, step, r->total_steps);
-    return dt_optim_step_gated(r->opt, dt_model_params(r->model), dt_model_grads(r->model), lr);
+    return dt_optim_step_gated_clear(r->opt, dt_model_params(r->model), dt_model_grads(r->model),
+                                     lr);
 }
 
 /* x *= f over this rank's own chunks of the gradients (f == 1: nothing). */
@@ -810,15 +814,18 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
     struct dt_gate gate = {0};
     dt_status local = DT_OK;
     int64_t step = r->step;
+    int queued = 0;
     dt_status st = run_batch(r, step, w, end, v, &correct, &gate, &local);
     if (st == DT_OK && local == DT_OK && !*end && !r->nown) {
         double t0 = dt_now(); /* on the CPU the update itself; on a device its launch */
         local = queue_update(r, step);
+        queued = local == DT_OK;
         w->optim_s += dt_now() - t0;
     }
     /* the step's one wait: the loss totals and the gate reach the host
      * (on a device, the update queued after them may still run) */
     local = settle_with(r, local, dt_backend_settle);
+    queued = queued && local == DT_OK;
     v[OUT_CORRECT] = (double)correct;
     if (r->nown) v[OUT_SUMSQ] = gate.sumsq;
     if (st != DT_OK) {
@@ -851,6 +858,7 @@ static dt_status train_step(struct run *r, struct window *w, int *end, int *stop
                              comm_failed)) != DT_OK)
         return st;
     r->step++;
+    r->grads_zero = queued; /* queue_update zeroed them */
     r->buffers_synced = 0; /* training forwards moved the running statistics */
     r->batch++;
     r->samples += (int64_t)v[OUT_ROWS];

@@ -103,6 +103,8 @@ struct run {
     int64_t last_ckpt_step; /* step of the last checkpoint written or loaded; -1: none */
     int buffers_synced;     /* the model's buffers are the same on every rank (no training
                                forward since dt_train_sync_buffers) */
+    int grads_zero;         /* the last step's update left the gradients zero (replicated:
+                               dt_optim_step_gated_clear), so the next needs no fill */
     struct dt_watchdog *wd;
     /* Periodic checkpoints in the background (checkpoint.async): the
      * writer and its communicator (NULL: written synchronously), the host

@@ -180,6 +180,10 @@ int dt_test_invalid_args(const struct dt_ops *o, dt_backend_t *be, float *x, flo
     REFUSED(&t, "adamw_update", o->adamw_update(be, x, y, NULL, z, 4, &adam));
     adam.beta2 = 1.0f;
     REFUSED(&t, "adamw_update", o->adamw_update(be, x, y, z, z, 4, &adam));
+    adam = (struct dt_adamw_args){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .t = 1, .clear = z};
+    REFUSED(&t, "adamw_update", o->adamw_update(be, x, y, z, z, 4, &adam)); /* clear is not g */
+    sgd = (struct dt_sgd_args){.lr = 0.1f, .clear = x};
+    REFUSED(&t, "sgd_update", o->sgd_update(be, x, y, NULL, 4, &sgd)); /* clear is not g */
     REFUSED(&t, "sumsq", o->sumsq(be, x, 4, NULL));
     size_t g_lo[1] = {2}, g_hi[1] = {1};
     struct dt_gate gate_out;

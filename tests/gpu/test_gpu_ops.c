@@ -1058,6 +1058,65 @@ static void test_adamw_vs_cpu(void)
             adamw_case(&cfg[c], sizes[s], 6);
 }
 
+/* args' clear: the updates zero the device's gradients as they read them
+ * and give the CPU's parameters; a gated update the gate skipped (a NaN
+ * gradient) changes nothing and still zeroes every gradient. */
+static int all_zero(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f || signbit(x[i])) return 0;
+    return 1;
+}
+
+static void test_optim_clear_vs_cpu(void)
+{
+    dt_backend_t *g = gpu[FP32];
+    const struct dt_ops *go = gops[FP32];
+    const size_t sizes[] = {3, 1037, BIG_N};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        size_t n = sizes[z];
+        for (int adam = 0; adam < 2; adam++)
+            for (int skip = 0; skip < 2; skip++) {
+                float *grad = hrand(n, -1, 1), *p_c = hrand(n, -1, 1), *m_c = hconst(n, 0);
+                float *v_c = hconst(n, 0), *p0 = hnew(n);
+                memcpy(p0, p_c, n * sizeof *p0);
+                if (skip) grad[n / 2] = NAN;
+                float *d_g = dput(g, grad, n), *d_p = dput(g, p_c, n), *d_m = dput(g, m_c, n);
+                float *d_v = dput(g, v_c, n);
+                size_t lo = 0, hi = n;
+                struct dt_gate_args ga = {.lo = &lo, .hi = &hi, .count = 1, .decide = 1,
+                                          .unscale = 1.0f};
+                struct dt_gate ref, got;
+                OK(cops->step_gate(cpu, grad, &ga, &ref));
+                OK(go->step_gate(g, d_g, &ga, &got));
+                struct dt_sgd_args sa = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-2f,
+                                         .first_step = 1, .gated = 1};
+                struct dt_adamw_args aa = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                           .eps = 1e-8f, .weight_decay = 1e-2f, .t = 1,
+                                           .gated = 1};
+                if (adam) {
+                    OK(cops->adamw_update(cpu, p_c, grad, m_c, v_c, n, &aa));
+                    aa.clear = d_g;
+                    OK(go->adamw_update(g, d_p, d_g, d_m, d_v, n, &aa));
+                } else {
+                    OK(cops->sgd_update(cpu, p_c, grad, m_c, n, &sa));
+                    sa.clear = d_g;
+                    OK(go->sgd_update(g, d_p, d_g, d_m, n, &sa));
+                }
+                OK(dt_backend_settle(g));
+                CU_ASSERT_EQUAL(got.skip, skip);
+                float *gg = hget(g, d_g, n), *pg = hget(g, d_p, n);
+                CU_ASSERT(all_zero(gg, n));
+                CHECK_CLOSE(adam ? "adamw_update p (clear)" : "sgd_update p (clear)", "fp32", pg,
+                            p_c, n, TINY, ELEM_TOL);
+                if (skip) CU_ASSERT_EQUAL(memcmp(pg, p0, n * sizeof *pg), 0);
+                dt_backend_free(g, d_g), dt_backend_free(g, d_p), dt_backend_free(g, d_m),
+                    dt_backend_free(g, d_v);
+                free(grad), free(p_c), free(m_c), free(v_c), free(p0), free(gg), free(pg);
+            }
+    }
+}
+
 /* ---- reductions ------------------------------------------------------- */
 
 static void test_sumsq(void)
@@ -1668,6 +1727,7 @@ int main(void)
     s = CU_add_suite("cuda_optim", suite_init, suite_cleanup);
     CU_ADD(s, test_sgd_vs_cpu);
     CU_ADD(s, test_adamw_vs_cpu);
+    CU_ADD(s, test_optim_clear_vs_cpu);
 
     s = CU_add_suite("cuda_reduce", suite_init, suite_cleanup);
     CU_ADD(s, test_sumsq);

@@ -1464,6 +1464,86 @@ static void test_optim_fast_vs_ref(void)
     }
 }
 
+/* The three updates (SGD plain, SGD with Nesterov momentum, AdamW), each
+ * run twice from the same state: on g as it is, and with args' clear on a
+ * copy of g. The cleared run gives the same bits and leaves its copy zero
+ * (+0.0f), on the reference, the fast ops and the fast ops on 3 threads
+ * (n past a block of DT_CPU_GRAIN, with a tail); and a gated update the
+ * gate skipped changes nothing and still leaves the copy zero. */
+static int optim_pair(const struct dt_ops *o, dt_backend_t *be, int which, size_t n, int t,
+                      float *const s[2][3], const float *g, float *gc)
+{
+    int bad = 0;
+    for (int c = 0; c < 2; c++) { /* c = 1: cleared */
+        float *p = s[c][0], *m = s[c][1], *v = s[c][2], *gr = c ? gc : (float *)g;
+        struct dt_sgd_args sg = {.lr = 0.1f, .momentum = which == 1 ? 0.9f : 0.0f,
+                                 .weight_decay = 1e-2f, .nesterov = which == 1,
+                                 .first_step = t == 1, .gated = 1, .clear = c ? gc : NULL};
+        struct dt_adamw_args aw = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                   .weight_decay = 1e-2f, .t = t, .gated = 1,
+                                   .clear = c ? gc : NULL};
+        if (which < 2) {
+            OK(o->sgd_update(be, p, gr, which == 1 ? m : NULL, n, &sg));
+        } else {
+            OK(o->adamw_update(be, p, gr, m, v, n, &aw));
+        }
+    }
+    for (int a = 0; a < 3; a++)
+        bad += memcmp(s[0][a], s[1][a], n * sizeof(float)) != 0;
+    for (size_t i = 0; i < n; i++)
+        bad += gc[i] != 0.0f || signbit(gc[i]);
+    return bad;
+}
+
+static void test_optim_clear(void)
+{
+    const size_t sizes[] = {1, 15, 16, 17, 1037, 2 * DT_CPU_GRAIN + 21};
+    dt_backend_t *t3 = NULL;
+    struct dt_backend_opts to = {.threads = 3, .tiny_tasks = 1};
+    OK(dt_backend_create("cpu", &to, &t3));
+    dt_backend_t *bes[3] = {backends[REF], backends[FAST], t3};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        size_t n = sizes[z];
+        float *g = fnew(n), *gc = fnew(n), *s[2][3];
+        for (int c = 0; c < 2; c++)
+            for (int a = 0; a < 3; a++)
+                s[c][a] = fnew(n);
+        for (int b = 0; b < 3; b++)
+            for (int which = 0; which < 3; which++) {
+                fill_uniform(s[0][0], n, -1, 1);
+                fill_value(s[0][1], n, 0.0f);
+                fill_value(s[0][2], n, 0.0f);
+                for (int a = 0; a < 3; a++)
+                    memcpy(s[1][a], s[0][a], n * sizeof(float));
+                int bad = 0;
+                for (int t = 1; t <= 3; t++) {
+                    fill_uniform(g, n, -1, 1);
+                    memcpy(gc, g, n * sizeof(float));
+                    bad += optim_pair(dt_backend_ops(bes[b]), bes[b], which, n, t, s, g, gc);
+                }
+                /* skipped by the gate: p and the state stay, the copy is zeroed */
+                float *before = fnew(n);
+                memcpy(before, s[1][0], n * sizeof(float));
+                memcpy(gc, g, n * sizeof(float));
+                dt_cpu_set_gate(bes[b], 1);
+                bad += optim_pair(dt_backend_ops(bes[b]), bes[b], which, n, 4, s, g, gc);
+                dt_cpu_set_gate(bes[b], 0);
+                bad += memcmp(before, s[1][0], n * sizeof(float)) != 0;
+                free(before);
+                if (bad)
+                    printf("\n  clear: backend %d, update %d, n %zu: %d differences\n", b, which,
+                           n, bad);
+                CU_ASSERT_EQUAL(bad, 0);
+            }
+        for (int c = 0; c < 2; c++)
+            for (int a = 0; a < 3; a++)
+                free(s[c][a]);
+        free(g);
+        free(gc);
+    }
+    dt_backend_destroy(t3);
+}
+
 /* ---- reductions ------------------------------------------------------- */
 
 static void test_sumsq(void)
@@ -1669,6 +1749,7 @@ int main(void)
     CU_ADD(s, test_sgd_one_step);
     CU_ADD(s, test_adamw_vs_double);
     CU_ADD(s, test_adamw_first_step);
+    CU_ADD(s, test_optim_clear);
     CU_ADD(s, test_optim_fast_vs_ref);
 
     s = CU_add_suite("reduce", suite_init, suite_cleanup);
