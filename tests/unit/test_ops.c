@@ -1475,7 +1475,8 @@ static int optim_pair(const struct dt_ops *o, dt_backend_t *be, int which, size_
 {
     int bad = 0;
     for (int c = 0; c < 2; c++) { /* c = 1: cleared */
-        float *p = s[c][0], *m = s[c][1], *v = s[c][2], *gr = c ? gc : (float *)g;
+        float *p = s[c][0], *m = s[c][1], *v = s[c][2];
+        const float *gr = c ? gc : g;
         struct dt_sgd_args sg = {.lr = 0.1f, .momentum = which == 1 ? 0.9f : 0.0f,
                                  .weight_decay = 1e-2f, .nesterov = which == 1,
                                  .first_step = t == 1, .gated = 1, .clear = c ? gc : NULL};
